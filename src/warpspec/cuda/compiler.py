@@ -1,0 +1,259 @@
+"""Compile CUDA C++ to an sm_90a cubin with NVRTC (default) or nvcc, through a content-addressed disk cache.
+
+The cache lives in ``cache_dir()/cubin``: one file per entry, named by the sha256 of everything that determines
+the cubin (source, compiler and its version, options, target). Each entry is written to a temporary file in the
+same folder and moved into place with ``os.replace``, which is atomic on POSIX, so a reader sees either no entry
+or a complete one even with many processes compiling at once. A checksum in the entry catches what atomic renames
+cannot (a truncated file after a crash or power loss, a file edited by hand): such an entry is rebuilt.
+
+``WARPSPEC_CACHE=0`` in the environment (or ``cache=False``) turns the cache off; ``WARPSPEC_CACHE_DIR`` moves it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+import struct
+import subprocess
+import tempfile
+import warnings
+from dataclasses import dataclass
+
+from warpspec.errors import CompileError
+
+_CUBIN_KIND = "cubin"
+
+# Entry layout: magic, cubin length, log length (little-endian u64), sha256 of cubin + log, then the two blobs.
+# The magic carries the layout's version; a new layout gets a new magic, which also changes every key below.
+_MAGIC = b"WSCUBIN1"
+_HEADER = struct.Struct("<8sQQ32s")
+
+_CACHE_OFF_VALUES = ("0", "false", "off", "no")
+
+
+@dataclass(frozen=True)
+class CompiledModule:
+    """A compiled cubin.
+
+    ``log`` is the compiler's output including ``ptxas -v`` (registers, spills, performance advisories; parse it
+    with ``warpspec.cuda.sass.parse_ptxas_log``); ``key`` is the cache key (hex sha256); ``from_cache`` tells
+    whether the cubin came from the disk cache rather than a fresh compile.
+    """
+
+    cubin: bytes
+    log: str
+    key: str
+    from_cache: bool
+
+
+def nvrtc_version() -> tuple[int, int]:
+    """The (major, minor) version of the NVRTC library that ``compile_cuda`` uses."""
+    from cuda.bindings import nvrtc
+
+    result, major, minor = nvrtc.nvrtcVersion()
+    _check_nvrtc(result, "nvrtcVersion")
+    return major, minor
+
+
+def cache_dir() -> pathlib.Path:
+    """The root of warpspec's disk cache: ``$WARPSPEC_CACHE_DIR``, else ``$XDG_CACHE_HOME/warpspec``, else
+    ``~/.cache/warpspec``. Each kind of entry has its own subfolder (compiled kernels are in ``cubin/``)."""
+    explicit = os.environ.get("WARPSPEC_CACHE_DIR")
+    if explicit:
+        return pathlib.Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = pathlib.Path(xdg).expanduser() if xdg else pathlib.Path.home() / ".cache"
+    return base / "warpspec"
+
+
+def clear_cache(kind: str | None = None) -> int:
+    """Delete the cache entries of one kind (a subfolder name of ``cache_dir()``, e.g. ``"cubin"``), or of every
+    kind when ``kind`` is None, and return the number of files removed.
+
+    Only files inside the kind subfolders are removed, never loose files in the root, so a cache directory set to
+    a shared folder by mistake loses nothing but warpspec's entries.
+    """
+    root = cache_dir()
+    if kind is not None:
+        if kind in ("", ".", "..") or "/" in kind or os.sep in kind:
+            raise ValueError(f"cache kind must be a plain folder name such as 'cubin', got {kind!r}")
+        folders = [root / kind]
+    else:
+        folders = [path for path in root.iterdir() if path.is_dir()] if root.is_dir() else []
+    removed = 0
+    for folder in folders:
+        if not folder.is_dir():
+            continue
+        for path in folder.rglob("*"):
+            if path.is_dir() and not path.is_symlink():
+                continue
+            try:
+                path.unlink()
+                removed += 1
+            except FileNotFoundError:
+                pass  # another process cleared or replaced it first
+    return removed
+
+
+def compile_cuda(
+    source: str,
+    *,
+    options: tuple[str, ...] = (),
+    compiler: str = "nvrtc",
+    arch: str = "sm_90a",
+    cache: bool = True,
+) -> CompiledModule:
+    """Compile CUDA C++ ``source`` to a cubin for ``arch`` (an ``sm_XX`` target; wgmma and setmaxnreg need the
+    ``a`` suffix, as in the default ``sm_90a``).
+
+    ``compiler`` is ``"nvrtc"`` (the pip NVRTC library, no toolkit needed) or ``"nvcc"`` (must be on PATH).
+    Both always compile as C++17 with ``ptxas -v``; ``options`` are appended to the command line. Kernels should
+    be declared ``extern "C"`` so that their names are not mangled. Raises ``CompileError`` carrying the
+    compiler's log when compilation fails.
+    """
+    if not arch.startswith("sm_"):
+        # compute_XX targets make NVRTC emit PTX only; warpspec ships cubins, since PTX from a compiler newer
+        # than the driver cannot be JIT-compiled by it.
+        raise ValueError(f"arch must be a real target such as 'sm_90a', got {arch!r}")
+    options = tuple(options)
+    if compiler == "nvrtc":
+        version = "nvrtc %d.%d" % nvrtc_version()
+        build = _compile_nvrtc
+    elif compiler == "nvcc":
+        nvcc = _find_nvcc()
+        version = _nvcc_version(nvcc)
+        build = functools.partial(_compile_nvcc, nvcc)
+    else:
+        raise ValueError(f"compiler must be 'nvrtc' or 'nvcc', got {compiler!r}")
+
+    key = _cache_key(source, compiler, version, options, arch)
+    use_cache = cache and os.environ.get("WARPSPEC_CACHE", "1").strip().lower() not in _CACHE_OFF_VALUES
+    entry_path = cache_dir() / _CUBIN_KIND / f"{key}.cubin"
+    if use_cache:
+        entry = _read_entry(entry_path)
+        if entry is not None:
+            return CompiledModule(cubin=entry[0], log=entry[1], key=key, from_cache=True)
+    cubin, log = build(source, options, arch)
+    if use_cache:
+        _write_entry(entry_path, cubin, log)
+    return CompiledModule(cubin=cubin, log=log, key=key, from_cache=False)
+
+
+def _cache_key(source: str, compiler: str, version: str, options: tuple[str, ...], arch: str) -> str:
+    # JSON of a list is an unambiguous encoding: no choice of source or options can collide with another split.
+    material = json.dumps([_MAGIC.decode(), source, compiler, version, list(options), arch])
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def _read_entry(path: pathlib.Path) -> tuple[bytes, str] | None:
+    """The (cubin, log) stored at ``path``, or None when it is missing, truncated or corrupt."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    if len(data) < _HEADER.size:
+        return None
+    magic, cubin_size, log_size, digest = _HEADER.unpack_from(data)
+    payload = data[_HEADER.size :]
+    if magic != _MAGIC or len(payload) != cubin_size + log_size or hashlib.sha256(payload).digest() != digest:
+        return None
+    return payload[:cubin_size], payload[cubin_size:].decode("utf-8", errors="replace")
+
+
+def _write_entry(path: pathlib.Path, cubin: bytes, log: str) -> None:
+    """Store an entry atomically; a cache that cannot be written costs a recompile later, so it only warns."""
+    log_bytes = log.encode("utf-8")
+    payload = cubin + log_bytes
+    header = _HEADER.pack(_MAGIC, len(cubin), len(log_bytes), hashlib.sha256(payload).digest())
+    temp_name = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # The temporary file must be in the same folder: os.replace is only atomic within one file system.
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.stem[:16]}.", suffix=".tmp", delete=False) as f:
+            temp_name = f.name
+            f.write(header + payload)
+        os.replace(temp_name, path)
+    except OSError as error:
+        if temp_name is not None:
+            try:
+                os.unlink(temp_name)
+            except OSError:
+                pass
+        warnings.warn(f"warpspec could not write the compile cache entry {path}: {error}", RuntimeWarning)
+
+
+def _check_nvrtc(result, call: str) -> None:
+    from cuda.bindings import nvrtc
+
+    if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+        raise CompileError(f"{call} failed: {result.name}")
+
+
+def _compile_nvrtc(source: str, options: tuple[str, ...], arch: str) -> tuple[bytes, str]:
+    from cuda.bindings import nvrtc
+
+    args = [f"-arch={arch}", "-std=c++17", "--ptxas-options=-v", *options]
+    result, program = nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], [])
+    _check_nvrtc(result, "nvrtcCreateProgram")
+    try:
+        (result,) = nvrtc.nvrtcCompileProgram(program, len(args), [arg.encode() for arg in args])
+        log = _nvrtc_log(program)
+        if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(f"NVRTC could not compile the kernel ({result.name}; options {' '.join(args)}):\n{log}")
+        result, size = nvrtc.nvrtcGetCUBINSize(program)
+        _check_nvrtc(result, "nvrtcGetCUBINSize")
+        cubin = b" " * size  # cuda-bindings fills the buffer it is given in place
+        (result,) = nvrtc.nvrtcGetCUBIN(program, cubin)
+        _check_nvrtc(result, "nvrtcGetCUBIN")
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+    return cubin, log
+
+
+def _nvrtc_log(program) -> str:
+    from cuda.bindings import nvrtc
+
+    result, size = nvrtc.nvrtcGetProgramLogSize(program)
+    _check_nvrtc(result, "nvrtcGetProgramLogSize")
+    buffer = b" " * size
+    (result,) = nvrtc.nvrtcGetProgramLog(program, buffer)
+    _check_nvrtc(result, "nvrtcGetProgramLog")
+    # The log is a C string: its size includes the terminating NUL.
+    return buffer.rstrip(b"\x00").decode("utf-8", errors="replace").rstrip()
+
+
+def _find_nvcc() -> str:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise CompileError(
+            "compiler='nvcc' needs nvcc on PATH and none was found: install the CUDA toolkit and add its bin/ "
+            "folder to PATH, or use compiler='nvrtc' (the default, from the pip package nvidia-cuda-nvrtc)"
+        )
+    return nvcc
+
+
+@functools.lru_cache(maxsize=None)
+def _nvcc_version(nvcc: str) -> str:
+    # The full --version text (release and build) goes into the cache key: two builds of one release can differ.
+    return subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _compile_nvcc(nvcc: str, source: str, options: tuple[str, ...], arch: str) -> tuple[bytes, str]:
+    virtual = "compute_" + arch.removeprefix("sm_")
+    with tempfile.TemporaryDirectory(prefix="warpspec-nvcc-") as folder:
+        source_path = pathlib.Path(folder) / "kernel.cu"
+        cubin_path = pathlib.Path(folder) / "kernel.cubin"
+        source_path.write_text(source)
+        # -cubin with an explicit -gencode: `-arch=sm_90a -c` would also run a compute_90 pass that rejects wgmma.
+        command = [nvcc, f"-gencode=arch={virtual},code={arch}", "-cubin", "-std=c++17", "-Xptxas", "-v",
+                   *options, "-o", str(cubin_path), str(source_path)]
+        process = subprocess.run(command, capture_output=True, text=True)
+        log = (process.stdout + process.stderr).strip()
+        if process.returncode != 0:
+            raise CompileError(f"nvcc could not compile the kernel (exit {process.returncode}; "
+                               f"{' '.join(command[1:-3])}):\n{log}")
+        return cubin_path.read_bytes(), log

@@ -1,0 +1,620 @@
+"""A thin layer over the CUDA driver (``cuda.bindings.driver``): context, modules, TMA tensor maps, launches and
+the adapter that turns a user's GPU array (torch, ``__cuda_array_interface__``, DLPack) into a pointer + layout.
+
+Nothing talks to the driver until it is needed, so importing this module works on a machine without a GPU, and
+the argument checks (``check_tiled_tensor_map``, ``as_device_array``'s rejections) run there too.
+
+warpspec always works in the device's *primary* context, the one PyTorch and CuPy use, so pointers, streams and
+events move freely between them and warpspec.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import hashlib
+import operator
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+from cuda.bindings import driver as cu
+
+from warpspec.dtypes import BY_NAME, DType
+from warpspec.errors import ArgumentError
+
+
+class CudaError(RuntimeError):
+    """A CUDA driver call failed (or the driver could not be loaded: then ``code`` is None)."""
+
+    def __init__(self, message: str, code: Any = None):
+        self.code = code
+        super().__init__(message)
+
+
+def check(result: tuple, what: str | None = None) -> Any:
+    """Unwrap a cuda-bindings result tuple ``(CUresult, outputs...)``.
+
+    Raises ``CudaError`` with the error's name and description (prefixed by ``what``, when given) unless the
+    result is CUDA_SUCCESS; returns None, the single output, or a tuple of outputs.
+    """
+    error, *outputs = result
+    if error != cu.CUresult.CUDA_SUCCESS:
+        description = _error_string(error)
+        raise CudaError(f"{what}: {description}" if what else description, error)
+    if not outputs:
+        return None
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def _error_string(error) -> str:
+    name = getattr(error, "name", str(error))
+    described, text = cu.cuGetErrorString(error)
+    if described == cu.CUresult.CUDA_SUCCESS and text:
+        return f"{name} ({text.decode(errors='replace')})"
+    return name
+
+
+# --------------------------------------------------------------------------------------------------- context
+
+_lock = threading.RLock()
+_initialised = False
+_contexts: dict[int, Any] = {}  # device ordinal -> retained primary context
+
+
+def _initialise() -> None:
+    global _initialised
+    if _initialised:
+        return
+    try:
+        result = cu.cuInit(0)
+    except RuntimeError as error:
+        # Without libcuda, cuda-bindings raises at the first call instead of returning an error code: a plain
+        # RuntimeError in 13.3, cuda.pathfinder's DynamicLibNotFoundError (a RuntimeError) in 13.5.
+        raise CudaError(f"the CUDA driver library could not be loaded (is an NVIDIA driver installed?): {error}")
+    check(result, "cuInit")
+    _initialised = True
+
+
+def _default_device() -> int:
+    """PyTorch's current device when PyTorch has initialised CUDA (so both work on the same GPU), else 0."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return torch.cuda.current_device()
+    return 0
+
+
+def context(device: int | None = None) -> Any:
+    """Make the primary context of ``device`` (default: PyTorch's current device, else 0) current in this
+    thread and return it. The context is retained once and kept for the life of the process."""
+    if device is None:
+        device = _default_device()
+    with _lock:
+        ctx = _contexts.get(device)
+        if ctx is None:
+            _initialise()
+            handle = check(cu.cuDeviceGet(device), f"cuDeviceGet({device})")
+            ctx = check(cu.cuDevicePrimaryCtxRetain(handle), "cuDevicePrimaryCtxRetain")
+            _contexts[device] = ctx
+    # The current context is per thread, so every caller checks it; setting it is skipped when already right.
+    if int(check(cu.cuCtxGetCurrent())) != int(ctx):
+        check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    return ctx
+
+
+def has_hopper_gpu() -> bool:
+    """Whether warpspec's device (see ``context``) is a compute capability 9.x GPU. Never raises."""
+    try:
+        _initialise()
+        if check(cu.cuDeviceGetCount()) == 0:
+            return False
+        device = check(cu.cuDeviceGet(_default_device()))
+        major = check(cu.cuDeviceGetAttribute(
+            cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device))
+        return major == 9
+    except Exception:  # noqa: BLE001 - a missing or broken driver stack fails in many ways; all mean "no".
+        return False
+
+
+# --------------------------------------------------------------------------------------------- modules
+
+class Function:
+    """A kernel of a loaded module. ``handle`` is the driver's CUfunction."""
+
+    def __init__(self, module: Module, name: str, handle: Any):
+        self.module = module
+        self.name = name
+        self.handle = handle
+        self._max_dynamic_shared = 48 * 1024  # what every kernel may use without opting in
+
+    def _attribute(self, attribute) -> int:
+        return check(cu.cuFuncGetAttribute(attribute, self.handle), f"cuFuncGetAttribute({attribute.name})")
+
+    @property
+    def num_regs(self) -> int:
+        """Registers per thread, as loaded."""
+        return self._attribute(cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS)
+
+    @property
+    def attributes(self) -> dict[str, int]:
+        """Every CU_FUNC_ATTRIBUTE_* the driver reports for this kernel, keyed by the lower-case name without the
+        prefix (``num_regs``, ``shared_size_bytes``, ``max_dynamic_shared_size_bytes``, ...)."""
+        values = {}
+        for attribute in cu.CUfunction_attribute:
+            if attribute.name == "CU_FUNC_ATTRIBUTE_MAX":
+                continue
+            result = cu.cuFuncGetAttribute(attribute, self.handle)
+            # Attributes newer than the installed driver answer with an error: they are simply left out.
+            if result[0] == cu.CUresult.CUDA_SUCCESS:
+                values[attribute.name.removeprefix("CU_FUNC_ATTRIBUTE_").lower()] = result[1]
+        return values
+
+    def set_max_dynamic_shared(self, nbytes: int) -> None:
+        """Allow launches with up to ``nbytes`` of dynamic shared memory (needed above 48 KiB).
+
+        Raises ``ArgumentError`` when the device cannot give that much next to the kernel's static shared memory.
+        """
+        context(self.module.device)
+        device = check(cu.cuDeviceGet(self.module.device))
+        optin = check(cu.cuDeviceGetAttribute(
+            cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device))
+        static = self._attribute(cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+        if nbytes + static > optin:
+            raise ArgumentError(
+                f"kernel {self.name!r} asks for {nbytes} bytes of dynamic shared memory, but the device allows "
+                f"{optin} per block and the kernel has {static} static: at most {optin - static} dynamic")
+        check(cu.cuFuncSetAttribute(
+            self.handle, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes),
+            f"setting {self.name!r}'s dynamic shared memory to {nbytes} bytes")
+        self._max_dynamic_shared = nbytes
+
+
+class Module:
+    """A cubin loaded into a device's primary context; ``function(name)`` looks up its kernels."""
+
+    def __init__(self, handle: Any, device: int, key: str):
+        self.handle = handle
+        self.device = device
+        self.key = key
+        self._functions: dict[str, Function] = {}
+
+    def function(self, name: str) -> Function:
+        """The kernel called ``name`` (its ``extern "C"`` name); raises ``CudaError`` if there is none."""
+        with _lock:
+            found = self._functions.get(name)
+            if found is None:
+                context(self.device)
+                handle = check(cu.cuModuleGetFunction(self.handle, name.encode()), f"looking up kernel {name!r}")
+                found = self._functions[name] = Function(self, name, handle)
+            return found
+
+
+_modules: dict[tuple[int, str], Module] = {}
+
+
+def load_module(cubin: bytes, device: int | None = None) -> Module:
+    """Load ``cubin`` on ``device`` (default as in ``context``). The same cubin is loaded once per device;
+    modules stay loaded for the life of the process (kernels are few and small)."""
+    if device is None:
+        device = _default_device()
+    key = hashlib.sha256(cubin).hexdigest()
+    with _lock:
+        module = _modules.get((device, key))
+        if module is None:
+            context(device)
+            handle = check(cu.cuModuleLoadData(cubin), "cuModuleLoadData")
+            module = _modules[(device, key)] = Module(handle, device, key)
+        return module
+
+
+# ----------------------------------------------------------------------------------------- tensor maps
+
+# TMA copies bits, so 8-bit floats travel as UINT8 (as in CUTLASS's to_CUtensorMapDataType) and int8 too.
+_TENSOR_MAP_DTYPES = {
+    "float16": "FLOAT16", "bfloat16": "BFLOAT16", "float32": "FLOAT32", "int32": "INT32", "uint32": "UINT32",
+    "int64": "INT64", "int8": "UINT8", "float8_e4m3": "UINT8", "float8_e5m2": "UINT8",
+}
+_SWIZZLES = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
+_L2_PROMOTIONS = {0: "NONE", 64: "L2_64B", 128: "L2_128B", 256: "L2_256B"}
+_MAX_TENSOR_MAPS = 256
+
+
+@dataclass(frozen=True)
+class TiledTensorMapSpec:
+    """The checked, normalised arguments of a tiled tensor map (all arrays innermost dimension first)."""
+
+    dtype: DType
+    global_address: int
+    global_shape: tuple[int, ...]
+    global_strides_bytes: tuple[int, ...]
+    box: tuple[int, ...]
+    swizzle_bytes: int
+    l2_promotion: int
+
+
+@dataclass(frozen=True, eq=False)
+class TensorMap:
+    """An encoded 128-byte CUtensorMap, passed to a kernel by value (``const __grid_constant__`` parameter)."""
+
+    handle: Any  # cu.CUtensorMap
+    spec: TiledTensorMapSpec
+
+    @property
+    def address(self) -> int:
+        """Host address of the 128 bytes."""
+        return self.handle.getPtr()
+
+    def to_bytes(self) -> bytes:
+        """The 128 opaque bytes."""
+        return ctypes.string_at(self.address, 128)
+
+
+def _index(value: Any, label: str) -> int:
+    if isinstance(value, bool):
+        raise ArgumentError(f"tensor map: {label} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ArgumentError(f"tensor map: {label} must be an integer, got {value!r}") from None
+
+
+def check_tiled_tensor_map(
+    dtype: DType,
+    global_address: int,
+    global_shape: Sequence[int],
+    global_strides_bytes: Sequence[int],
+    box: Sequence[int],
+    swizzle_bytes: int = 0,
+    l2_promotion: int = 128,
+) -> TiledTensorMapSpec:
+    """Check the arguments of ``encode_tiled_tensor_map`` against the driver's rules (cuda.h
+    cuTensorMapEncodeTiled) without calling it, and return them normalised.
+
+    Raises ``ArgumentError`` naming the first wrong value and what is expected. Pure: needs no GPU.
+    """
+    if not isinstance(dtype, DType) or dtype.name not in _TENSOR_MAP_DTYPES:
+        raise ArgumentError(f"tensor map: dtype {dtype!r} cannot be loaded by TMA; expected one of "
+                            f"{', '.join(_TENSOR_MAP_DTYPES)}")
+    address = _index(global_address, "global_address")
+    if address <= 0 or address % 16:
+        raise ArgumentError(f"tensor map: global_address {address:#x} must be a non-null device address aligned "
+                            f"to 16 bytes (it is {address % 16} bytes past a 16-byte boundary)")
+    shape = tuple(_index(value, f"global_shape[{i}]") for i, value in enumerate(global_shape))
+    rank = len(shape)
+    if not 1 <= rank <= 5:
+        raise ArgumentError(f"tensor map: global_shape has {rank} dimensions; TMA supports 1 to 5")
+    for i, extent in enumerate(shape):
+        if not 1 <= extent <= 2**32:
+            raise ArgumentError(f"tensor map: global_shape[{i}] = {extent} must be in [1, 2^32]")
+    strides = tuple(_index(value, f"global_strides_bytes[{i}]") for i, value in enumerate(global_strides_bytes))
+    if len(strides) != rank - 1:
+        raise ArgumentError(
+            f"tensor map: global_strides_bytes has {len(strides)} values for a rank-{rank} tensor; expected "
+            f"{rank - 1} (byte strides of dimensions 1..{rank - 1}; dimension 0 is contiguous)")
+    for i, stride in enumerate(strides):
+        if stride <= 0 or stride % 16 or stride >= 2**40:
+            raise ArgumentError(f"tensor map: global_strides_bytes[{i}] = {stride} (stride of dimension {i + 1}) "
+                                f"must be a positive multiple of 16 below 2^40")
+    box_dims = tuple(_index(value, f"box[{i}]") for i, value in enumerate(box))
+    if len(box_dims) != rank:
+        raise ArgumentError(f"tensor map: box has {len(box_dims)} values for a rank-{rank} tensor; expected {rank}")
+    for i, extent in enumerate(box_dims):
+        if not 1 <= extent <= 256:
+            raise ArgumentError(f"tensor map: box[{i}] = {extent} must be in [1, 256]")
+    swizzle = _index(swizzle_bytes, "swizzle_bytes")
+    if swizzle not in _SWIZZLES:
+        raise ArgumentError(f"tensor map: swizzle_bytes = {swizzle} must be one of 0, 32, 64, 128")
+    row_bytes = box_dims[0] * dtype.nbytes
+    if row_bytes % 16:
+        raise ArgumentError(f"tensor map: box[0] * {dtype.nbytes} bytes ({dtype.name}) = {row_bytes} bytes must be a "
+                            f"multiple of 16; use box[0] a multiple of {16 // dtype.nbytes}")
+    if swizzle and row_bytes > swizzle:
+        raise ArgumentError(
+            f"tensor map: box[0] * {dtype.nbytes} bytes = {row_bytes} bytes exceeds the {swizzle}-byte swizzle span; "
+            f"use box[0] <= {swizzle // dtype.nbytes} (load the tile as several boxes) or a wider swizzle")
+    promotion = _index(l2_promotion, "l2_promotion")
+    if promotion not in _L2_PROMOTIONS:
+        raise ArgumentError(f"tensor map: l2_promotion = {promotion} must be one of 0, 64, 128, 256 (bytes)")
+    return TiledTensorMapSpec(dtype, address, shape, strides, box_dims, swizzle, promotion)
+
+
+_tensor_maps: collections.OrderedDict[TiledTensorMapSpec, TensorMap] = collections.OrderedDict()
+
+
+def encode_tiled_tensor_map(
+    dtype: DType,
+    global_address: int,
+    global_shape: Sequence[int],
+    global_strides_bytes: Sequence[int],
+    box: Sequence[int],
+    swizzle_bytes: int = 0,
+    l2_promotion: int = 128,
+) -> TensorMap:
+    """Encode a TMA descriptor for a tiled copy (``cuTensorMapEncodeTiled``).
+
+    Every array is innermost dimension first: ``global_shape`` in elements, ``global_strides_bytes`` the byte
+    strides of dimensions 1..rank-1 (dimension 0 is contiguous), ``box`` the tile in elements. ``swizzle_bytes``
+    is 0, 32, 64 or 128; ``l2_promotion`` 0, 64, 128 or 256 bytes (a hint). Out-of-bounds elements load as zero.
+    Arguments are checked first (``check_tiled_tensor_map``). The last few hundred maps are kept, so relaunching
+    on the same pointer and shape costs no driver call.
+    """
+    spec = check_tiled_tensor_map(dtype, global_address, global_shape, global_strides_bytes, box, swizzle_bytes,
+                                  l2_promotion)
+    with _lock:
+        cached = _tensor_maps.get(spec)
+        if cached is not None:
+            _tensor_maps.move_to_end(spec)
+            return cached
+    context()
+    rank = len(spec.global_shape)
+    handle = check(cu.cuTensorMapEncodeTiled(
+        getattr(cu.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_" + _TENSOR_MAP_DTYPES[spec.dtype.name]),
+        rank,
+        spec.global_address,
+        # Array arguments must be wrapped: cuda-bindings 13.5 rejects plain ints there.
+        [cu.cuuint64_t(extent) for extent in spec.global_shape],
+        [cu.cuuint64_t(stride) for stride in spec.global_strides_bytes],
+        [cu.cuuint32_t(extent) for extent in spec.box],
+        [cu.cuuint32_t(1)] * rank,  # element strides: every element of the box
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        getattr(cu.CUtensorMapSwizzle, "CU_TENSOR_MAP_SWIZZLE_" + _SWIZZLES[spec.swizzle_bytes]),
+        getattr(cu.CUtensorMapL2promotion, "CU_TENSOR_MAP_L2_PROMOTION_" + _L2_PROMOTIONS[spec.l2_promotion]),
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+    ), f"cuTensorMapEncodeTiled({spec})")
+    tensor_map = TensorMap(handle, spec)
+    with _lock:
+        _tensor_maps[spec] = tensor_map
+        while len(_tensor_maps) > _MAX_TENSOR_MAPS:
+            _tensor_maps.popitem(last=False)
+    return tensor_map
+
+
+# ------------------------------------------------------------------------------------------------ launch
+
+@dataclass(frozen=True)
+class DeviceArray:
+    """A GPU array seen as a device pointer and an element layout; ``strides_elements`` are in elements."""
+
+    pointer: int
+    shape: tuple[int, ...]
+    strides_elements: tuple[int, ...]
+    dtype_name: str
+    device_index: int
+
+    @property
+    def dtype(self) -> DType:
+        """The warpspec dtype of the elements."""
+        return BY_NAME[self.dtype_name]
+
+
+KernelParam = Union[TensorMap, DeviceArray, int, ctypes._SimpleCData, ctypes.Structure]
+
+
+def _kernel_params(params: Sequence[KernelParam]) -> tuple[Any, list]:
+    """The kernelParams array (one host pointer per parameter) and the values it points to, which must stay
+    alive until the launch call returns (the driver copies them during the call)."""
+    keep_alive: list = []
+    pointers = (ctypes.c_void_p * len(params))()
+    for i, param in enumerate(params):
+        if isinstance(param, TensorMap):
+            keep_alive.append(param)
+            pointers[i] = param.address
+            continue
+        if isinstance(param, DeviceArray):
+            value = ctypes.c_uint64(param.pointer)
+        elif isinstance(param, int) and not isinstance(param, bool):
+            if not 0 <= param < 2**64:
+                raise ArgumentError(f"kernel parameter {i}: {param} is not a device pointer (0 <= p < 2^64); "
+                                    f"pass scalars as ctypes values such as ctypes.c_int32({param})")
+            value = ctypes.c_uint64(param)
+        elif isinstance(param, (ctypes._SimpleCData, ctypes.Structure)):
+            value = param
+        else:
+            raise ArgumentError(
+                f"kernel parameter {i}: {type(param).__name__} {param!r} cannot be passed; expected a TensorMap, "
+                f"a DeviceArray or int (device pointer), or a ctypes scalar such as ctypes.c_int32 / c_float")
+        keep_alive.append(value)
+        pointers[i] = ctypes.addressof(value)
+    return pointers, keep_alive
+
+
+def _dims(value: Sequence[int], label: str) -> tuple[int, int, int]:
+    dims = tuple(int(v) for v in value)
+    if len(dims) != 3 or min(dims) < 1:
+        raise ArgumentError(f"launch: {label} must be three positive integers (x, y, z), got {value!r}")
+    return dims  # type: ignore[return-value]
+
+
+def _stream_handle(stream: int | None) -> int:
+    if stream is not None:
+        return int(stream)
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        # Launch where PyTorch's next kernel goes, so tensors made just before are ready without a sync.
+        return torch.cuda.current_stream().cuda_stream
+    return 0
+
+
+def launch(
+    function: Function,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    shared_bytes: int,
+    params: Sequence[KernelParam],
+    cluster: tuple[int, int, int] | None = None,
+    stream: int | None = None,
+) -> None:
+    """Launch ``function`` with ``shared_bytes`` of dynamic shared memory (``cuLaunchKernelEx``).
+
+    ``params`` has one entry per kernel parameter, in order:
+
+    - ``TensorMap``: its 128 bytes by value (a ``const __grid_constant__`` 128-byte struct parameter);
+    - ``DeviceArray`` or ``int``: a device pointer, passed as 64 bits;
+    - a ctypes value (``ctypes.c_int32``, ``c_uint32``, ``c_int64``, ``c_float``, ... or a ``Structure``): by
+      value with exactly that type, which must match the kernel's declaration. Plain Python floats and bools are
+      refused because their width is ambiguous.
+
+    ``cluster`` (x, y, z) launches thread-block clusters; each grid dimension must be a multiple of it.
+    ``stream`` is a CUstream handle; by default PyTorch's current stream when PyTorch uses CUDA, else stream 0.
+    Dynamic shared memory above 48 KiB is opted into automatically.
+    """
+    grid = _dims(grid, "grid")
+    block = _dims(block, "block")
+    config = cu.CUlaunchConfig()
+    if cluster is not None:
+        cluster = _dims(cluster, "cluster")
+        for axis, g, c in zip("xyz", grid, cluster):
+            if g % c:
+                raise ArgumentError(f"launch: grid.{axis} = {g} is not a multiple of cluster.{axis} = {c}")
+        attribute = cu.CUlaunchAttribute()
+        attribute.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = cluster
+        config.attrs = [attribute]
+        config.numAttrs = 1
+    if shared_bytes > function._max_dynamic_shared:
+        function.set_max_dynamic_shared(shared_bytes)
+    context(function.module.device)
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes = shared_bytes
+    config.hStream = cu.CUstream(_stream_handle(stream))
+    pointers, _values = _kernel_params(params)
+    check(cu.cuLaunchKernelEx(config, function.handle, ctypes.addressof(pointers), 0),
+          f"launching {function.name!r} (grid {grid}, block {block}, cluster {cluster}, {shared_bytes} B shared)")
+
+
+# ------------------------------------------------------------------------------------------ device arrays
+
+_TORCH_DTYPES = {
+    "torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float32": "float32",
+    "torch.float8_e4m3fn": "float8_e4m3", "torch.float8_e5m2": "float8_e5m2", "torch.int8": "int8",
+    "torch.int32": "int32", "torch.int64": "int64", "torch.uint32": "uint32", "torch.bool": "boolean",
+}
+# numpy typestr without the byte-order character -> warpspec dtype
+_TYPESTRS = {"f2": "float16", "f4": "float32", "i1": "int8", "i4": "int32", "i8": "int64", "u4": "uint32",
+             "b1": "boolean"}
+# DLPack (type code, bits) -> warpspec dtype (dlpack.h DLDataTypeCode)
+_DLPACK_DTYPES = {(2, 16): "float16", (4, 16): "bfloat16", (2, 32): "float32", (10, 8): "float8_e4m3",
+                  (12, 8): "float8_e5m2", (0, 8): "int8", (0, 32): "int32", (0, 64): "int64", (1, 32): "uint32",
+                  (6, 8): "boolean"}
+_DLPACK_CUDA = 2
+_DLPACK_DEVICE_NAMES = {1: "CPU", 2: "CUDA", 3: "CUDA host (pinned)", 13: "CUDA managed"}
+_SUPPORTED = ", ".join(sorted(set(_TORCH_DTYPES.values())))
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    # The first member of DLManagedTensor, so the capsule's pointer is also a DLTensor pointer.
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+# A private prototype rather than setting restype on ctypes.pythonapi, which other libraries share.
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, running = [], 1
+    for extent in reversed(shape):
+        strides.append(running)
+        running *= extent
+    return tuple(reversed(strides))
+
+
+def as_device_array(obj: Any, name: str) -> DeviceArray:
+    """View a GPU array as a ``DeviceArray``: a torch CUDA tensor, an object with ``__cuda_array_interface__``
+    (CuPy, Numba, ...) or a DLPack producer (``__dlpack__`` + ``__dlpack_device__``).
+
+    Raises ``ArgumentError`` naming the argument ``name`` for a CPU array, an object with no recognised
+    interface, or an unsupported dtype. Streams are not synchronised: launch on the stream that produced the data
+    (PyTorch's current stream is the default) or synchronise first.
+    """
+    if isinstance(obj, DeviceArray):
+        return obj
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
+        return _from_torch(obj, name)
+    interface = getattr(obj, "__cuda_array_interface__", None)
+    if interface is not None:
+        return _from_cuda_array_interface(interface, name)
+    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
+        return _from_dlpack(obj, name)
+    raise ArgumentError(f"argument {name!r}: {type(obj).__name__} object is not a GPU array; expected a torch "
+                        f"CUDA tensor or an object with __cuda_array_interface__ or __dlpack__")
+
+
+def _from_torch(tensor: Any, name: str) -> DeviceArray:
+    if not tensor.is_cuda:
+        raise ArgumentError(f"argument {name!r} is a CPU tensor (device {tensor.device}); move it to the GPU "
+                            f"with .cuda()")
+    dtype_name = _TORCH_DTYPES.get(str(tensor.dtype))
+    if dtype_name is None:
+        raise ArgumentError(f"argument {name!r} has dtype {tensor.dtype}, which warpspec does not support; "
+                            f"expected one of {_SUPPORTED}")
+    return DeviceArray(tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), dtype_name,
+                       tensor.device.index)
+
+
+def _from_cuda_array_interface(interface: dict, name: str) -> DeviceArray:
+    typestr = interface["typestr"]
+    dtype_name = _TYPESTRS.get(typestr[1:]) if typestr[:1] in "<|=" else None
+    if dtype_name is None:
+        hint = (" (bfloat16 and fp8 have no typestr of their own: pass a torch tensor or a DLPack producer)"
+                if typestr[1:2] == "V" else "")
+        raise ArgumentError(f"argument {name!r} has __cuda_array_interface__ typestr {typestr!r}, which warpspec "
+                            f"does not support{hint}; expected one of {_SUPPORTED}")
+    itemsize = BY_NAME[dtype_name].nbytes
+    shape = tuple(int(extent) for extent in interface["shape"])
+    if interface.get("strides") is None:
+        strides = _contiguous_strides(shape)
+    else:
+        byte_strides = tuple(int(stride) for stride in interface["strides"])
+        if any(stride % itemsize for stride in byte_strides):
+            raise ArgumentError(f"argument {name!r} has byte strides {byte_strides} that are not multiples of its "
+                                f"{itemsize}-byte elements")
+        strides = tuple(stride // itemsize for stride in byte_strides)
+    pointer = int(interface["data"][0])
+    device = _default_device()
+    if pointer:
+        _initialise()
+        try:
+            device = check(cu.cuPointerGetAttribute(
+                cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, pointer))
+        except CudaError as error:
+            raise ArgumentError(f"argument {name!r}: pointer {pointer:#x} from __cuda_array_interface__ is not "
+                                f"CUDA memory ({error})") from None
+    return DeviceArray(pointer, shape, strides, dtype_name, device)
+
+
+def _from_dlpack(obj: Any, name: str) -> DeviceArray:
+    device_type, device_id = obj.__dlpack_device__()
+    if device_type != _DLPACK_CUDA:
+        where = _DLPACK_DEVICE_NAMES.get(int(device_type), f"DLPack device type {device_type}")
+        raise ArgumentError(f"argument {name!r} is a {where} array ({type(obj).__name__}), not GPU memory; move it "
+                            f"to the GPU first (for example torch.as_tensor(x, device='cuda'))")
+    capsule = obj.__dlpack__()
+    try:
+        tensor = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
+    except ValueError:
+        raise ArgumentError(f"argument {name!r}: __dlpack__ did not return an unconsumed 'dltensor' capsule") from None
+    # The capsule is left unconsumed: its destructor hands the tensor back to the producer, while ``obj`` (held
+    # by the caller) keeps the memory alive.
+    dtype_name = _DLPACK_DTYPES.get((tensor.dtype.code, tensor.dtype.bits)) if tensor.dtype.lanes == 1 else None
+    if dtype_name is None:
+        raise ArgumentError(f"argument {name!r} has DLPack dtype (code {tensor.dtype.code}, {tensor.dtype.bits} bits, "
+                            f"{tensor.dtype.lanes} lanes), which warpspec does not support; expected one of "
+                            f"{_SUPPORTED}")
+    shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
+    strides = tuple(tensor.strides[i] for i in range(tensor.ndim)) if tensor.strides else _contiguous_strides(shape)
+    return DeviceArray((tensor.data or 0) + tensor.byte_offset, shape, strides, dtype_name, int(device_id))

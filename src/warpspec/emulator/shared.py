@@ -1,0 +1,92 @@
+"""Shared memory with a shadow state per element, which the race checks read and update.
+
+For every element: whether a completed write has filled it, which async operation is writing it now, how many
+async operations are reading it now, the last ordinary (or completed async) writer and reader with their epochs,
+and whether an ordinary write still needs ``fence_proxy_async`` before the async proxy may read it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from warpspec.errors import RaceError
+from warpspec.ir import nodes as ir
+
+NOBODY = -1
+
+
+class SharedTensor:
+    """One ``shared_tensor`` of the kernel: its data and its shadow."""
+
+    def __init__(self, decl: ir.TensorDecl):
+        self.decl = decl
+        shape = decl.shape
+        self.data = np.zeros(shape, dtype=decl.dtype.numpy)
+        self.written = np.zeros(shape, dtype=bool)
+        self.async_writer = np.zeros(shape, dtype=np.int64)  # id of the in-flight async write, 0 if none
+        self.async_readers = np.zeros(shape, dtype=np.int32)  # number of in-flight async reads
+        self.write_task = np.full(shape, NOBODY, dtype=np.int32)
+        self.write_epoch = np.zeros(shape, dtype=np.int64)
+        self.read_task = np.full(shape, NOBODY, dtype=np.int32)
+        self.read_epoch = np.zeros(shape, dtype=np.int64)
+        self.unfenced = np.zeros(shape, dtype=bool)
+
+
+class Region:
+    """A part of a shared tensor named by a kernel expression such as ``sa[1]``; ``key`` indexes its arrays."""
+
+    def __init__(self, tensor: SharedTensor, key: tuple, text: str):
+        self.tensor, self.key, self.text = tensor, key, text
+
+    def view(self, name: str) -> np.ndarray:
+        return getattr(self.tensor, name)[self.key]
+
+    # ------------------------------------------------------------------------------------------------ checks
+
+    def check_readable(self, task, what: str, async_proxy: bool) -> None:
+        """Raise RaceError unless every element has been filled by a completed write ordered before ``task``."""
+        if not self.view("written").all():
+            raise RaceError(f"{what} reads {self.text}, which holds elements that no completed write has filled "
+                            f"(never written, or an async copy into it has not been waited for)")
+        writers = self.view("async_writer")
+        if writers.any():
+            raise RaceError(f"{what} reads {self.text} while an async copy is still writing it; wait on the "
+                            f"copy's mbarrier first")
+        self._check_ordered(task, "write_task", "write_epoch", what, "written")
+        if async_proxy and self.view("unfenced").any():
+            raise RaceError(f"{what} reads {self.text} through the async proxy after ordinary stores to it with no "
+                            f"fence_proxy_async() in between")
+
+    def check_writable(self, task, what: str) -> None:
+        """Raise RaceError if in-flight async operations or unordered accesses of other tasks touch the region."""
+        if self.view("async_readers").any():
+            raise RaceError(f"{what} writes {self.text} while an asynchronous read of it (a wgmma or a TMA store) is "
+                            f"still in flight; wait for it (wgmma.wait_group / tma.wait_group) before releasing the "
+                            f"buffer")
+        if self.view("async_writer").any():
+            raise RaceError(f"{what} writes {self.text} while another async copy is still writing it")
+        self._check_ordered(task, "write_task", "write_epoch", what, "written")
+        self._check_ordered(task, "read_task", "read_epoch", what, "read")
+
+    def _check_ordered(self, task, task_field: str, epoch_field: str, what: str, verb: str) -> None:
+        owners = self.view(task_field)
+        epochs = self.view(epoch_field)
+        for other in np.unique(owners):
+            if other == NOBODY or other == task.index:
+                continue
+            latest = epochs[owners == other].max()
+            if task.clock[other] < latest:
+                raise RaceError(f"{what} touches {self.text}, which {task.machine.tasks[other].name} {verb} "
+                                f"without a barrier wait or sync ordering it before this access")
+
+    # --------------------------------------------------------------------------------------------- updates
+
+    def record_read(self, task) -> None:
+        self.view("read_task")[...] = task.index
+        self.view("read_epoch")[...] = task.clock[task.index]
+
+    def record_write(self, task_index: int, epoch: int, unfenced: bool = False) -> None:
+        self.view("written")[...] = True
+        self.view("write_task")[...] = task_index
+        self.view("write_epoch")[...] = epoch
+        self.view("unfenced")[...] = unfenced

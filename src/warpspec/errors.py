@@ -1,0 +1,61 @@
+"""Every error warpspec raises on purpose.
+
+Two families: ``CompileError`` for a kernel that cannot be turned into IR or machine code (raised before anything
+runs), and ``KernelError`` for a kernel that runs but breaks the rules of the hardware (found by the emulator).
+``ArgumentError`` is a bad argument to a launch, raised before the launch.
+"""
+
+from __future__ import annotations
+
+
+class WarpspecError(Exception):
+    """Base of all warpspec errors."""
+
+
+class CompileError(WarpspecError):
+    """A kernel that cannot be compiled: unknown names, wrong types, misplaced instructions, compiler failures.
+
+    ``location`` is ``"file:line"`` of the kernel source when known; the message starts with it.
+    """
+
+    def __init__(self, message: str, location: str | None = None):
+        self.location = location
+        super().__init__(f"{location}: {message}" if location else message)
+
+
+class ArgumentError(WarpspecError, ValueError):
+    """A launch argument that does not fit the kernel: wrong type, dtype, shape, device, stride or alignment."""
+
+
+class KernelError(WarpspecError):
+    """A kernel broke a hardware rule while it ran on the emulator.
+
+    ``location`` is the kernel's ``file:line`` where the fault was found; ``tasks`` describes what every thread
+    partition was doing at that moment (also part of the message).
+    """
+
+    def __init__(self, message: str, location: str | None = None, tasks: str | None = None):
+        self.location = location
+        self.tasks = tasks
+        text = f"{location}: {message}" if location else message
+        if tasks:
+            text += "\n" + tasks
+        super().__init__(text)
+
+
+class DeadlockError(KernelError):
+    """Every unfinished thread partition is blocked and no asynchronous operation is in flight."""
+
+
+class RaceError(KernelError):
+    """Shared memory read before any completed write filled it, written while an asynchronous operation still
+    reads it, or accessed by two partitions without synchronisation between them."""
+
+
+class BarrierError(KernelError):
+    """An mbarrier used against its rules: too many arrivals for a phase, a wait on a barrier that was never
+    allocated, a wait two or more phases behind, or a transaction count left non-zero when the kernel ends."""
+
+
+class BoundsError(KernelError):
+    """An index outside a shared or register tensor, or a global access outside its view."""

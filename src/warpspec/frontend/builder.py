@@ -1,0 +1,842 @@
+"""Python source → IR.
+
+The front end walks the AST of a Script's ``__call__`` (and of every helper it calls, inlined) as an abstract
+interpreter: names hold compile-time Python values, runtime scalars (IR ``Expr``s) or handles (tensors, language
+objects, Class instances). Anything over compile-time values is computed in Python; anything touching a runtime value
+becomes IR. Language calls (``self.mbarrier.wait(...)``) are methods of ``warpspec.lang.language`` objects that
+check their placement and emit IR statements through this builder.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import operator
+import textwrap
+from dataclasses import replace
+from functools import lru_cache
+
+from warpspec.dtypes import DType, PointerType, boolean, float32, int32, int64, uint32
+from warpspec.errors import CompileError
+from warpspec.frontend.values import Binding, ClassInstance, InlineFunction, RuntimeRange, TensorValue
+from warpspec.ir import nodes as ir
+
+_PY_BINOPS = {
+    ast.Add: ("+", operator.add), ast.Sub: ("-", operator.sub), ast.Mult: ("*", operator.mul),
+    ast.Div: ("/", operator.truediv), ast.FloorDiv: ("//", operator.floordiv), ast.Mod: ("%", operator.mod),
+    ast.BitAnd: ("&", operator.and_), ast.BitOr: ("|", operator.or_), ast.BitXor: ("^", operator.xor),
+    ast.LShift: ("<<", operator.lshift), ast.RShift: (">>", operator.rshift), ast.Pow: ("**", operator.pow),
+}
+_PY_COMPARE = {
+    ast.Lt: ("<", operator.lt), ast.LtE: ("<=", operator.le), ast.Gt: (">", operator.gt),
+    ast.GtE: (">=", operator.ge), ast.Eq: ("==", operator.eq), ast.NotEq: ("!=", operator.ne),
+    ast.Is: (None, operator.is_), ast.IsNot: (None, operator.is_not),
+    ast.In: (None, lambda a, b: a in b), ast.NotIn: (None, lambda a, b: a not in b),
+}
+_RANK = {boolean: 0, int32: 1, uint32: 2, int64: 3, float32: 4}
+
+
+class _Return(Exception):
+    def __init__(self, value):
+        self.value = value
+
+
+@lru_cache(maxsize=None)
+def _parse_function(function) -> tuple[ast.FunctionDef, str]:
+    """The AST of ``function`` with line numbers of its file, and the file's path."""
+    try:
+        lines, first_line = inspect.getsourcelines(function)
+        path = inspect.getsourcefile(function) or "<unknown>"
+    except (OSError, TypeError) as error:
+        raise CompileError(f"cannot read the source of {function.__qualname__}: {error}; kernels must be defined "
+                           f"in a file") from None
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    ast.increment_lineno(tree, first_line - 1)
+    node = tree.body[0]
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        raise CompileError(f"{function.__qualname__} is not a plain function definition")
+    return node, path
+
+
+class Builder:
+    """Builds one ``ir.Kernel`` from a Script instance and its compile-time arguments."""
+
+    def __init__(self):
+        self.blocks: list[list[ir.Stmt]] = [[]]
+        self.groups: list[tuple[int, int, bool]] = []  # (begin, count, single_thread)
+        self.depth = 0  # runtime if/for nesting
+        self.loc = ir.Loc("<kernel>", 0)
+        self.file = "<kernel>"
+        self.scopes: list[dict[str, Binding]] = []
+        self.globals: dict = {}
+        self.language = None  # the object `self` stands for in a Script, set by build_kernel
+        self.num_threads = None  # set once attrs.warps is known
+        self.attrs = None
+        self.param_vars: set = set()  # runtime parameters' Vars
+        self.pointer_params: dict = {}  # pointer parameter Var -> pointee DType
+        self.assigning: str | None = None  # the name being assigned, to name the tensors it creates
+
+    # ------------------------------------------------------------------------------------------------ emitting
+
+    def error(self, message: str) -> CompileError:
+        """A CompileError at the statement being built."""
+        return CompileError(message, str(self.loc))
+
+    def emit(self, stmt: ir.Stmt) -> ir.Stmt:
+        self.blocks[-1].append(stmt)
+        return stmt
+
+    def nested(self, build) -> tuple[ir.Stmt, ...]:
+        """Run ``build()`` collecting the statements it emits into a new list."""
+        self.blocks.append([])
+        try:
+            build()
+        finally:
+            body = self.blocks.pop()
+        return tuple(body)
+
+    @property
+    def group(self) -> tuple[int, int, bool]:
+        """The innermost thread group as (begin, count, single_thread); the whole block outside any group."""
+        if self.groups:
+            return self.groups[-1]
+        return (0, self.block_threads(), False)
+
+    def block_threads(self) -> int:
+        if self.num_threads is None:
+            raise self.error("set self.attrs.warps before using thread groups or instructions")
+        return self.num_threads
+
+    def threads(self) -> tuple[int, int]:
+        """(begin, count) of the threads that execute an instruction emitted here: 1 inside single_thread."""
+        begin, count, single = self.group
+        return (begin, 1) if single else (begin, count)
+
+    # -------------------------------------------------------------------------------------------- conversions
+
+    def to_expr(self, value, dtype: DType | None = None, what: str = "value") -> ir.Expr:
+        """A runtime Expr for ``value`` (a Python scalar or an Expr), converted to ``dtype`` when given."""
+        if isinstance(value, ir.Expr):
+            if dtype is not None and value.dtype != dtype:
+                return ir.Convert(value, dtype)
+            return value
+        if isinstance(value, bool):
+            return ir.Const(value, dtype or boolean)
+        if isinstance(value, int):
+            target = dtype or (int32 if -2**31 <= value < 2**31 else int64)
+            if target.is_integer:
+                _check_int_range(self, value, target)
+            return ir.Const(float(value) if target.is_float else value, target)
+        if isinstance(value, float):
+            target = dtype or float32
+            return ir.Const(value if target.is_float else int(value), target)
+        raise self.error(f"{what} must be a scalar, got {_describe(value)}")
+
+    def to_int(self, value, what: str) -> int:
+        """``value`` as a compile-time int, or a CompileError naming ``what``."""
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, ir.Expr):
+                raise self.error(f"{what} must be known at compile time, but it depends on runtime values")
+            raise self.error(f"{what} must be an int, got {_describe(value)}")
+        return value
+
+    def to_tensor(self, value, what: str, kinds=None) -> TensorValue:
+        if not isinstance(value, TensorValue):
+            raise self.error(f"{what} must be a tensor, got {_describe(value)}")
+        if kinds and value.kind not in kinds:
+            raise self.error(f"{what} must be a {' or '.join(kinds)} tensor, but {value.name} is a {value.kind} "
+                             f"tensor")
+        return value
+
+    # ------------------------------------------------------------------------------------------------- scopes
+
+    def lookup(self, name: str):
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name].value
+        if name in self.globals:
+            return self.globals[name]
+        if hasattr(builtins, name):
+            return getattr(builtins, name)
+        raise self.error(f"unknown name {name!r}")
+
+    def _find_binding(self, name: str) -> Binding | None:
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        return None
+
+    def bind(self, name: str, value, annotation: DType | None = None) -> None:
+        """Assign ``value`` to a name: declares or updates a runtime variable, or binds a compile-time value."""
+        existing = self._find_binding(name)
+        self._store(existing, value, annotation, name, lambda b: self.scopes[-1].__setitem__(name, b))
+
+    def _store(self, existing: Binding | None, value, annotation, name: str, create) -> None:
+        if annotation is not None:
+            if existing is not None and isinstance(existing.value, ir.Var) and existing.depth == self.depth:
+                self.emit(ir.Assign(self.loc, existing.value, self.to_expr(value, existing.value.type)))
+                return
+            var = ir.Var(name, annotation)
+            self.emit(ir.Declare(self.loc, var, self.to_expr(value, annotation, name)))
+            create(Binding(var, self.depth))
+            return
+        if existing is not None and isinstance(existing.value, ir.Var):
+            self.emit(ir.Assign(self.loc, existing.value, self.to_expr(value, existing.value.type, name)))
+            return
+        if isinstance(value, ir.Expr):
+            if existing is not None and existing.depth < self.depth:
+                raise self.error(f"{name!r} holds a compile-time value bound outside this runtime loop or branch; "
+                                 f"declare it with a type (e.g. '{name}: int32 = ...') to make it a runtime variable")
+            var = ir.Var(name, value.dtype)
+            self.emit(ir.Declare(self.loc, var, value))
+            create(Binding(var, self.depth))
+            return
+        if existing is not None and existing.depth < self.depth:
+            if isinstance(value, TensorValue) and isinstance(existing.value, TensorValue):
+                if self._assign_in_place(existing.value, value):
+                    return
+            elif existing.value is value or _same_constant(existing.value, value):
+                return
+            raise self.error(f"{name!r} was bound outside this runtime loop or branch and cannot be rebound inside "
+                             f"it to a different compile-time value or tensor")
+        if isinstance(value, TensorValue) and existing is not None and isinstance(existing.value, TensorValue):
+            if self._assign_in_place(existing.value, value):
+                return
+        create(Binding(value, self.depth))
+
+    def _assign_in_place(self, target: TensorValue, value: TensorValue) -> bool:
+        """``acc = acc * 2``: when the new register tensor was just computed and matches the old one, compute it
+        into the old tensor instead, so loops update one tensor rather than rebinding a name."""
+        last = self.blocks[-1][-1] if self.blocks[-1] else None
+        if not (isinstance(last, ir.ComputeTensor) and last.decl is value.ref.decl and target.kind == ir.REGISTER
+                and not target.ref.index and target.shape == value.shape and target.dtype == value.dtype):
+            return False
+        self.blocks[-1][-1] = replace(last, decl=target.ref.decl)
+        return True
+
+    # ------------------------------------------------------------------------------------------------ inlining
+
+    def call_function(self, function, receiver, args, kwargs):
+        """Inline a Python function written in the language; returns what it returns."""
+        node, path = _parse_function(function)
+        signature = inspect.signature(function)
+        try:
+            bound = signature.bind(*(([receiver] if receiver is not None else []) + list(args)), **kwargs)
+        except TypeError as error:
+            raise self.error(f"{function.__qualname__}(): {error}") from None
+        bound.apply_defaults()
+        saved = (self.scopes, self.globals, self.file, self.loc)
+        self.scopes = [{name: Binding(value, self.depth) for name, value in bound.arguments.items()}]
+        self.globals = function.__globals__
+        self.file = path
+        base_depth = self.depth
+        result = None
+        try:
+            self.exec_body(node.body)
+        except _Return as ret:
+            if self.depth != base_depth:
+                raise self.error("'return' inside a runtime loop or branch is not supported") from None
+            result = ret.value
+        finally:
+            self.scopes, self.globals, self.file, self.loc = saved
+        return result
+
+    def instantiate(self, cls, args, kwargs) -> ClassInstance:
+        instance = ClassInstance(cls)
+        init = getattr(cls, "__init__", None)
+        if init is not None and init is not object.__init__:
+            self.call_function(init, instance, args, kwargs)
+        return instance
+
+    # ---------------------------------------------------------------------------------------------- statements
+
+    def exec_body(self, body) -> None:
+        for stmt in body:
+            self.exec_stmt(stmt)
+
+    def exec_stmt(self, node: ast.stmt) -> None:
+        self.loc = ir.Loc(self.file, node.lineno)
+        method = getattr(self, "stmt_" + type(node).__name__, None)
+        if method is None:
+            raise self.error(f"{type(node).__name__} statements are not part of the kernel language")
+        method(node)
+
+    def stmt_Expr(self, node: ast.Expr) -> None:
+        self.eval(node.value)
+
+    def stmt_Pass(self, node) -> None:
+        pass
+
+    def stmt_Return(self, node: ast.Return) -> None:
+        raise _Return(self.eval(node.value) if node.value is not None else None)
+
+    def stmt_Assert(self, node: ast.Assert) -> None:
+        test = self.eval(node.test)
+        if isinstance(test, ir.Expr):
+            raise self.error("assert needs a compile-time condition")
+        if not test:
+            message = self.eval(node.msg) if node.msg is not None else "assertion failed"
+            raise self.error(str(message))
+
+    def target_name(self, default: str) -> str:
+        """The variable name the value being built is assigned to, to name tensors as the author did."""
+        return self.assigning or default
+
+    def _eval_named(self, target: ast.expr, value: ast.expr):
+        name = target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) \
+            else None
+        saved, self.assigning = self.assigning, name
+        try:
+            return self.eval(value)
+        finally:
+            self.assigning = saved
+
+    def stmt_Assign(self, node: ast.Assign) -> None:
+        value = self._eval_named(node.targets[0], node.value)
+        for target in node.targets:
+            self.assign(target, value)
+
+    def stmt_AnnAssign(self, node: ast.AnnAssign) -> None:
+        annotation = self.eval(node.annotation)
+        if annotation in (int, float, bool):
+            annotation = None  # a Python type annotation: an ordinary compile-time binding
+        elif not isinstance(annotation, DType):
+            raise self.error(f"a variable's annotation must be a scalar type such as int32, got "
+                             f"{_describe(annotation)}")
+        if node.value is None:
+            raise self.error("a declaration needs an initial value")
+        self.assign(node.target, self._eval_named(node.target, node.value), annotation)
+
+    def stmt_AugAssign(self, node: ast.AugAssign) -> None:
+        current = self.eval(_as_load(node.target))
+        value = self.binary(type(node.op), current, self.eval(node.value))
+        self.assign(node.target, value)
+
+    def assign(self, target: ast.expr, value, annotation: DType | None = None) -> None:
+        if isinstance(target, ast.Name):
+            self.bind(target.id, value, annotation)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            if annotation is not None or not isinstance(value, (tuple, list)):
+                raise self.error(f"cannot unpack {_describe(value)} into {len(target.elts)} names")
+            if len(value) != len(target.elts):
+                raise self.error(f"cannot unpack {len(value)} values into {len(target.elts)} names")
+            for element, item in zip(target.elts, value):
+                self.assign(element, item)
+        elif isinstance(target, ast.Subscript):
+            self.assign_element(self.eval(target.value), self.eval(target.slice), value)
+        elif isinstance(target, ast.Attribute):
+            self.assign_attribute(self.eval(target.value), target.attr, value, annotation)
+        else:
+            raise self.error(f"cannot assign to {type(target).__name__}")
+
+    def assign_element(self, container, index, value) -> None:
+        if not isinstance(container, TensorValue):
+            raise self.error(f"cannot assign to an element of {_describe(container)}")
+        if container.kind != ir.REGISTER:
+            raise self.error(f"elements of {container.kind} tensor {container.name} cannot be assigned; only "
+                             f"register tensors have element updates")
+        indices = self.element_indices(container, index)
+        self.emit(ir.StoreElement(self.loc, container.ref, indices,
+                                  self.to_expr(value, container.dtype, f"{container.name}[...]")))
+
+    def assign_attribute(self, obj, name: str, value, annotation) -> None:
+        if isinstance(obj, ClassInstance):
+            existing = obj.attributes.get(name)
+            self._store(existing, value, annotation, f"{obj.cls.__name__}.{name}",
+                        lambda b: obj.attributes.__setitem__(name, b))
+            return
+        setter = getattr(obj, "set_attribute", None)
+        if setter is None:
+            raise self.error(f"cannot set attribute {name!r} of {_describe(obj)}")
+        setter(name, value)
+
+    def stmt_If(self, node: ast.If) -> None:
+        cond = self.eval(node.test)
+        if not isinstance(cond, ir.Expr):
+            self.exec_body(node.body if cond else node.orelse)
+            return
+        cond = self.to_expr(cond, boolean) if cond.dtype != boolean else cond
+        loc = self.loc
+        then = self.runtime_block(lambda: self.exec_body(node.body))
+        orelse = self.runtime_block(lambda: self.exec_body(node.orelse))
+        self.emit(ir.If(loc, cond, then, orelse))
+
+    def runtime_block(self, build) -> tuple[ir.Stmt, ...]:
+        """Statements under runtime control flow: a new scope one runtime level deeper."""
+        self.depth += 1
+        self.scopes.append({})
+        try:
+            return self.nested(build)
+        finally:
+            self.scopes.pop()
+            self.depth -= 1
+
+    def stmt_For(self, node: ast.For) -> None:
+        if node.orelse:
+            raise self.error("for ... else is not supported")
+        iterable = self.eval(node.iter)
+        if isinstance(iterable, RuntimeRange):
+            if not isinstance(node.target, ast.Name):
+                raise self.error("a runtime loop needs a single loop variable")
+            loc = self.loc
+            var = ir.Var(node.target.id, iterable.start.dtype)
+
+            def body():
+                self.scopes[-1][node.target.id] = Binding(var, self.depth)
+                self.exec_body(node.body)
+
+            stmts = self.runtime_block(body)
+            self.emit(ir.For(loc, var, iterable.start, iterable.stop, ir.Const(iterable.step, var.type), stmts,
+                             iterable.unroll))
+            return
+        if isinstance(iterable, ir.Expr) or isinstance(iterable, TensorValue):
+            raise self.error("a for loop over runtime values must iterate self.range(...)")
+        try:
+            items = list(iterable)
+        except TypeError:
+            raise self.error(f"cannot iterate over {_describe(iterable)}") from None
+        for item in items:  # compile-time loop: unrolled here
+            self.assign(node.target, item)
+            self.exec_body(node.body)
+
+    def stmt_While(self, node) -> None:
+        raise self.error("while loops are not supported; use self.range(...) or a compile-time range(...)")
+
+    def stmt_Break(self, node) -> None:
+        raise self.error("break is not supported in kernels")
+
+    def stmt_Continue(self, node) -> None:
+        raise self.error("continue is not supported in kernels")
+
+    def stmt_With(self, node: ast.With) -> None:
+        if len(node.items) != 1 or node.items[0].optional_vars is not None:
+            raise self.error("a with statement takes exactly one language context, without 'as'")
+        context = self.eval(node.items[0].context_expr)
+        enter = getattr(context, "build_block", None)
+        if enter is None:
+            raise self.error(f"{_describe(context)} cannot be used in a with statement")
+        enter(lambda: self.exec_body(node.body))
+
+    def stmt_FunctionDef(self, node) -> None:
+        raise self.error("functions cannot be defined inside a kernel; define a method on the Script instead")
+
+    # -------------------------------------------------------------------------------------------- expressions
+
+    def eval(self, node: ast.expr):
+        method = getattr(self, "expr_" + type(node).__name__, None)
+        if method is None:
+            raise self.error(f"{type(node).__name__} expressions are not part of the kernel language")
+        return method(node)
+
+    def expr_Constant(self, node: ast.Constant):
+        return node.value
+
+    def expr_Name(self, node: ast.Name):
+        return self.lookup(node.id)
+
+    def expr_Tuple(self, node: ast.Tuple):
+        return tuple(self.eval(e) for e in node.elts)
+
+    def expr_List(self, node: ast.List):
+        return [self.eval(e) for e in node.elts]
+
+    def expr_Dict(self, node: ast.Dict):
+        return {self.eval(k): self.eval(v) for k, v in zip(node.keys, node.values)}
+
+    def expr_JoinedStr(self, node: ast.JoinedStr):
+        parts = []
+        for value in node.values:
+            part = self.eval(value.value) if isinstance(value, ast.FormattedValue) else value.value
+            if isinstance(part, ir.Expr):
+                raise self.error("f-strings need compile-time values")
+            parts.append(str(part))
+        return "".join(parts)
+
+    def expr_ListComp(self, node: ast.ListComp):
+        if len(node.generators) != 1 or node.generators[0].ifs or node.generators[0].is_async:
+            raise self.error("list comprehensions take one 'for' clause without 'if'")
+        generator = node.generators[0]
+        iterable = self.eval(generator.iter)
+        if isinstance(iterable, (ir.Expr, RuntimeRange, TensorValue)):
+            raise self.error("a list comprehension needs a compile-time iterable")
+        self.scopes.append({})
+        try:
+            result = []
+            for item in iterable:
+                self.assign(generator.target, item)
+                result.append(self.eval(node.elt))
+            return result
+        finally:
+            self.scopes.pop()
+
+    def expr_Attribute(self, node: ast.Attribute):
+        return self.get_attribute(self.eval(node.value), node.attr)
+
+    def get_attribute(self, obj, name: str):
+        if isinstance(obj, ClassInstance):
+            if name in obj.attributes:
+                return obj.attributes[name].value
+            member = getattr(obj.cls, name, None)
+            if inspect.isfunction(member):
+                return InlineFunction(member, obj)
+            language = self.language_attribute(name)
+            if language is not None:
+                return language
+            if member is not None:
+                return member
+            raise self.error(f"{obj.cls.__name__} instance has no attribute {name!r}")
+        if isinstance(obj, TensorValue):
+            if name in ("shape", "dtype", "kind"):
+                return getattr(obj, name)
+            if name == "nbytes":
+                if obj.kind == ir.GLOBAL:
+                    raise self.error(f"{obj.name}.nbytes: a global view's size is not known at compile time")
+                return obj.ref.nbytes
+            if name == "transpose":
+                return lambda: self.transpose(obj)
+            raise self.error(f"tensor {obj.name} has no attribute {name!r}")
+        if isinstance(obj, ir.Expr):
+            raise self.error(f"a runtime scalar has no attribute {name!r}")
+        getter = getattr(obj, "get_attribute", None)
+        if getter is not None:
+            return getter(name)
+        if name.startswith("_"):
+            raise self.error(f"{_describe(obj)} attribute {name!r} is private")
+        try:
+            return getattr(obj, name)
+        except AttributeError:
+            raise self.error(f"{_describe(obj)} has no attribute {name!r}") from None
+
+    def language_attribute(self, name: str):
+        """``self.<name>`` of the language (instructions, tensors, roles), or None."""
+        return self.language.lookup(name) if self.language is not None else None
+
+    def transpose(self, tensor: TensorValue) -> TensorValue:
+        if len(tensor.shape) < 2:
+            raise self.error(f"transpose() needs at least 2 dimensions; {tensor.name} has shape "
+                             f"{list(tensor.shape)}")
+        return TensorValue(replace(tensor.ref, transposed=not tensor.ref.transposed))
+
+    def expr_Subscript(self, node: ast.Subscript):
+        container = self.eval(node.value)
+        index = self.eval(node.slice)
+        if isinstance(container, TensorValue):
+            return self.index_tensor(container, index)
+        if isinstance(index, ir.Expr):
+            raise self.error(f"cannot index {_describe(container)} with a runtime value")
+        try:
+            return container[index]
+        except (IndexError, KeyError, TypeError) as error:
+            raise self.error(f"bad index {index!r} into {_describe(container)}: {error}") from None
+
+    def expr_Slice(self, node):
+        raise self.error("slices are not supported; index leading dimensions with integers")
+
+    def element_indices(self, tensor: TensorValue, index) -> tuple[ir.Expr, ...]:
+        indices = index if isinstance(index, tuple) else (index,)
+        if tensor.ref.transposed:
+            raise self.error(f"cannot index elements of transposed tensor {tensor.name}")
+        if len(indices) != len(tensor.shape):
+            raise self.error(f"{tensor.name} has {len(tensor.shape)} dimensions, indexed with {len(indices)}")
+        return tuple(self.check_index(tensor, i, axis) for axis, i in enumerate(indices, len(tensor.ref.index)))
+
+    def check_index(self, tensor: TensorValue, index, axis: int) -> ir.Expr:
+        extent = tensor.ref.decl.shape[axis]
+        if isinstance(index, int) and not isinstance(index, bool) and isinstance(extent, int):
+            if not 0 <= index < extent:
+                raise self.error(f"index {index} is out of bounds for dimension {axis} of {tensor.name} "
+                                 f"(size {extent})")
+        expr = self.to_expr(index, None, f"index of {tensor.name}")
+        if not expr.dtype.is_integer:
+            raise self.error(f"index of {tensor.name} must be an integer, got {expr.dtype.name}")
+        return expr
+
+    def index_tensor(self, tensor: TensorValue, index) -> object:
+        indices = index if isinstance(index, tuple) else (index,)
+        if tensor.ref.transposed:
+            raise self.error(f"index {tensor.name} before transposing it")
+        if len(indices) > len(tensor.shape):
+            raise self.error(f"{tensor.name} has {len(tensor.shape)} dimensions, indexed with {len(indices)}")
+        if tensor.kind == ir.GLOBAL:
+            raise self.error(f"global view {tensor.name} cannot be indexed; pass offsets to load_global, "
+                             f"store_global or the tma instructions")
+        if tensor.kind == ir.REGISTER and len(indices) == len(tensor.shape):
+            return ir.Load(tensor.ref, self.element_indices(tensor, index))
+        if tensor.kind == ir.REGISTER:
+            raise self.error(f"register tensor {tensor.name} can only be indexed element by element")
+        start = len(tensor.ref.index)
+        exprs = tuple(self.check_index(tensor, i, start + axis) for axis, i in enumerate(indices))
+        return TensorValue(replace(tensor.ref, index=tensor.ref.index + exprs))
+
+    def expr_BinOp(self, node: ast.BinOp):
+        return self.binary(type(node.op), self.eval(node.left), self.eval(node.right))
+
+    def binary(self, op_type, a, b):
+        if op_type not in _PY_BINOPS:
+            raise self.error(f"operator {op_type.__name__} is not supported")
+        symbol, python_op = _PY_BINOPS[op_type]
+        if isinstance(a, TensorValue) or isinstance(b, TensorValue):
+            return self.tensor_binary(symbol, a, b)
+        if not isinstance(a, ir.Expr) and not isinstance(b, ir.Expr):
+            try:
+                return python_op(a, b)
+            except Exception as error:  # a compile-time Python error in the kernel's own arithmetic
+                raise self.error(f"{a!r} {symbol} {b!r}: {error}") from None
+        if symbol == "**":
+            raise self.error("** is only supported on compile-time values")
+        return self.scalar_binary(symbol, a, b)
+
+    def scalar_binary(self, symbol: str, a, b) -> ir.Expr:
+        a_type = a.dtype if isinstance(a, ir.Expr) else None
+        b_type = b.dtype if isinstance(b, ir.Expr) else None
+        if a_type is None:
+            a_type = _python_type(a, b_type)
+        if b_type is None:
+            b_type = _python_type(b, a_type)
+        common = a_type if _RANK.get(a_type, 5) >= _RANK.get(b_type, 5) else b_type
+        if common == boolean and symbol not in ("&", "|", "^", "==", "!=", "and", "or"):
+            common = int32
+        if symbol == "/" and common.is_integer:
+            raise self.error("'/' on integers is not supported; use '//' (truncating) or cdiv(a, b)")
+        if symbol in ("%", "//", "<<", ">>", "&", "|", "^", "cdiv") and common.is_float:
+            raise self.error(f"operator {symbol!r} needs integer operands, got {common.name}")
+        if isinstance(b, int) and not isinstance(b, bool) and b == 0 and symbol in ("//", "%", "cdiv"):
+            raise self.error(f"division by zero in {symbol!r}")
+        result_type = boolean if symbol in ir.COMPARISONS or symbol in ("and", "or") else common
+        left, right = self.to_expr(a, common), self.to_expr(b, common)
+        if symbol in ("and", "or"):
+            left, right = self.to_expr(left, boolean), self.to_expr(right, boolean)
+        return ir.Binary(symbol, left, right, result_type)
+
+    def tensor_binary(self, symbol: str, a, b) -> TensorValue:
+        tensors = [x for x in (a, b) if isinstance(x, TensorValue)]
+        for t in tensors:
+            if t.kind != ir.REGISTER:
+                raise self.error(f"arithmetic needs register tensors; {t.name} is a {t.kind} tensor (load it first)")
+        if len(tensors) == 2 and a.shape != b.shape:
+            raise self.error(f"shapes differ: {a.name}{list(a.shape)} {symbol} {b.name}{list(b.shape)}")
+        first = tensors[0]
+        dtype = first.dtype
+        if len(tensors) == 2 and a.dtype != b.dtype:
+            raise self.error(f"dtypes differ: {a.name} is {a.dtype.name}, {b.name} is {b.dtype.name}; cast one")
+        operands = tuple(x.ref if isinstance(x, TensorValue) else self.to_expr(x, dtype) for x in (a, b))
+        return self.compute_tensor("binary", operands, first.shape, dtype, attr=symbol)
+
+    def compute_tensor(self, op: str, operands: tuple, shape: tuple, dtype: DType, attr=None,
+                       name: str = "tmp") -> TensorValue:
+        decl = ir.TensorDecl(name, ir.REGISTER, dtype, tuple(shape), self.loc)
+        self.emit(ir.ComputeTensor(self.loc, decl, op, operands, attr))
+        return TensorValue(ir.TensorRef(decl))
+
+    def expr_UnaryOp(self, node: ast.UnaryOp):
+        value = self.eval(node.operand)
+        symbol = {ast.USub: "-", ast.UAdd: "+", ast.Invert: "~", ast.Not: "not"}[type(node.op)]
+        if isinstance(value, TensorValue):
+            if symbol == "+":
+                return value
+            if symbol != "-":
+                raise self.error(f"unary {symbol!r} on tensors is not supported")
+            if value.kind != ir.REGISTER:
+                raise self.error(f"arithmetic needs register tensors; {value.name} is a {value.kind} tensor")
+            return self.compute_tensor("unary", (value.ref,), value.shape, value.dtype, attr="-")
+        if not isinstance(value, ir.Expr):
+            return {"-": operator.neg, "+": operator.pos, "~": operator.invert, "not": operator.not_}[symbol](value)
+        if symbol == "+":
+            return value
+        if symbol == "not":
+            return ir.Unary("not", self.to_expr(value, boolean))
+        return ir.Unary(symbol, value if value.dtype != boolean else self.to_expr(value, int32))
+
+    def expr_BoolOp(self, node: ast.BoolOp):
+        symbol = "and" if isinstance(node.op, ast.And) else "or"
+        result = self.eval(node.values[0])
+        for value_node in node.values[1:]:
+            if not isinstance(result, ir.Expr):
+                # Python short-circuit on a compile-time left side
+                if (symbol == "and" and not result) or (symbol == "or" and result):
+                    return result
+                result = self.eval(value_node)
+                continue
+            result = self.scalar_binary(symbol, result, self.eval(value_node))
+        return result
+
+    def expr_Compare(self, node: ast.Compare):
+        left = self.eval(node.left)
+        result = None
+        for op, right_node in zip(node.ops, node.comparators):
+            right = self.eval(right_node)
+            symbol, python_op = _PY_COMPARE[type(op)]
+            if isinstance(left, ir.Expr) or isinstance(right, ir.Expr):
+                if symbol is None:
+                    raise self.error(f"{type(op).__name__} needs compile-time operands")
+                part = self.scalar_binary(symbol, left, right)
+            else:
+                part = python_op(left, right)
+            result = part if result is None else self.expr_and(result, part)
+            left = right
+        return result
+
+    def expr_and(self, a, b):
+        if not isinstance(a, ir.Expr):
+            return b if a else a
+        return self.scalar_binary("and", a, b)
+
+    def expr_IfExp(self, node: ast.IfExp):
+        cond = self.eval(node.test)
+        if not isinstance(cond, ir.Expr):
+            return self.eval(node.body if cond else node.orelse)
+        a, b = self.eval(node.body), self.eval(node.orelse)
+        if isinstance(a, TensorValue) or isinstance(b, TensorValue):
+            raise self.error("a runtime conditional expression cannot choose between tensors")
+        a_type = a.dtype if isinstance(a, ir.Expr) else _python_type(a, b.dtype if isinstance(b, ir.Expr) else None)
+        b_type = b.dtype if isinstance(b, ir.Expr) else a_type
+        common = a_type if _RANK.get(a_type, 5) >= _RANK.get(b_type, 5) else b_type
+        return ir.Select(self.to_expr(cond, boolean), self.to_expr(a, common), self.to_expr(b, common))
+
+    def expr_Call(self, node: ast.Call):
+        callee = self.eval(node.func)
+        args = []
+        for arg in node.args:
+            if isinstance(arg, ast.Starred):
+                value = self.eval(arg.value)
+                if isinstance(value, (ir.Expr, TensorValue)):
+                    raise self.error("*args needs a compile-time sequence")
+                args.extend(value)
+            else:
+                args.append(self.eval(arg))
+        kwargs = {}
+        for keyword in node.keywords:
+            if keyword.arg is None:
+                kwargs.update(self.eval(keyword.value))
+            else:
+                kwargs[keyword.arg] = self.eval(keyword.value)
+        return self.call(callee, args, kwargs)
+
+    def call(self, callee, args, kwargs):
+        if isinstance(callee, InlineFunction):
+            return self.call_function(callee.function, callee.receiver, args, kwargs)
+        if isinstance(callee, DType):
+            if len(args) != 1 or kwargs:
+                raise self.error(f"{callee.name}(x) takes one value")
+            value = args[0]
+            if isinstance(value, ir.Expr):
+                return self.to_expr(value, callee)
+            return self.to_expr(value, callee).value if isinstance(value, (int, float)) else value
+        if isinstance(callee, type):
+            from warpspec.lang.script import Class
+
+            if issubclass(callee, Class):
+                return self.instantiate(callee, args, kwargs)
+        special = _RUNTIME_BUILTINS.get(callee)
+        runtime_args = any(isinstance(x, (ir.Expr, TensorValue)) for x in list(args) + list(kwargs.values()))
+        if special is not None and runtime_args:
+            return special(self, *args, **kwargs)
+        if getattr(callee, "_language_call", False) or not runtime_args:
+            if getattr(callee, "_language_call", False):
+                return callee(*args, **kwargs)
+            try:
+                return callee(*args, **kwargs)
+            except CompileError:
+                raise
+            except Exception as error:
+                raise self.error(f"{getattr(callee, '__name__', callee)}(...) failed at compile time: "
+                                 f"{type(error).__name__}: {error}") from None
+        raise self.error(f"{getattr(callee, '__name__', repr(callee))}() cannot take runtime values")
+
+
+def _runtime_min_max(op):
+    def reduce(builder: Builder, *values):
+        if len(values) == 1 and isinstance(values[0], (list, tuple)):
+            values = tuple(values[0])
+        if not values:
+            raise builder.error(f"{op}() needs at least one value")
+        result = values[0]
+        for value in values[1:]:
+            if not isinstance(result, ir.Expr) and not isinstance(value, ir.Expr):
+                result = (min if op == "min" else max)(result, value)
+            else:
+                result = builder.scalar_binary(op, result, value)
+        return result
+
+    return reduce
+
+
+def _runtime_cdiv(builder: Builder, a, b):
+    return builder.scalar_binary("cdiv", a, b)
+
+
+def _runtime_convert(dtype):
+    return lambda builder, value: builder.to_expr(value, dtype)
+
+
+def _runtime_abs(builder: Builder, value):
+    return ir.Select(builder.scalar_binary("<", value, 0), ir.Unary("-", value), value)
+
+
+def cdiv(a, b):
+    """Ceiling division ``(a + b - 1) // b`` of non-negative integers; works on compile-time and runtime values."""
+    return -(-a // b)
+
+
+_RUNTIME_BUILTINS = {
+    min: _runtime_min_max("min"), max: _runtime_min_max("max"), cdiv: _runtime_cdiv,
+    int: _runtime_convert(int32), float: _runtime_convert(float32), bool: _runtime_convert(boolean),
+    abs: _runtime_abs,
+}
+
+
+def _python_type(value, other: DType | None) -> DType:
+    if isinstance(value, bool):
+        return boolean
+    if isinstance(value, int):
+        if other is not None and other.is_integer:
+            return other
+        if other is not None and other.is_float:
+            return float32
+        return int32 if -2**31 <= value < 2**31 else int64
+    if isinstance(value, float):
+        return float32
+    raise CompileError(f"expected a scalar, got {_describe(value)}")
+
+
+def _check_int_range(builder: Builder, value: int, dtype: DType) -> None:
+    bits = dtype.nbits
+    low, high = (0, 2**bits) if dtype.kind == "uint" else (-2**(bits - 1), 2**(bits - 1))
+    if dtype == boolean:
+        low, high = 0, 2
+    if not low <= value < high:
+        raise builder.error(f"{value} does not fit in {dtype.name}")
+
+
+def _same_constant(a, b) -> bool:
+    try:
+        return type(a) is type(b) and isinstance(a, (int, float, bool, str)) and a == b
+    except Exception:
+        return False
+
+
+def _describe(value) -> str:
+    if isinstance(value, TensorValue):
+        return f"{value.kind} tensor {value.name}"
+    if isinstance(value, ir.Expr):
+        return f"a runtime {value.dtype.name} value"
+    if isinstance(value, ClassInstance):
+        return f"a {value.cls.__name__} instance"
+    if isinstance(value, (PointerType, DType)):
+        return repr(value)
+    return f"{type(value).__name__} {value!r}" if isinstance(value, (int, float, str, list, tuple)) else \
+        type(value).__name__
+
+
+def _as_load(target: ast.expr) -> ast.expr:
+    """The expression that reads an augmented assignment's target."""
+    copy = ast.parse(ast.unparse(target), mode="eval").body
+    ast.copy_location(copy, target)
+    for child in ast.walk(copy):
+        child.lineno = target.lineno
+        child.col_offset = getattr(target, "col_offset", 0)
+    return copy
+
+
+describe = _describe

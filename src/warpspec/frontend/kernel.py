@@ -1,0 +1,159 @@
+"""From a Script instance and its call arguments to an ``ir.Kernel`` (one per compile-time specialisation)."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from warpspec.dtypes import DType, PointerType, int64
+from warpspec.errors import ArgumentError, CompileError
+from warpspec.frontend.builder import Builder, _parse_function
+from warpspec.frontend.values import Binding
+from warpspec.ir import nodes as ir
+from warpspec.lang.language import Language
+
+#: Annotations that make a parameter compile-time: its value specialises the kernel.
+COMPILE_TIME_TYPES = (int, float, bool)
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A parameter of a kernel's ``__call__``: runtime (``DType`` or ``PointerType``) or compile-time (a Python
+    type)."""
+
+    name: str
+    annotation: object
+    default: object = ast  # `ast` as a sentinel: no default
+
+    @property
+    def runtime(self) -> bool:
+        return isinstance(self.annotation, (DType, PointerType))
+
+
+def kernel_function(script_cls):
+    """The kernel body (``__call__`` as written) of a Script class."""
+    body = getattr(script_cls, "__kernel__", None)
+    if body is None:
+        raise CompileError(f"{script_cls.__name__} defines no __call__ kernel body")
+    return body
+
+
+def parameters(script_cls) -> tuple[Parameter, ...]:
+    """The kernel's parameters with their annotations evaluated in the kernel module."""
+    function = kernel_function(script_cls)
+    node, path = _parse_function(function)
+    builder = Builder()
+    builder.globals, builder.file = function.__globals__, path
+    result = []
+    args = node.args
+    if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
+        raise CompileError("kernel parameters must be plain positional parameters", f"{path}:{node.lineno}")
+    defaults = [ast] * (len(args.args) - len(args.defaults)) + list(args.defaults)
+    for arg, default in list(zip(args.args, defaults))[1:]:
+        builder.loc = ir.Loc(path, arg.lineno)
+        if arg.annotation is None:
+            raise builder.error(f"kernel parameter {arg.arg!r} needs an annotation: a runtime type (int32, ~float16, "
+                                f"...) or a compile-time one (int, float, bool)")
+        annotation = builder.eval(arg.annotation)
+        if not isinstance(annotation, (DType, PointerType)) and annotation not in COMPILE_TIME_TYPES:
+            raise builder.error(f"parameter {arg.arg!r}: annotation {annotation!r} is neither a runtime type "
+                                f"(int32, uint32, float32, ~dtype) nor int, float or bool")
+        default_value = ast if default is ast else builder.eval(default)
+        result.append(Parameter(arg.arg, annotation, default_value))
+    return tuple(result)
+
+
+def bind_arguments(script_cls, args: tuple, kwargs: dict) -> tuple[dict, dict]:
+    """Split call arguments into (runtime values, compile-time values), both by parameter name."""
+    params = parameters(script_cls)
+    names = [p.name for p in params]
+    if len(args) > len(params):
+        raise ArgumentError(f"{script_cls.__name__} takes {len(params)} arguments ({', '.join(names)}), "
+                            f"got {len(args)}")
+    values = dict(zip(names, args))
+    for key, value in kwargs.items():
+        if key not in names:
+            raise ArgumentError(f"{script_cls.__name__} has no parameter {key!r}; parameters: {', '.join(names)}")
+        if key in values:
+            raise ArgumentError(f"{script_cls.__name__}: argument {key!r} given twice")
+        values[key] = value
+    runtime, compile_time = {}, {}
+    for p in params:
+        if p.name not in values:
+            if p.default is ast:
+                raise ArgumentError(f"{script_cls.__name__}: missing argument {p.name!r}")
+            values[p.name] = p.default
+        value = values[p.name]
+        if p.runtime:
+            runtime[p.name] = value
+        else:
+            if not isinstance(value, p.annotation) or (p.annotation is int and isinstance(value, bool)):
+                if not (p.annotation is float and isinstance(value, int) and not isinstance(value, bool)):
+                    raise ArgumentError(f"{script_cls.__name__}: argument {p.name!r} is compile-time "
+                                        f"{p.annotation.__name__}, got {type(value).__name__} {value!r}")
+            compile_time[p.name] = p.annotation(value)
+    return runtime, compile_time
+
+
+def build_kernel(script, compile_time: dict) -> ir.Kernel:
+    """Build the IR of ``script``'s kernel for these compile-time argument values."""
+    cls = type(script)
+    function = kernel_function(cls)
+    node, path = _parse_function(function)
+    builder = Builder()
+    language = Language(builder)
+    builder.language = language
+    builder.globals, builder.file = function.__globals__, path
+    builder.loc = ir.Loc(path, node.lineno)
+    self_value = _ScriptSelf(script, language, cls)
+    scope = {node.args.args[0].arg: Binding(self_value, 0)}
+    params = []
+    for p in parameters(cls):
+        if p.runtime:
+            dtype = p.annotation.dtype if isinstance(p.annotation, PointerType) else p.annotation
+            var = ir.Var(p.name, int64 if isinstance(p.annotation, PointerType) else dtype)
+            builder.param_vars.add(var)
+            if isinstance(p.annotation, PointerType):
+                builder.pointer_params[var] = p.annotation.dtype
+            params.append(ir.Param(p.name, p.annotation, var))
+            scope[p.name] = Binding(var, 0)
+        else:
+            scope[p.name] = Binding(compile_time[p.name], 0)
+    builder.scopes = [scope]
+    builder.exec_body(node.body)
+    attrs = language.attrs
+    loc = ir.Loc(path, node.lineno)
+    if attrs.warps is None:
+        raise CompileError("the kernel never sets self.attrs.warps", str(loc))
+    if attrs.blocks is None:
+        raise CompileError("the kernel never sets self.attrs.blocks", str(loc))
+    constants = tuple(sorted(compile_time.items())) + tuple(sorted(script.schedule().items()))
+    return ir.Kernel(cls.__name__, tuple(params), attrs.blocks, attrs.warps, attrs.cluster_blocks,
+                     tuple(builder.blocks[0]), constants, loc)
+
+
+class _ScriptSelf:
+    """``self`` inside a Script kernel: language members first, then the author's helper methods, then
+    compile-time attributes set in ``__init__``."""
+
+    def __init__(self, script, language: Language, cls):
+        self.script, self.language, self.cls = script, language, cls
+
+    def get_attribute(self, name: str):
+        from warpspec.frontend.values import InlineFunction
+        from warpspec.lang.script import Script
+
+        member = self.language.lookup(name)
+        if member is not None:
+            return member
+        attribute = getattr(self.cls, name, None)
+        if callable(attribute) and not hasattr(Script, name) and hasattr(attribute, "__code__"):
+            return InlineFunction(attribute, self)
+        if name in vars(self.script):
+            return vars(self.script)[name]
+        raise self.language.b.error(f"self.{name} is neither part of the language nor set in "
+                                    f"{self.cls.__name__}.__init__")
+
+    def set_attribute(self, name: str, value) -> None:
+        raise self.language.b.error(f"cannot set self.{name} inside a kernel; use a local variable (only "
+                                    f"self.attrs.* can be set)")

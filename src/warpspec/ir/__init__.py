@@ -1,0 +1,1 @@
+"""The typed, immutable IR both back ends read."""

@@ -1,0 +1,99 @@
+"""A readable text form of the IR, for test failures, ``warpspec build --ir`` and debugging."""
+
+from __future__ import annotations
+
+from warpspec.ir import nodes as ir
+
+
+def format_expr(e) -> str:
+    """One expression as text (tensor refs and Python values too)."""
+    if isinstance(e, ir.Const):
+        return repr(e.value)
+    if isinstance(e, ir.Var):
+        return e.name
+    if isinstance(e, ir.Special):
+        return e.name
+    if isinstance(e, ir.Binary):
+        if e.op in ("min", "max", "cdiv"):
+            return f"{e.op}({format_expr(e.a)}, {format_expr(e.b)})"
+        return f"({format_expr(e.a)} {e.op} {format_expr(e.b)})"
+    if isinstance(e, ir.Unary):
+        return f"({e.op} {format_expr(e.a)})"
+    if isinstance(e, ir.Select):
+        return f"({format_expr(e.a)} if {format_expr(e.cond)} else {format_expr(e.b)})"
+    if isinstance(e, ir.Convert):
+        return f"{e.type.name}({format_expr(e.a)})"
+    if isinstance(e, ir.Load):
+        return f"{format_expr(e.tensor)}[{', '.join(format_expr(i) for i in e.indices)}]"
+    if isinstance(e, ir.TensorRef):
+        text = e.decl.name
+        if e.index:
+            text += f"[{', '.join(format_expr(i) for i in e.index)}]"
+        return text + (".T" if e.transposed else "")
+    if isinstance(e, (tuple, list)):
+        return "[" + ", ".join(format_expr(x) for x in e) + "]"
+    return repr(e)
+
+
+def format_body(body, indent: int = 0) -> list[str]:
+    """The lines of a statement list."""
+    lines = []
+    pad = "  " * indent
+    for s in body:
+        lines.append(pad + _head(s))
+        for child in ir.children(s):
+            if isinstance(s, ir.If) and child is s.orelse:
+                if not child:
+                    continue
+                lines.append(pad + "else:")
+            lines.extend(format_body(child, indent + 1))
+    return lines
+
+
+def _head(s) -> str:
+    f = format_expr
+    if isinstance(s, ir.Declare):
+        return f"{s.var.name}: {s.var.type.name} = {f(s.value)}"
+    if isinstance(s, ir.Assign):
+        return f"{s.var.name} = {f(s.value)}"
+    if isinstance(s, ir.GlobalView):
+        return (f"{s.decl.name} = global_view({s.pointer.name}, {s.decl.dtype.name}, shape={f(s.decl.shape)}, "
+                f"strides={f(s.strides)})")
+    if isinstance(s, ir.AllocShared):
+        return f"{s.decl.name} = shared_tensor({s.decl.dtype.name}, {list(s.decl.shape)})"
+    if isinstance(s, ir.AllocBarriers):
+        return f"{s.decl.name} = mbarrier.alloc(counts={list(s.counts)})"
+    if isinstance(s, ir.AllocRegister):
+        init = "" if s.init is None else f", init={f(s.init)}"
+        return f"{s.decl.name} = register_tensor({s.decl.dtype.name}, {list(s.decl.shape)}{init})"
+    if isinstance(s, ir.StoreElement):
+        return f"{f(s.tensor)}[{', '.join(f(i) for i in s.indices)}] = {f(s.value)}"
+    if isinstance(s, ir.ComputeTensor):
+        attr = f" {s.attr!r}" if s.attr else ""
+        return f"{s.decl.name}: {s.decl.dtype.name}{list(s.decl.shape)} = {s.op}{attr}({', '.join(f(o) for o in s.operands)})"
+    if isinstance(s, ir.For):
+        unroll = f", unroll={s.unroll}" if s.unroll != 1 else ""
+        return f"for {s.var.name} in range({f(s.start)}, {f(s.stop)}, {f(s.step)}{unroll}):"
+    if isinstance(s, ir.If):
+        return f"if {f(s.cond)}:"
+    if isinstance(s, ir.ThreadGroup):
+        regs = f", max_registers={s.max_registers}" if s.max_registers else ""
+        return f"thread_group(begin={s.begin}, count={s.count}{regs}):"
+    if isinstance(s, ir.SingleThread):
+        return "single_thread():"
+    if isinstance(s, ir.Sync):
+        return f"sync(threads {s.begin}..{s.begin + s.count - 1})"
+    if isinstance(s, ir.Instruction):
+        fields = [k for k in s.__dataclass_fields__ if k not in ("loc", "threads")]
+        args = ", ".join(f"{k}={f(getattr(s, k))}" for k in fields)
+        return f"{type(s).__name__}({args})"
+    return repr(s)
+
+
+def format_kernel(kernel: ir.Kernel) -> str:
+    """The whole kernel: signature, launch shape and body."""
+    params = ", ".join(f"{p.name}: {p.type!r}" for p in kernel.params)
+    lines = [f"kernel {kernel.name}({params})",
+             f"  grid={format_expr(kernel.grid)} warps={kernel.warps} cluster={list(kernel.cluster)}"]
+    lines += format_body(kernel.body, 1)
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""What kernel authors write with: Script, Class, autotune, the language behind ``self`` and Pipeline."""

@@ -1,0 +1,1 @@
+"""Schedules of autotuned Scripts: enumerating, pruning, building, timing and remembering them."""

@@ -1,0 +1,50 @@
+"""``TunedScript``: what constructing an autotuned Script without its tuned arguments returns."""
+
+from __future__ import annotations
+
+from warpspec.errors import CompileError
+
+
+class TunedScript:
+    """All schedules of an autotuned Script. Calling it runs the kernel with a chosen schedule: on the emulator
+    the first schedule that compiles for these arguments; on the GPU the tuner's pick."""
+
+    def __init__(self, cls, args: tuple, kwargs: dict, space):
+        self.cls, self.args, self.kwargs, self.space = cls, args, kwargs, space
+        self._instances: dict = {}
+
+    def schedules(self) -> list[dict]:
+        """Every schedule (tuned parameter values), in decorator order."""
+        return self.space.schedules()
+
+    def instantiate(self, schedule: dict):
+        """The Script pinned to ``schedule``."""
+        key = tuple(sorted(schedule.items()))
+        if key not in self._instances:
+            self._instances[key] = self.cls(*self.args, **self.kwargs, **schedule)
+        return self._instances[key]
+
+    def first_valid(self, args: tuple, kwargs: dict):
+        """The first schedule whose kernel builds for these call arguments, as a pinned Script."""
+        from warpspec.frontend.kernel import bind_arguments
+        from warpspec.runtime import kernel_for
+
+        errors = []
+        for schedule in self.schedules():
+            script = self.instantiate(schedule)
+            _, compile_time = bind_arguments(self.cls, args, kwargs)
+            try:
+                kernel_for(script, compile_time)
+                return script
+            except CompileError as error:
+                errors.append(f"{schedule}: {error}")
+        raise CompileError(f"no schedule of {self.cls.__name__} compiles for these arguments:\n" + "\n".join(errors))
+
+    def __call__(self, *args, **kwargs):
+        from warpspec.runtime import get_backend
+
+        if get_backend() == "emulator":
+            return self.first_valid(args, kwargs)(*args, **kwargs)
+        from warpspec.tune.tuner import tuned_call
+
+        return tuned_call(self, args, kwargs)
