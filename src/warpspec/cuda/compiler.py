@@ -23,6 +23,8 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 
+from cuda.bindings import nvrtc
+
 from warpspec.errors import CompileError
 
 _CUBIN_KIND = "cubin"
@@ -52,8 +54,6 @@ class CompiledModule:
 
 def nvrtc_version() -> tuple[int, int]:
     """The (major, minor) version of the NVRTC library that ``compile_cuda`` uses."""
-    from cuda.bindings import nvrtc
-
     result, major, minor = nvrtc.nvrtcVersion()
     _check_nvrtc(result, "nvrtcVersion")
     return major, minor
@@ -119,33 +119,41 @@ def compile_cuda(
         # compute_XX targets make NVRTC emit PTX only; warpspec ships cubins, since PTX from a compiler newer
         # than the driver cannot be JIT-compiled by it.
         raise ValueError(f"arch must be a real target such as 'sm_90a', got {arch!r}")
-    options = tuple(options)
     if compiler == "nvrtc":
-        version = "nvrtc %d.%d" % nvrtc_version()
-        build = _compile_nvrtc
+        major, minor = nvrtc_version()
+        version = f"nvrtc {major}.{minor}"
+        # --no-cache: NVRTC >= 12.9 shares the driver's JIT cache (~/.nv/ComputeCache) when a driver is present,
+        # and a hit there returns the cubin without ptxas' -v report, which warpspec needs. Caching is ours.
+        args = (f"-arch={arch}", "-std=c++17", "--ptxas-options=-v", "--no-cache", *options)
+        build = functools.partial(_compile_nvrtc, args)
     elif compiler == "nvcc":
         nvcc = _find_nvcc()
         version = _nvcc_version(nvcc)
-        build = functools.partial(_compile_nvcc, nvcc)
+        # -cubin with an explicit -gencode: `-arch=sm_90a -c` would also run a compute_90 pass that rejects wgmma.
+        virtual = "compute_" + arch.removeprefix("sm_")
+        args = (f"-gencode=arch={virtual},code={arch}", "-cubin", "-std=c++17", "-Xptxas", "-v", *options)
+        build = functools.partial(_compile_nvcc, nvcc, args)
     else:
         raise ValueError(f"compiler must be 'nvrtc' or 'nvcc', got {compiler!r}")
 
-    key = _cache_key(source, compiler, version, options, arch)
+    # The full argument list (target and options included) goes into the key, so changing a built-in flag
+    # can never return a cubin built with the old one.
+    key = _cache_key(source, compiler, version, args)
     use_cache = cache and os.environ.get("WARPSPEC_CACHE", "1").strip().lower() not in _CACHE_OFF_VALUES
     entry_path = cache_dir() / _CUBIN_KIND / f"{key}.cubin"
     if use_cache:
         entry = _read_entry(entry_path)
         if entry is not None:
             return CompiledModule(cubin=entry[0], log=entry[1], key=key, from_cache=True)
-    cubin, log = build(source, options, arch)
+    cubin, log = build(source)
     if use_cache:
         _write_entry(entry_path, cubin, log)
     return CompiledModule(cubin=cubin, log=log, key=key, from_cache=False)
 
 
-def _cache_key(source: str, compiler: str, version: str, options: tuple[str, ...], arch: str) -> str:
+def _cache_key(source: str, compiler: str, version: str, args: tuple[str, ...]) -> str:
     # JSON of a list is an unambiguous encoding: no choice of source or options can collide with another split.
-    material = json.dumps([_MAGIC.decode(), source, compiler, version, list(options), arch])
+    material = json.dumps([_MAGIC.decode(), source, compiler, version, list(args)])
     return hashlib.sha256(material.encode()).hexdigest()
 
 
@@ -173,7 +181,8 @@ def _write_entry(path: pathlib.Path, cubin: bytes, log: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # The temporary file must be in the same folder: os.replace is only atomic within one file system.
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.stem[:16]}.", suffix=".tmp", delete=False) as f:
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.stem[:16]}.", suffix=".tmp",
+                                         delete=False) as f:
             temp_name = f.name
             f.write(header + payload)
         os.replace(temp_name, path)
@@ -183,20 +192,16 @@ def _write_entry(path: pathlib.Path, cubin: bytes, log: str) -> None:
                 os.unlink(temp_name)
             except OSError:
                 pass
-        warnings.warn(f"warpspec could not write the compile cache entry {path}: {error}", RuntimeWarning)
+        warnings.warn(f"warpspec could not write the compile cache entry {path}: {error}", RuntimeWarning,
+                      stacklevel=3)
 
 
 def _check_nvrtc(result, call: str) -> None:
-    from cuda.bindings import nvrtc
-
     if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
         raise CompileError(f"{call} failed: {result.name}")
 
 
-def _compile_nvrtc(source: str, options: tuple[str, ...], arch: str) -> tuple[bytes, str]:
-    from cuda.bindings import nvrtc
-
-    args = [f"-arch={arch}", "-std=c++17", "--ptxas-options=-v", *options]
+def _compile_nvrtc(args: tuple[str, ...], source: str) -> tuple[bytes, str]:
     result, program = nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], [])
     _check_nvrtc(result, "nvrtcCreateProgram")
     try:
@@ -206,24 +211,25 @@ def _compile_nvrtc(source: str, options: tuple[str, ...], arch: str) -> tuple[by
             raise CompileError(f"NVRTC could not compile the kernel ({result.name}; options {' '.join(args)}):\n{log}")
         result, size = nvrtc.nvrtcGetCUBINSize(program)
         _check_nvrtc(result, "nvrtcGetCUBINSize")
-        cubin = b" " * size  # cuda-bindings fills the buffer it is given in place
+        # A mutable buffer: NVIDIA's examples pass b" " * size, but NVRTC then writes into an immutable bytes
+        # object, and for size 1 (an empty log) that object is CPython's shared b" ": on the GPU machine this
+        # turned every b" " in the process into b"\0" and broke an unrelated import of torch.
+        cubin = bytearray(size)
         (result,) = nvrtc.nvrtcGetCUBIN(program, cubin)
         _check_nvrtc(result, "nvrtcGetCUBIN")
     finally:
         nvrtc.nvrtcDestroyProgram(program)
-    return cubin, log
+    return bytes(cubin), log
 
 
 def _nvrtc_log(program) -> str:
-    from cuda.bindings import nvrtc
-
     result, size = nvrtc.nvrtcGetProgramLogSize(program)
     _check_nvrtc(result, "nvrtcGetProgramLogSize")
-    buffer = b" " * size
+    buffer = bytearray(size)  # mutable, as for the cubin
     (result,) = nvrtc.nvrtcGetProgramLog(program, buffer)
     _check_nvrtc(result, "nvrtcGetProgramLog")
     # The log is a C string: its size includes the terminating NUL.
-    return buffer.rstrip(b"\x00").decode("utf-8", errors="replace").rstrip()
+    return bytes(buffer).rstrip(b"\x00").decode("utf-8", errors="replace").rstrip()
 
 
 def _find_nvcc() -> str:
@@ -236,24 +242,21 @@ def _find_nvcc() -> str:
     return nvcc
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _nvcc_version(nvcc: str) -> str:
     # The full --version text (release and build) goes into the cache key: two builds of one release can differ.
     return subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout.strip()
 
 
-def _compile_nvcc(nvcc: str, source: str, options: tuple[str, ...], arch: str) -> tuple[bytes, str]:
-    virtual = "compute_" + arch.removeprefix("sm_")
+def _compile_nvcc(nvcc: str, args: tuple[str, ...], source: str) -> tuple[bytes, str]:
     with tempfile.TemporaryDirectory(prefix="warpspec-nvcc-") as folder:
         source_path = pathlib.Path(folder) / "kernel.cu"
         cubin_path = pathlib.Path(folder) / "kernel.cubin"
         source_path.write_text(source)
-        # -cubin with an explicit -gencode: `-arch=sm_90a -c` would also run a compute_90 pass that rejects wgmma.
-        command = [nvcc, f"-gencode=arch={virtual},code={arch}", "-cubin", "-std=c++17", "-Xptxas", "-v",
-                   *options, "-o", str(cubin_path), str(source_path)]
-        process = subprocess.run(command, capture_output=True, text=True)
+        process = subprocess.run([nvcc, *args, "-o", str(cubin_path), str(source_path)], capture_output=True,
+                                 text=True)
         log = (process.stdout + process.stderr).strip()
         if process.returncode != 0:
             raise CompileError(f"nvcc could not compile the kernel (exit {process.returncode}; "
-                               f"{' '.join(command[1:-3])}):\n{log}")
+                               f"{' '.join(args)}):\n{log}")
         return cubin_path.read_bytes(), log

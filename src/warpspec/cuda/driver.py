@@ -18,7 +18,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from cuda.bindings import driver as cu
 
@@ -51,7 +51,10 @@ def check(result: tuple, what: str | None = None) -> Any:
 
 def _error_string(error) -> str:
     name = getattr(error, "name", str(error))
-    described, text = cu.cuGetErrorString(error)
+    try:
+        described, text = cu.cuGetErrorString(error)
+    except RuntimeError:  # no driver library to describe it: the enum's name still says what went wrong
+        return name
     if described == cu.CUresult.CUDA_SUCCESS and text:
         return f"{name} ({text.decode(errors='replace')})"
     return name
@@ -73,7 +76,8 @@ def _initialise() -> None:
     except RuntimeError as error:
         # Without libcuda, cuda-bindings raises at the first call instead of returning an error code: a plain
         # RuntimeError in 13.3, cuda.pathfinder's DynamicLibNotFoundError (a RuntimeError) in 13.5.
-        raise CudaError(f"the CUDA driver library could not be loaded (is an NVIDIA driver installed?): {error}")
+        raise CudaError(
+            f"the CUDA driver library could not be loaded (is an NVIDIA driver installed?): {error}") from error
     check(result, "cuInit")
     _initialised = True
 
@@ -236,7 +240,11 @@ class TiledTensorMapSpec:
 
 @dataclass(frozen=True, eq=False)
 class TensorMap:
-    """An encoded 128-byte CUtensorMap, passed to a kernel by value (``const __grid_constant__`` parameter)."""
+    """An encoded 128-byte CUtensorMap, passed to a kernel by value (``const __grid_constant__`` parameter).
+
+    cuda-bindings keeps the 128 bytes at an address that is not 64-byte aligned (cuda.h asks for 64); the driver
+    (580, CUDA 13.0) encodes into it all the same, and the kernel receives an aligned copy as its parameter.
+    """
 
     handle: Any  # cu.CUtensorMap
     spec: TiledTensorMapSpec
@@ -389,7 +397,7 @@ class DeviceArray:
         return BY_NAME[self.dtype_name]
 
 
-KernelParam = Union[TensorMap, DeviceArray, int, ctypes._SimpleCData, ctypes.Structure]
+KernelParam = TensorMap | DeviceArray | int | ctypes._SimpleCData | ctypes.Structure
 
 
 def _kernel_params(params: Sequence[KernelParam]) -> tuple[Any, list]:
@@ -465,7 +473,7 @@ def launch(
     config = cu.CUlaunchConfig()
     if cluster is not None:
         cluster = _dims(cluster, "cluster")
-        for axis, g, c in zip("xyz", grid, cluster):
+        for axis, g, c in zip("xyz", grid, cluster, strict=True):
             if g % c:
                 raise ArgumentError(f"launch: grid.{axis} = {g} is not a multiple of cluster.{axis} = {c}")
         attribute = cu.CUlaunchAttribute()

@@ -54,7 +54,7 @@ class PtxasReport:
     advisories: tuple[str, ...] = ()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tool_path(name: str) -> pathlib.Path:
     """The path of a CUDA binary tool (``"cuobjdump"`` or ``"nvdisasm"``): first the pip package's copy
     (``site-packages/nvidia/*/bin/<name>``, so the wheel's version wins over an older toolkit), else PATH.
@@ -119,7 +119,8 @@ def parse_ptxas_log(log: str) -> dict[str, PtxasReport]:
             else:
                 loose_advisories.append(line)
             continue
-        start = re.search(r"Compiling entry function '([^']+)'", line) or re.search(r"Function properties for (\S+)", line)
+        start = (re.search(r"Compiling entry function '([^']+)'", line)
+                 or re.search(r"Function properties for (\S+)", line))
         if start:
             current = start.group(1)
             fields.setdefault(current, {})

@@ -1,0 +1,156 @@
+"""Running a kernel on the GPU: generate and compile it once, check the arguments, encode tensor maps, launch."""
+
+from __future__ import annotations
+
+import ctypes
+import numbers
+from dataclasses import dataclass
+
+from warpspec.cuda.codegen import GeneratedKernel, generate
+from warpspec.cuda.compiler import CompiledModule, compile_cuda
+from warpspec.dtypes import DType, PointerType
+from warpspec.emulator.exprs import ExprCompiler
+from warpspec.errors import ArgumentError, CompileError
+from warpspec.ir import nodes as ir
+
+_CTYPES = {"int32": ctypes.c_int32, "uint32": ctypes.c_uint32, "int64": ctypes.c_int64, "float32": ctypes.c_float,
+           "boolean": ctypes.c_bool}
+
+
+@dataclass
+class BuiltKernel:
+    """A kernel's generated source and cubin (and, once launched, its loaded function)."""
+
+    generated: GeneratedKernel
+    module: CompiledModule
+    function: object = None
+
+
+_built: dict[int, tuple[ir.Kernel, BuiltKernel]] = {}
+
+
+def build(kernel: ir.Kernel, options: tuple[str, ...] = (), compiler: str = "nvrtc") -> BuiltKernel:
+    """Generate CUDA C++ for ``kernel`` and compile it for sm_90a (cached in memory and on disk)."""
+    key = id(kernel)
+    entry = _built.get(key)
+    if entry is not None and entry[0] is kernel and not options and compiler == "nvrtc":
+        return entry[1]
+    generated = generate(kernel)
+    module = compile_cuda(generated.source, options=options, compiler=compiler)
+    built = BuiltKernel(generated, module)
+    if not options and compiler == "nvrtc":
+        _built[key] = (kernel, built)  # the kernel is kept alive with its entry, so its id stays unique
+    return built
+
+
+def host_values(kernel: ir.Kernel, arguments: dict) -> tuple[dict, dict]:
+    """Check the runtime arguments: (environment of scalar values for host expressions, device arrays by param)."""
+    from warpspec.cuda.driver import as_device_array
+
+    env, arrays = {}, {}
+    for param in kernel.params:
+        value = arguments[param.name]
+        if isinstance(param.type, PointerType):
+            array = as_device_array(value, param.name)
+            if array.dtype_name != param.type.dtype.name:
+                raise ArgumentError(f"argument {param.name!r}: expected {param.type.dtype.name} elements for a "
+                                    f"{param.type!r} parameter, got {array.dtype_name}")
+            arrays[param.name] = array
+            env[param.var.uid] = array.pointer
+        else:
+            env[param.var.uid] = _scalar(param, value)
+    return env, arrays
+
+
+def _scalar(param: ir.Param, value):
+    dtype: DType = param.type
+    if dtype.is_float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ArgumentError(f"argument {param.name!r}: expected a number, got {value!r}")
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentError(f"argument {param.name!r}: expected a {dtype.name} integer, got {value!r}")
+    value = int(value)
+    bits = dtype.nbits
+    low, high = (0, 2**bits) if dtype.kind == "uint" else (-2**(bits - 1), 2**(bits - 1))
+    if not low <= value < high:
+        raise ArgumentError(f"argument {param.name!r}: {value} does not fit in {dtype.name}")
+    return value
+
+
+def _view_geometry(kernel: ir.Kernel, env: dict, arrays: dict) -> dict[int, tuple[tuple, tuple]]:
+    """Shape and strides (elements) of every global view, checked against the arrays they view."""
+    exprs = ExprCompiler({})
+    names = {p.var.uid: p.name for p in kernel.params}
+    geometry = {}
+    for stmt in ir.walk(kernel.body):
+        if not isinstance(stmt, ir.GlobalView):
+            continue
+        try:
+            shape = tuple(exprs(e)(env) for e in stmt.decl.shape)
+            strides = tuple(exprs(e)(env) for e in stmt.strides)
+        except KeyError:
+            raise CompileError(f"the shape of global view {stmt.decl.name} must depend only on kernel parameters "
+                               f"for the CUDA back end", str(stmt.loc)) from None
+        name = names[stmt.pointer.uid]
+        array = arrays[name]
+        if any(s < 0 for s in shape):
+            raise ArgumentError(f"argument {name!r}: view {stmt.decl.name} has negative shape {list(shape)}")
+        if 0 not in shape:
+            needed = sum((e - 1) * s for e, s in zip(shape, strides)) + 1
+            span = sum((e - 1) * s for e, s in zip(array.shape, array.strides_elements)) + 1 if array.shape else 1
+            if needed > span:
+                raise ArgumentError(f"argument {name!r} holds {span} elements but the kernel views it as "
+                                    f"{stmt.decl.name} of shape {list(shape)} (line {stmt.loc.line}), which needs "
+                                    f"{needed}")
+        geometry[stmt.decl.uid] = (shape, strides)
+    return geometry
+
+
+def _tensor_maps(built: BuiltKernel, geometry: dict, arrays: dict) -> list:
+    from warpspec.cuda.driver import encode_tiled_tensor_map
+
+    maps = []
+    for use in built.generated.tensor_maps:
+        shape, strides = geometry[use.view.uid]
+        array = arrays[use.pointer]
+        elem = use.view.dtype.nbytes
+        if strides[-1] != 1:
+            raise ArgumentError(f"argument {use.pointer!r}: TMA needs the innermost dimension of {use.view.name} "
+                                f"to be contiguous (stride 1), got stride {strides[-1]}")
+        try:
+            maps.append(encode_tiled_tensor_map(
+                use.view.dtype, array.pointer, tuple(reversed(shape)),
+                tuple(s * elem for s in reversed(strides[:-1])),
+                (use.tile.box_cols, use.tile.box_rows), use.tile.swizzle_bytes))
+        except ArgumentError as error:
+            raise ArgumentError(f"argument {use.pointer!r} (view {use.view.name}): {error}") from None
+    return maps
+
+
+def run_kernel(kernel: ir.Kernel, arguments: dict, stream: int | None = None) -> None:
+    """Launch ``kernel`` on the current GPU with runtime ``arguments`` (by parameter name)."""
+    from warpspec.cuda.driver import launch, load_module
+
+    env, arrays = host_values(kernel, arguments)
+    built = build(kernel)
+    geometry = _view_geometry(kernel, env, arrays)
+    exprs = ExprCompiler({})
+    grid = [exprs(e)(env) for e in kernel.grid] + [1] * (3 - len(kernel.grid))
+    if any(g <= 0 for g in grid):
+        raise ArgumentError(f"the kernel's grid is {grid} for these arguments; every dimension must be positive")
+    if any(g >= 2**31 for g in grid):
+        raise ArgumentError(f"the kernel's grid {grid} is too large")
+    maps = _tensor_maps(built, geometry, arrays)
+    params = []
+    for param in kernel.params:
+        if isinstance(param.type, PointerType):
+            params.append(arrays[param.name].pointer)
+        else:
+            params.append(_CTYPES[param.type.name](env[param.var.uid]))
+    params.extend(maps)
+    if built.function is None:
+        built.function = load_module(built.module.cubin).function(built.generated.name)
+    cluster = kernel.cluster if kernel.cluster != (1, 1, 1) else None
+    launch(built.function, tuple(grid), (kernel.num_threads, 1, 1), built.generated.shared_bytes, params,
+           cluster=cluster, stream=stream)
