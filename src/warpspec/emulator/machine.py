@@ -42,8 +42,9 @@ def partitions(kernel: ir.Kernel) -> list[tuple[int, int]]:
 class Event:
     """An async operation in flight; ``complete()`` applies its effects."""
 
-    def __init__(self, kind: str, task, loc: ir.Loc, complete, describe: str):
+    def __init__(self, kind: str, task, loc: ir.Loc, complete, describe: str, retire=None):
         self.kind, self.task, self.loc, self.complete, self.text = kind, task, loc, complete, describe
+        self.retire = retire  # run when the issuing task's wait_group observes completion
         self.done = False
 
 
@@ -84,8 +85,10 @@ class Task:
         if self.state == "finished":
             return f"  {self.name}: finished"
         where = f" at {self.loc}" if self.loc else ""
-        if self.state == "blocked":
+        if self.state == "blocked" and not (self.woken or self.ready_check()):
             return f"  {self.name}: blocked{where} {self.waiting_for}"
+        if self.state == "blocked":
+            return f"  {self.name}: ready to continue{where} (its wait {self.waiting_for} is satisfied)"
         return f"  {self.name}: running{where}"
 
 
@@ -228,7 +231,7 @@ class BlockMachine:
         for task in self.tasks:
             if task.wgmma_uncommitted:
                 raise KernelError(f"{task.name} issued wgmma.mma that was never committed (wgmma.commit_group)",
-                                  str(task.wgmma_uncommitted[0]), self.describe_tasks())
+                                  str(task.wgmma_uncommitted[0][0]), self.describe_tasks())
             if task.tma_uncommitted:
                 raise KernelError(f"{task.name} issued tma.shared_to_global that was never committed "
                                   f"(tma.commit_group)", str(task.tma_uncommitted[0]), self.describe_tasks())
@@ -267,7 +270,8 @@ class BlockMachine:
             self.barriers[s.decl.uid] = [Mbarrier(f"{s.decl.name}[{i}]", c, n) for i, c in enumerate(s.counts)]
         # Initialisation is visible to all threads only after a block-wide barrier, which the CUDA back end emits
         # right after init: model it as a sync of the whole block.
-        return self._sync(task, ir.Sync(s.loc, 0, self.kernel.num_threads))
+        return self._sync(task, ir.Sync(s.loc, 0, self.kernel.num_threads),
+                          f"in the block-wide barrier after mbarrier.alloc of {s.decl.name}")
 
     def _alloc_register(self, task, s: ir.AllocRegister):
         if s.init is None:
@@ -337,7 +341,7 @@ class BlockMachine:
         if task.begin <= s.begin < task.end:
             yield from self.exec_body(task, s.body)
 
-    def _sync(self, task, s: ir.Sync):
+    def _sync(self, task, s: ir.Sync, text: str | None = None):
         members = [t for t in self.tasks if s.begin <= t.begin and t.end <= s.begin + s.count]
         key = (s.begin, s.count)
         state = self.syncs.setdefault(key, {"arrived": set(), "generation": 0, "clock": [0] * len(self.tasks)})
@@ -350,7 +354,7 @@ class BlockMachine:
             state.update(arrived=set(), generation=generation + 1, clock=[0] * len(self.tasks))
             state["released"] = released
         return self._await(lambda: state["generation"] != generation,
-                           f"in sync() of threads {s.begin}-{s.begin + s.count - 1}",
+                           text or f"in sync() of threads {s.begin}-{s.begin + s.count - 1}",
                            after=lambda: join(task.clock, state["released"]))
 
     def _await(self, check, text: str, after=None):
@@ -438,8 +442,8 @@ class BlockMachine:
             inside &= mask.reshape((-1,) + (1,) * (tile.ndim - 1))
         memory[flat[inside]] = tile[inside].astype(memory.dtype)
 
-    def _new_event(self, kind, task, loc, complete, text) -> Event:
-        event = Event(kind, task, loc, complete, text)
+    def _new_event(self, kind, task, loc, complete, text, retire=None) -> Event:
+        event = Event(kind, task, loc, complete, text, retire)
         self.events.append(event)
         return event
 
@@ -477,10 +481,13 @@ class BlockMachine:
 
         def complete():
             self._store_tile(task, s.dst, offsets, region.view("data"))
+
+        def retire():
             region.view("async_readers")[...] -= 1
+            region.record_read(task)  # the read ends, for ordering purposes, when the issuer observes it
 
         event = self._new_event("tma_store", task, s.loc, complete,
-                                f"TMA store {region.text} -> {format_expr(s.dst)}{offsets}")
+                                f"TMA store {region.text} -> {format_expr(s.dst)}{offsets}", retire)
         task.tma_uncommitted.append(event)
         return self._preempt()
 
@@ -490,11 +497,16 @@ class BlockMachine:
 
     def _tma_wait(self, task, s: ir.TmaWait):
         def ready():
-            while task.tma_groups and all(e.done for e in task.tma_groups[0]):
-                task.tma_groups.popleft()
             return len([g for g in task.tma_groups if not all(e.done for e in g)]) <= s.n
 
-        return self._await(ready, f"in tma.wait_group({s.n})")
+        def observe():
+            # Only now does the program know the stores have read their sources: until then a write into them
+            # races, however early the copy engine actually finished.
+            while task.tma_groups and all(e.done for e in task.tma_groups[0]):
+                for event in task.tma_groups.popleft():
+                    event.retire()
+
+        return self._await(ready, f"in tma.wait_group({s.n})", after=observe)
 
     def _fence_proxy_async(self, task, s):
         for tensor in self.shared.values():
@@ -552,6 +564,8 @@ class BlockMachine:
         rows = self._row_share(task, s.threads, s.d.shape[0])
         d_uid = s.d.decl.uid
         task.inflight_accumulators[d_uid] = task.inflight_accumulators.get(d_uid, 0) + 1
+        text = " @ ".join((o.text + (".T" if r.transposed else "")) if isinstance(o, Region) else format_expr(r)
+                          for o, r in zip(operands, (s.a, s.b)))
 
         def complete():
             a = operands[0].view("data") if isinstance(operands[0], Region) else operands[0]
@@ -563,13 +577,16 @@ class BlockMachine:
             a = a[rows[0]:rows[1]].astype(np.float32)
             d = task.env[d_uid]
             d[rows[0]:rows[1]] = dtypes.round_to(s.d.decl.dtype, d[rows[0]:rows[1]] + a @ b.astype(np.float32))
+
+        def retire():
+            # The shared operands are free and the accumulator readable only once wait_group observes the group.
             for operand in operands:
                 if isinstance(operand, Region):
                     operand.view("async_readers")[...] -= 1
+                    operand.record_read(task)  # ordered from here on: a release before this point races
             task.inflight_accumulators[d_uid] -= 1
 
-        task.wgmma_uncommitted.append((s.loc, complete, f"wgmma {format_expr(s.a)} @ {format_expr(s.b)} -> "
-                                                        f"{s.d.decl.name}"))
+        task.wgmma_uncommitted.append((s.loc, complete, retire, f"wgmma {text} -> {s.d.decl.name}"))
         return self._preempt()
 
     def _wgmma_commit(self, task, s):
@@ -577,20 +594,26 @@ class BlockMachine:
         task.wgmma_uncommitted = []
 
         def complete():
-            for _, fn, _ in mmas:
+            for _, fn, _, _ in mmas:
                 fn()
 
-        text = "; ".join(t for _, _, t in mmas) or "empty wgmma group"
-        event = self._new_event("wgmma", task, s.loc, complete, text)
-        task.wgmma_groups.append(event)
+        def retire():
+            for _, _, fn, _ in mmas:
+                fn()
+
+        text = "; ".join(t for _, _, _, t in mmas) or "empty wgmma group"
+        loc = mmas[0][0] if mmas else s.loc
+        task.wgmma_groups.append(self._new_event("wgmma", task, loc, complete, text, retire))
 
     def _wgmma_wait(self, task, s: ir.WgmmaWait):
         def ready():
-            while task.wgmma_groups and task.wgmma_groups[0].done:
-                task.wgmma_groups.popleft()
-            return len(task.wgmma_groups) <= s.n
+            return sum(not e.done for e in task.wgmma_groups) <= s.n
 
-        return self._await(ready, f"in wgmma.wait_group({s.n})")
+        def observe():
+            while task.wgmma_groups and task.wgmma_groups[0].done and len(task.wgmma_groups) > s.n:
+                task.wgmma_groups.popleft().retire()
+
+        return self._await(ready, f"in wgmma.wait_group({s.n})", after=observe)
 
     HANDLERS = {
         ir.Declare: _declare, ir.Assign: _assign, ir.GlobalView: _global_view, ir.AllocShared: _alloc_shared,

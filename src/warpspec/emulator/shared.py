@@ -52,7 +52,7 @@ class Region:
         if writers.any():
             raise RaceError(f"{what} reads {self.text} while an async copy is still writing it; wait on the "
                             f"copy's mbarrier first")
-        self._check_ordered(task, "write_task", "write_epoch", what, "written")
+        self._check_ordered(task, "write_task", "write_epoch", what, "wrote")
         if async_proxy and self.view("unfenced").any():
             raise RaceError(f"{what} reads {self.text} through the async proxy after ordinary stores to it with no "
                             f"fence_proxy_async() in between")
@@ -65,7 +65,7 @@ class Region:
                             f"buffer")
         if self.view("async_writer").any():
             raise RaceError(f"{what} writes {self.text} while another async copy is still writing it")
-        self._check_ordered(task, "write_task", "write_epoch", what, "written")
+        self._check_ordered(task, "write_task", "write_epoch", what, "wrote")
         self._check_ordered(task, "read_task", "read_epoch", what, "read")
 
     def _check_ordered(self, task, task_field: str, epoch_field: str, what: str, verb: str) -> None:
