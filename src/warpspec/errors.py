@@ -58,4 +58,5 @@ class BarrierError(KernelError):
 
 
 class BoundsError(KernelError):
-    """An index outside a shared or register tensor, or a global access outside its view."""
+    """An index outside a shared, register or barrier array at run time (global accesses outside a view are
+    clipped or read as zero, as TMA does, and are not errors)."""

@@ -14,7 +14,7 @@ with constants. A runtime index into a register array becomes a select chain, ne
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from warpspec.dtypes import DType, boolean, float32, int32, int64, uint32
 from warpspec.emulator.exprs import _OPS as FOLD_OPS
@@ -82,6 +82,10 @@ __device__ __forceinline__ unsigned short f32_to_bf16(float x) {
 __device__ __forceinline__ float f16_to_f32(unsigned short h) {
   float x; asm("cvt.f32.f16 %0, %1;" : "=f"(x) : "h"(h)); return x;
 }
+struct alignas(16) U4 { unsigned x, y, z, w; };
+__device__ __forceinline__ unsigned select4(int i, unsigned a, unsigned b, unsigned c, unsigned d) {
+  return i == 0 ? a : i == 1 ? b : i == 2 ? c : d;
+}
 __device__ __forceinline__ float bf16_to_f32(unsigned short h) {
   return __int_as_float(static_cast<int>(h) << 16);
 }
@@ -135,7 +139,7 @@ class GeneratedKernel:
     shared_bytes: int
     tensor_maps: list[TensorMapUse]
     kernel: ir.Kernel
-    line_map: dict = field(default_factory=dict)
+    block_group: int = 0  # > 0: launched as a 1-D grid with grid_x, grid_y appended to the parameters
 
 
 # ------------------------------------------------------------------------------------------------ generator
@@ -154,8 +158,16 @@ UNKNOWN = _Unknown()
 class CodeGenerator:
     """Generates the CUDA C++ of one kernel."""
 
-    def __init__(self, kernel: ir.Kernel):
+    def __init__(self, kernel: ir.Kernel, min_blocks: int = 1, block_group: int = 0, quad_stores: bool = True):
         self.kernel = kernel
+        # 16-byte global stores of 16-bit accumulator tiles: the four lanes of a quad exchange pairs so each lane
+        # holds 8 consecutive columns (full 32-byte sectors) instead of storing 4 bytes at a time.
+        self.quad_stores = quad_stores
+        self.min_blocks = min_blocks  # blocks per SM ptxas must leave room for (caps registers per thread)
+        # Launch order: with a group G > 0 a 2-D grid is launched as 1-D and each block recovers its (x, y) so that
+        # consecutive blocks walk G values of y for every x: blocks resident together share their A and B tiles
+        # in L2. Which blocks exist is unchanged, only the order the hardware starts them in.
+        self.block_group = block_group if len(kernel.grid) == 2 and kernel.cluster == (1, 1, 1) else 0
         self.lines: list[str] = []
         self.indent = 1
         self.names: dict[int, str] = {}
@@ -172,6 +184,8 @@ class CodeGenerator:
         self.groups: list[tuple[int, int]] = []
         self.last_line = None
         self.declared: set[int] = set()  # register tensors whose arrays are declared
+        self.single_depth = 0  # > 0 inside single_thread: instructions already run on one thread
+        self.current_loc: ir.Loc | None = None
 
     # ------------------------------------------------------------------------------------------- entry point
 
@@ -194,7 +208,17 @@ class CodeGenerator:
                 params.append(f"u64 {self.name_of(p.var)}")
         for use in sorted(self.maps.values(), key=lambda u: u.index):
             params.append(f"const __grid_constant__ TmaMap map{use.index}")
-        head = [PRELUDE, f'extern "C" __global__ void __launch_bounds__({k.num_threads}, 1)',
+        block_index = []
+        if self.block_group:
+            params += ["int grid_x", "int grid_y"]
+            g = self.block_group
+            block_index = [
+                f"  // Grouped launch order ({g} values of y per x), see CodeGenerator.block_group.",
+                f"  const int per_group_ = {g} * grid_x, first_y_ = (static_cast<int>(blockIdx.x) / per_group_) * {g};",
+                f"  const int group_h_ = grid_y - first_y_ < {g} ? grid_y - first_y_ : {g};",
+                "  const int in_group_ = static_cast<int>(blockIdx.x) % per_group_;",
+                "  const int block_x = in_group_ / group_h_, block_y = first_y_ + in_group_ % group_h_;"]
+        head = [PRELUDE, f'extern "C" __global__ void __launch_bounds__({k.num_threads}, {self.min_blocks})',
                 f"{name}({', '.join(params)}) {{",
                 "  extern __shared__ __align__(1024) unsigned char smem_raw[];",
                 "  // Round the dynamic buffer up to 1024 B: swizzled TMA tiles need their pattern's alignment.",
@@ -202,15 +226,17 @@ class CodeGenerator:
                 "  unsigned char *const smem_ptr = smem_raw + (smem - smem_u32(smem_raw));",
                 "  (void)smem_ptr;",
                 "  const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 32, 0);",
-                "  (void)warp;"]
+                "  (void)warp;"] + block_index
         source = "\n".join(head + body + ["}", ""])
         return GeneratedKernel(name, source, k.num_threads, self.shared_bytes + SHARED_ALIGN,
-                               sorted(self.maps.values(), key=lambda u: u.index), k)
+                               sorted(self.maps.values(), key=lambda u: u.index), k, self.block_group)
 
     # -------------------------------------------------------------------------------------------- planning
 
-    def error(self, message: str, loc: ir.Loc) -> CompileError:
-        return CompileError(message, str(loc))
+    def error(self, message: str, loc: ir.Loc | None = None) -> CompileError:
+        """A CompileError at ``loc``, by default the statement being generated."""
+        loc = loc or self.current_loc
+        return CompileError(message, str(loc) if loc else None)
 
     def _plan_registers(self) -> None:
         for stmt in ir.walk(self.kernel.body):
@@ -311,6 +337,7 @@ class CodeGenerator:
 
     def _emit_body(self, body) -> None:
         for stmt in body:
+            self.current_loc = stmt.loc
             if stmt.loc.line != self.last_line:
                 self.line(f"// {stmt.loc}")
                 self.last_line = stmt.loc.line
@@ -355,8 +382,10 @@ class CodeGenerator:
         if isinstance(e, ir.Var):
             return self.name_of(e)
         if isinstance(e, ir.Special):
-            axis = e.name.split(".")[1]
-            return f"static_cast<int>({e.name.split('.')[0]}.{axis})"
+            base, axis = e.name.split(".")
+            if self.block_group and axis in "xy":
+                return f"block_{axis}" if base == "blockIdx" else f"grid_{axis}"
+            return f"static_cast<int>({base}.{axis})"
         if isinstance(e, ir.Binary):
             a, b = self.cexpr(e.a), self.cexpr(e.b)
             if e.op in ("min", "max"):
@@ -372,14 +401,14 @@ class CodeGenerator:
         if isinstance(e, ir.Convert):
             return f"static_cast<{_C_TYPES[e.type.name]}>({self.cexpr(e.a)})"
         if isinstance(e, ir.Load):
-            return self.register_element(e.tensor, e.indices, e.loc if hasattr(e, "loc") else None)
-        raise CompileError(f"cannot generate code for {type(e).__name__}")
+            return self.register_element(e.tensor, e.indices)
+        raise self.error(f"cannot generate code for {type(e).__name__}")
 
-    def register_element(self, ref: ir.TensorRef, indices, loc) -> str:
+    def register_element(self, ref: ir.TensorRef, indices) -> str:
         decl = ref.decl
         if not isinstance(self.reg_layouts.get(decl.uid), Replicated):
-            raise CompileError(f"elements of {decl.name} are spread over threads (a wgmma accumulator); read them "
-                               f"with tensor operations, not by index")
+            raise self.error(f"elements of {decl.name} are spread over threads (a wgmma accumulator); read them "
+                             f"with tensor operations, not by index")
         flat = self.flat_index(decl, tuple(ref.index) + tuple(indices))
         name = self.tensor_name(decl)
         if isinstance(flat, int):
@@ -446,7 +475,9 @@ class CodeGenerator:
         else:
             self.line(f"if (threadIdx.x == {s.begin}) {{")
         self.indent += 1
+        self.single_depth += 1
         self._emit_body(s.body)
+        self.single_depth -= 1
         self.indent -= 1
         self.line("}")
 
@@ -666,7 +697,7 @@ class CodeGenerator:
         index = self.fold(ref.index[0])
         if index is not UNKNOWN:
             if not 0 <= index < len(self.barrier_counts[ref.decl.uid]):
-                raise CompileError(f"barrier index {index} is out of bounds for {ref.decl.name}")
+                raise self.error(f"barrier index {index} is out of bounds for {ref.decl.name}")
             return f"(smem + {offset + 8 * index}u)"
         return f"(smem + {offset}u + 8u * static_cast<unsigned>({self.cexpr(ref.index[0])}))"
 
@@ -711,8 +742,9 @@ class CodeGenerator:
         return f"(smem + {placement.offset}u + static_cast<unsigned>({flat}) * {placement.tile_stride}u)"
 
     def _issue_block(self, s: ir.Instruction) -> tuple[str, str]:
-        """Open/close text that makes one thread issue: already one inside single_thread, else elect a lane."""
-        if s.threads[1] == 1:
+        """Open/close text that makes one thread issue: already one inside single_thread, else elect a lane of the
+        (one-warp) group."""
+        if self.single_depth:
             return "{", "}"
         return "if (elect_one()) {", "}"
 
@@ -749,7 +781,7 @@ class CodeGenerator:
     def _emit_TmaWait(self, s: ir.TmaWait) -> None:
         open_, close = self._issue_block(s)
         self.line(f'{open_} asm volatile("cp.async.bulk.wait_group {s.n};" ::: "memory"); {close}')
-        if s.threads[1] != 1:
+        if not self.single_depth:
             self.line("__syncwarp();")
 
     def _emit_FenceProxyAsync(self, s) -> None:
@@ -837,6 +869,9 @@ class CodeGenerator:
             raise self.error("store_global of a replicated register tensor is not supported by the CUDA back end "
                              "yet", s.loc)
         acc: AccumulatorLayout = layout.layout
+        if self.quad_stores and nbytes == 2 and acc.instr_n % 32 == 0:
+            self._store_global_quads(s, layout, view, src, row, col)
+            return
         pair = {2: "unsigned", 4: "u64"}.get(nbytes)
         if pair is None:
             raise self.error(f"store_global of {s.src.decl.dtype.name} is not supported by the CUDA back end yet",
@@ -877,6 +912,62 @@ class CodeGenerator:
         self.line("}")
         self.indent -= 1
         self.line("}")
+
+
+def _store_global_quads(self, s, layout, view: str, src: str, row: str, col: str) -> None:
+    acc: AccumulatorLayout = layout.layout
+    ctype = _C_TYPES[s.src.decl.dtype.name]
+    self.line("{")
+    self.indent += 1
+    self.line(f"const int t_ = static_cast<int>(threadIdx.x) - {layout.begin};")
+    self.line("const int w_ = (t_ >> 5) & 3, lane_ = t_ & 31, q_ = lane_ & 3;")
+    self.line(f"const int row0_ = {row} + (t_ >> 7) * {acc.m // acc.warpgroups} + 16 * w_ + (lane_ >> 2);")
+    self.line(f"const int col0_ = {col} + 8 * q_;")
+    self.line(f"unsigned char *const base_ = reinterpret_cast<unsigned char *>({view}_base);")
+    self.line(f"const bool vec_ = ({view}_stride1 == 1) && (({view}_stride0 & 7) == 0) && (({view}_base & 15) == 0) "
+              f"&& ((({col}) & 7) == 0);")
+    self.line("#pragma unroll")
+    self.line(f"for (int mb = 0; mb < {acc.m_blocks}; ++mb)")
+    self.line("#pragma unroll")
+    self.line(f"for (int ni = 0; ni < {acc.n_instructions}; ++ni)")
+    self.line("#pragma unroll")
+    self.line(f"for (int t = 0; t < {acc.instr_n // 32}; ++t)")
+    self.line("#pragma unroll")
+    self.line("for (int h = 0; h < 2; ++h) {")
+    self.indent += 1
+    self.line(f"const int reg = (mb * {acc.n_instructions} + ni) * {acc.instr_n // 2} + 16 * t + 2 * h;")
+    self.line("unsigned p_[4], v_[4], w_out[4];")
+    self.line("#pragma unroll")
+    self.line(f"for (int k = 0; k < 4; ++k) p_[k] = static_cast<unsigned>({src}[reg + 4 * k]) | "
+              f"(static_cast<unsigned>({src}[reg + 4 * k + 1]) << 16);")
+    self.line("// Lane q gathers chunk 4t+q: from quad lane (q+s)&3 the pair that lane holds for it.")
+    self.line("#pragma unroll")
+    self.line("for (int s = 0; s < 4; ++s)")
+    self.line("  v_[s] = __shfl_sync(0xffffffffu, select4((q_ - s) & 3, p_[0], p_[1], p_[2], p_[3]), "
+              "(lane_ & ~3) | ((q_ + s) & 3));")
+    self.line("#pragma unroll")
+    self.line("for (int m = 0; m < 4; ++m) w_out[m] = select4((m - q_) & 3, v_[0], v_[1], v_[2], v_[3]);")
+    self.line(f"const int r = row0_ + mb * 64 + 8 * h, c = col0_ + ni * {acc.instr_n} + 32 * t;")
+    self.line(f"if (r < {view}_size0) {{")
+    self.line(f"  const long long e = static_cast<long long>(r) * {view}_stride0 + "
+              f"static_cast<long long>(c) * {view}_stride1;")
+    self.line(f"  if (vec_ && c + 7 < {view}_size1) {{")
+    self.line("    U4 out_; out_.x = w_out[0]; out_.y = w_out[1]; out_.z = w_out[2]; out_.w = w_out[3];")
+    self.line("    *reinterpret_cast<U4 *>(base_ + e * 2) = out_;")
+    self.line("  } else {")
+    self.line("    #pragma unroll")
+    self.line("    for (int i = 0; i < 8; ++i)")
+    self.line(f"      if (c + i < {view}_size1) *reinterpret_cast<{ctype} *>(base_ + (e + i * {view}_stride1) * 2) "
+              f"= static_cast<{ctype}>(w_out[i >> 1] >> (16 * (i & 1)));")
+    self.line("  }")
+    self.line("}")
+    self.indent -= 1
+    self.line("}")
+    self.indent -= 1
+    self.line("}")
+
+
+CodeGenerator._store_global_quads = _store_global_quads
 
 
 def _merge(a: dict, b: dict) -> dict:
@@ -921,8 +1012,10 @@ _RESERVED = {"smem", "smem_raw", "smem_ptr", "warp", "i", "t_", "int", "float", 
              "threadIdx", "blockIdx", "gridDim", "blockDim"}
 
 
-def generate(kernel: ir.Kernel) -> GeneratedKernel:
-    """The CUDA C++ source and launch facts of ``kernel``."""
-    return CodeGenerator(kernel).generate()
+def generate(kernel: ir.Kernel, min_blocks: int = 1, block_group: int = 0, quad_stores: bool = True) -> GeneratedKernel:
+    """The CUDA C++ source and launch facts of ``kernel``; ``min_blocks`` is the ``__launch_bounds__`` minimum of
+    resident blocks per SM, which caps registers per thread at 65536 / (threads * min_blocks); ``block_group``
+    chooses the grouped launch order of 2-D grids (0: the plain order)."""
+    return CodeGenerator(kernel, min_blocks, block_group, quad_stores).generate()
 
 

@@ -29,16 +29,18 @@ class BuiltKernel:
 _built: dict[int, tuple[ir.Kernel, BuiltKernel]] = {}
 
 
-def build(kernel: ir.Kernel, options: tuple[str, ...] = (), compiler: str = "nvrtc") -> BuiltKernel:
+def build(kernel: ir.Kernel, options: tuple[str, ...] = (), compiler: str = "nvrtc", min_blocks: int = 1,
+          block_group: int = 0, quad_stores: bool = True) -> BuiltKernel:
     """Generate CUDA C++ for ``kernel`` and compile it for sm_90a (cached in memory and on disk)."""
+    default = not options and compiler == "nvrtc" and min_blocks == 1 and block_group == 0 and quad_stores
     key = id(kernel)
     entry = _built.get(key)
-    if entry is not None and entry[0] is kernel and not options and compiler == "nvrtc":
+    if entry is not None and entry[0] is kernel and default:
         return entry[1]
-    generated = generate(kernel)
+    generated = generate(kernel, min_blocks, block_group, quad_stores)
     module = compile_cuda(generated.source, options=options, compiler=compiler)
     built = BuiltKernel(generated, module)
-    if not options and compiler == "nvrtc":
+    if default:
         _built[key] = (kernel, built)  # the kernel is kept alive with its entry, so its id stays unique
     return built
 
@@ -107,7 +109,7 @@ def _view_geometry(kernel: ir.Kernel, env: dict, arrays: dict) -> dict[int, tupl
     return geometry
 
 
-def _tensor_maps(built: BuiltKernel, geometry: dict, arrays: dict) -> list:
+def _tensor_maps(built: BuiltKernel, geometry: dict, arrays: dict, l2_promotion: int) -> list:
     from warpspec.cuda.driver import encode_tiled_tensor_map
 
     maps = []
@@ -122,18 +124,20 @@ def _tensor_maps(built: BuiltKernel, geometry: dict, arrays: dict) -> list:
             maps.append(encode_tiled_tensor_map(
                 use.view.dtype, array.pointer, tuple(reversed(shape)),
                 tuple(s * elem for s in reversed(strides[:-1])),
-                (use.tile.box_cols, use.tile.box_rows), use.tile.swizzle_bytes))
+                (use.tile.box_cols, use.tile.box_rows), use.tile.swizzle_bytes, l2_promotion))
         except ArgumentError as error:
             raise ArgumentError(f"argument {use.pointer!r} (view {use.view.name}): {error}") from None
     return maps
 
 
-def run_kernel(kernel: ir.Kernel, arguments: dict, stream: int | None = None) -> None:
-    """Launch ``kernel`` on the current GPU with runtime ``arguments`` (by parameter name)."""
+def run_kernel(kernel: ir.Kernel, arguments: dict, stream: int | None = None, built: BuiltKernel | None = None,
+               l2_promotion: int = 128) -> None:
+    """Launch ``kernel`` on the current GPU with runtime ``arguments`` (by parameter name); ``built`` overrides
+    the default build (e.g. other compile options)."""
     from warpspec.cuda.driver import launch, load_module
 
     env, arrays = host_values(kernel, arguments)
-    built = build(kernel)
+    built = built or build(kernel)
     geometry = _view_geometry(kernel, env, arrays)
     exprs = ExprCompiler({})
     grid = [exprs(e)(env) for e in kernel.grid] + [1] * (3 - len(kernel.grid))
@@ -141,7 +145,7 @@ def run_kernel(kernel: ir.Kernel, arguments: dict, stream: int | None = None) ->
         raise ArgumentError(f"the kernel's grid is {grid} for these arguments; every dimension must be positive")
     if any(g >= 2**31 for g in grid):
         raise ArgumentError(f"the kernel's grid {grid} is too large")
-    maps = _tensor_maps(built, geometry, arrays)
+    maps = _tensor_maps(built, geometry, arrays, l2_promotion)
     params = []
     for param in kernel.params:
         if isinstance(param.type, PointerType):
@@ -149,6 +153,9 @@ def run_kernel(kernel: ir.Kernel, arguments: dict, stream: int | None = None) ->
         else:
             params.append(_CTYPES[param.type.name](env[param.var.uid]))
     params.extend(maps)
+    if built.generated.block_group:
+        params += [ctypes.c_int32(grid[0]), ctypes.c_int32(grid[1])]
+        grid = [grid[0] * grid[1], 1, 1]
     if built.function is None:
         built.function = load_module(built.module.cubin).function(built.generated.name)
     cluster = kernel.cluster if kernel.cluster != (1, 1, 1) else None

@@ -23,10 +23,8 @@ from warpspec.errors import BarrierError, BoundsError, DeadlockError, KernelErro
 from warpspec.ir import nodes as ir
 from warpspec.ir.printer import format_expr
 
-_NUMPY_BINARY = {
-    "+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide, "//": np.floor_divide, "%": np.fmod,
-    "&": np.bitwise_and, "|": np.bitwise_or, "^": np.bitwise_xor, "min": np.minimum, "max": np.maximum,
-}
+_NUMPY_BINARY = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide, "min": np.minimum,
+                 "max": np.maximum}  # exactly the front end's TENSOR_OPERATORS
 
 
 def partitions(kernel: ir.Kernel) -> list[tuple[int, int]]:

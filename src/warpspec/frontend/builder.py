@@ -35,6 +35,8 @@ _PY_COMPARE = {
     ast.In: (None, lambda a, b: a in b), ast.NotIn: (None, lambda a, b: a not in b),
 }
 _RANK = {boolean: 0, int32: 1, uint32: 2, int64: 3, float32: 4}
+#: Elementwise operators on register tensors (both back ends implement exactly these).
+TENSOR_OPERATORS = ("+", "-", "*", "/", "min", "max")
 
 
 class _Return(Exception):
@@ -76,6 +78,8 @@ class Builder:
         self.param_vars: set = set()  # runtime parameters' Vars
         self.pointer_params: dict = {}  # pointer parameter Var -> pointee DType
         self.assigning: str | None = None  # the name being assigned, to name the tensors it creates
+        self.function_depth: int | None = None  # runtime depth at which the inlined function being built began
+        self.function_groups = 0  # thread groups open when it began
 
     # ------------------------------------------------------------------------------------------------ emitting
 
@@ -230,16 +234,16 @@ class Builder:
         self.scopes = [{name: Binding(value, self.depth) for name, value in bound.arguments.items()}]
         self.globals = function.__globals__
         self.file = path
-        base_depth = self.depth
+        saved_frame = (self.function_depth, self.function_groups)
+        self.function_depth, self.function_groups = self.depth, len(self.groups)
         result = None
         try:
             self.exec_body(node.body)
         except _Return as ret:
-            if self.depth != base_depth:
-                raise self.error("'return' inside a runtime loop or branch is not supported") from None
             result = ret.value
         finally:
             self.scopes, self.globals, self.file, self.loc = saved
+            self.function_depth, self.function_groups = saved_frame
         return result
 
     def instantiate(self, cls, args, kwargs) -> ClassInstance:
@@ -269,6 +273,12 @@ class Builder:
         pass
 
     def stmt_Return(self, node: ast.Return) -> None:
+        if self.function_depth is None:
+            raise self.error("a kernel body cannot return a value or end early; write results with store_global "
+                             "or a TMA store")
+        if self.depth != self.function_depth or len(self.groups) != self.function_groups:
+            raise self.error("'return' inside a runtime loop or branch, or inside a thread group, is not supported; "
+                             "return at the helper's top level")
         raise _Return(self.eval(node.value) if node.value is not None else None)
 
     def stmt_Assert(self, node: ast.Assert) -> None:
@@ -610,6 +620,9 @@ class Builder:
         return ir.Binary(symbol, left, right, result_type)
 
     def tensor_binary(self, symbol: str, a, b) -> TensorValue:
+        if symbol not in TENSOR_OPERATORS:
+            raise self.error(f"operator {symbol!r} is not supported on tensors; use one of "
+                             f"{', '.join(TENSOR_OPERATORS)}")
         tensors = [x for x in (a, b) if isinstance(x, TensorValue)]
         for t in tensors:
             if t.kind != ir.REGISTER:
@@ -753,7 +766,9 @@ def _runtime_min_max(op):
             raise builder.error(f"{op}() needs at least one value")
         result = values[0]
         for value in values[1:]:
-            if not isinstance(result, ir.Expr) and not isinstance(value, ir.Expr):
+            if isinstance(result, TensorValue) or isinstance(value, TensorValue):
+                result = builder.tensor_binary(op, result, value)
+            elif not isinstance(result, ir.Expr) and not isinstance(value, ir.Expr):
                 result = (min if op == "min" else max)(result, value)
             else:
                 result = builder.scalar_binary(op, result, value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from warpspec.dtypes import DType, PointerType, int64
+from warpspec.dtypes import DType, PointerType, boolean, float32, int32, int64, uint32
 from warpspec.errors import ArgumentError, CompileError
 from warpspec.frontend.builder import Builder, _parse_function
 from warpspec.frontend.values import Binding
@@ -14,6 +14,8 @@ from warpspec.lang.language import Language
 
 #: Annotations that make a parameter compile-time: its value specialises the kernel.
 COMPILE_TIME_TYPES = (int, float, bool)
+#: Scalar types a runtime parameter may have (what both back ends pass by value).
+RUNTIME_SCALAR_TYPES = (int32, uint32, int64, float32, boolean)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,9 @@ def parameters(script_cls) -> tuple[Parameter, ...]:
         if not isinstance(annotation, (DType, PointerType)) and annotation not in COMPILE_TIME_TYPES:
             raise builder.error(f"parameter {arg.arg!r}: annotation {annotation!r} is neither a runtime type "
                                 f"(int32, uint32, float32, ~dtype) nor int, float or bool")
+        if isinstance(annotation, DType) and annotation not in RUNTIME_SCALAR_TYPES:
+            raise builder.error(f"parameter {arg.arg!r}: runtime scalars are "
+                                f"{', '.join(t.name for t in RUNTIME_SCALAR_TYPES)}; got {annotation.name}")
         default_value = ast if default is ast else builder.eval(default)
         result.append(Parameter(arg.arg, annotation, default_value))
     return tuple(result)
