@@ -29,7 +29,7 @@ class PowerOfTensor(warpspec.Script):
         self.attrs.blocks = [1]
         self.attrs.warps = 4
         t = self.register_tensor(float32, [4], init=2.0)
-        u = t ** 2  # <<< tensor-power
+        t ** 2  # <<< tensor-power
 
 
 class TensorMinMax(warpspec.Script):

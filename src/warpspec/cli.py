@@ -6,6 +6,15 @@ misuse or out-of-bounds index, with the kernel line) or ``skip`` (the schedule d
 arguments). Scalar parameters come from ``NAME=VALUE``; every pointer parameter gets a random array as large as the
 kernel's global views of it need.
 
+``warpspec build FILE.py:CLASS [NAME=VALUE ...] [--schedule K=V,... | --all-schedules] [--source] [--sass]``
+compiles a kernel without a GPU for the compile-time arguments given as ``NAME=VALUE`` and prints, per schedule,
+its fate (``ok``, ``spills``, ``pruned`` or ``failed``, with the reason), registers, shared memory, spill bytes
+and counts of key SASS instructions; ``--source`` and ``--sass`` also print the CUDA C++ and the SASS. Schedules
+are pruned and built as the autotuner does (``warpspec.tune.tuner``): in parallel, one process per core.
+
+``warpspec cache info`` shows the cache folder and its entries; ``warpspec cache clear [--tuning] [--cubins]``
+deletes tuning winners, compiled kernels, or (with neither option) both.
+
 Each subcommand is a subparser registered in ``build_parser`` with a ``<name>_command(args) -> int`` handler.
 """
 
@@ -78,8 +87,35 @@ def build_parser() -> argparse.ArgumentParser:
                        help="after the deterministic run, run N more with WARPSPEC_EMULATOR_SEED=0..N-1")
     check.set_defaults(handler=check_command)
 
-    # Further subcommands (build, bench, ...) register here: commands.add_parser(...) and
-    # set_defaults(handler=<name>_command).
+    build = commands.add_parser(
+        "build", help="compile a kernel's schedules (no GPU needed) and report registers, spills and SASS",
+        description="Compile FILE.py's Script CLASS for the compile-time arguments given as NAME=VALUE (runtime "
+                    "arguments are not needed) and print one line per schedule: its fate (ok, spills, pruned or "
+                    "failed, with the reason), registers, shared memory, spill bytes and counts of key SASS "
+                    "instructions. Schedules are pruned and built as the autotuner does.")
+    build.add_argument("target", metavar="FILE.py:CLASS", help="the file defining the kernel and its Script class")
+    build.add_argument("arguments", nargs="*", metavar="NAME=VALUE",
+                       help="a compile-time kernel argument, e.g. n_size=8192 (runtime ones are accepted and "
+                            "ignored)")
+    which = build.add_mutually_exclusive_group()
+    which.add_argument("--schedule", metavar="K=V,...", help="build one schedule of an autotuned kernel")
+    which.add_argument("--all-schedules", action="store_true",
+                       help="build every schedule of an autotuned kernel (default: the first that is not pruned)")
+    build.add_argument("--source", action="store_true", help="print the generated CUDA C++ of each schedule built")
+    build.add_argument("--sass", action="store_true", help="print the SASS of each schedule built")
+    build.set_defaults(handler=build_command)
+
+    cache = commands.add_parser(
+        "cache", help="show or clear warpspec's disk cache (compiled kernels and tuning winners)",
+        description="The cache lives in $WARPSPEC_CACHE_DIR, else $XDG_CACHE_HOME/warpspec, else "
+                    "~/.cache/warpspec.")
+    actions = cache.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions.add_parser("info", help="print the cache folder and how many entries of each kind it holds")
+    clear = actions.add_parser("clear", help="delete cache entries (both kinds unless one is chosen)")
+    clear.add_argument("--tuning", action="store_true", help="delete the tuning winners")
+    clear.add_argument("--cubins", action="store_true", help="delete the compiled kernels")
+    cache.set_defaults(handler=cache_command)
+    # Further subcommands register here: commands.add_parser(...) and set_defaults(handler=<name>_command).
     return parser
 
 
@@ -140,6 +176,96 @@ def check_schedule(script, params, scalars: dict, seeds: int, may_skip: bool):
     return "ok", f"({time.perf_counter() - start:.2f} s, 1+{seeds} runs)", None
 
 
+# ------------------------------------------------------------------------------------------------------- build
+
+
+def build_command(args) -> int:
+    """``warpspec build``: prune and compile the selected schedules, print their fates (and source or SASS)."""
+    from warpspec.frontend.kernel import parameters
+    from warpspec.tune.tuner import TuningReport, build, prepare
+
+    start = time.perf_counter()
+    script_cls = load_script_class(args.target)
+    params = parameters(script_cls)
+    scalars = scalar_arguments(script_cls.__name__, params, args.arguments, runtime_required=False)
+    compile_time = compile_time_arguments(script_cls, params, scalars)
+    scripts = selected_scripts(script_cls, args.schedule)
+    candidates = prepare([(script.schedule(), script) for _, script in scripts], compile_time)
+    if not args.all_schedules and len(candidates) > 1:
+        # Like check: without --all-schedules, the schedules up to the first that is not pruned.
+        first = next((i for i, c in enumerate(candidates) if c.fate.fate != "pruned"), len(candidates) - 1)
+        candidates = candidates[:first + 1]
+    build(candidates, sass=_sass_tools_found(args.sass))
+    built = [c for c in candidates if c.module is not None]
+    for candidate in built:
+        header = f"// ===== {candidate.fate.label} =====\n" if len(built) > 1 else ""
+        if args.source:
+            print(header + candidate.generated.source)
+        if args.sass:
+            print(header + candidate.sass)
+    report = TuningReport(script_cls.__name__, [c.fate for c in candidates], seconds=time.perf_counter() - start)
+    print(report.table())
+    fates = report.counts()
+    return EXIT_FAILURE if "failed" in fates or not built else EXIT_OK
+
+
+def compile_time_arguments(script_cls, params, scalars: dict) -> dict:
+    """The compile-time argument values among the NAME=VALUE ``scalars`` (checked and defaulted as a call
+    would); runtime and pointer parameters may be missing, since building does not need them."""
+    from warpspec.frontend.kernel import bind_arguments
+
+    placeholders = {p.name: None for p in params if p.runtime and p.name not in scalars}
+    try:
+        return bind_arguments(script_cls, (), {**scalars, **placeholders})[1]
+    except ArgumentError as error:
+        raise UsageError(str(error)) from None
+
+
+def _sass_tools_found(required: bool) -> bool:
+    """Whether cuobjdump and nvdisasm are there to disassemble; without them the SASS counts are left out (with a
+    note), and ``--sass`` (``required``) is a usage error."""
+    from warpspec.cuda.sass import tool_path
+
+    try:
+        tool_path("cuobjdump")
+        tool_path("nvdisasm")
+    except FileNotFoundError as error:
+        if required:
+            raise UsageError(str(error)) from None
+        print(f"note: no SASS instruction counts: {error}", file=sys.stderr)
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------------------- cache
+
+#: The cache kinds ``warpspec cache`` knows: option name -> subfolder of the cache directory.
+CACHE_KINDS = {"cubins": "cubin", "tuning": "tuning"}
+
+
+def cache_command(args) -> int:
+    """``warpspec cache info`` / ``warpspec cache clear [--tuning] [--cubins]``."""
+    from warpspec.cuda.compiler import cache_dir, clear_cache
+    from warpspec.tune.cache import count_entries
+
+    root = cache_dir()
+    if args.action == "info":
+        print(f"cache directory: {root}")
+        for option, kind in CACHE_KINDS.items():
+            folder = root / kind
+            size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) if folder.is_dir() else 0
+            print(f"{option}: {count_entries(kind)} entries, {size / 2**20:.1f} MiB in {folder}")
+        return EXIT_OK
+    chosen = [option for option in CACHE_KINDS if getattr(args, option)] or list(CACHE_KINDS)
+    for option in chosen:
+        removed = clear_cache(CACHE_KINDS[option])
+        print(f"{option}: removed {removed} files from {root / CACHE_KINDS[option]}")
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------- shared helpers
+
+
 def load_script_class(target: str) -> type:
     """Import FILE.py (its folder on ``sys.path``, so it can import its neighbours) and return its Script CLASS."""
     from warpspec.lang.script import Script
@@ -173,8 +299,10 @@ def load_script_class(target: str) -> type:
     return script_cls
 
 
-def scalar_arguments(class_name: str, params, texts: list[str]) -> dict:
-    """The NAME=VALUE arguments by name, checked against the kernel's scalar parameters."""
+def scalar_arguments(class_name: str, params, texts: list[str], runtime_required: bool = True) -> dict:
+    """The NAME=VALUE arguments by name, checked against the kernel's scalar parameters. Every scalar parameter
+    without a default must be given, runtime ones only when ``runtime_required`` (running needs them, building
+    does not)."""
     values = {}
     for text in texts:
         name, separator, value = text.partition("=")
@@ -186,12 +314,14 @@ def scalar_arguments(class_name: str, params, texts: list[str]) -> dict:
     scalars = [p.name for p in params if not isinstance(p.annotation, PointerType)]
     for name in values:
         if name in pointers:
-            raise UsageError(f"{name} is a pointer parameter; warpspec check fills it with random values")
+            raise UsageError(f"{name} is a pointer parameter: it takes no value (warpspec check fills it with "
+                             f"random values)")
         if name not in by_name:
             raise UsageError(f"{class_name} has no parameter {name!r}; its scalar parameters: {', '.join(scalars)}")
         _check_runtime_scalar(by_name[name], values[name])
     # warpspec.frontend.kernel.Parameter marks "no default" with the ast module as its sentinel.
-    missing = [n for n in scalars if n not in values and by_name[n].default is ast]
+    missing = [n for n in scalars if n not in values and by_name[n].default is ast
+               and (runtime_required or not by_name[n].runtime)]
     if missing:
         raise UsageError(f"missing kernel argument(s) {', '.join(missing)}: give each as NAME=VALUE, e.g. "
                          f"{' '.join(f'{n}=...' for n in missing)}")

@@ -21,13 +21,14 @@ from warpspec.emulator.exprs import _OPS as FOLD_OPS
 from warpspec.emulator.exprs import wrap
 from warpspec.errors import CompileError
 from warpspec.ir import nodes as ir
+from warpspec.cuda.registers import (Accumulator, Replicated, infer_layouts, layout_begin, packed,
+                                     thread_prelude)
 from warpspec.layout import AccumulatorLayout, choose_shared_layout, tma_boxes, wgmma_descriptor
 from warpspec.layout.shared import SharedTileLayout
 
-WARPGROUP = 128
 SHARED_ALIGN = 1024
-#: Largest register tensor a thread may hold whole (replicated layout), in elements.
-MAX_REPLICATED = 256
+#: Shared memory a block's tiles and barriers may use: the 227 KB opt-in limit less the alignment reserve.
+SHARED_LIMIT = 232448 - SHARED_ALIGN
 
 _C_TYPES = {"int32": "int", "uint32": "unsigned", "int64": "long long", "float32": "float", "boolean": "bool",
             "float16": "unsigned short", "bfloat16": "unsigned short", "int8": "signed char",
@@ -93,19 +94,6 @@ __device__ __forceinline__ float bf16_to_f32(unsigned short h) {
 
 
 # ------------------------------------------------------------------------------------------------- layouts
-
-
-@dataclass(frozen=True)
-class Accumulator:
-    """A register tensor held as WGMMA accumulator fragments by the warpgroups of threads [begin, begin+count)."""
-
-    layout: AccumulatorLayout
-    begin: int
-
-
-@dataclass(frozen=True)
-class Replicated:
-    """Every thread holds the whole tensor."""
 
 
 @dataclass
@@ -189,14 +177,19 @@ class CodeGenerator:
 
     # ------------------------------------------------------------------------------------------- entry point
 
-    def generate(self) -> GeneratedKernel:
-        k = self.kernel
+    def plan(self) -> None:
+        """Decide register layouts, the shared-memory plan and the tensor maps; raises CompileError when the kernel
+        cannot be laid out (shared memory over SHARED_LIMIT: the error's ``shared_bytes`` says how much)."""
         self._plan_registers()
         self._plan_shared()
-        for stmt in ir.walk(k.body):
+        for stmt in ir.walk(self.kernel.body):
             if isinstance(stmt, ir.GlobalView):
                 self.views[stmt.decl.uid] = stmt
         self._plan_maps()
+
+    def generate(self) -> GeneratedKernel:
+        k = self.kernel
+        self.plan()
         self._emit_body(k.body)
         body = self.lines
         name = _identifier(k.name)
@@ -239,43 +232,7 @@ class CodeGenerator:
         return CompileError(message, str(loc) if loc else None)
 
     def _plan_registers(self) -> None:
-        for stmt in ir.walk(self.kernel.body):
-            if isinstance(stmt, ir.WgmmaMma):
-                m, n = stmt.d.shape
-                groups = stmt.threads[1] // WARPGROUP
-                layout = Accumulator(AccumulatorLayout(m, n, warpgroups=groups), stmt.threads[0])
-                previous = self.reg_layouts.get(stmt.d.decl.uid)
-                if previous is not None and previous != layout:
-                    raise self.error(f"{stmt.d.decl.name} is the accumulator of wgmma in two different thread "
-                                     f"groups", stmt.loc)
-                self.reg_layouts[stmt.d.decl.uid] = layout
-                if stmt.a.kind == ir.REGISTER:
-                    raise self.error("wgmma.mma with a from registers is not supported by the CUDA back end yet",
-                                     stmt.loc)
-        changed = True
-        while changed:  # elementwise results inherit their operands' layout
-            changed = False
-            for stmt in ir.walk(self.kernel.body):
-                if isinstance(stmt, ir.ComputeTensor) and stmt.decl.uid not in self.reg_layouts:
-                    for operand in stmt.operands:
-                        if isinstance(operand, ir.TensorRef) and operand.decl.uid in self.reg_layouts:
-                            self.reg_layouts[stmt.decl.uid] = self.reg_layouts[operand.decl.uid]
-                            changed = True
-                            break
-        for stmt in ir.walk(self.kernel.body):
-            decl = getattr(stmt, "decl", None)
-            if isinstance(stmt, (ir.AllocRegister, ir.ComputeTensor)) and decl.uid not in self.reg_layouts:
-                size = 1
-                for extent in decl.shape:
-                    size *= extent
-                if isinstance(stmt, ir.ComputeTensor) and stmt.op in ("load_global", "load_shared"):
-                    raise self.error(f"{stmt.op} into registers is not supported by the CUDA back end yet; use "
-                                     f"TMA copies", stmt.loc)
-                if size > MAX_REPLICATED:
-                    raise self.error(f"register tensor {decl.name} ({size} elements) is neither a wgmma "
-                                     f"accumulator nor computed from one, and too large to replicate in every "
-                                     f"thread (at most {MAX_REPLICATED} elements)", stmt.loc)
-                self.reg_layouts[decl.uid] = Replicated()
+        self.reg_layouts = infer_layouts(self.kernel)
 
     def _plan_shared(self) -> None:
         offset = 0
@@ -302,10 +259,11 @@ class CodeGenerator:
             self.barrier_offsets[uid] = offset
             offset += 8 * len(counts)
         self.shared_bytes = offset
-        limit = 232448 - SHARED_ALIGN
-        if offset > limit:
-            raise CompileError(f"the kernel needs {offset} bytes of shared memory; at most {limit} fit in a block "
-                               f"(227 KB less the 1 KB alignment reserve)", str(self.kernel.loc))
+        if offset > SHARED_LIMIT:
+            error = CompileError(f"the kernel needs {offset} bytes of shared memory; at most {SHARED_LIMIT} fit in a "
+                                 f"block (227 KB less the 1 KB alignment reserve)", str(self.kernel.loc))
+            error.shared_bytes = offset
+            raise error
 
     def _plan_maps(self) -> None:
         for stmt in ir.walk(self.kernel.body):
@@ -334,6 +292,12 @@ class CodeGenerator:
             self.used_names.add(name)
             self.names[uid] = name
         return self.names[uid]
+
+    def _emit_block(self, body) -> None:
+        """Emit ``body`` inside a C++ block: arrays declared there are out of scope afterwards."""
+        saved = set(self.declared)
+        self._emit_body(body)
+        self.declared = saved
 
     def _emit_body(self, body) -> None:
         for stmt in body:
@@ -407,18 +371,46 @@ class CodeGenerator:
     def register_element(self, ref: ir.TensorRef, indices) -> str:
         decl = ref.decl
         if not isinstance(self.reg_layouts.get(decl.uid), Replicated):
-            raise self.error(f"elements of {decl.name} are spread over threads (a wgmma accumulator); read them "
-                             f"with tensor operations, not by index")
+            raise self.error(f"elements of {decl.name} are spread over threads; read them with tensor operations, "
+                             f"not by index")
         flat = self.flat_index(decl, tuple(ref.index) + tuple(indices))
-        name = self.tensor_name(decl)
         if isinstance(flat, int):
-            return f"{name}[{flat}]"
+            return self.element(decl, flat)
         size = _size(decl.shape)
         # A runtime index would move the array to local memory: select among constant indices instead.
-        text = f"{name}[{size - 1}]"
+        text = self.element(decl, size - 1)
         for i in range(size - 2, -1, -1):
-            text = f"({flat} == {i} ? {name}[{i}] : {text})"
+            text = f"({flat} == {i} ? {self.element(decl, i)} : {text})"
         return text
+
+    def element(self, decl: ir.TensorDecl, i) -> str:
+        """C++ reading element register ``i`` (an int or a C++ int expression) of a register tensor: its value,
+        or for 16-bit types its bit pattern."""
+        name = self.tensor_name(decl)
+        if packed(decl):
+            return f"static_cast<unsigned short>({name}[({i}) >> 1] >> (16 * (({i}) & 1)))"
+        return f"{name}[{i}]"
+
+    def set_element(self, decl: ir.TensorDecl, i, value: str) -> str:
+        """A C++ statement writing ``value`` (bits for 16-bit types) into element register ``i``."""
+        name = self.tensor_name(decl)
+        if packed(decl):
+            word = f"{name}[({i}) >> 1]"
+            return (f"{word} = ({word} & ((({i}) & 1) ? 0x0000FFFFu : 0xFFFF0000u)) | "
+                    f"(static_cast<unsigned>({value}) << (16 * (({i}) & 1)));")
+        return f"{name}[{i}] = {value};"
+
+    def declare_registers(self, decl: ir.TensorDecl) -> None:
+        """Declare the per-thread array of a register tensor (once)."""
+        if decl.uid in self.declared:
+            return
+        count = self.reg_layouts[decl.uid].registers
+        name = self.tensor_name(decl)
+        if packed(decl):
+            self.line(f"unsigned {name}[{(count + 1) // 2}];  // {decl.name}: {decl.dtype.name} pairs")
+        else:
+            self.line(f"{_C_TYPES[decl.dtype.name]} {name}[{count}];  // {decl.name}")
+        self.declared.add(decl.uid)
 
     def flat_index(self, decl: ir.TensorDecl, indices):
         """The row-major element index: an int when every index is known, else a C++ expression."""
@@ -464,7 +456,7 @@ class CodeGenerator:
             mode = "inc" if s.max_registers > entry else "dec"
             self.line(f'asm volatile("setmaxnreg.{mode}.sync.aligned.u32 {s.max_registers};\\n" ::: "memory");')
         self.groups.append((s.begin, s.count))
-        self._emit_body(s.body)
+        self._emit_block(s.body)
         self.groups.pop()
         self.indent -= 1
         self.line("}")
@@ -476,7 +468,7 @@ class CodeGenerator:
             self.line(f"if (threadIdx.x == {s.begin}) {{")
         self.indent += 1
         self.single_depth += 1
-        self._emit_body(s.body)
+        self._emit_block(s.body)
         self.single_depth -= 1
         self.indent -= 1
         self.line("}")
@@ -489,14 +481,14 @@ class CodeGenerator:
         before = dict(self.known)
         self.line(f"if ({self.cexpr(s.cond)}) {{")
         self.indent += 1
-        self._emit_body(s.then)
+        self._emit_block(s.then)
         after_then = self.known
         self.known = dict(before)
         self.indent -= 1
         if s.orelse:
             self.line("} else {")
             self.indent += 1
-            self._emit_body(s.orelse)
+            self._emit_block(s.orelse)
             self.indent -= 1
         self.line("}")
         self.known = _merge(after_then, self.known)
@@ -514,7 +506,7 @@ class CodeGenerator:
             self.line("#pragma unroll 1")
             self.line(f"for ({ctype} {var} = {start}; {var} < {stop}; {var} += {step}) {{")
             self.indent += 1
-            self._emit_body(s.body)
+            self._emit_block(s.body)
             self.indent -= 1
             self.line("}")
         else:
@@ -530,7 +522,7 @@ class CodeGenerator:
                 self.line(f"{guard}{{  // unrolled copy {j}")
                 self.indent += 1
                 self.line(f"const {ctype} {var} = {base} + {step * j};")
-                self._emit_body(s.body)
+                self._emit_block(s.body)
                 self.indent -= 1
                 self.line("}")
                 self.known.pop(s.var.uid, None)
@@ -608,16 +600,20 @@ class CodeGenerator:
 
     def _emit_AllocRegister(self, s: ir.AllocRegister) -> None:
         decl = s.decl
-        layout = self.reg_layouts[decl.uid]
-        count = layout.layout.registers_per_thread() if isinstance(layout, Accumulator) else _size(decl.shape)
+        self.declare_registers(decl)
+        if s.init is None:
+            return
+        count = self.reg_layouts[decl.uid].registers
         name = self.tensor_name(decl)
-        ctype = _C_TYPES[decl.dtype.name]
-        self.line(f"{ctype} {name}[{count}];")
-        self.declared.add(decl.uid)
-        if s.init is not None:
-            value = self.cexpr(s.init) if decl.dtype.kind != "float" or decl.dtype is float32 else \
-                self._to_storage(self.cexpr(ir.Convert(s.init, float32)), decl.dtype)
-            self.line(f"#pragma unroll")
+        if decl.dtype.is_float:
+            value = self._to_storage(self.cexpr(ir.Convert(s.init, float32)), decl.dtype)
+        else:
+            value = self.cexpr(ir.Convert(s.init, decl.dtype))
+        self.line("#pragma unroll")
+        if packed(decl):
+            self.line(f"for (int i = 0; i < {(count + 1) // 2}; ++i) "
+                      f"{name}[i] = static_cast<unsigned>({value}) * 0x10001u;")
+        else:
             self.line(f"for (int i = 0; i < {count}; ++i) {name}[i] = {value};")
 
     def _emit_StoreElement(self, s: ir.StoreElement) -> None:
@@ -626,16 +622,18 @@ class CodeGenerator:
             raise self.error(f"elements of {decl.name} are spread over threads; they cannot be assigned one by one",
                              s.loc)
         value = self.cexpr(s.value)
+        if decl.dtype.is_float and decl.dtype is not float32:
+            value = self._to_storage(f"static_cast<float>({value})", decl.dtype)
         flat = self.flat_index(decl, tuple(s.tensor.index) + tuple(s.indices))
-        name = self.tensor_name(decl)
         if isinstance(flat, int):
-            self.line(f"{name}[{flat}] = {value};")
+            self.line(self.set_element(decl, flat, value))
             return
         self.line("{")
-        self.line(f"  const {_C_TYPES[decl.dtype.name]} value_ = {value};")
+        self.line(f"  const auto value_ = {value};")
         self.line(f"  const int index_ = {flat};")
         self.line("  #pragma unroll")
-        self.line(f"  for (int i = 0; i < {_size(decl.shape)}; ++i) if (i == index_) {name}[i] = value_;")
+        self.line(f"  for (int i = 0; i < {_size(decl.shape)}; ++i) if (i == index_) {{ "
+                  f"{self.set_element(decl, 'i', 'value_')} }}")
         self.line("}")
 
     def _to_storage(self, f32_expr: str, dtype: DType) -> str:
@@ -657,38 +655,104 @@ class CodeGenerator:
     def _emit_ComputeTensor(self, s: ir.ComputeTensor) -> None:
         decl = s.decl
         layout = self.reg_layouts[decl.uid]
-        count = layout.layout.registers_per_thread() if isinstance(layout, Accumulator) else _size(decl.shape)
-        name = self.tensor_name(decl)
-        if decl.uid not in self.declared:
-            self.line(f"{_C_TYPES[decl.dtype.name]} {name}[{count}];")
-            self.declared.add(decl.uid)
+        self.declare_registers(decl)
+        if s.op == "load_global":
+            self._load_global(s, layout)
+            return
+        if s.op == "load_shared":
+            self._load_shared(s, layout)
+            return
+        integer = not decl.dtype.is_float
 
-        def element(operand) -> str:
-            if isinstance(operand, ir.TensorRef):
-                if self.reg_layouts.get(operand.decl.uid) != layout:
-                    raise self.error(f"{operand.decl.name} and {decl.name} have different register layouts",
-                                     s.loc)
-                return self._to_f32(f"{self.tensor_name(operand.decl)}[i]", operand.decl.dtype)
-            return self._to_f32(self.cexpr(operand), operand.dtype)
+        def operand(o) -> str:
+            if isinstance(o, ir.TensorRef):
+                if self.reg_layouts.get(o.decl.uid) != layout:
+                    raise self.error(f"{o.decl.name} and {decl.name} have different register layouts", s.loc)
+                bits = self.element(o.decl, "i")
+                return bits if integer and not o.decl.dtype.is_float else self._to_f32(bits, o.decl.dtype)
+            return self.cexpr(o) if integer else self._to_f32(self.cexpr(o), o.dtype)
 
         if s.op == "cast":
-            value = element(s.operands[0])
+            if integer:
+                raise self.error("casts to integer tensors are not supported by the CUDA back end yet", s.loc)
+            value = operand(s.operands[0])
         elif s.op == "binary":
-            a, b = (element(o) for o in s.operands)
+            a, b = (operand(o) for o in s.operands)
             if s.attr in ("min", "max"):
-                value = f"f{s.attr}f({a}, {b})"
-            elif s.attr in ("+", "-", "*", "/"):
-                value = f"({a} {s.attr} {b})"
+                value = f"({a} {'<' if s.attr == 'min' else '>'} {b} ? {a} : {b})"
             else:
-                raise self.error(f"tensor operator {s.attr!r} is not supported by the CUDA back end", s.loc)
-        elif s.op == "unary":
-            value = f"(-{element(s.operands[0])})"
-        else:
-            raise self.error(f"{s.op} is not supported by the CUDA back end yet", s.loc)
-        if decl.dtype.is_integer and s.op == "cast":
-            raise self.error("casts to integer tensors are not supported by the CUDA back end yet", s.loc)
+                value = f"({a} {s.attr} {b})"
+        else:  # unary minus
+            value = f"(-{operand(s.operands[0])})"
+        stored = value if integer else self._to_storage(value, decl.dtype)
         self.line("#pragma unroll")
-        self.line(f"for (int i = 0; i < {count}; ++i) {name}[i] = {self._to_storage(value, decl.dtype)};")
+        self.line(f"for (int i = 0; i < {layout.registers}; ++i) {{ {self.set_element(decl, 'i', stored)} }}")
+
+    def _element_loop(self, layout, body) -> None:
+        """Emit ``body(i, row, col, valid)`` for every element register of ``layout`` (unrolled here, so
+        coordinates are constants plus per-thread terms)."""
+        self.line("{")
+        self.indent += 1
+        self.line(thread_prelude(layout_begin(layout)))
+        for i in range(layout.registers):
+            row, col = layout.coords(i)
+            body(i, row, col, layout.valid(i))
+        self.indent -= 1
+        self.line("}")
+
+    def _global_address(self, view: str, rank: int, offsets, row: str, col: str):
+        """(in-bounds condition, element offset) of tile element (row, col) of a view at ``offsets``."""
+        if rank == 1:
+            c = f"({offsets[0]} + {col})"
+            return f"({c} >= 0 && {c} < {view}_size0)", f"static_cast<long long>({c}) * {view}_stride0"
+        r, c = f"({offsets[0]} + {row})", f"({offsets[1]} + {col})"
+        return (f"({r} >= 0 && {r} < {view}_size0 && {c} >= 0 && {c} < {view}_size1)",
+                f"static_cast<long long>({r}) * {view}_stride0 + static_cast<long long>({c}) * {view}_stride1")
+
+    def _load_global(self, s: ir.ComputeTensor, layout) -> None:
+        decl = s.decl
+        view_ref = s.operands[0]
+        view = self.tensor_name(view_ref.decl)
+        offsets = [self.cexpr(o) for o in s.operands[1:]]
+        ctype = _C_TYPES[decl.dtype.name]
+        nbytes = decl.dtype.nbytes
+
+        def body(i, row, col, valid):
+            inside, offset = self._global_address(view, len(decl.shape), offsets, row, col)
+            if valid:
+                inside = f"{valid} && {inside}"
+            value = (f"({inside} ? *reinterpret_cast<const {ctype} *>(reinterpret_cast<const unsigned char *>("
+                     f"{view}_base) + ({offset}) * {nbytes}) : static_cast<{ctype}>(0))")
+            self.line(self.set_element(decl, i, value))
+
+        self._element_loop(layout, body)
+
+    def shared_offset(self, ref: ir.TensorRef, row: str, col: str) -> str:
+        """C++ byte offset inside the tile of ``ref`` where element (row, col) lives (the TMA swizzle applied)."""
+        tile = self.shared[ref.decl.uid].tile
+        mask = tile.span // 16 - 1
+        inner = f"(({row}) * {tile.row_bytes} + (({col}) % {tile.box_cols}) * {tile.elem_bytes})"
+        swizzled = f"({inner} ^ ((({inner} >> 7) & {mask}) << 4))" if mask else inner
+        return f"((({col}) / {tile.box_cols}) * {tile.column_box_stride} + {swizzled})"
+
+    def _shared_pointer(self, ref: ir.TensorRef, ctype: str, row: str, col: str) -> str:
+        base = self.tile_address(ref, self.current_loc)
+        return (f"reinterpret_cast<{ctype} *>(smem_ptr + ({base} - smem) + "
+                f"{self.shared_offset(ref, row, col)})")
+
+    def _load_shared(self, s: ir.ComputeTensor, layout) -> None:
+        decl, src = s.decl, s.operands[0]
+        if len(src.shape) != 2:
+            raise self.error("load_shared takes a 2-D shared tile on the CUDA back end", s.loc)
+        ctype = _C_TYPES[decl.dtype.name]
+
+        def body(i, row, col, valid):
+            value = f"*{self._shared_pointer(src, 'const ' + ctype, row, col)}"
+            if valid:
+                value = f"({valid} ? {value} : static_cast<{ctype}>(0))"
+            self.line(self.set_element(decl, i, value))
+
+        self._element_loop(layout, body)
 
     # ------------------------------------------------------------------------------------------ barriers
 
@@ -788,7 +852,17 @@ class CodeGenerator:
         self.line('asm volatile("fence.proxy.async.shared::cta;" ::: "memory");')
 
     def _emit_StoreShared(self, s: ir.StoreShared) -> None:
-        raise self.error("store_shared is not supported by the CUDA back end yet", s.loc)
+        src, dst = s.src.decl, s.dst
+        if len(dst.shape) != 2:
+            raise self.error("store_shared takes a 2-D shared tile on the CUDA back end", s.loc)
+        layout = self.reg_layouts[src.uid]
+        ctype = _C_TYPES[src.dtype.name]
+
+        def body(i, row, col, valid):
+            store = f"*{self._shared_pointer(dst, ctype, row, col)} = static_cast<{ctype}>({self.element(src, i)});"
+            self.line(f"if ({valid}) {store}" if valid else store)
+
+        self._element_loop(layout, body)
 
     # ------------------------------------------------------------------------------------------------ WGMMA
 
@@ -809,45 +883,58 @@ class CodeGenerator:
     def _emit_WgmmaMma(self, s: ir.WgmmaMma) -> None:
         acc = self.reg_layouts[s.d.decl.uid]
         layout: AccumulatorLayout = acc.layout
-        a_place, _ = self._operand(s.a, s.loc)
         b_place = self.shared[s.b.decl.uid]
-        a_major = "MN" if s.a.transposed else "K"
-        b_major = "K" if s.b.transposed else "MN"  # b is [K, N]: stored [N, K] (transposed view) means K-major
+        b_major = "K" if s.b.transposed else "MN"  # b is [K, N]: stored [N, K] (a transposed view) is K-major
         dtype = s.a.dtype
         k_total = s.a.shape[1]
-        k_step = 32 // dtype.nbytes
         kind = {"float16": "f16", "bfloat16": "bf16"}[dtype.name]
-        if s.d.decl.dtype is not float32:
-            raise self.error("the CUDA back end supports float32 wgmma accumulators so far", s.loc)
+        f16_acc = s.d.decl.dtype.name == "float16"
+        d_kind = "f16" if f16_acc else "f32"
         rows_per_group = layout.m // layout.warpgroups
-        name = self.tensor_name(s.d.decl)
+        d_name = self.tensor_name(s.d.decl)
         instr_n = layout.instr_n
-        regs = instr_n // 2
+        # f32 D: one register per element; f16 D: pairs packed in 32-bit registers (PTX 9.7.15.5.1.1.1).
+        regs = instr_n // 4 if f16_acc else instr_n // 2
+        from_registers = s.a.kind == ir.REGISTER
         self.line("{")
         self.indent += 1
-        self.line(f"const unsigned a_base_ = {self.tile_address(s.a, s.loc)};")
+        if not from_registers:
+            a_place = self.shared[s.a.decl.uid]
+            a_major = "MN" if s.a.transposed else "K"
+            self.line(f"const unsigned a_base_ = {self.tile_address(s.a, s.loc)};")
+            if layout.warpgroups > 1:
+                per_group = self._group_offset_bytes(a_place.tile, a_major, rows_per_group)
+                self.line(f"const unsigned a_group_ = a_base_ + ((threadIdx.x - {acc.begin}u) / 128u) * {per_group}u;")
+            else:
+                self.line("const unsigned a_group_ = a_base_;")
         self.line(f"const unsigned b_base_ = {self.tile_address(s.b, s.loc)};")
-        if layout.warpgroups > 1:
-            self.line(f"const unsigned group_ = (threadIdx.x - {acc.begin}u) / 128u;")
+        a_name = self.tensor_name(s.a.decl) if from_registers else None
         for mb in range(layout.m_blocks):
             for ni in range(layout.n_instructions):
-                for kk in range(k_total // k_step):
-                    a_desc = wgmma_descriptor(a_place.tile, 0, a_major, kk, mn_offset=mb * 64)
+                for kk in range(k_total // 16):
                     b_desc = wgmma_descriptor(b_place.tile, 0, b_major, kk, mn_offset=ni * instr_n)
-                    a_addr = "a_base_"
-                    if layout.warpgroups > 1:
-                        per_group = self._group_offset_bytes(a_place.tile, a_major, rows_per_group)
-                        a_addr = f"(a_base_ + group_ * {per_group}u)"
-                    first = (mb * layout.n_instructions + ni) * regs
-                    outs = ", ".join(f'"+f"({name}[{first + r}])' for r in range(regs))
-                    placeholders = ", ".join(f"%{r}" for r in range(regs))
+                    first = (mb * layout.n_instructions + ni) * (instr_n // 2)  # first element register
+                    d_regs = [f"{d_name}[{first // 2 + r}]" if f16_acc else f"{d_name}[{first + r}]"
+                              for r in range(regs)]
+                    outs = ", ".join(f'"+{"r" if f16_acc else "f"}"({reg})' for reg in d_regs)
+                    d_list = ", ".join(f"%{r}" for r in range(regs))
+                    b_operand = f'"l"({b_desc}ull + (static_cast<u64>(b_base_ & 0x3FFFFu) >> 4))'
+                    if from_registers:
+                        word = (mb * (k_total // 16) + kk) * 4  # 8 elements = 4 packed words per block
+                        a_text = "{" + ", ".join(f"%{regs + j}" for j in range(4)) + "}"
+                        inputs = ", ".join(f'"r"({a_name}[{word + j}])' for j in range(4)) + f", {b_operand}"
+                        b_index, scale_index = regs + 4, regs + 5
+                        immediates = f"p, 1, 1, {1 if b_major == 'MN' else 0}"
+                    else:
+                        a_desc = wgmma_descriptor(a_place.tile, 0, a_major, kk, mn_offset=mb * 64)
+                        a_text = f"%{regs}"
+                        inputs = f'"l"({a_desc}ull + (static_cast<u64>(a_group_ & 0x3FFFFu) >> 4)), {b_operand}'
+                        b_index, scale_index = regs + 1, regs + 2
+                        immediates = f"p, 1, 1, {1 if a_major == 'MN' else 0}, {1 if b_major == 'MN' else 0}"
                     self.line(
-                        f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n'
-                        f'wgmma.mma_async.sync.aligned.m64n{instr_n}k16.f32.{kind}.{kind} '
-                        f'{{{placeholders}}}, %{regs}, %{regs + 1}, p, 1, 1, {1 if a_major == "MN" else 0}, '
-                        f'{1 if b_major == "MN" else 0};\\n}}\\n" : {outs} : '
-                        f'"l"({a_desc}ull + (static_cast<u64>({a_addr} & 0x3FFFFu) >> 4)), '
-                        f'"l"({b_desc}ull + (static_cast<u64>(b_base_ & 0x3FFFFu) >> 4)), "n"(1));')
+                        f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{scale_index}, 0;\\n'
+                        f'wgmma.mma_async.sync.aligned.m64n{instr_n}k16.{d_kind}.{kind}.{kind} '
+                        f'{{{d_list}}}, {a_text}, %{b_index}, {immediates};\\n}}\\n" : {outs} : {inputs}, "n"(1));')
         self.indent -= 1
         self.line("}")
 
@@ -861,113 +948,113 @@ class CodeGenerator:
     def _emit_StoreGlobal(self, s: ir.StoreGlobal) -> None:
         layout = self.reg_layouts[s.src.decl.uid]
         view = self.tensor_name(s.dst.decl)
-        src = self.tensor_name(s.src.decl)
-        row, col = (self.cexpr(o) for o in s.offsets)
-        ctype = _C_TYPES[s.src.decl.dtype.name]
+        offsets = [self.cexpr(o) for o in s.offsets]
         nbytes = s.src.decl.dtype.nbytes
-        if isinstance(layout, Replicated):
-            raise self.error("store_global of a replicated register tensor is not supported by the CUDA back end "
-                             "yet", s.loc)
-        acc: AccumulatorLayout = layout.layout
-        if self.quad_stores and nbytes == 2 and acc.instr_n % 32 == 0:
-            self._store_global_quads(s, layout, view, src, row, col)
+        if isinstance(layout, Accumulator) and len(offsets) == 2 and nbytes in (2, 4):
+            if self.quad_stores and nbytes == 2 and layout.layout.instr_n % 32 == 0:
+                self._store_accumulator_quads(s, layout, view, *offsets)
+            else:
+                self._store_accumulator_pairs(s, layout, view, *offsets)
             return
-        pair = {2: "unsigned", 4: "u64"}.get(nbytes)
-        if pair is None:
-            raise self.error(f"store_global of {s.src.decl.dtype.name} is not supported by the CUDA back end yet",
-                             s.loc)
+        ctype = _C_TYPES[s.src.decl.dtype.name]
+
+        def body(i, row, col, valid):
+            inside, offset = self._global_address(view, len(offsets), offsets, row, col)
+            if valid:
+                inside = f"{valid} && {inside}"
+            self.line(f"if ({inside}) *reinterpret_cast<{ctype} *>(reinterpret_cast<unsigned char *>({view}_base) + "
+                      f"({offset}) * {nbytes}) = static_cast<{ctype}>({self.element(s.src.decl, i)});")
+
+        self._element_loop(layout, body)
+
+    def _accumulator_store_head(self, layout: Accumulator, view: str, row: str, col_expr: str) -> None:
+        acc = layout.layout
+        self.line(thread_prelude(layout.begin))
+        self.line(f"const int row0_ = {row} + g_ * {acc.m // acc.warpgroups} + 16 * w_ + (lane_ >> 2);")
+        self.line(f"const int col0_ = {col_expr};")
+        self.line(f"unsigned char *const base_ = reinterpret_cast<unsigned char *>({view}_base);")
+
+    def _store_accumulator_pairs(self, s: ir.StoreGlobal, layout: Accumulator, view: str, row: str, col: str):
+        """Each thread stores its fragment's adjacent column pairs (4 or 8 bytes) where aligned and in bounds."""
+        acc = layout.layout
+        src = s.src.decl
+        ctype = _C_TYPES[src.dtype.name]
+        nbytes = src.dtype.nbytes
+        pair = "unsigned" if nbytes == 2 else "u64"
         self.line("{")
         self.indent += 1
-        self.line(f"const int t_ = static_cast<int>(threadIdx.x) - {layout.begin};")
-        self.line("const int w_ = (t_ >> 5) & 3, lane_ = t_ & 31;")
-        self.line(f"const int row0_ = {row} + (t_ >> 7) * {acc.m // acc.warpgroups} + 16 * w_ + (lane_ >> 2);")
-        self.line(f"const int col0_ = {col} + 2 * (lane_ & 3);")
-        self.line(f"unsigned char *const base_ = reinterpret_cast<unsigned char *>({view}_base);")
+        self._accumulator_store_head(layout, view, row, f"{col} + 2 * (lane_ & 3)")
         self.line(f"const bool pairs_ = ({view}_stride1 == 1) && (({view}_stride0 & 1) == 0) && "
-                  f"(({view}_base & {2 * nbytes - 1}) == 0);")
-        self.line("#pragma unroll")
-        self.line(f"for (int mb = 0; mb < {acc.m_blocks}; ++mb)")
-        self.line("#pragma unroll")
-        self.line(f"for (int ni = 0; ni < {acc.n_instructions}; ++ni)")
-        self.line("#pragma unroll")
-        self.line(f"for (int j = 0; j < {acc.instr_n // 8}; ++j)")
-        self.line("#pragma unroll")
-        self.line("for (int h = 0; h < 2; ++h) {")
+                  f"(({view}_base & {2 * nbytes - 1}) == 0) && ((({col}) & 1) == 0);")
+        for mb in range(acc.m_blocks):
+            for ni in range(acc.n_instructions):
+                for j in range(acc.instr_n // 8):
+                    for h in range(2):
+                        reg = (mb * acc.n_instructions + ni) * (acc.instr_n // 2) + 4 * j + 2 * h
+                        if packed(src):
+                            both = f"{self.tensor_name(src)}[{reg // 2}]"
+                        else:
+                            both = (f"(static_cast<u64>(__float_as_uint({self.element(src, reg)})) | "
+                                    f"(static_cast<u64>(__float_as_uint({self.element(src, reg + 1)})) << 32))")
+                        self.line(f"{{ const int r = row0_ + {mb * 64 + 8 * h}, c = col0_ + "
+                                  f"{ni * acc.instr_n + 8 * j};")
+                        self.line(f"  if (r < {view}_size0) {{ const long long e = static_cast<long long>(r) * "
+                                  f"{view}_stride0 + static_cast<long long>(c) * {view}_stride1;")
+                        self.line(f"    if (pairs_ && c + 1 < {view}_size1) *reinterpret_cast<{pair} *>(base_ + e * "
+                                  f"{nbytes}) = {both};")
+                        self.line(f"    else {{ if (c < {view}_size1) *reinterpret_cast<{ctype} *>(base_ + e * {nbytes})"
+                                  f" = static_cast<{ctype}>({self.element(src, reg)}); if (c + 1 < {view}_size1) "
+                                  f"*reinterpret_cast<{ctype} *>(base_ + (e + {view}_stride1) * {nbytes}) = "
+                                  f"static_cast<{ctype}>({self.element(src, reg + 1)}); }} }} }}")
+        self.indent -= 1
+        self.line("}")
+
+    def _store_accumulator_quads(self, s: ir.StoreGlobal, layout: Accumulator, view: str, row: str, col: str):
+        """16-bit tiles: the four lanes of a quad exchange column pairs through shuffles so each lane stores 8
+        consecutive columns (16 bytes, whole 32-byte sectors per quad) instead of 4 bytes at a time."""
+        acc = layout.layout
+        src = s.src.decl
+        name = self.tensor_name(src)
+        ctype = _C_TYPES[src.dtype.name]
+        self.line("{")
         self.indent += 1
-        self.line(f"const int reg = (mb * {acc.n_instructions} + ni) * {acc.instr_n // 2} + 4 * j + 2 * h;")
-        self.line(f"const int r = row0_ + mb * 64 + 8 * h, c = col0_ + ni * {acc.instr_n} + 8 * j;")
-        self.line(f"if (r < {view}_size0) {{")
-        self.line(f"  const long long e = static_cast<long long>(r) * {view}_stride0 + "
-                  f"static_cast<long long>(c) * {view}_stride1;")
-        self.line(f"  if (pairs_ && c + 1 < {view}_size1) {{")
-        self.line(f"    {ctype} v2[2] = {{{src}[reg], {src}[reg + 1]}};")
-        self.line(f"    *reinterpret_cast<{pair} *>(base_ + e * {nbytes}) = *reinterpret_cast<{pair} *>(v2);")
-        self.line("  } else {")
-        self.line(f"    if (c < {view}_size1) *reinterpret_cast<{ctype} *>(base_ + e * {nbytes}) = {src}[reg];")
-        self.line(f"    if (c + 1 < {view}_size1) *reinterpret_cast<{ctype} *>(base_ + (e + {view}_stride1) * "
-                  f"{nbytes}) = {src}[reg + 1];")
-        self.line("  }")
-        self.line("}")
+        self._accumulator_store_head(layout, view, row, f"{col} + 8 * (lane_ & 3)")
+        self.line("const int q_ = lane_ & 3;")
+        self.line(f"const bool vec_ = ({view}_stride1 == 1) && (({view}_stride0 & 7) == 0) && (({view}_base & 15) == 0)"
+                  f" && ((({col}) & 7) == 0);")
+        for mb in range(acc.m_blocks):
+            for ni in range(acc.n_instructions):
+                for t in range(acc.instr_n // 32):
+                    for h in range(2):
+                        reg = (mb * acc.n_instructions + ni) * (acc.instr_n // 2) + 16 * t + 2 * h
+                        words = ", ".join(f"{name}[{(reg + 4 * k) // 2}]" for k in range(4))
+                        self.line("{")
+                        self.line(f"  const unsigned p_[4] = {{{words}}}; unsigned v_[4];")
+                        self.line("  // Lane q gathers chunk 4t+q: from quad lane (q+s)&3 the pair that lane holds.")
+                        self.line("  #pragma unroll")
+                        self.line("  for (int s = 0; s < 4; ++s) v_[s] = __shfl_sync(0xffffffffu, select4((q_ - s) & 3, "
+                                  "p_[0], p_[1], p_[2], p_[3]), (lane_ & ~3) | ((q_ + s) & 3));")
+                        self.line("  U4 out_;")
+                        self.line("  out_.x = select4((0 - q_) & 3, v_[0], v_[1], v_[2], v_[3]); "
+                                  "out_.y = select4((1 - q_) & 3, v_[0], v_[1], v_[2], v_[3]);")
+                        self.line("  out_.z = select4((2 - q_) & 3, v_[0], v_[1], v_[2], v_[3]); "
+                                  "out_.w = select4((3 - q_) & 3, v_[0], v_[1], v_[2], v_[3]);")
+                        self.line(f"  const int r = row0_ + {mb * 64 + 8 * h}, c = col0_ + {ni * acc.instr_n + 32 * t};")
+                        self.line(f"  if (r < {view}_size0) {{")
+                        self.line(f"    const long long e = static_cast<long long>(r) * {view}_stride0 + "
+                                  f"static_cast<long long>(c) * {view}_stride1;")
+                        self.line(f"    if (vec_ && c + 7 < {view}_size1) *reinterpret_cast<U4 *>(base_ + e * 2) = out_;")
+                        self.line("    else {")
+                        self.line("      const unsigned w_out[4] = {out_.x, out_.y, out_.z, out_.w};")
+                        self.line("      #pragma unroll")
+                        self.line(f"      for (int i = 0; i < 8; ++i) if (c + i < {view}_size1) "
+                                  f"*reinterpret_cast<{ctype} *>(base_ + (e + i * {view}_stride1) * 2) = "
+                                  f"static_cast<{ctype}>(w_out[i >> 1] >> (16 * (i & 1)));")
+                        self.line("    }")
+                        self.line("  }")
+                        self.line("}")
         self.indent -= 1
         self.line("}")
-        self.indent -= 1
-        self.line("}")
-
-
-def _store_global_quads(self, s, layout, view: str, src: str, row: str, col: str) -> None:
-    acc: AccumulatorLayout = layout.layout
-    ctype = _C_TYPES[s.src.decl.dtype.name]
-    self.line("{")
-    self.indent += 1
-    self.line(f"const int t_ = static_cast<int>(threadIdx.x) - {layout.begin};")
-    self.line("const int w_ = (t_ >> 5) & 3, lane_ = t_ & 31, q_ = lane_ & 3;")
-    self.line(f"const int row0_ = {row} + (t_ >> 7) * {acc.m // acc.warpgroups} + 16 * w_ + (lane_ >> 2);")
-    self.line(f"const int col0_ = {col} + 8 * q_;")
-    self.line(f"unsigned char *const base_ = reinterpret_cast<unsigned char *>({view}_base);")
-    self.line(f"const bool vec_ = ({view}_stride1 == 1) && (({view}_stride0 & 7) == 0) && (({view}_base & 15) == 0) "
-              f"&& ((({col}) & 7) == 0);")
-    self.line("#pragma unroll")
-    self.line(f"for (int mb = 0; mb < {acc.m_blocks}; ++mb)")
-    self.line("#pragma unroll")
-    self.line(f"for (int ni = 0; ni < {acc.n_instructions}; ++ni)")
-    self.line("#pragma unroll")
-    self.line(f"for (int t = 0; t < {acc.instr_n // 32}; ++t)")
-    self.line("#pragma unroll")
-    self.line("for (int h = 0; h < 2; ++h) {")
-    self.indent += 1
-    self.line(f"const int reg = (mb * {acc.n_instructions} + ni) * {acc.instr_n // 2} + 16 * t + 2 * h;")
-    self.line("unsigned p_[4], v_[4], w_out[4];")
-    self.line("#pragma unroll")
-    self.line(f"for (int k = 0; k < 4; ++k) p_[k] = static_cast<unsigned>({src}[reg + 4 * k]) | "
-              f"(static_cast<unsigned>({src}[reg + 4 * k + 1]) << 16);")
-    self.line("// Lane q gathers chunk 4t+q: from quad lane (q+s)&3 the pair that lane holds for it.")
-    self.line("#pragma unroll")
-    self.line("for (int s = 0; s < 4; ++s)")
-    self.line("  v_[s] = __shfl_sync(0xffffffffu, select4((q_ - s) & 3, p_[0], p_[1], p_[2], p_[3]), "
-              "(lane_ & ~3) | ((q_ + s) & 3));")
-    self.line("#pragma unroll")
-    self.line("for (int m = 0; m < 4; ++m) w_out[m] = select4((m - q_) & 3, v_[0], v_[1], v_[2], v_[3]);")
-    self.line(f"const int r = row0_ + mb * 64 + 8 * h, c = col0_ + ni * {acc.instr_n} + 32 * t;")
-    self.line(f"if (r < {view}_size0) {{")
-    self.line(f"  const long long e = static_cast<long long>(r) * {view}_stride0 + "
-              f"static_cast<long long>(c) * {view}_stride1;")
-    self.line(f"  if (vec_ && c + 7 < {view}_size1) {{")
-    self.line("    U4 out_; out_.x = w_out[0]; out_.y = w_out[1]; out_.z = w_out[2]; out_.w = w_out[3];")
-    self.line("    *reinterpret_cast<U4 *>(base_ + e * 2) = out_;")
-    self.line("  } else {")
-    self.line("    #pragma unroll")
-    self.line("    for (int i = 0; i < 8; ++i)")
-    self.line(f"      if (c + i < {view}_size1) *reinterpret_cast<{ctype} *>(base_ + (e + i * {view}_stride1) * 2) "
-              f"= static_cast<{ctype}>(w_out[i >> 1] >> (16 * (i & 1)));")
-    self.line("  }")
-    self.line("}")
-    self.indent -= 1
-    self.line("}")
-    self.indent -= 1
-    self.line("}")
-
-
-CodeGenerator._store_global_quads = _store_global_quads
 
 
 def _merge(a: dict, b: dict) -> dict:

@@ -13,6 +13,7 @@ import ast
 import builtins
 import inspect
 import operator
+import os
 import textwrap
 from dataclasses import replace
 from functools import lru_cache
@@ -49,7 +50,8 @@ def _parse_function(function) -> tuple[ast.FunctionDef, str]:
     """The AST of ``function`` with line numbers of its file, and the file's path."""
     try:
         lines, first_line = inspect.getsourcelines(function)
-        path = inspect.getsourcefile(function) or "<unknown>"
+        # The real path, so a kernel reached through different spellings generates identical source (cache keys).
+        path = os.path.realpath(inspect.getsourcefile(function) or "<unknown>")
     except (OSError, TypeError) as error:
         raise CompileError(f"cannot read the source of {function.__qualname__}: {error}; kernels must be defined "
                            f"in a file") from None

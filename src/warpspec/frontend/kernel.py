@@ -156,8 +156,10 @@ class _ScriptSelf:
             return InlineFunction(attribute, self)
         if name in vars(self.script):
             return vars(self.script)[name]
+        if attribute is not None and not name.startswith("_"):
+            return attribute  # a class attribute: a compile-time value like any other
         raise self.language.b.error(f"self.{name} is neither part of the language nor set in "
-                                    f"{self.cls.__name__}.__init__")
+                                    f"{self.cls.__name__}.__init__ or its class")
 
     def set_attribute(self, name: str, value) -> None:
         raise self.language.b.error(f"cannot set self.{name} inside a kernel; use a local variable (only "

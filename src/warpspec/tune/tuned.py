@@ -12,6 +12,7 @@ class TunedScript:
     def __init__(self, cls, args: tuple, kwargs: dict, space):
         self.cls, self.args, self.kwargs, self.space = cls, args, kwargs, space
         self._instances: dict = {}
+        self.last_report = None  # the tuner's report of the last GPU call that tuned (warpspec.tune.tuner)
 
     def schedules(self) -> list[dict]:
         """Every schedule (tuned parameter values), in decorator order."""

@@ -1,0 +1,133 @@
+"""Timing kernels on the GPU: CUDA events around each launch, the L2 cache flushed before each, the median kept.
+
+Events are PyTorch's (``torch.cuda.Event``) when the caller's PyTorch has initialised CUDA, so that they are
+recorded on the stream warpspec launches on (PyTorch's current stream); otherwise the driver's (``cuEventCreate``)
+on stream 0, where warpspec then launches. warpspec never imports PyTorch itself: that alone would cost seconds.
+
+The L2 flush writes a 256 MB buffer (the H100/H200 L2 is 50-60 MB) before every timed launch, so each launch
+starts with cold caches as it would inside a real workload rather than reading the previous run's operands from
+L2.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from collections.abc import Callable
+from contextlib import contextmanager
+
+L2_FLUSH_BYTES = 256 << 20
+
+
+class _TorchClock:
+    """Events and flush buffer from PyTorch, on its current stream."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.buffer = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+
+    def flush(self) -> None:
+        self.buffer.zero_()
+
+    def elapsed_ms(self, launch: Callable[[], None]) -> float:
+        start, stop = (self.torch.cuda.Event(enable_timing=True) for _ in range(2))
+        start.record()
+        launch()
+        stop.record()
+        stop.synchronize()
+        return start.elapsed_time(stop)
+
+    def close(self) -> None:
+        del self.buffer
+
+
+class _DriverClock:
+    """Events and flush buffer from the CUDA driver, on stream 0 (where warpspec launches without PyTorch)."""
+
+    def __init__(self):
+        from cuda.bindings import driver as cu
+
+        from warpspec.cuda.driver import check, context
+
+        self.cu, self.check = cu, check
+        context()
+        self.stream = cu.CUstream(0)
+        self.events = [check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DEFAULT), "cuEventCreate") for _ in "ab"]
+        self.buffer = check(cu.cuMemAlloc(L2_FLUSH_BYTES), "allocating the L2 flush buffer")
+
+    def flush(self) -> None:
+        self.check(self.cu.cuMemsetD8Async(self.buffer, 0, L2_FLUSH_BYTES, self.stream), "flushing L2")
+
+    def elapsed_ms(self, launch: Callable[[], None]) -> float:
+        cu, check = self.cu, self.check
+        start, stop = self.events
+        check(cu.cuEventRecord(start, self.stream), "cuEventRecord")
+        launch()
+        check(cu.cuEventRecord(stop, self.stream), "cuEventRecord")
+        check(cu.cuEventSynchronize(stop), "cuEventSynchronize")
+        return check(cu.cuEventElapsedTime(start, stop), "cuEventElapsedTime")
+
+    def close(self) -> None:
+        self.check(self.cu.cuMemFree(self.buffer), "freeing the L2 flush buffer")
+        for event in self.events:
+            self.check(self.cu.cuEventDestroy(event), "cuEventDestroy")
+
+
+def median_ms(clock, launch: Callable[[], None], runs: int, warmup: int) -> float:
+    """The median over ``runs`` event-timed calls of ``launch`` (each after an L2 flush), after ``warmup``
+    untimed calls (module loading, first-touch of the operands)."""
+    for _ in range(warmup):
+        launch()
+    samples = []
+    for _ in range(runs):
+        clock.flush()
+        samples.append(clock.elapsed_ms(launch))
+    return statistics.median(samples)
+
+
+def device_identity() -> dict:
+    """The GPU warpspec launches on, as it enters tuning keys: name, compute capability and driver version."""
+    from cuda.bindings import driver as cu
+
+    from warpspec.cuda.driver import check, context
+
+    context()
+    device = check(cu.cuCtxGetDevice(), "cuCtxGetDevice")
+    name = check(cu.cuDeviceGetName(256, device), "cuDeviceGetName")
+    attribute = cu.CUdevice_attribute
+    major = check(cu.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device))
+    minor = check(cu.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device))
+    return {"gpu": name.split(b"\0", 1)[0].decode(errors="replace"), "compute_capability": f"{major}.{minor}",
+            "driver": check(cu.cuDriverGetVersion(), "cuDriverGetVersion")}
+
+
+class CudaBench:
+    """The tuner's view of the GPU: who it is, how long a kernel takes, and the launch itself. Tests replace it
+    (``warpspec.tune.tuner.configure(bench=...)``) with a fake that needs no GPU."""
+
+    def __init__(self, runs: int = 10, warmup: int = 1):
+        self.runs, self.warmup = runs, warmup
+
+    def identity(self) -> dict:
+        """See ``device_identity``."""
+        return device_identity()
+
+    @contextmanager
+    def timing(self):
+        """Yield ``time(kernel, runtime, built) -> median milliseconds`` of launching ``built`` (the
+        ``BuiltKernel`` of ``kernel``); the flush buffer and events live as long as the block."""
+        from warpspec.cuda.launch import run_kernel
+
+        torch = sys.modules.get("torch")
+        clock = _TorchClock(torch) if torch is not None and torch.cuda.is_initialized() else _DriverClock()
+        try:
+            yield lambda kernel, runtime, built: median_ms(clock, lambda: run_kernel(kernel, runtime, built=built),
+                                                           self.runs, self.warmup)
+        finally:
+            clock.close()
+
+    def launch(self, kernel, runtime: dict) -> None:
+        """Run ``kernel`` once with these runtime arguments (by parameter name)."""
+        from warpspec.cuda.launch import run_kernel
+
+        run_kernel(kernel, runtime)

@@ -1,0 +1,132 @@
+"""Tuning results that outlive the process: one JSON file per tuning key under ``cache_dir()/tuning``.
+
+The key covers everything that can change which schedule wins: the kernel's source (the text of the files
+defining the Script class and its bases, and its qualified name), its autotune candidates, the constructor
+arguments that are not tuned, the compile-time call arguments, a bucket of the runtime sizes (see
+``size_bucket``), the GPU (name and compute capability), the driver version and the NVRTC version. Files are
+written to a temporary name in the same folder and moved into place with ``os.replace`` (atomic on POSIX), so
+concurrent processes tuning the same kernel never see a partial file: the last writer wins, and both wrote a
+valid winner.
+
+``warpspec cache clear --tuning`` (or ``warpspec.cuda.compiler.clear_cache("tuning")``) forgets every winner.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import pathlib
+import tempfile
+import warnings
+
+from warpspec.cuda.compiler import cache_dir
+
+TUNING_KIND = "tuning"
+#: Version of the record layout; a new layout gets a new number, which also changes every key.
+FORMAT = 1
+
+
+def tuning_dir() -> pathlib.Path:
+    """The folder holding the tuning records."""
+    return cache_dir() / TUNING_KIND
+
+
+def size_bucket(value: int) -> int:
+    """The bucket a runtime size falls in: the next power of two at or above it (sizes up to 1 share bucket 1).
+
+    Sizes in one bucket share a winner: tuning again for every distinct size would cost a tuning run per shape.
+    """
+    return 1 if value <= 1 else 1 << (value - 1).bit_length()
+
+
+def source_identity(script_cls) -> dict:
+    """What identifies a Script's code: its qualified name and one sha256 over the text of every file that
+    defines it: the class's own file and the files of the functions of every class it inherits from (the kernel
+    body and helpers may live in a base class elsewhere). Any edit to those files makes earlier winners
+    unreachable."""
+    files = set()
+    for klass in script_cls.__mro__:
+        for value in vars(klass).values():
+            code = getattr(value, "__code__", None)
+            if code is not None:
+                files.add(code.co_filename)
+    try:
+        files.add(inspect.getsourcefile(script_cls))
+    except (TypeError, OSError):
+        pass  # a class whose module is not in sys.modules: its functions' files identify it
+    # Contents only, not paths: one file reached by two spellings of its path (or a moved project) is one source.
+    digests = set()
+    for name in files:
+        try:
+            digests.add(hashlib.sha256(pathlib.Path(name).read_bytes()).hexdigest())
+        except OSError:
+            continue  # code compiled from a string has no file
+    combined = hashlib.sha256(" ".join(sorted(digests)).encode()).hexdigest()
+    return {"class": f"{script_cls.__module__}.{script_cls.__qualname__}", "source_sha256": combined}
+
+
+def as_json(value):
+    """``value`` as it reads back from JSON (tuples become lists, keys strings, other objects their repr): how
+    stored schedules and key material compare with live ones."""
+    return json.loads(json.dumps(value, sort_keys=True, default=repr))
+
+
+def entry_key(material: dict) -> str:
+    """The file name stem of the record for ``material`` (the JSON-able dict of everything in the key)."""
+    text = json.dumps([FORMAT, material], sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def entry_path(key: str) -> pathlib.Path:
+    """Where the record of ``key`` lives."""
+    return tuning_dir() / f"{key}.json"
+
+
+def load(key: str, material: dict) -> dict | None:
+    """The record stored under ``key``, or None when there is none or it is unreadable or describes something
+    else (a record edited by hand, or another format): tuning then runs again and replaces it."""
+    try:
+        record = json.loads(entry_path(key).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        return None
+    if record.get("material") != as_json(material):
+        return None
+    return record
+
+
+def store(key: str, material: dict, record: dict) -> pathlib.Path | None:
+    """Write ``record`` (a JSON-able dict) under ``key`` atomically and return its path. A cache that cannot be
+    written costs a tuning run in the next process, so failure only warns (and returns None)."""
+    path = entry_path(key)
+    text = json.dumps({**record, "format": FORMAT, "material": material}, sort_keys=True, indent=1, default=repr)
+    temp_name = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Same folder as the target: os.replace is atomic only within one file system.
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{key[:16]}.", suffix=".tmp",
+                                         delete=False) as f:
+            temp_name = f.name
+            f.write(text)
+        os.replace(temp_name, path)
+    except OSError as error:
+        if temp_name is not None:
+            try:
+                os.unlink(temp_name)
+            except OSError:
+                pass
+        warnings.warn(f"warpspec could not write the tuning record {path}: {error}", RuntimeWarning, stacklevel=2)
+        return None
+    return path
+
+
+def count_entries(kind: str) -> int:
+    """How many cache entries of ``kind`` (a subfolder of ``cache_dir()``: ``"cubin"``, ``"tuning"``) exist,
+    leaving out temporary files of writes in progress."""
+    folder = cache_dir() / kind
+    if not folder.is_dir():
+        return 0
+    return sum(1 for path in folder.iterdir() if path.is_file() and not path.name.startswith("."))

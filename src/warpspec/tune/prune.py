@@ -1,0 +1,107 @@
+"""Rules that reject a schedule before anything is compiled, each with the reason it cannot work.
+
+A schedule is pruned when
+
+- its IR does not build: the front end already enforces WGMMA's shape rules (M a multiple of 64 per consumer
+  warpgroup, N a multiple of 8 up to 256, K in 16-byte steps) and TMA's 16-byte inner box rule, so the reason is
+  the front end's ``CompileError`` message;
+- its shared memory (every stage of every tile, with the 1 KB alignment padding TMA's swizzles need, plus the
+  mbarriers) exceeds what one block may use: the size is the CUDA back end's own plan, not an estimate;
+- a tile has no shared-memory layout that both TMA and WGMMA can use (TMA box limits, swizzle/tile combinations):
+  the layout chooser's reason;
+- its WGMMA accumulators need more than ``MAX_ACCUMULATOR_REGISTERS`` f32 registers per thread.
+
+Nothing here needs a GPU or a compiler: it takes milliseconds per schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from warpspec.cuda.codegen import SHARED_LIMIT, CodeGenerator
+from warpspec.errors import CompileError
+from warpspec.ir import nodes as ir
+
+#: Most f32 accumulator registers a thread may hold. A thread has at most 255 registers; a warp-specialized WGMMA
+#: kernel needs about 90 besides its accumulators (descriptors, addresses, loop and phase state, the epilogue's
+#: conversions: V3's 128x64 schedules use 90 registers with 32 accumulators). Past this ptxas spills or serializes
+#: the wgmma pipeline, as V3's 128x256 tile (256 accumulator registers) does.
+MAX_ACCUMULATOR_REGISTERS = 168
+
+
+@dataclass(frozen=True)
+class SharedPlan:
+    """What the CUDA back end's planning step decided for a kernel, without generating code."""
+
+    shared_bytes: int  # tiles and mbarriers; the launch adds the 1 KB alignment reserve on top
+    limit_bytes: int  # the most a block may use, on the same terms
+    accumulator_registers: dict[str, int]  # f32 registers per thread of each WGMMA accumulator, by tensor name
+    registers_per_thread: int  # the largest per-thread total over the consumer thread groups
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of pruning one schedule: ``reason`` is None when it is worth compiling."""
+
+    reason: str | None
+    kernel: ir.Kernel | None = None  # None when the IR did not build
+    plan: SharedPlan | None = None  # None when planning failed
+    shared_bytes: int | None = None  # planned shared memory (tiles and barriers), when the plan got that far
+
+    @property
+    def pruned(self) -> bool:
+        """Whether the schedule cannot work."""
+        return self.reason is not None
+
+
+def plan_kernel(kernel: ir.Kernel) -> SharedPlan:
+    """Run the CUDA code generator's planning steps (register layouts, shared memory, tensor maps) on ``kernel``.
+
+    Raises ``CompileError`` when the plan is impossible: a shared tile with no TMA/WGMMA layout, shared memory
+    over the block limit (the error's ``shared_bytes`` attribute carries the size), tensor maps the back end
+    cannot encode.
+    """
+    generator = CodeGenerator(kernel)
+    generator.plan()
+    accumulators: dict[str, int] = {}
+    per_group: dict[tuple[int, int], int] = {}
+    for stmt in ir.walk(kernel.body):
+        if isinstance(stmt, ir.WgmmaMma) and stmt.d.decl.name not in accumulators:
+            registers = generator.reg_layouts[stmt.d.decl.uid].registers
+            accumulators[stmt.d.decl.name] = registers
+            per_group[stmt.threads] = per_group.get(stmt.threads, 0) + registers
+    return SharedPlan(generator.shared_bytes, shared_limit_bytes(), accumulators, max(per_group.values(), default=0))
+
+
+def shared_limit_bytes() -> int:
+    """The shared memory one block may plan for (tiles and barriers): 227 KB less the 1 KB alignment reserve,
+    the limit the code generator enforces."""
+    return SHARED_LIMIT
+
+
+def prune(script, compile_time: dict) -> Verdict:
+    """Decide whether the pinned Script ``script`` can work for these compile-time arguments, before compiling.
+
+    Builds the IR (``kernel_for``, so the launch reuses it) and the back end's plan; the verdict's reason says
+    which rule rejected the schedule, with the numbers.
+    """
+    from warpspec.runtime import kernel_for
+
+    try:
+        kernel = kernel_for(script, compile_time)
+    except CompileError as error:
+        return Verdict(str(error))
+    try:
+        plan = plan_kernel(kernel)
+    except CompileError as error:
+        needed = getattr(error, "shared_bytes", None)
+        if needed is not None and needed > shared_limit_bytes():
+            return Verdict(f"needs {needed} bytes of shared memory (tiles and barriers); a block has at most "
+                           f"{shared_limit_bytes()}", kernel, shared_bytes=needed)
+        return Verdict(str(error), kernel)
+    if plan.registers_per_thread > MAX_ACCUMULATOR_REGISTERS:
+        names = " + ".join(f"{name} {count}" for name, count in plan.accumulator_registers.items())
+        return Verdict(f"WGMMA accumulators need {plan.registers_per_thread} f32 registers per thread ({names}); "
+                       f"more than {MAX_ACCUMULATOR_REGISTERS} leave too few for the rest of the kernel", kernel, plan,
+                       plan.shared_bytes)
+    return Verdict(None, kernel, plan, plan.shared_bytes)

@@ -1,0 +1,183 @@
+"""Matmul kernels that exercise one language feature each, on both back ends.
+
+All compute C = A·Bᵀ (A [M, K], B [N, K]) with one TMA producer warp and WGMMA consumers, through a Pipeline.
+"""
+
+import warpspec
+from warpspec import bfloat16, cdiv, float16, float32, int32
+
+
+class _Matmul(warpspec.Script):
+    """Shared structure: the producer and the launch shape; subclasses write the consumer."""
+
+    consumer_threads = 128
+    warps = 5
+
+    def __init__(self, num_stages=2, block_m=128, block_n=64, block_k=64):
+        super().__init__()
+        self.num_stages = num_stages
+        self.block_m = block_m
+        self.block_n = block_n
+        self.block_k = block_k
+
+    def setup(self, m_size, n_size, k_size, a_ptr, b_ptr, dtype):
+        self.attrs.blocks = [cdiv(m_size, self.block_m), cdiv(n_size, self.block_n)]
+        self.attrs.warps = self.warps
+        ga = self.global_view(a_ptr, dtype=dtype, shape=[m_size, k_size])
+        gb = self.global_view(b_ptr, dtype=dtype, shape=[n_size, k_size])
+        sa = self.shared_tensor(dtype=dtype, shape=[self.num_stages, self.block_m, self.block_k])
+        sb = self.shared_tensor(dtype=dtype, shape=[self.num_stages, self.block_n, self.block_k])
+        pipe = warpspec.Pipeline(self.num_stages, consumer_arrivals=self.consumer_threads)
+        return ga, gb, sa, sb, pipe
+
+    def produce(self, pipe, ga, gb, sa, sb, k_size):
+        offset_m: int32 = self.block_m * self.blockIdx.x
+        offset_n: int32 = self.block_n * self.blockIdx.y
+        for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
+            pipe.producer_acquire()
+            with self.single_thread():
+                stage = pipe.producer_stage
+                self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), sa[stage].nbytes + sb[stage].nbytes)
+                self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k],
+                                          mbarrier=pipe.producer_barrier())
+                self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k],
+                                          mbarrier=pipe.producer_barrier())
+            pipe.producer_advance()
+
+
+class MatmulBF16(_Matmul):
+    """bfloat16 inputs and output, float32 accumulators."""
+
+    def __call__(self, m_size: int32, n_size: int32, k_size: int32, a_ptr: ~bfloat16, b_ptr: ~bfloat16,
+                 c_ptr: ~bfloat16):
+        ga, gb, sa, sb, pipe = self.setup(m_size, n_size, k_size, a_ptr, b_ptr, bfloat16)
+        acc = self.register_tensor(dtype=float32, shape=[self.block_m, self.block_n], init=0.0)
+        with self.thread_group(thread_begin=128, num_threads=32):
+            self.produce(pipe, ga, gb, sa, sb, k_size)
+        with self.thread_group(thread_begin=0, num_threads=128):
+            for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
+                pipe.consumer_acquire()
+                self.wgmma.fence()
+                self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
+                self.wgmma.commit_group()
+                self.wgmma.wait_group(0)
+                pipe.consumer_release()
+                pipe.consumer_advance()
+            gc = self.global_view(c_ptr, dtype=bfloat16, shape=[m_size, n_size])
+            self.store_global(gc, self.cast(acc, bfloat16),
+                              offsets=[self.block_m * self.blockIdx.x, self.block_n * self.blockIdx.y])
+
+
+class MatmulF16Accumulator(_Matmul):
+    """float16 accumulators (wgmma .f16 D), stored without a cast."""
+
+    def __call__(self, m_size: int32, n_size: int32, k_size: int32, a_ptr: ~float16, b_ptr: ~float16,
+                 c_ptr: ~float16):
+        ga, gb, sa, sb, pipe = self.setup(m_size, n_size, k_size, a_ptr, b_ptr, float16)
+        acc = self.register_tensor(dtype=float16, shape=[self.block_m, self.block_n], init=0.0)
+        with self.thread_group(thread_begin=128, num_threads=32):
+            self.produce(pipe, ga, gb, sa, sb, k_size)
+        with self.thread_group(thread_begin=0, num_threads=128):
+            for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
+                pipe.consumer_acquire()
+                self.wgmma.fence()
+                self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
+                self.wgmma.commit_group()
+                self.wgmma.wait_group(0)
+                pipe.consumer_release()
+                pipe.consumer_advance()
+            gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
+            self.store_global(gc, acc, offsets=[self.block_m * self.blockIdx.x, self.block_n * self.blockIdx.y])
+
+
+class MatmulRegisterA(_Matmul):
+    """A read from shared memory into registers (WGMMA A fragments), B from shared memory."""
+
+    def __call__(self, m_size: int32, n_size: int32, k_size: int32, a_ptr: ~float16, b_ptr: ~float16,
+                 c_ptr: ~float16):
+        ga, gb, sa, sb, pipe = self.setup(m_size, n_size, k_size, a_ptr, b_ptr, float16)
+        acc = self.register_tensor(dtype=float32, shape=[self.block_m, self.block_n], init=0.0)
+        with self.thread_group(thread_begin=128, num_threads=32):
+            self.produce(pipe, ga, gb, sa, sb, k_size)
+        with self.thread_group(thread_begin=0, num_threads=128):
+            for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
+                pipe.consumer_acquire()
+                a_regs = self.load_shared(sa[pipe.consumer_stage])
+                self.wgmma.fence()
+                self.wgmma.mma(a_regs, sb[pipe.consumer_stage].transpose(), acc)
+                self.wgmma.commit_group()
+                self.wgmma.wait_group(0)
+                pipe.consumer_release()
+                pipe.consumer_advance()
+            gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
+            self.store_global(gc, self.cast(acc, float16),
+                              offsets=[self.block_m * self.blockIdx.x, self.block_n * self.blockIdx.y])
+
+
+class MatmulSharedEpilogue(_Matmul):
+    """The epilogue goes through shared memory: store_shared, fence_proxy_async, sync, then one TMA store."""
+
+    def __call__(self, m_size: int32, n_size: int32, k_size: int32, a_ptr: ~float16, b_ptr: ~float16,
+                 c_ptr: ~float16):
+        ga, gb, sa, sb, pipe = self.setup(m_size, n_size, k_size, a_ptr, b_ptr, float16)
+        sc = self.shared_tensor(dtype=float16, shape=[self.block_m, self.block_n])
+        acc = self.register_tensor(dtype=float32, shape=[self.block_m, self.block_n], init=0.0)
+        with self.thread_group(thread_begin=128, num_threads=32):
+            self.produce(pipe, ga, gb, sa, sb, k_size)
+        with self.thread_group(thread_begin=0, num_threads=128):
+            for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
+                pipe.consumer_acquire()
+                self.wgmma.fence()
+                self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
+                self.wgmma.commit_group()
+                self.wgmma.wait_group(0)
+                pipe.consumer_release()
+                pipe.consumer_advance()
+            self.store_shared(sc, self.cast(acc, float16))
+            self.fence_proxy_async()
+            self.sync()
+            gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
+            with self.single_thread():
+                self.tma.shared_to_global(src=sc, dst=gc,
+                                          offsets=[self.block_m * self.blockIdx.x, self.block_n * self.blockIdx.y])
+                self.tma.commit_group()
+                self.tma.wait_group(0)
+
+
+class MatmulRegisterBudgets(_Matmul):
+    """Two consumer warpgroups and a producer warpgroup with setmaxnreg budgets 232 / 40 (384 threads)."""
+
+    consumer_threads = 256
+    warps = 12
+
+    def __call__(self, m_size: int32, n_size: int32, k_size: int32, a_ptr: ~float16, b_ptr: ~float16,
+                 c_ptr: ~float16):
+        ga, gb, sa, sb, pipe = self.setup(m_size, n_size, k_size, a_ptr, b_ptr, float16)
+        acc = self.register_tensor(dtype=float32, shape=[self.block_m, self.block_n], init=0.0)
+        with self.thread_group(thread_begin=256, num_threads=128, max_registers=40):
+            self.produce(pipe, ga, gb, sa, sb, k_size)
+        with self.thread_group(thread_begin=0, num_threads=256, max_registers=232):
+            for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
+                pipe.consumer_acquire()
+                self.wgmma.fence()
+                self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
+                self.wgmma.commit_group()
+                self.wgmma.wait_group(0)
+                pipe.consumer_release()
+                pipe.consumer_advance()
+            gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
+            self.store_global(gc, self.cast(acc, float16),
+                              offsets=[self.block_m * self.blockIdx.x, self.block_n * self.blockIdx.y])
+
+
+class ScaleRows(warpspec.Script):
+    """out = 2·x + 1, tile by tile through registers (load_global / store_global, no TMA)."""
+
+    def __call__(self, m_size: int32, n_size: int32, x_ptr: ~float32, out_ptr: ~float32):
+        self.attrs.blocks = [cdiv(m_size, 16), cdiv(n_size, 64)]
+        self.attrs.warps = 4
+        x = self.global_view(x_ptr, dtype=float32, shape=[m_size, n_size])
+        out = self.global_view(out_ptr, dtype=float32, shape=[m_size, n_size])
+        offsets = [16 * self.blockIdx.x, 64 * self.blockIdx.y]
+        tile = self.load_global(x, offsets=offsets, shape=[16, 64])
+        self.store_global(out, tile * 2.0 + 1.0, offsets=offsets)

@@ -1,0 +1,123 @@
+"""Features beyond the seed's V3 on both back ends: bf16, f16 accumulators, A from registers, a shared-memory
+epilogue with a TMA store, setmaxnreg budgets and register tiles through load_global/store_global.
+
+CPU: the emulator against numpy, and the machine code the CUDA back end generates. GPU (marked): against torch."""
+
+import numpy as np
+import pytest
+
+import feature_kernels as fk
+import warpspec
+from warpspec.cuda import sass
+from warpspec.cuda.launch import build
+from warpspec.dtypes import bfloat16, round_to
+from warpspec.runtime import kernel_for
+
+MATMULS = [fk.MatmulBF16, fk.MatmulF16Accumulator, fk.MatmulRegisterA, fk.MatmulSharedEpilogue,
+           fk.MatmulRegisterBudgets]
+# float16 accumulators round every partial sum to 11 bits; the others accumulate in float32.
+TOLERANCE = {fk.MatmulF16Accumulator: 2e-2}
+
+
+def _schedule(cls):
+    return dict(num_stages=2, block_m=128, block_n=64, block_k=64)
+
+
+def _inputs(cls, m, n, k, seed=0):
+    rng = np.random.default_rng(seed)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((n, k))
+    if cls is fk.MatmulBF16:
+        return round_to(bfloat16, a.astype(np.float32)), round_to(bfloat16, b.astype(np.float32)), np.float32
+    return a.astype(np.float16), b.astype(np.float16), np.float16
+
+
+@pytest.mark.parametrize("cls", MATMULS, ids=lambda c: c.__name__)
+def test_emulator_against_numpy(cls):
+    m, n, k = 200, 136, 192
+    a, b, out_dtype = _inputs(cls, m, n, k)
+    c = np.full((m, n), np.nan, dtype=out_dtype)
+    with warpspec.use_backend("emulator"):
+        cls(**_schedule(cls))(m, n, k, a, b, c)
+    reference = a.astype(np.float64) @ b.astype(np.float64).T
+    error = np.linalg.norm(c.astype(np.float64) - reference) / np.linalg.norm(reference)
+    assert error < TOLERANCE.get(cls, 1e-2)
+
+
+def test_register_tiles_on_the_emulator():
+    x = np.random.default_rng(1).standard_normal((40, 100)).astype(np.float32)
+    out = np.full_like(x, np.nan)
+    with warpspec.use_backend("emulator"):
+        fk.ScaleRows()(40, 100, x, out)
+    np.testing.assert_array_equal(out, x * 2 + 1)
+
+
+def _machine_code(cls):
+    kernel = kernel_for(cls(**_schedule(cls)), {})
+    built = build(kernel)
+    return built, sass.disassemble(built.module.cubin)
+
+
+@pytest.mark.parametrize("cls", MATMULS, ids=lambda c: c.__name__)
+def test_every_feature_compiles_without_local_memory(cls):
+    built, text = _machine_code(cls)
+    counts = sass.count_instructions(text, ["HGMMA", "UTMALDG", "LDL", "STL"])
+    assert counts["HGMMA"] > 0 and counts["UTMALDG"] > 0
+    assert counts["LDL"] == 0 and counts["STL"] == 0
+    report = next(iter(sass.parse_ptxas_log(built.module.log).values()))
+    assert report.spill_store_bytes == 0
+
+
+def test_float16_accumulators_and_bf16_inputs_use_their_wgmma_forms():
+    _, f16 = _machine_code(fk.MatmulF16Accumulator)
+    assert "HGMMA.64x64x16.F16" in f16
+    _, bf16 = _machine_code(fk.MatmulBF16)
+    assert "HGMMA.64x64x16.F32.BF16" in bf16
+
+
+def test_register_a_uses_the_rs_form():
+    built, _ = _machine_code(fk.MatmulRegisterA)
+    assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0" in built.generated.source
+    assert "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;" in built.generated.source
+
+
+def test_shared_epilogue_ends_in_a_tma_store():
+    _, text = _machine_code(fk.MatmulSharedEpilogue)
+    counts = sass.count_instructions(text, ["UTMASTG", "FENCE"])
+    assert counts["UTMASTG"] == 1 and counts["FENCE"] >= 1
+
+
+def test_register_budgets_become_setmaxnreg():
+    built, text = _machine_code(fk.MatmulRegisterBudgets)
+    assert "USETMAXREG.DEALLOC" in text and "USETMAXREG.TRY_ALLOC" in text
+    report = next(iter(sass.parse_ptxas_log(built.module.log).values()))
+    assert not any("C7508" in line for line in report.advisories)  # setmaxnreg was not ignored
+
+
+# ------------------------------------------------------------------------------------------------------ GPU
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cls", MATMULS, ids=lambda c: c.__name__)
+def test_gpu_against_torch(cls):
+    torch = pytest.importorskip("torch")
+    m, n, k = 300, 200, 264
+    dtype = torch.bfloat16 if cls is fk.MatmulBF16 else torch.float16
+    a = torch.randn(m, k, device="cuda").to(dtype)
+    b = torch.randn(n, k, device="cuda").to(dtype)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+    with warpspec.use_backend("cuda"):
+        cls(**_schedule(cls))(m, n, k, a, b, c)
+    torch.cuda.synchronize()
+    reference = a.double() @ b.double().T
+    error = ((c.double() - reference).norm() / reference.norm()).item()
+    assert error < TOLERANCE.get(cls, 1e-2)
+
+
+@pytest.mark.gpu
+def test_gpu_register_tiles():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(40, 100, device="cuda")
+    out = torch.full_like(x, float("nan"))
+    with warpspec.use_backend("cuda"):
+        fk.ScaleRows()(40, 100, x, out)
+    torch.cuda.synchronize()
+    assert torch.equal(out, x * 2 + 1)

@@ -1,0 +1,114 @@
+"""Pruning before compiling: every rule rejects with a reason carrying its numbers, and nothing viable is rejected."""
+
+from collections import Counter
+
+import pytest
+
+import buggy_kernels
+from matmul_v3 import MatmulWGMMAV3
+from warpspec import Script, autotune, float16, int32
+from warpspec.tune.prune import MAX_ACCUMULATOR_REGISTERS, plan_kernel, prune, shared_limit_bytes
+
+BIG = {"n_size": 8192, "k_size": 8192}
+
+
+def v3_verdict(num_stages, block_m, block_n, block_k):
+    script = MatmulWGMMAV3(num_stages=num_stages, block_m=block_m, block_n=block_n, block_k=block_k)
+    return prune(script, BIG)
+
+
+def v3_shared_bytes(num_stages, block_m, block_n, block_k):
+    """Tiles rounded to the 1 KB alignment (fp16), times the stages, plus two 8-byte mbarriers per stage."""
+    def tile(rows):
+        return -(-rows * block_k * 2 // 1024) * 1024
+
+    return num_stages * (tile(block_m) + tile(block_n)) + 2 * 8 * num_stages
+
+
+def test_v3_schedules_pruned_for_shared_memory_and_registers():
+    tuned = MatmulWGMMAV3()
+    reasons = Counter()
+    for schedule in tuned.schedules():
+        verdict = prune(tuned.instantiate(schedule), BIG)
+        reasons[verdict.reason.split(" ")[0] if verdict.pruned else "viable"] += 1
+    # 128x64 and 128x128 tiles (32 and 128 accumulator registers) for every stage count and block_k survive.
+    assert reasons == {"viable": 36, "WGMMA": 44, "needs": 10}
+
+
+def test_accumulator_registers_reason_states_the_count():
+    verdict = v3_verdict(2, 128, 256, 64)
+    assert verdict.reason == ("WGMMA accumulators need 256 f32 registers per thread (acc 256); more than 168 leave "
+                              "too few for the rest of the kernel")
+    assert verdict.plan.accumulator_registers == {"acc": 256}
+    assert verdict.shared_bytes == v3_shared_bytes(2, 128, 256, 64)
+    assert v3_verdict(2, 256, 256, 16).reason.startswith("WGMMA accumulators need 512 f32 registers")
+
+
+@pytest.mark.parametrize("block_n, pruned", [(112, False), (120, True)])
+def test_accumulator_limit_is_inclusive(block_n, pruned):
+    # Three m64 blocks on one warpgroup: 3 * block_n / 2 registers, i.e. exactly the limit for block_n = 112.
+    verdict = v3_verdict(2, 192, block_n, 16)
+    assert verdict.plan.registers_per_thread == 3 * block_n // 2
+    assert MAX_ACCUMULATOR_REGISTERS == 168
+    assert verdict.pruned is pruned
+
+
+def test_shared_memory_over_the_block_limit():
+    verdict = v3_verdict(4, 256, 256, 64)
+    needed = v3_shared_bytes(4, 256, 256, 64)
+    assert needed == 262208
+    assert verdict.reason == (f"needs {needed} bytes of shared memory (tiles and barriers); a block has at most "
+                              f"{shared_limit_bytes()}")
+    assert verdict.shared_bytes == needed
+    assert verdict.kernel is not None and verdict.plan is None
+    assert shared_limit_bytes() == 227 * 1024 - 1024
+
+
+def test_largest_fitting_v3_schedule_is_viable_with_its_planned_size():
+    verdict = v3_verdict(7, 128, 128, 64)
+    assert not verdict.pruned and verdict.reason is None
+    assert verdict.shared_bytes == v3_shared_bytes(7, 128, 128, 64) == 229488 <= shared_limit_bytes()
+    assert verdict.plan.accumulator_registers == {"acc": 128}
+
+
+def test_plan_matches_the_code_generator():
+    from warpspec.cuda.codegen import SHARED_ALIGN, generate
+    from warpspec.runtime import kernel_for
+
+    script = MatmulWGMMAV3(num_stages=3, block_m=128, block_n=64, block_k=32)
+    kernel = kernel_for(script, BIG)
+    assert plan_kernel(kernel).shared_bytes + SHARED_ALIGN == generate(kernel).shared_bytes
+
+
+def test_front_end_errors_are_the_reason():
+    tuned = buggy_kernels.V3TunedPastWgmmaWidth()
+    verdict = prune(tuned.instantiate({"block_n": 512}), {"n_size": 64, "k_size": 128})
+    assert verdict.kernel is None and verdict.plan is None
+    assert f"{buggy_kernels.__file__}:" in verdict.reason
+    assert "wgmma.mma needs M a multiple of 64 per warpgroup, N a multiple of 8 up to 256" in verdict.reason
+    assert not prune(tuned.instantiate({"block_n": 64}), {"n_size": 64, "k_size": 128}).pruned
+
+
+@autotune("rows", [256, 300, 512])
+class StagingTile(Script):
+    """A shared tile whose row count decides whether TMA can load it (boxes hold at most 256 rows)."""
+
+    def __init__(self, rows):
+        super().__init__()
+        self.rows = rows
+
+    def __call__(self, n_size: int32, out_ptr: ~float16):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        staging = self.shared_tensor(dtype=float16, shape=[self.rows, 64])  # noqa: F841 - only its layout matters
+
+
+def test_tiles_without_a_tma_layout_are_pruned_with_the_layout_reason():
+    tuned = StagingTile()
+    verdicts = {s["rows"]: prune(tuned.instantiate(s), {}) for s in tuned.schedules()}
+    assert not verdicts[256].pruned
+    assert not verdicts[512].pruned  # two boxes of 256 rows
+    reason = verdicts[300].reason
+    assert reason.startswith(f"{__file__}:")
+    assert reason.endswith("shared tensor staging: tile [300, 64] of float16: rows > 256 must split into equal TMA "
+                           "boxes of at most 256 rows, each a multiple of 8 (rows must be a multiple of 8)")
