@@ -20,13 +20,17 @@ class _Matmul(warpspec.Script):
         self.block_n = block_n
         self.block_k = block_k
 
+    swizzle = None  # the shared tiles' swizzle: the widest possible unless a subclass chooses
+
     def setup(self, m_size, n_size, k_size, a_ptr, b_ptr, dtype):
         self.attrs.blocks = [cdiv(m_size, self.block_m), cdiv(n_size, self.block_n)]
         self.attrs.warps = self.warps
         ga = self.global_view(a_ptr, dtype=dtype, shape=[m_size, k_size])
         gb = self.global_view(b_ptr, dtype=dtype, shape=[n_size, k_size])
-        sa = self.shared_tensor(dtype=dtype, shape=[self.num_stages, self.block_m, self.block_k])
-        sb = self.shared_tensor(dtype=dtype, shape=[self.num_stages, self.block_n, self.block_k])
+        sa = self.shared_tensor(dtype=dtype, shape=[self.num_stages, self.block_m, self.block_k],
+                                swizzle=self.swizzle)
+        sb = self.shared_tensor(dtype=dtype, shape=[self.num_stages, self.block_n, self.block_k],
+                                swizzle=self.swizzle)
         pipe = warpspec.Pipeline(self.num_stages, consumer_arrivals=self.consumer_threads)
         return ga, gb, sa, sb, pipe
 
@@ -65,6 +69,31 @@ class MatmulBF16(_Matmul):
                 pipe.consumer_advance()
             gc = self.global_view(c_ptr, dtype=bfloat16, shape=[m_size, n_size])
             self.store_global(gc, self.cast(acc, bfloat16),
+                              offsets=[self.block_m * self.blockIdx.x, self.block_n * self.blockIdx.y])
+
+
+class MatmulSwizzle32(MatmulBF16):
+    """MatmulBF16's structure in float16 with 32-byte swizzled tiles chosen by the author."""
+
+    swizzle = 32
+
+    def __call__(self, m_size: int32, n_size: int32, k_size: int32, a_ptr: ~float16, b_ptr: ~float16,
+                 c_ptr: ~float16):
+        ga, gb, sa, sb, pipe = self.setup(m_size, n_size, k_size, a_ptr, b_ptr, float16)
+        acc = self.register_tensor(dtype=float32, shape=[self.block_m, self.block_n], init=0.0)
+        with self.thread_group(thread_begin=128, num_threads=32):
+            self.produce(pipe, ga, gb, sa, sb, k_size)
+        with self.thread_group(thread_begin=0, num_threads=128):
+            for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
+                pipe.consumer_acquire()
+                self.wgmma.fence()
+                self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
+                self.wgmma.commit_group()
+                self.wgmma.wait_group(0)
+                pipe.consumer_release()
+                pipe.consumer_advance()
+            gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
+            self.store_global(gc, self.cast(acc, float16),
                               offsets=[self.block_m * self.blockIdx.x, self.block_n * self.blockIdx.y])
 
 

@@ -14,7 +14,7 @@ from warpspec.dtypes import bfloat16, round_to
 from warpspec.runtime import kernel_for
 
 MATMULS = [fk.MatmulBF16, fk.MatmulF16Accumulator, fk.MatmulRegisterA, fk.MatmulSharedEpilogue,
-           fk.MatmulRegisterBudgets]
+           fk.MatmulRegisterBudgets, fk.MatmulSwizzle32]
 # float16 accumulators round every partial sum to 11 bits; the others accumulate in float32.
 TOLERANCE = {fk.MatmulF16Accumulator: 2e-2}
 
@@ -121,3 +121,15 @@ def test_gpu_register_tiles():
         fk.ScaleRows()(40, 100, x, out)
     torch.cuda.synchronize()
     assert torch.equal(out, x * 2 + 1)
+
+
+def test_the_author_can_choose_a_shared_tile_swizzle():
+    """A 128x64 fp16 tile takes 128B swizzle by default; swizzle=32 makes TMA and WGMMA use 32-byte rows (its
+    results on both back ends are checked with the other MATMULS)."""
+    from warpspec.cuda.codegen import generate
+
+    class_source = generate(kernel_for(fk.MatmulSwizzle32(**_schedule(fk.MatmulSwizzle32)), {})).source
+    assert "sa: float16[2, 128, 64] at shared +0, 32B swizzle" in class_source
+    built, text = _machine_code(fk.MatmulSwizzle32)
+    assert sass.count_instructions(text, ["UTMALDG"])["UTMALDG"] == 2 * 2 * 4  # 2 stages x (A, B) x 4 boxes
+    assert built.generated.tensor_maps[0].tile.swizzle_bytes == 32

@@ -244,7 +244,7 @@ class CodeGenerator:
                                      stmt.loc)
                 rows, cols = decl.shape[-2:]
                 try:
-                    tile = choose_shared_layout(decl.dtype, rows, cols)
+                    tile = choose_shared_layout(decl.dtype, rows, cols, stmt.swizzle)
                 except ValueError as error:
                     raise self.error(f"shared tensor {decl.name}: {error}", stmt.loc) from None
                 stride = _round_up(tile.nbytes, SHARED_ALIGN)

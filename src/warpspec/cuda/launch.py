@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import numbers
+import os
 from dataclasses import dataclass
 
 from warpspec.cuda.codegen import GeneratedKernel, generate
@@ -29,9 +30,11 @@ class BuiltKernel:
 _built: dict[int, tuple[ir.Kernel, BuiltKernel]] = {}
 
 
-def build(kernel: ir.Kernel, options: tuple[str, ...] = (), compiler: str = "nvrtc", min_blocks: int = 1,
+def build(kernel: ir.Kernel, options: tuple[str, ...] = (), compiler: str | None = None, min_blocks: int = 1,
           block_group: int = 0, quad_stores: bool = True) -> BuiltKernel:
-    """Generate CUDA C++ for ``kernel`` and compile it for sm_90a (cached in memory and on disk)."""
+    """Generate CUDA C++ for ``kernel`` and compile it for sm_90a (cached in memory and on disk) with
+    ``compiler``: ``nvrtc`` (default) or ``nvcc``, by default from WARPSPEC_COMPILER."""
+    compiler = compiler or os.environ.get("WARPSPEC_COMPILER", "nvrtc")
     default = not options and compiler == "nvrtc" and min_blocks == 1 and block_group == 0 and quad_stores
     key = id(kernel)
     entry = _built.get(key)

@@ -156,7 +156,7 @@ class _ScriptSelf:
             return InlineFunction(attribute, self)
         if name in vars(self.script):
             return vars(self.script)[name]
-        if attribute is not None and not name.startswith("_"):
+        if hasattr(self.cls, name) and not name.startswith("_"):
             return attribute  # a class attribute: a compile-time value like any other
         raise self.language.b.error(f"self.{name} is neither part of the language nor set in "
                                     f"{self.cls.__name__}.__init__ or its class")

@@ -242,9 +242,10 @@ class GlobalView(Stmt):
 
 @dataclass(frozen=True, eq=False)
 class AllocShared(Stmt):
-    """Reserve a shared-memory tensor for the whole block."""
+    """Reserve a shared-memory tensor for the whole block; ``swizzle`` (bytes) overrides the layout's choice."""
 
     decl: TensorDecl
+    swizzle: int | None = None
 
 
 @dataclass(frozen=True, eq=False)

@@ -396,16 +396,19 @@ class Language(LanguageObject):
         return TensorValue(ir.TensorRef(decl))
 
     @language_call
-    def shared_tensor(self, dtype, shape) -> TensorValue:
+    def shared_tensor(self, dtype, shape, swizzle=None) -> TensorValue:
         """Reserve a shared-memory tensor of compile-time ``shape`` for the whole block (index its leading
-        dimension to pick a pipeline stage: ``sa[stage]``). Emits no instruction; the code generator lays it out
-        (TMA swizzle, 1024-byte alignment)."""
+        dimension to pick a pipeline stage: ``sa[stage]``). Emits no instruction; the code generator lays each
+        tile out as TMA writes it, with the widest swizzle the tile's inner extent allows, or ``swizzle`` (128, 64,
+        32 or 0 bytes) when given, and aligns it to the swizzle pattern (up to 1024 bytes)."""
         b = self.b
         if b.depth:
             raise b.error("shared_tensor cannot be allocated inside a runtime loop or branch")
         dtype, shape = _static_tensor_type(b, dtype, shape, "shared_tensor")
+        if swizzle is not None and b.to_int(swizzle, "shared_tensor swizzle") not in (0, 32, 64, 128):
+            raise b.error(f"shared_tensor swizzle must be 0, 32, 64 or 128 bytes, got {swizzle}")
         decl = ir.TensorDecl(b.target_name("shared"), ir.SHARED, dtype, shape, b.loc)
-        b.emit(ir.AllocShared(b.loc, decl))
+        b.emit(ir.AllocShared(b.loc, decl, swizzle))
         return TensorValue(ir.TensorRef(decl))
 
     @language_call
