@@ -49,6 +49,22 @@ class _Matmul(warpspec.Script):
             pipe.producer_advance()
 
 
+    def consume(self, pipe, sa, sb, acc, k_size):
+        for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
+            pipe.consumer_acquire()
+            self.wgmma.fence()
+            self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            pipe.consumer_release()
+            pipe.consumer_advance()
+
+    def store_tile(self, c_ptr, m_size, n_size, acc, dtype):
+        gc = self.global_view(c_ptr, dtype=dtype, shape=[m_size, n_size])
+        self.store_global(gc, self.cast(acc, dtype),
+                          offsets=[self.block_m * self.blockIdx.x, self.block_n * self.blockIdx.y])
+
+
 class MatmulBF16(_Matmul):
     """bfloat16 inputs and output, float32 accumulators."""
 
@@ -59,17 +75,8 @@ class MatmulBF16(_Matmul):
         with self.thread_group(thread_begin=128, num_threads=32):
             self.produce(pipe, ga, gb, sa, sb, k_size)
         with self.thread_group(thread_begin=0, num_threads=128):
-            for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
-                pipe.consumer_acquire()
-                self.wgmma.fence()
-                self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
-                self.wgmma.commit_group()
-                self.wgmma.wait_group(0)
-                pipe.consumer_release()
-                pipe.consumer_advance()
-            gc = self.global_view(c_ptr, dtype=bfloat16, shape=[m_size, n_size])
-            self.store_global(gc, self.cast(acc, bfloat16),
-                              offsets=[self.block_m * self.blockIdx.x, self.block_n * self.blockIdx.y])
+            self.consume(pipe, sa, sb, acc, k_size)
+            self.store_tile(c_ptr, m_size, n_size, acc, bfloat16)
 
 
 class MatmulSwizzle32(MatmulBF16):
@@ -84,17 +91,8 @@ class MatmulSwizzle32(MatmulBF16):
         with self.thread_group(thread_begin=128, num_threads=32):
             self.produce(pipe, ga, gb, sa, sb, k_size)
         with self.thread_group(thread_begin=0, num_threads=128):
-            for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
-                pipe.consumer_acquire()
-                self.wgmma.fence()
-                self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
-                self.wgmma.commit_group()
-                self.wgmma.wait_group(0)
-                pipe.consumer_release()
-                pipe.consumer_advance()
-            gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
-            self.store_global(gc, self.cast(acc, float16),
-                              offsets=[self.block_m * self.blockIdx.x, self.block_n * self.blockIdx.y])
+            self.consume(pipe, sa, sb, acc, k_size)
+            self.store_tile(c_ptr, m_size, n_size, acc, float16)
 
 
 class MatmulF16Accumulator(_Matmul):
@@ -107,14 +105,7 @@ class MatmulF16Accumulator(_Matmul):
         with self.thread_group(thread_begin=128, num_threads=32):
             self.produce(pipe, ga, gb, sa, sb, k_size)
         with self.thread_group(thread_begin=0, num_threads=128):
-            for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
-                pipe.consumer_acquire()
-                self.wgmma.fence()
-                self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
-                self.wgmma.commit_group()
-                self.wgmma.wait_group(0)
-                pipe.consumer_release()
-                pipe.consumer_advance()
+            self.consume(pipe, sa, sb, acc, k_size)
             gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
             self.store_global(gc, acc, offsets=[self.block_m * self.blockIdx.x, self.block_n * self.blockIdx.y])
 
@@ -138,9 +129,7 @@ class MatmulRegisterA(_Matmul):
                 self.wgmma.wait_group(0)
                 pipe.consumer_release()
                 pipe.consumer_advance()
-            gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
-            self.store_global(gc, self.cast(acc, float16),
-                              offsets=[self.block_m * self.blockIdx.x, self.block_n * self.blockIdx.y])
+            self.store_tile(c_ptr, m_size, n_size, acc, float16)
 
 
 class MatmulSharedEpilogue(_Matmul):
@@ -154,14 +143,7 @@ class MatmulSharedEpilogue(_Matmul):
         with self.thread_group(thread_begin=128, num_threads=32):
             self.produce(pipe, ga, gb, sa, sb, k_size)
         with self.thread_group(thread_begin=0, num_threads=128):
-            for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
-                pipe.consumer_acquire()
-                self.wgmma.fence()
-                self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
-                self.wgmma.commit_group()
-                self.wgmma.wait_group(0)
-                pipe.consumer_release()
-                pipe.consumer_advance()
+            self.consume(pipe, sa, sb, acc, k_size)
             self.store_shared(sc, self.cast(acc, float16))
             self.fence_proxy_async()
             self.sync()
@@ -186,17 +168,8 @@ class MatmulRegisterBudgets(_Matmul):
         with self.thread_group(thread_begin=256, num_threads=128, max_registers=40):
             self.produce(pipe, ga, gb, sa, sb, k_size)
         with self.thread_group(thread_begin=0, num_threads=256, max_registers=232):
-            for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
-                pipe.consumer_acquire()
-                self.wgmma.fence()
-                self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
-                self.wgmma.commit_group()
-                self.wgmma.wait_group(0)
-                pipe.consumer_release()
-                pipe.consumer_advance()
-            gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
-            self.store_global(gc, self.cast(acc, float16),
-                              offsets=[self.block_m * self.blockIdx.x, self.block_n * self.blockIdx.y])
+            self.consume(pipe, sa, sb, acc, k_size)
+            self.store_tile(c_ptr, m_size, n_size, acc, float16)
 
 
 class ScaleRows(warpspec.Script):

@@ -20,12 +20,12 @@ import shutil
 import struct
 import subprocess
 import tempfile
-import warnings
 from dataclasses import dataclass
 
 from cuda.bindings import nvrtc
 
 from warpspec.errors import CompileError
+from warpspec.files import write_atomically
 
 _CUBIN_KIND = "cubin"
 
@@ -177,23 +177,7 @@ def _write_entry(path: pathlib.Path, cubin: bytes, log: str) -> None:
     log_bytes = log.encode("utf-8")
     payload = cubin + log_bytes
     header = _HEADER.pack(_MAGIC, len(cubin), len(log_bytes), hashlib.sha256(payload).digest())
-    temp_name = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # The temporary file must be in the same folder: os.replace is only atomic within one file system.
-        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.stem[:16]}.", suffix=".tmp",
-                                         delete=False) as f:
-            temp_name = f.name
-            f.write(header + payload)
-        os.replace(temp_name, path)
-    except OSError as error:
-        if temp_name is not None:
-            try:
-                os.unlink(temp_name)
-            except OSError:
-                pass
-        warnings.warn(f"warpspec could not write the compile cache entry {path}: {error}", RuntimeWarning,
-                      stacklevel=3)
+    write_atomically(path, header + payload, "the compile cache entry")
 
 
 def _check_nvrtc(result, call: str) -> None:

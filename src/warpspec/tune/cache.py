@@ -16,12 +16,10 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import os
 import pathlib
-import tempfile
-import warnings
 
 from warpspec.cuda.compiler import cache_dir
+from warpspec.files import write_atomically
 
 TUNING_KIND = "tuning"
 #: Version of the record layout; a new layout gets a new number, which also changes every key.
@@ -103,22 +101,7 @@ def store(key: str, material: dict, record: dict) -> pathlib.Path | None:
     written costs a tuning run in the next process, so failure only warns (and returns None)."""
     path = entry_path(key)
     text = json.dumps({**record, "format": FORMAT, "material": material}, sort_keys=True, indent=1, default=repr)
-    temp_name = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Same folder as the target: os.replace is atomic only within one file system.
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{key[:16]}.", suffix=".tmp",
-                                         delete=False) as f:
-            temp_name = f.name
-            f.write(text)
-        os.replace(temp_name, path)
-    except OSError as error:
-        if temp_name is not None:
-            try:
-                os.unlink(temp_name)
-            except OSError:
-                pass
-        warnings.warn(f"warpspec could not write the tuning record {path}: {error}", RuntimeWarning, stacklevel=2)
+    if not write_atomically(path, text.encode("utf-8"), "the tuning record"):
         return None
     return path
 
