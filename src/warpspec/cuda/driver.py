@@ -82,7 +82,7 @@ def _initialise() -> None:
     _initialised = True
 
 
-def _default_device() -> int:
+def default_device() -> int:
     """PyTorch's current device when PyTorch has initialised CUDA (so both work on the same GPU), else 0."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
@@ -94,7 +94,7 @@ def context(device: int | None = None) -> Any:
     """Make the primary context of ``device`` (default: PyTorch's current device, else 0) current in this
     thread and return it. The context is retained once and kept for the life of the process."""
     if device is None:
-        device = _default_device()
+        device = default_device()
     with _lock:
         ctx = _contexts.get(device)
         if ctx is None:
@@ -114,7 +114,7 @@ def has_hopper_gpu() -> bool:
         _initialise()
         if check(cu.cuDeviceGetCount()) == 0:
             return False
-        device = check(cu.cuDeviceGet(_default_device()))
+        device = check(cu.cuDeviceGet(default_device()))
         major = check(cu.cuDeviceGetAttribute(
             cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device))
         return major == 9
@@ -202,7 +202,7 @@ def load_module(cubin: bytes, device: int | None = None) -> Module:
     """Load ``cubin`` on ``device`` (default as in ``context``). The same cubin is loaded once per device;
     modules stay loaded for the life of the process (kernels are few and small)."""
     if device is None:
-        device = _default_device()
+        device = default_device()
     key = hashlib.sha256(cubin).hexdigest()
     with _lock:
         module = _modules.get((device, key))
@@ -593,7 +593,7 @@ def _from_cuda_array_interface(interface: dict, name: str) -> DeviceArray:
                                 f"{itemsize}-byte elements")
         strides = tuple(stride // itemsize for stride in byte_strides)
     pointer = int(interface["data"][0])
-    device = _default_device()
+    device = default_device()
     if pointer:
         _initialise()
         try:

@@ -50,9 +50,10 @@ def build(kernel: ir.Kernel, options: tuple[str, ...] = (), compiler: str | None
 
 def host_values(kernel: ir.Kernel, arguments: dict) -> tuple[dict, dict]:
     """Check the runtime arguments: (environment of scalar values for host expressions, device arrays by param)."""
-    from warpspec.cuda.driver import as_device_array
+    from warpspec.cuda.driver import default_device, as_device_array
 
     env, arrays = {}, {}
+    device = None
     for param in kernel.params:
         value = arguments[param.name]
         if isinstance(param.type, PointerType):
@@ -60,6 +61,10 @@ def host_values(kernel: ir.Kernel, arguments: dict) -> tuple[dict, dict]:
             if array.dtype_name != param.type.dtype.name:
                 raise ArgumentError(f"argument {param.name!r}: expected {param.type.dtype.name} elements for a "
                                     f"{param.type!r} parameter, got {array.dtype_name}")
+            device = default_device() if device is None else device
+            if array.device_index != device:
+                raise ArgumentError(f"argument {param.name!r} is on GPU {array.device_index}, but the kernel "
+                                    f"launches on GPU {device} (the current device)")
             arrays[param.name] = array
             env[param.var.uid] = array.pointer
         else:
