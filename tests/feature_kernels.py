@@ -183,3 +183,36 @@ class ScaleRows(warpspec.Script):
         offsets = [16 * self.blockIdx.x, 64 * self.blockIdx.y]
         tile = self.load_global(x, offsets=offsets, shape=[16, 64])
         self.store_global(out, tile * 2.0 + 1.0, offsets=offsets)
+
+
+class BatchedCopy(warpspec.Script):
+    """dst = src for a [batch, m, n] float16 tensor with 3-D TMA boxes of [1, 64, 64]; block (x, y) copies row
+    band x of batch y through two buffers, like the blog's copy."""
+
+    def __call__(self, batch: int32, m_size: int32, n_size: int32, src_ptr: ~float16, dst_ptr: ~float16):
+        self.attrs.blocks = [cdiv(m_size, 64), batch]
+        self.attrs.warps = 2
+        src = self.global_view(src_ptr, dtype=float16, shape=[batch, m_size, n_size])
+        dst = self.global_view(dst_ptr, dtype=float16, shape=[batch, m_size, n_size])
+        buffers = self.shared_tensor(dtype=float16, shape=[2, 1, 64, 64])
+        pipe = warpspec.Pipeline(2)
+        row: int32 = 64 * self.blockIdx.x
+        with self.thread_group(thread_begin=0, num_threads=32):
+            for tile in self.range(cdiv(n_size, 64)):
+                pipe.producer_acquire()
+                with self.single_thread():
+                    self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), buffers[0].nbytes)
+                    self.tma.global_to_shared(src=src, dst=buffers[pipe.producer_stage],
+                                              offsets=[self.blockIdx.y, row, 64 * tile],
+                                              mbarrier=pipe.producer_barrier())
+                pipe.producer_advance()
+        with self.thread_group(thread_begin=32, num_threads=32):
+            for tile in self.range(cdiv(n_size, 64)):
+                pipe.consumer_acquire()
+                with self.single_thread():
+                    self.tma.shared_to_global(src=buffers[pipe.consumer_stage], dst=dst,
+                                              offsets=[self.blockIdx.y, row, 64 * tile])
+                    self.tma.commit_group()
+                    self.tma.wait_group(0)
+                    pipe.consumer_release()
+                pipe.consumer_advance()

@@ -133,3 +133,25 @@ def test_the_author_can_choose_a_shared_tile_swizzle():
     built, text = _machine_code(fk.MatmulSwizzle32)
     assert sass.count_instructions(text, ["UTMALDG"])["UTMALDG"] == 2 * 2 * 4  # 2 stages x (A, B) x 4 boxes
     assert built.generated.tensor_maps[0].tile.swizzle_bytes == 32
+
+
+def test_batched_copy_with_3d_tma_on_the_emulator_and_in_sass():
+    src = np.random.default_rng(2).standard_normal((3, 100, 136)).astype(np.float16)
+    dst = np.full_like(src, np.nan)
+    with warpspec.use_backend("emulator"):
+        fk.BatchedCopy()(3, 100, 136, src, dst)
+    np.testing.assert_array_equal(dst, src)
+    built = build(kernel_for(fk.BatchedCopy(), {}))
+    text = sass.disassemble(built.module.cubin)
+    assert "UTMALDG.3D" in text and "UTMASTG.3D" in text
+
+
+@pytest.mark.gpu
+def test_gpu_batched_copy():
+    torch = pytest.importorskip("torch")
+    src = torch.randn(3, 100, 136, device="cuda").half()
+    dst = torch.full_like(src, float("nan"))
+    with warpspec.use_backend("cuda"):
+        fk.BatchedCopy()(3, 100, 136, src, dst)
+    torch.cuda.synchronize()
+    assert torch.equal(dst, src)

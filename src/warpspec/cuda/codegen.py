@@ -21,6 +21,7 @@ from warpspec.emulator.exprs import _OPS as FOLD_OPS
 from warpspec.emulator.exprs import wrap
 from warpspec.errors import CompileError
 from warpspec.ir import nodes as ir
+from warpspec.ir.printer import format_expr
 from warpspec.cuda.registers import (Accumulator, Replicated, infer_layouts, layout_begin, packed,
                                      thread_prelude)
 from warpspec.layout import AccumulatorLayout, choose_shared_layout, tma_boxes, wgmma_descriptor
@@ -64,15 +65,6 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
       "{\n .reg .pred done;\n WAIT_%=:\n"
       " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, 0x989680;\n"
       " @!done bra WAIT_%=;\n}\n" :: "r"(bar), "r"(parity) : "memory");
-}
-__device__ __forceinline__ void tma_load_2d(unsigned dst, const TmaMap *map, int c0, int c1, unsigned bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
-      :: "r"(dst), "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(bar) : "memory");
-}
-__device__ __forceinline__ void tma_store_2d(const TmaMap *map, int c0, int c1, unsigned src) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];"
-               :: "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(src) : "memory");
 }
 __device__ __forceinline__ unsigned short f32_to_f16(float x) {
   unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x)); return h;
@@ -269,8 +261,10 @@ class CodeGenerator:
         for stmt in ir.walk(self.kernel.body):
             if isinstance(stmt, (ir.TmaLoad, ir.TmaStore)):
                 view, tile_ref = (stmt.src, stmt.dst) if isinstance(stmt, ir.TmaLoad) else (stmt.dst, stmt.src)
-                if len(view.decl.shape) != 2 or len(tile_ref.shape) != 2:
-                    raise self.error("the CUDA back end supports 2-D TMA tiles and views so far", stmt.loc)
+                if any(extent != 1 for extent in tile_ref.shape[:-2]):
+                    raise self.error(f"a TMA tile's leading dimensions must have extent 1 on the CUDA back end (one "
+                                     f"2-D slice per copy); {format_expr(tile_ref)} has shape "
+                                     f"{list(tile_ref.shape)}", stmt.loc)
                 key = (view.decl.uid, tile_ref.decl.uid)
                 if key not in self.maps:
                     pointer = self.views[view.decl.uid].pointer.name
@@ -792,16 +786,18 @@ class CodeGenerator:
         """Shared address of the tile a ref selects (its leading indices pick among the tiles)."""
         placement = self.shared[ref.decl.uid]
         lead = placement.lead_shape
-        if len(ref.index) != len(lead):
+        index = tuple(ref.index)
+        if any(extent != 1 for extent in lead[len(index):]):
             raise self.error(f"{ref.decl.name} must be indexed down to one 2-D tile here", loc)
-        values = [self.fold(i) for i in ref.index]
+        index += (ir.Const(0, int32),) * (len(lead) - len(index))  # dimensions of extent 1 left unindexed
+        values = [self.fold(i) for i in index]
         if all(v is not UNKNOWN for v in values):
             flat = 0
             for v, extent in zip(values, lead):
                 flat = flat * extent + v
             return f"(smem + {placement.offset + flat * placement.tile_stride}u)"
         flat = "0"
-        for i, extent in zip(ref.index, lead):
+        for i, extent in zip(index, lead):
             flat = f"({flat} * {extent} + {self.cexpr(i)})"
         return f"(smem + {placement.offset}u + static_cast<unsigned>({flat}) * {placement.tile_stride}u)"
 
@@ -812,30 +808,45 @@ class CodeGenerator:
             return "{", "}"
         return "if (elect_one()) {", "}"
 
+    def _tma_coordinates(self, offsets, box) -> list[str]:
+        """PTX coordinates of one box, innermost dimension first: the tile's column and row offsets plus the
+        box's place in the tile, then the leading dimensions' offsets."""
+        exprs = [self.cexpr(o) for o in offsets]
+        coordinates = [f"{exprs[-1]} + {box.coords[0]}", f"{exprs[-2]} + {box.coords[1]}"]
+        return coordinates + exprs[-3::-1]
+
     def _emit_TmaLoad(self, s: ir.TmaLoad) -> None:
         use = self.maps[(s.src.decl.uid, s.dst.decl.uid)]
         dst = self.tile_address(s.dst, s.loc)
         bar = self.barrier_address(s.barrier)
-        row, col = (self.cexpr(o) for o in s.offsets)
+        rank = len(s.offsets)
         open_, close = self._issue_block(s)
         self.line(open_)
         self.line(f"  const unsigned dst_ = {dst}; const unsigned bar_ = {bar};")
-        self.line(f"  const int row_ = {row}; const int col_ = {col};")
         for box in tma_boxes(use.tile):
-            self.line(f"  tma_load_2d(dst_ + {box.smem_offset}u, &map{use.index}, col_ + {box.coords[0]}, "
-                      f"row_ + {box.coords[1]}, bar_);")
+            coordinates = self._tma_coordinates(s.offsets, box)
+            slots = ", ".join(f"%{2 + i}" for i in range(rank))
+            operands = ", ".join(f'"r"({c})' for c in coordinates)
+            self.line(f'  asm volatile("cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.'
+                      f'mbarrier::complete_tx::bytes [%0], [%1, {{{slots}}}], [%{2 + rank}];" :: '
+                      f'"r"(dst_ + {box.smem_offset}u), "l"(reinterpret_cast<u64>(&map{use.index})), {operands}, '
+                      f'"r"(bar_) : "memory");')
         self.line(close)
 
     def _emit_TmaStore(self, s: ir.TmaStore) -> None:
         use = self.maps[(s.dst.decl.uid, s.src.decl.uid)]
         src = self.tile_address(s.src, s.loc)
-        row, col = (self.cexpr(o) for o in s.offsets)
+        rank = len(s.offsets)
         open_, close = self._issue_block(s)
         self.line(open_)
-        self.line(f"  const unsigned src_ = {src}; const int row_ = {row}; const int col_ = {col};")
+        self.line(f"  const unsigned src_ = {src};")
         for box in tma_boxes(use.tile):
-            self.line(f"  tma_store_2d(&map{use.index}, col_ + {box.coords[0]}, row_ + {box.coords[1]}, "
-                      f"src_ + {box.smem_offset}u);")
+            coordinates = self._tma_coordinates(s.offsets, box)
+            slots = ", ".join(f"%{1 + i}" for i in range(rank))
+            operands = ", ".join(f'"r"({c})' for c in coordinates)
+            self.line(f'  asm volatile("cp.async.bulk.tensor.{rank}d.global.shared::cta.tile.bulk_group '
+                      f'[%0, {{{slots}}}], [%{1 + rank}];" :: "l"(reinterpret_cast<u64>(&map{use.index})), '
+                      f'{operands}, "r"(src_ + {box.smem_offset}u) : "memory");')
         self.line(close)
 
     def _emit_TmaCommit(self, s) -> None:

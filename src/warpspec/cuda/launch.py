@@ -132,7 +132,8 @@ def _tensor_maps(built: BuiltKernel, geometry: dict, arrays: dict, l2_promotion:
             maps.append(encode_tiled_tensor_map(
                 use.view.dtype, array.pointer, tuple(reversed(shape)),
                 tuple(s * elem for s in reversed(strides[:-1])),
-                (use.tile.box_cols, use.tile.box_rows), use.tile.swizzle_bytes, l2_promotion))
+                (use.tile.box_cols, use.tile.box_rows) + (1,) * (len(shape) - 2), use.tile.swizzle_bytes,
+                l2_promotion))
         except ArgumentError as error:
             raise ArgumentError(f"argument {use.pointer!r} (view {use.view.name}): {error}") from None
     return maps
