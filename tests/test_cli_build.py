@@ -121,3 +121,17 @@ def test_cache_info_and_clear(capsys, cache_dir):
     assert cache.count_entries("cubin") == 0
     assert main(["cache"]) == 2
     assert "required: ACTION" in capsys.readouterr().err
+
+
+def test_build_prints_the_ir(capsys):
+    """--ir shows the kernel as the front end built it: folded constants, the ring loop with its unroll factor."""
+    from warpspec.cli import main
+
+    code = main(["build", "examples/matmul_v3.py:MatmulWGMMAV3", "n_size=256", "k_size=256",
+                 "--schedule", "num_stages=3,block_m=128,block_n=64,block_k=64", "--ir"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "kernel MatmulWGMMAV3(m_size: int32, a_ptr: ~float16, b_ptr: ~float16, c_ptr: ~float16)" in out
+    assert "sa = shared_tensor(float16, [3, 128, 64])" in out
+    assert "for offset_k in range(0, 256, 64, unroll=3):" in out
+    assert "consumer_barriers = mbarrier.alloc(counts=[1, 1, 1])" in out

@@ -6,10 +6,11 @@ misuse or out-of-bounds index, with the kernel line) or ``skip`` (the schedule d
 arguments). Scalar parameters come from ``NAME=VALUE``; every pointer parameter gets a random array as large as the
 kernel's global views of it need.
 
-``warpspec build FILE.py:CLASS [NAME=VALUE ...] [--schedule K=V,... | --all-schedules] [--source] [--sass]``
+``warpspec build FILE.py:CLASS [NAME=VALUE ...] [--schedule K=V,... | --all-schedules] [--ir] [--source] [--sass]``
 compiles a kernel without a GPU for the compile-time arguments given as ``NAME=VALUE`` and prints, per schedule,
 its fate (``ok``, ``spills``, ``pruned`` or ``failed``, with the reason), registers, shared memory, spill bytes
-and counts of key SASS instructions; ``--source`` and ``--sass`` also print the CUDA C++ and the SASS. Schedules
+and counts of key SASS instructions; ``--ir``, ``--source`` and ``--sass`` also print the IR, the CUDA C++ and the
+SASS. Schedules
 are pruned and built as the autotuner does (``warpspec.tune.tuner``): in parallel, one process per core.
 
 ``warpspec cache info`` shows the cache folder and its entries; ``warpspec cache clear [--tuning] [--cubins]``
@@ -36,6 +37,7 @@ from warpspec.dtypes import PointerType
 from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.errors import ArgumentError, CompileError, WarpspecError
 from warpspec.ir import nodes as ir
+from warpspec.ir.printer import format_kernel
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
@@ -103,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="build every schedule of an autotuned kernel (default: the first that is not pruned)")
     build.add_argument("--source", action="store_true", help="print the generated CUDA C++ of each schedule built")
     build.add_argument("--sass", action="store_true", help="print the SASS of each schedule built")
+    build.add_argument("--ir", action="store_true", help="print the IR of each schedule built")
     build.set_defaults(handler=build_command)
 
     cache = commands.add_parser(
@@ -199,6 +202,8 @@ def build_command(args) -> int:
     built = [c for c in candidates if c.module is not None]
     for candidate in built:
         header = f"// ===== {candidate.fate.label} =====\n" if len(built) > 1 else ""
+        if args.ir and candidate.kernel is not None:
+            print(header + format_kernel(candidate.kernel))
         if args.source:
             print(header + candidate.generated.source)
         if args.sass:

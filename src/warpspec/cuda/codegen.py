@@ -886,11 +886,6 @@ class CodeGenerator:
     def _emit_WgmmaWait(self, s: ir.WgmmaWait) -> None:
         self.line(f'asm volatile("wgmma.wait_group.sync.aligned {s.n};" ::: "memory");')
 
-    def _operand(self, ref: ir.TensorRef, loc) -> tuple[SharedPlacement, str]:
-        """(placement, major) of a shared wgmma operand: K-major when K is the tile's inner dimension."""
-        placement = self.shared[ref.decl.uid]
-        return placement, ("MN" if ref.transposed else "K")
-
     def _emit_WgmmaMma(self, s: ir.WgmmaMma) -> None:
         acc = self.reg_layouts[s.d.decl.uid]
         layout: AccumulatorLayout = acc.layout

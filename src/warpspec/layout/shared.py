@@ -168,11 +168,6 @@ class SharedTileLayout:
         """Total bytes all TMA boxes of the tile deliver: the ``expect_tx`` count for one load of the tile."""
         return self.num_boxes * self.row_boxes * self.box_bytes
 
-    @property
-    def layout_code(self) -> int:
-        """The WGMMA descriptor layout code (bits 62-63) for this swizzle."""
-        return _LAYOUT_CODE[self.swizzle_bytes]
-
 
 def choose_shared_layout(dtype: DType, rows: int, cols: int, swizzle: int | None = None) -> SharedTileLayout:
     """Choose the shared-memory layout TMA should write for a ``[rows, cols]`` tile of ``dtype``.
