@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 
 from warpspec.dtypes import DType, PointerType, boolean, float32, int32, int64, uint32
@@ -40,8 +41,10 @@ def kernel_function(script_cls):
     return body
 
 
+@functools.lru_cache(maxsize=None)
 def parameters(script_cls) -> tuple[Parameter, ...]:
-    """The kernel's parameters with their annotations evaluated in the kernel module."""
+    """The kernel's parameters with their annotations evaluated in the kernel module (once per class: every
+    launch binds its arguments against them)."""
     function = kernel_function(script_cls)
     node, path = _parse_function(function)
     builder = Builder()
