@@ -36,7 +36,6 @@ from warpspec import dtypes
 from warpspec.dtypes import PointerType
 from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.errors import ArgumentError, CompileError, WarpspecError
-from warpspec.ir import nodes as ir
 from warpspec.ir.printer import format_kernel
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -369,7 +368,7 @@ def selected_scripts(script_cls, schedule_text: str | None) -> list[tuple[str, o
 def pointer_arrays(script, params, scalars: dict) -> dict:
     """A random array per pointer parameter, as large as the kernel's global views of it need (rounded to the
     pointee type). Builds the kernel IR for these arguments: raises CompileError when it does not compile."""
-    from warpspec.emulator.exprs import ExprCompiler
+    from warpspec.arguments import elements_needed, view_shapes
     from warpspec.frontend.kernel import bind_arguments
     from warpspec.runtime import kernel_for
 
@@ -381,22 +380,14 @@ def pointer_arrays(script, params, scalars: dict) -> dict:
     kernel = kernel_for(script, compile_time)
     env = {param.var.uid: 0 if param.name in pointers else runtime[param.name] for param in kernel.params}
     # Views are sized as the launch checks them: with the block index of the first block.
-    exprs = ExprCompiler({"blockIdx.x": 0, "blockIdx.y": 0, "blockIdx.z": 0})
     sizes = dict.fromkeys(pointers, 1)
     names = {p.var.uid: p.name for p in kernel.params}
-    for stmt in ir.walk(kernel.body):
-        if not isinstance(stmt, ir.GlobalView):
-            continue
+    for stmt, shape, strides in view_shapes(kernel, env):
         name = names[stmt.pointer.uid]
-        try:
-            shape = [exprs(e)(env) for e in stmt.decl.shape]
-            strides = [exprs(e)(env) for e in stmt.strides]
-        except KeyError:
+        if shape is None:
             raise UsageError(f"cannot size {name}: its view {stmt.decl.name} (line {stmt.loc.line}) depends on "
-                             f"values computed inside the kernel") from None
-        if all(extent > 0 for extent in shape):
-            needed = 1 + sum((extent - 1) * abs(stride) for extent, stride in zip(shape, strides))
-            sizes[name] = max(sizes[name], needed)
+                             f"values computed inside the kernel")
+        sizes[name] = max(sizes[name], elements_needed(shape, strides))
     rng = np.random.default_rng(0)
     return {name: dtypes.round_to(dtype, rng.standard_normal(sizes[name])) for name, dtype in pointers.items()}
 

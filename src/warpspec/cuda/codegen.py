@@ -17,8 +17,7 @@ import re
 from dataclasses import dataclass
 
 from warpspec.dtypes import DType, boolean, float32, int32, int64, uint32
-from warpspec.emulator.exprs import _OPS as FOLD_OPS
-from warpspec.emulator.exprs import wrap
+from warpspec.ir.evaluate import OPERATORS, wrap
 from warpspec.errors import CompileError
 from warpspec.ir import nodes as ir
 from warpspec.ir.printer import format_expr
@@ -315,7 +314,7 @@ class CodeGenerator:
                 return UNKNOWN
             if e.op in ("//", "%", "cdiv") and b == 0:
                 return UNKNOWN
-            return wrap(FOLD_OPS[e.op](a, b), e.type)
+            return wrap(OPERATORS[e.op](a, b), e.type)
         if isinstance(e, ir.Unary):
             a = self.fold(e.a)
             if a is UNKNOWN or isinstance(a, float):

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import ctypes
-import numbers
 import os
 from dataclasses import dataclass
 
 from warpspec.cuda.codegen import GeneratedKernel, generate
 from warpspec.cuda.compiler import CompiledModule, compile_cuda
-from warpspec.dtypes import DType, PointerType
-from warpspec.emulator.exprs import ExprCompiler
+from warpspec.dtypes import PointerType
+from warpspec.arguments import check_view, elements_needed, launch_grid, scalar_value, view_shapes
 from warpspec.errors import ArgumentError, CompileError
 from warpspec.ir import nodes as ir
 
@@ -68,51 +67,21 @@ def host_values(kernel: ir.Kernel, arguments: dict) -> tuple[dict, dict]:
             arrays[param.name] = array
             env[param.var.uid] = array.pointer
         else:
-            env[param.var.uid] = _scalar(param, value)
+            env[param.var.uid] = scalar_value(param, value)
     return env, arrays
-
-
-def _scalar(param: ir.Param, value):
-    dtype: DType = param.type
-    if dtype.is_float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ArgumentError(f"argument {param.name!r}: expected a number, got {value!r}")
-        return float(value)
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ArgumentError(f"argument {param.name!r}: expected a {dtype.name} integer, got {value!r}")
-    value = int(value)
-    bits = dtype.nbits
-    low, high = (0, 2**bits) if dtype.kind == "uint" else (-2**(bits - 1), 2**(bits - 1))
-    if not low <= value < high:
-        raise ArgumentError(f"argument {param.name!r}: {value} does not fit in {dtype.name}")
-    return value
 
 
 def _view_geometry(kernel: ir.Kernel, env: dict, arrays: dict) -> dict[int, tuple[tuple, tuple]]:
     """Shape and strides (elements) of every global view, checked against the arrays they view."""
-    exprs = ExprCompiler({})
     names = {p.var.uid: p.name for p in kernel.params}
     geometry = {}
-    for stmt in ir.walk(kernel.body):
-        if not isinstance(stmt, ir.GlobalView):
-            continue
-        try:
-            shape = tuple(exprs(e)(env) for e in stmt.decl.shape)
-            strides = tuple(exprs(e)(env) for e in stmt.strides)
-        except KeyError:
+    for stmt, shape, strides in view_shapes(kernel, env):
+        if shape is None:
             raise CompileError(f"the shape of global view {stmt.decl.name} must depend only on kernel parameters "
-                               f"for the CUDA back end", str(stmt.loc)) from None
-        name = names[stmt.pointer.uid]
-        array = arrays[name]
-        if any(s < 0 for s in shape):
-            raise ArgumentError(f"argument {name!r}: view {stmt.decl.name} has negative shape {list(shape)}")
-        if 0 not in shape:
-            needed = sum((e - 1) * s for e, s in zip(shape, strides)) + 1
-            span = sum((e - 1) * s for e, s in zip(array.shape, array.strides_elements)) + 1 if array.shape else 1
-            if needed > span:
-                raise ArgumentError(f"argument {name!r} holds {span} elements but the kernel views it as "
-                                    f"{stmt.decl.name} of shape {list(shape)} (line {stmt.loc.line}), which needs "
-                                    f"{needed}")
+                               f"for the CUDA back end", str(stmt.loc))
+        array = arrays[names[stmt.pointer.uid]]
+        span = elements_needed(array.shape, array.strides_elements) if array.shape else 1
+        check_view(names[stmt.pointer.uid], stmt, shape, strides, span)
         geometry[stmt.decl.uid] = (shape, strides)
     return geometry
 
@@ -148,12 +117,7 @@ def run_kernel(kernel: ir.Kernel, arguments: dict, stream: int | None = None, bu
     env, arrays = host_values(kernel, arguments)
     built = built or build(kernel)
     geometry = _view_geometry(kernel, env, arrays)
-    exprs = ExprCompiler({})
-    grid = [exprs(e)(env) for e in kernel.grid] + [1] * (3 - len(kernel.grid))
-    if any(g <= 0 for g in grid):
-        raise ArgumentError(f"the kernel's grid is {grid} for these arguments; every dimension must be positive")
-    if any(g >= 2**31 for g in grid):
-        raise ArgumentError(f"the kernel's grid {grid} is too large")
+    grid = list(launch_grid(kernel, env))
     maps = _tensor_maps(built, geometry, arrays, l2_promotion)
     params = []
     for param in kernel.params:

@@ -17,7 +17,7 @@ import numpy as np
 from warpspec import dtypes
 from warpspec.emulator.barrier import Mbarrier
 from warpspec.emulator.clocks import join
-from warpspec.emulator.exprs import ExprCompiler, check_element_index, wrap
+from warpspec.ir.evaluate import ExprCompiler, check_element_index, wrap
 from warpspec.emulator.shared import Region, SharedTensor
 from warpspec.errors import BarrierError, BoundsError, DeadlockError, KernelError, RaceError
 from warpspec.ir import nodes as ir

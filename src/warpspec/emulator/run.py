@@ -8,8 +8,8 @@ import random
 import numpy as np
 
 from warpspec import dtypes
+from warpspec.arguments import check_view, launch_grid, scalar_value, view_shapes
 from warpspec.dtypes import DType, PointerType
-from warpspec.emulator.exprs import ExprCompiler, wrap
 from warpspec.emulator.machine import BlockMachine
 from warpspec.errors import ArgumentError
 from warpspec.ir import nodes as ir
@@ -95,9 +95,12 @@ def run_kernel(kernel: ir.Kernel, arguments: dict) -> None:
             memory[param.var.uid] = host.flat
             env[param.var.uid] = 0
         else:
-            env[param.var.uid] = _scalar(param, value)
-    grid = _evaluate_grid(kernel, env)
-    _check_views(kernel, env, memory, hosts)
+            env[param.var.uid] = scalar_value(param, value)
+    grid = launch_grid(kernel, env)
+    names = {p.var.uid: p.name for p in kernel.params}
+    for stmt, shape, strides in view_shapes(kernel, env):
+        if shape is not None:  # views over values the kernel computes are checked as it runs
+            check_view(names[stmt.pointer.uid], stmt, shape, strides, memory[stmt.pointer.uid].size)
     seed = emulator_seed()
     rng = random.Random(seed) if seed is not None else None
     for z in range(grid[2]):
@@ -108,56 +111,3 @@ def run_kernel(kernel: ir.Kernel, arguments: dict) -> None:
                 BlockMachine(kernel, memory, env, specials, rng).run()
     for host in hosts:
         host.write_back()
-
-
-def _scalar(param: ir.Param, value):
-    dtype = param.type
-    if dtype.is_float:
-        if not isinstance(value, (int, float, np.floating, np.integer)) or isinstance(value, bool):
-            raise ArgumentError(f"argument {param.name!r}: expected a {dtype.name} number, got {value!r}")
-        return float(value)
-    if isinstance(value, (bool, np.bool_)) and dtype.kind != "bool":
-        raise ArgumentError(f"argument {param.name!r}: expected an integer, got {value!r}")
-    if not isinstance(value, (int, np.integer, bool, np.bool_)):
-        raise ArgumentError(f"argument {param.name!r}: expected a {dtype.name} integer, got {value!r}")
-    if wrap(value, dtype) != value:
-        raise ArgumentError(f"argument {param.name!r}: {value} does not fit in {dtype.name}")
-    return int(value) if dtype.kind != "bool" else bool(value)
-
-
-def _evaluate_grid(kernel: ir.Kernel, env: dict) -> tuple[int, int, int]:
-    exprs = ExprCompiler({})
-    sizes = [exprs(e)(env) for e in kernel.grid] + [1] * (3 - len(kernel.grid))
-    for axis, size in zip("xyz", sizes):
-        if size <= 0:
-            raise ArgumentError(f"the kernel's grid is {sizes}: blocks.{axis} must be positive for these arguments")
-    for axis, (size, cluster) in enumerate(zip(sizes, kernel.cluster)):
-        if size % cluster:
-            raise ArgumentError(f"grid {sizes} is not a multiple of the cluster shape {list(kernel.cluster)} in "
-                                f"dimension {'xyz'[axis]}")
-    return tuple(sizes)
-
-
-def _check_views(kernel: ir.Kernel, env: dict, memory: dict, hosts) -> None:
-    """Every global view must lie inside its array: checked before the launch, naming the argument."""
-    exprs = ExprCompiler({"blockIdx.x": 0, "blockIdx.y": 0, "blockIdx.z": 0})
-    names = {p.var.uid: p.name for p in kernel.params}
-    for stmt in ir.walk(kernel.body):
-        if not isinstance(stmt, ir.GlobalView):
-            continue
-        try:
-            shape = [exprs(e)(env) for e in stmt.decl.shape]
-            strides = [exprs(e)(env) for e in stmt.strides]
-        except KeyError:
-            continue  # the view depends on values computed in the kernel; checked as it runs
-        if any(s < 0 for s in shape):
-            raise ArgumentError(f"argument {names[stmt.pointer.uid]!r}: view {stmt.decl.name} has negative shape "
-                                f"{shape}")
-        if 0 in shape:
-            continue
-        last = sum((extent - 1) * stride for extent, stride in zip(shape, strides))
-        size = memory[stmt.pointer.uid].size
-        if last >= size:
-            raise ArgumentError(f"argument {names[stmt.pointer.uid]!r} holds {size} elements but the kernel views "
-                                f"it as {stmt.decl.name} of shape {shape} (line {stmt.loc.line}), which needs "
-                                f"{last + 1}")

@@ -1,4 +1,6 @@
-"""Scalar expressions compiled once into Python closures over a task's variable environment.
+"""Scalar IR expressions evaluated in Python, with the semantics of the generated code: compiled once into closures
+over a variable environment for the emulator and the host (grids, views), and used by the code generator to fold
+constants.
 
 Integers wrap to their type's width and ``//``/``%`` truncate toward zero, as the generated C++ does, so the emulator
 and the GPU compute the same indices.
@@ -45,7 +47,8 @@ def _cdiv(a, b):
     return -(-a // b)
 
 
-_OPS = {
+#: The Python function of every binary operator, with C semantics for // and %.
+OPERATORS = {
     "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": _trunc_div,
     "%": _trunc_mod, "&": operator.and_, "|": operator.or_, "^": operator.xor, "<<": operator.lshift,
     ">>": operator.rshift, "min": min, "max": max, "cdiv": _cdiv, "<": operator.lt, "<=": operator.le,
@@ -82,7 +85,7 @@ class ExprCompiler:
             value = self.specials[e.name]
             return lambda env: value
         if isinstance(e, ir.Binary):
-            a, b, op, dtype = self(e.a), self(e.b), _OPS[e.op], e.type
+            a, b, op, dtype = self(e.a), self(e.b), OPERATORS[e.op], e.type
             if e.op in ("//", "%", "cdiv"):
                 def checked(env, a=a, b=b):
                     divisor = b(env)

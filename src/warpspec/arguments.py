@@ -1,0 +1,78 @@
+"""Checks of a launch's runtime arguments that every back end applies alike: scalar values, the grid, and the
+global views that must fit inside their arrays."""
+
+from __future__ import annotations
+
+import numbers
+
+from warpspec.errors import ArgumentError
+from warpspec.ir import nodes as ir
+from warpspec.ir.evaluate import ExprCompiler, wrap
+
+
+def scalar_value(param: ir.Param, value):
+    """``value`` as the Python number a scalar parameter holds; ArgumentError naming it when it does not fit."""
+    dtype = param.type
+    if dtype.is_float:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ArgumentError(f"argument {param.name!r}: expected a {dtype.name} number, got {value!r}")
+        return float(value)
+    if dtype.kind == "bool":
+        if not isinstance(value, (bool, numbers.Integral)) or value not in (0, 1):
+            raise ArgumentError(f"argument {param.name!r}: expected a boolean, got {value!r}")
+        return bool(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentError(f"argument {param.name!r}: expected a {dtype.name} integer, got {value!r}")
+    value = int(value)
+    if wrap(value, dtype) != value:
+        raise ArgumentError(f"argument {param.name!r}: {value} does not fit in {dtype.name}")
+    return value
+
+
+def launch_grid(kernel: ir.Kernel, env: dict) -> tuple[int, int, int]:
+    """The grid for these arguments (``env``: parameter Var uid → value), checked positive, in range and a
+    multiple of the cluster shape."""
+    exprs = ExprCompiler({})
+    sizes = [exprs(e)(env) for e in kernel.grid] + [1] * (3 - len(kernel.grid))
+    for axis, size in zip("xyz", sizes):
+        if size <= 0:
+            raise ArgumentError(f"the kernel's grid is {sizes}: blocks.{axis} must be positive for these arguments")
+        if size >= 2**31:
+            raise ArgumentError(f"the kernel's grid is {sizes}: blocks.{axis} is too large")
+    for axis, (size, cluster) in enumerate(zip(sizes, kernel.cluster)):
+        if size % cluster:
+            raise ArgumentError(f"grid {sizes} is not a multiple of the cluster shape {list(kernel.cluster)} in "
+                                f"dimension {'xyz'[axis]}")
+    return tuple(sizes)
+
+
+def view_shapes(kernel: ir.Kernel, env: dict):
+    """``(statement, shape, strides)`` of every global view for these arguments, evaluated as the first block sees
+    them; shape and strides are None for a view that depends on values the kernel computes."""
+    exprs = ExprCompiler({"blockIdx.x": 0, "blockIdx.y": 0, "blockIdx.z": 0})
+    for stmt in ir.walk(kernel.body):
+        if isinstance(stmt, ir.GlobalView):
+            try:
+                shape = tuple(exprs(e)(env) for e in stmt.decl.shape)
+                strides = tuple(exprs(e)(env) for e in stmt.strides)
+            except KeyError:
+                yield stmt, None, None
+                continue
+            yield stmt, shape, strides
+
+
+def elements_needed(shape, strides) -> int:
+    """How many elements from the start of an array a view of ``shape`` and ``strides`` reaches (0 if empty)."""
+    if 0 in shape:
+        return 0
+    return sum((extent - 1) * stride for extent, stride in zip(shape, strides)) + 1
+
+
+def check_view(name: str, stmt: ir.GlobalView, shape, strides, available: int) -> None:
+    """ArgumentError naming argument ``name`` unless the view fits in the ``available`` elements of its array."""
+    if any(extent < 0 for extent in shape):
+        raise ArgumentError(f"argument {name!r}: view {stmt.decl.name} has negative shape {list(shape)}")
+    needed = elements_needed(shape, strides)
+    if needed > available:
+        raise ArgumentError(f"argument {name!r} holds {available} elements but the kernel views it as "
+                            f"{stmt.decl.name} of shape {list(shape)} (line {stmt.loc.line}), which needs {needed}")
