@@ -9,10 +9,10 @@ V2 adds a ring of stages, V3 a dedicated producer warp.
 Run ``python examples/matmul_v1.py`` to check it against numpy (on the emulator when there is no Hopper GPU).
 """
 
-import numpy as np
-
 import warpspec
 from warpspec import cdiv, float16, float32, int32, uint32
+
+from example_support import check_matmul
 
 
 @warpspec.autotune("block_m, block_n", [[64, 64], [128, 128], [128, 256]])
@@ -68,29 +68,5 @@ class MatmulWGMMAV1(warpspec.Script):
         self.store_global(gc, casted_acc, offsets=[offset_m, offset_n])
 
 
-def run_on_backend(kernel, *args):
-    """Call ``kernel(*args)`` on the selected back end and return its array arguments as numpy arrays afterwards.
-    The emulator takes numpy arrays as they are; the GPU back end takes device arrays, so they go through torch."""
-    if warpspec.get_backend() == "emulator":
-        kernel(*args)
-        return [arg for arg in args if isinstance(arg, np.ndarray)]
-    import torch
-
-    device_args = [torch.from_numpy(arg).cuda() if isinstance(arg, np.ndarray) else arg for arg in args]
-    kernel(*device_args)
-    torch.cuda.synchronize()
-    return [arg.cpu().numpy() for arg in device_args if isinstance(arg, torch.Tensor)]
-
-
 if __name__ == "__main__":
-    m, n, k = 300, 200, 200  # not multiples of any tile: exercises TMA zero-fill and clipped stores
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((m, k)).astype(np.float16)
-    b = rng.standard_normal((n, k)).astype(np.float16)
-    c = np.full((m, n), np.nan, dtype=np.float16)  # NaN shows any tile left unwritten
-    _, _, c = run_on_backend(MatmulWGMMAV1(), m, n, k, a, b, c)
-    reference = a.astype(np.float32) @ b.astype(np.float32).T
-    error = np.abs(c.astype(np.float32) - reference).max()
-    print(f"{warpspec.get_backend()}: max abs error {error:.4f} vs numpy")
-    assert error < 0.1, error
-    print("OK")
+    check_matmul(MatmulWGMMAV1())

@@ -20,6 +20,8 @@ import numpy as np
 import warpspec
 from warpspec import cdiv, float16, int32, uint32
 
+from example_support import run_on_backend
+
 
 @warpspec.autotune("tile_m, tile_n", [[64, 64], [32, 128], [128, 32]])
 class TmaCopy(warpspec.Script):
@@ -65,20 +67,6 @@ class TmaCopy(warpspec.Script):
                     # The store reads the buffer asynchronously: the buffer is empty only once the group is done.
                     self.tma.wait_group(0)
                     self.mbarrier.arrive(empty[buffer])
-
-
-def run_on_backend(kernel, *args):
-    """Call ``kernel(*args)`` on the selected back end and return its array arguments as numpy arrays afterwards.
-    The emulator takes numpy arrays as they are; the GPU back end takes device arrays, so they go through torch."""
-    if warpspec.get_backend() == "emulator":
-        kernel(*args)
-        return [arg for arg in args if isinstance(arg, np.ndarray)]
-    import torch
-
-    device_args = [torch.from_numpy(arg).cuda() if isinstance(arg, np.ndarray) else arg for arg in args]
-    kernel(*device_args)
-    torch.cuda.synchronize()
-    return [arg.cpu().numpy() for arg in device_args if isinstance(arg, torch.Tensor)]
 
 
 if __name__ == "__main__":

@@ -59,6 +59,16 @@ class _Matmul(warpspec.Script):
             pipe.consumer_release()
             pipe.consumer_advance()
 
+    def plain_matmul(self, m_size, n_size, k_size, a_ptr, b_ptr, c_ptr, dtype):
+        """Producer warp 4, one consumer warpgroup, float32 accumulators, cast to ``dtype`` on store."""
+        ga, gb, sa, sb, pipe = self.setup(m_size, n_size, k_size, a_ptr, b_ptr, dtype)
+        acc = self.register_tensor(dtype=float32, shape=[self.block_m, self.block_n], init=0.0)
+        with self.thread_group(thread_begin=128, num_threads=32):
+            self.produce(pipe, ga, gb, sa, sb, k_size)
+        with self.thread_group(thread_begin=0, num_threads=128):
+            self.consume(pipe, sa, sb, acc, k_size)
+            self.store_tile(c_ptr, m_size, n_size, acc, dtype)
+
     def store_tile(self, c_ptr, m_size, n_size, acc, dtype):
         gc = self.global_view(c_ptr, dtype=dtype, shape=[m_size, n_size])
         self.store_global(gc, self.cast(acc, dtype),
@@ -70,29 +80,17 @@ class MatmulBF16(_Matmul):
 
     def __call__(self, m_size: int32, n_size: int32, k_size: int32, a_ptr: ~bfloat16, b_ptr: ~bfloat16,
                  c_ptr: ~bfloat16):
-        ga, gb, sa, sb, pipe = self.setup(m_size, n_size, k_size, a_ptr, b_ptr, bfloat16)
-        acc = self.register_tensor(dtype=float32, shape=[self.block_m, self.block_n], init=0.0)
-        with self.thread_group(thread_begin=128, num_threads=32):
-            self.produce(pipe, ga, gb, sa, sb, k_size)
-        with self.thread_group(thread_begin=0, num_threads=128):
-            self.consume(pipe, sa, sb, acc, k_size)
-            self.store_tile(c_ptr, m_size, n_size, acc, bfloat16)
+        self.plain_matmul(m_size, n_size, k_size, a_ptr, b_ptr, c_ptr, bfloat16)
 
 
-class MatmulSwizzle32(MatmulBF16):
-    """MatmulBF16's structure in float16 with 32-byte swizzled tiles chosen by the author."""
+class MatmulSwizzle32(_Matmul):
+    """The plain float16 matmul with 32-byte swizzled tiles chosen by the author."""
 
     swizzle = 32
 
     def __call__(self, m_size: int32, n_size: int32, k_size: int32, a_ptr: ~float16, b_ptr: ~float16,
                  c_ptr: ~float16):
-        ga, gb, sa, sb, pipe = self.setup(m_size, n_size, k_size, a_ptr, b_ptr, float16)
-        acc = self.register_tensor(dtype=float32, shape=[self.block_m, self.block_n], init=0.0)
-        with self.thread_group(thread_begin=128, num_threads=32):
-            self.produce(pipe, ga, gb, sa, sb, k_size)
-        with self.thread_group(thread_begin=0, num_threads=128):
-            self.consume(pipe, sa, sb, acc, k_size)
-            self.store_tile(c_ptr, m_size, n_size, acc, float16)
+        self.plain_matmul(m_size, n_size, k_size, a_ptr, b_ptr, c_ptr, float16)
 
 
 class MatmulF16Accumulator(_Matmul):
