@@ -50,9 +50,10 @@ class V3(Script):
         consumer_barriers = self.mbarrier.alloc(counts=[1 for _ in range(self.num_stages)])
         producer_barriers = self.mbarrier.alloc(counts=[self.empty_arrivals for _ in range(self.num_stages)])
         with self.thread_group(thread_begin=128, num_threads=32):
-            self.produce(ga, gb, sa, sb, consumer_barriers, producer_barriers, offset_m, offset_n, k_size)
+            self.produce(ga, gb, sa, sb, consumer_barriers, producer_barriers,  # <<< v3-produce
+                         offset_m, offset_n, k_size)
         with self.thread_group(thread_begin=0, num_threads=128):
-            self.consume(sa, sb, acc, consumer_barriers, producer_barriers, k_size)
+            self.consume(sa, sb, acc, consumer_barriers, producer_barriers, k_size)  # <<< v3-consume
             self.sync()
             casted_acc = self.cast(acc, dtype=float16)
             gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])

@@ -10,8 +10,8 @@ from warpspec.dtypes import (bfloat16, boolean, float8_e4m3, float8_e5m2, float1
 from warpspec.errors import (ArgumentError, BarrierError, BoundsError, CompileError, DeadlockError, KernelError,
                              RaceError, WarpspecError)
 from warpspec.frontend.builder import cdiv
-from warpspec.lang.pipeline import Pipeline
-from warpspec.lang.script import Class, Script, autotune
+from warpspec.pipeline import Pipeline
+from warpspec.script import Class, Script, autotune
 from warpspec.runtime import get_backend, set_backend, use_backend
 
 __all__ = [

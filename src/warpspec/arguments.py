@@ -7,6 +7,7 @@ import numbers
 
 from warpspec.errors import ArgumentError
 from warpspec.ir import nodes as ir
+from warpspec.isa.memory import GlobalView
 from warpspec.ir.evaluate import ExprCompiler, wrap
 
 
@@ -51,7 +52,7 @@ def view_shapes(kernel: ir.Kernel, env: dict):
     them; shape and strides are None for a view that depends on values the kernel computes."""
     exprs = ExprCompiler({"blockIdx.x": 0, "blockIdx.y": 0, "blockIdx.z": 0})
     for stmt in ir.walk(kernel.body):
-        if isinstance(stmt, ir.GlobalView):
+        if isinstance(stmt, GlobalView):
             try:
                 shape = tuple(exprs(e)(env) for e in stmt.decl.shape)
                 strides = tuple(exprs(e)(env) for e in stmt.strides)
@@ -68,7 +69,7 @@ def elements_needed(shape, strides) -> int:
     return sum((extent - 1) * stride for extent, stride in zip(shape, strides)) + 1
 
 
-def check_view(name: str, stmt: ir.GlobalView, shape, strides, available: int) -> None:
+def check_view(name: str, stmt: GlobalView, shape, strides, available: int) -> None:
     """ArgumentError naming argument ``name`` unless the view fits in the ``available`` elements of its array."""
     if any(extent < 0 for extent in shape):
         raise ArgumentError(f"argument {name!r}: view {stmt.decl.name} has negative shape {list(shape)}")

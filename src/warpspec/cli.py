@@ -272,7 +272,7 @@ def cache_command(args) -> int:
 
 def load_script_class(target: str) -> type:
     """Import FILE.py (its folder on ``sys.path``, so it can import its neighbours) and return its Script CLASS."""
-    from warpspec.lang.script import Script
+    from warpspec.script import Script
 
     path_text, separator, class_name = target.rpartition(":")
     if not separator or not path_text or not class_name:

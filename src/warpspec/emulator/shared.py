@@ -41,6 +41,10 @@ class Region:
     def view(self, name: str) -> np.ndarray:
         return getattr(self.tensor, name)[self.key]
 
+    def part(self, rows: tuple[int, int]) -> "Region":
+        """Rows ``[rows[0], rows[1])`` of this region (what one partition of a group wrote)."""
+        return Region(self.tensor, self.key + (slice(rows[0], rows[1]),), self.text)
+
     # ------------------------------------------------------------------------------------------------ checks
 
     def check_readable(self, task, what: str, async_proxy: bool) -> None:

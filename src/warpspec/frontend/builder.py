@@ -3,8 +3,10 @@
 The front end walks the AST of a Script's ``__call__`` (and of every helper it calls, inlined) as an abstract
 interpreter: names hold compile-time Python values, runtime scalars (IR ``Expr``s) or handles (tensors, language
 objects, Class instances). Anything over compile-time values is computed in Python; anything touching a runtime value
-becomes IR. Language calls (``self.mbarrier.wait(...)``) are methods of ``warpspec.lang.language`` objects that
-check their placement and emit IR statements through this builder.
+becomes IR. Language calls (``self.mbarrier.wait(...)``) are methods of the instruction families in
+``warpspec.isa``: the builder binds their arguments, then they check their placement and emit IR statements
+through it. Helper methods and ``warpspec.Class`` methods are inlined; every line built inside one carries the call
+site it was inlined at, so errors name the user's line first.
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ import textwrap
 from dataclasses import replace
 from functools import lru_cache
 
-from warpspec.dtypes import DType, PointerType, boolean, float32, int32, int64, uint32
+from warpspec.dtypes import DType, boolean, float32, int32, int64, uint32
+from warpspec import target as targets
 from warpspec.errors import CompileError
-from warpspec.frontend.values import Binding, ClassInstance, InlineFunction, RuntimeRange, TensorValue
+from warpspec.frontend.bindings import Binding, ClassInstance, InlineFunction
+from warpspec.isa import elementwise
+from warpspec.isa.memory import StoreElement
+from warpspec.isa.values import RuntimeRange, TensorValue, describe
 from warpspec.ir import nodes as ir
 
 _PY_BINOPS = {
@@ -36,8 +42,8 @@ _PY_COMPARE = {
     ast.In: (None, lambda a, b: a in b), ast.NotIn: (None, lambda a, b: a not in b),
 }
 _RANK = {boolean: 0, int32: 1, uint32: 2, int64: 3, float32: 4}
-#: Elementwise operators on register tensors (both back ends implement exactly these).
-TENSOR_OPERATORS = ("+", "-", "*", "/", "min", "max")
+#: Inlined calls nested deeper than this are a helper that calls itself (directly or through others).
+MAX_INLINE_DEPTH = 64
 
 
 class _Return(Exception):
@@ -66,7 +72,8 @@ def _parse_function(function) -> tuple[ast.FunctionDef, str]:
 class Builder:
     """Builds one ``ir.Kernel`` from a Script instance and its compile-time arguments."""
 
-    def __init__(self):
+    def __init__(self, target: targets.Target = targets.DEFAULT):
+        self.target = target
         self.blocks: list[list[ir.Stmt]] = [[]]
         self.groups: list[tuple[int, int, bool]] = []  # (begin, count, single_thread)
         self.depth = 0  # runtime if/for nesting
@@ -82,6 +89,13 @@ class Builder:
         self.assigning: str | None = None  # the name being assigned, to name the tensors it creates
         self.function_depth: int | None = None  # runtime depth at which the inlined function being built began
         self.function_groups = 0  # thread groups open when it began
+        self.call_site: ir.Loc | None = None  # where the function being inlined was called (None: the kernel body)
+        self.function_name: str | None = None  # its qualified name
+        self.inline_depth = 0
+        #: Vars declared at the top level from values over parameters and never assigned since: the launch grid may
+        #: use them through their definitions.
+        self.definitions: dict[int, ir.Expr] = {}
+        self.named_syncs: set[tuple[int, int]] = set()  # thread groups that use a named barrier for sync()
 
     # ------------------------------------------------------------------------------------------------ emitting
 
@@ -137,19 +151,51 @@ class Builder:
         if isinstance(value, float):
             target = dtype or float32
             return ir.Const(value if target.is_float else int(value), target)
-        raise self.error(f"{what} must be a scalar, got {_describe(value)}")
+        raise self.error(f"{what} must be a scalar, got {describe(value)}")
+
+    def to_integer(self, value, dtype: DType, what: str) -> ir.Expr:
+        """An integer Expr of ``dtype`` for ``value``; a float (compile-time or runtime) is a CompileError naming
+        ``what``, never truncated."""
+        if isinstance(value, float) or (isinstance(value, ir.Expr) and value.dtype.is_float):
+            shown = repr(value) if isinstance(value, float) else describe(value)
+            raise self.error(f"{what} must be an integer, got {shown}; convert it with int(...) or use // for "
+                             f"integer division")
+        if not isinstance(value, (int, ir.Expr)):
+            raise self.error(f"{what} must be an integer, got {describe(value)}")
+        return self.to_expr(value, dtype, what)
+
+    def to_index(self, value, what: str) -> ir.Expr:
+        """An int32 index or offset (see ``to_integer``)."""
+        return self.to_integer(value, int32, what)
+
+    def new_register_tensor(self, name: str, dtype: DType, shape) -> ir.TensorDecl:
+        """The declaration of a register tensor defined by the statement being built."""
+        return ir.TensorDecl(name, ir.REGISTER, dtype, tuple(shape), self.loc)
+
+    def inline_definitions(self, expr: ir.Expr) -> ir.Expr:
+        """``expr`` with every top-level variable that still holds its first value replaced by that value."""
+        if isinstance(expr, ir.Var) and expr.uid in self.definitions:
+            return self.inline_definitions(self.definitions[expr.uid])
+        if isinstance(expr, ir.Binary):
+            return replace(expr, a=self.inline_definitions(expr.a), b=self.inline_definitions(expr.b))
+        if isinstance(expr, (ir.Unary, ir.Convert)):
+            return replace(expr, a=self.inline_definitions(expr.a))
+        if isinstance(expr, ir.Select):
+            return replace(expr, cond=self.inline_definitions(expr.cond), a=self.inline_definitions(expr.a),
+                           b=self.inline_definitions(expr.b))
+        return expr
 
     def to_int(self, value, what: str) -> int:
         """``value`` as a compile-time int, or a CompileError naming ``what``."""
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, ir.Expr):
                 raise self.error(f"{what} must be known at compile time, but it depends on runtime values")
-            raise self.error(f"{what} must be an int, got {_describe(value)}")
+            raise self.error(f"{what} must be an int, got {describe(value)}")
         return value
 
     def to_tensor(self, value, what: str, kinds=None) -> TensorValue:
         if not isinstance(value, TensorValue):
-            raise self.error(f"{what} must be a tensor, got {_describe(value)}")
+            raise self.error(f"{what} must be a tensor, got {describe(value)}")
         if kinds and value.kind not in kinds:
             raise self.error(f"{what} must be a {' or '.join(kinds)} tensor, but {value.name} is a {value.kind} "
                              f"tensor")
@@ -179,24 +225,30 @@ class Builder:
         self._store(existing, value, annotation, name, lambda b: self.scopes[-1].__setitem__(name, b))
 
     def _store(self, existing: Binding | None, value, annotation, name: str, create) -> None:
+        if name == "_":  # a throwaway: every binding is new
+            existing = None
+        scalar = isinstance(value, (ir.Expr, int, float, bool))
+        if existing is not None and isinstance(existing.value, ir.Var) and annotation is None and not scalar:
+            # A name that held a runtime scalar now names a tensor, a tuple, an object...: a new binding.
+            if existing.depth < self.depth:
+                raise self.error(f"{name!r} holds a runtime {existing.value.type.name} variable bound outside this "
+                                 f"runtime loop or branch; it cannot be rebound inside it to {describe(value)}")
+            create(Binding(value, self.depth))
+            return
         if annotation is not None:
             if existing is not None and isinstance(existing.value, ir.Var) and existing.depth == self.depth:
-                self.emit(ir.Assign(self.loc, existing.value, self.to_expr(value, existing.value.type)))
+                self._assign_var(existing.value, value, name)
                 return
-            var = ir.Var(name, annotation)
-            self.emit(ir.Declare(self.loc, var, self.to_expr(value, annotation, name)))
-            create(Binding(var, self.depth))
+            self._declare(name, annotation, self.scalar_for(value, annotation, name), create)
             return
         if existing is not None and isinstance(existing.value, ir.Var):
-            self.emit(ir.Assign(self.loc, existing.value, self.to_expr(value, existing.value.type, name)))
+            self._assign_var(existing.value, value, name)
             return
         if isinstance(value, ir.Expr):
             if existing is not None and existing.depth < self.depth:
                 raise self.error(f"{name!r} holds a compile-time value bound outside this runtime loop or branch; "
                                  f"declare it with a type (e.g. '{name}: int32 = ...') to make it a runtime variable")
-            var = ir.Var(name, value.dtype)
-            self.emit(ir.Declare(self.loc, var, value))
-            create(Binding(var, self.depth))
+            self._declare(name, value.dtype, value, create)
             return
         if existing is not None and existing.depth < self.depth:
             if isinstance(value, TensorValue) and isinstance(existing.value, TensorValue):
@@ -211,11 +263,30 @@ class Builder:
                 return
         create(Binding(value, self.depth))
 
+    def scalar_for(self, value, dtype: DType, name: str) -> ir.Expr:
+        """``value`` as a runtime scalar of ``dtype`` for variable ``name``: a float never silently becomes an
+        integer."""
+        if dtype.is_integer:
+            return self.to_integer(value, dtype, f"the value assigned to {name!r} ({dtype.name})")
+        return self.to_expr(value, dtype, name)
+
+    def _declare(self, name: str, dtype: DType, value, create) -> None:
+        var = ir.Var(name, dtype)
+        expr = self.scalar_for(value, dtype, name)
+        self.emit(ir.Declare(self.loc, var, expr))
+        if self.depth == 0 and not self.groups:
+            self.definitions[var.uid] = expr
+        create(Binding(var, self.depth))
+
+    def _assign_var(self, var: ir.Var, value, name: str) -> None:
+        self.definitions.pop(var.uid, None)
+        self.emit(ir.Assign(self.loc, var, self.scalar_for(value, var.type, name)))
+
     def _assign_in_place(self, target: TensorValue, value: TensorValue) -> bool:
         """``acc = acc * 2``: when the new register tensor was just computed and matches the old one, compute it
         into the old tensor instead, so loops update one tensor rather than rebinding a name."""
         last = self.blocks[-1][-1] if self.blocks[-1] else None
-        if not (isinstance(last, ir.ComputeTensor) and last.decl is value.ref.decl and target.kind == ir.REGISTER
+        if not (isinstance(last, ir.DefineTensor) and last.decl is value.ref.decl and target.kind == ir.REGISTER
                 and not target.ref.index and target.shape == value.shape and target.dtype == value.dtype):
             return False
         self.blocks[-1][-1] = replace(last, decl=target.ref.decl)
@@ -232,20 +303,27 @@ class Builder:
         except TypeError as error:
             raise self.error(f"{function.__qualname__}(): {error}") from None
         bound.apply_defaults()
-        saved = (self.scopes, self.globals, self.file, self.loc)
+        if self.inline_depth >= MAX_INLINE_DEPTH:
+            raise self.error(f"{function.__qualname__}() is inlined {MAX_INLINE_DEPTH} calls deep: a helper that "
+                             f"calls itself (directly or through others) cannot be inlined; kernels have no "
+                             f"recursion, write the repetition as a loop")
+        saved = (self.scopes, self.globals, self.file, self.loc, self.call_site, self.function_name)
         self.scopes = [{name: Binding(value, self.depth) for name, value in bound.arguments.items()}]
         self.globals = function.__globals__
         self.file = path
+        self.call_site, self.function_name = self.loc, function.__qualname__
         saved_frame = (self.function_depth, self.function_groups)
         self.function_depth, self.function_groups = self.depth, len(self.groups)
+        self.inline_depth += 1
         result = None
         try:
             self.exec_body(node.body)
         except _Return as ret:
             result = ret.value
         finally:
-            self.scopes, self.globals, self.file, self.loc = saved
+            self.scopes, self.globals, self.file, self.loc, self.call_site, self.function_name = saved
             self.function_depth, self.function_groups = saved_frame
+            self.inline_depth -= 1
         return result
 
     def instantiate(self, cls, args, kwargs) -> ClassInstance:
@@ -262,7 +340,7 @@ class Builder:
             self.exec_stmt(stmt)
 
     def exec_stmt(self, node: ast.stmt) -> None:
-        self.loc = ir.Loc(self.file, node.lineno)
+        self.loc = ir.Loc(self.file, node.lineno, self.call_site, self.function_name)
         method = getattr(self, "stmt_" + type(node).__name__, None)
         if method is None:
             raise self.error(f"{type(node).__name__} statements are not part of the kernel language")
@@ -315,7 +393,7 @@ class Builder:
             annotation = None  # a Python type annotation: an ordinary compile-time binding
         elif not isinstance(annotation, DType):
             raise self.error(f"a variable's annotation must be a scalar type such as int32, got "
-                             f"{_describe(annotation)}")
+                             f"{describe(annotation)}")
         if node.value is None:
             raise self.error("a declaration needs an initial value")
         self.assign(node.target, self._eval_named(node.target, node.value), annotation)
@@ -330,7 +408,7 @@ class Builder:
             self.bind(target.id, value, annotation)
         elif isinstance(target, (ast.Tuple, ast.List)):
             if annotation is not None or not isinstance(value, (tuple, list)):
-                raise self.error(f"cannot unpack {_describe(value)} into {len(target.elts)} names")
+                raise self.error(f"cannot unpack {describe(value)} into {len(target.elts)} names")
             if len(value) != len(target.elts):
                 raise self.error(f"cannot unpack {len(value)} values into {len(target.elts)} names")
             for element, item in zip(target.elts, value):
@@ -344,13 +422,13 @@ class Builder:
 
     def assign_element(self, container, index, value) -> None:
         if not isinstance(container, TensorValue):
-            raise self.error(f"cannot assign to an element of {_describe(container)}")
+            raise self.error(f"cannot assign to an element of {describe(container)}")
         if container.kind != ir.REGISTER:
             raise self.error(f"elements of {container.kind} tensor {container.name} cannot be assigned; only "
                              f"register tensors have element updates")
         indices = self.element_indices(container, index)
-        self.emit(ir.StoreElement(self.loc, container.ref, indices,
-                                  self.to_expr(value, container.dtype, f"{container.name}[...]")))
+        self.emit(StoreElement(self.loc, container.ref, indices, self.scalar_for(value, container.dtype,
+                                                                                 f"{container.name}[...]")))
 
     def assign_attribute(self, obj, name: str, value, annotation) -> None:
         if isinstance(obj, ClassInstance):
@@ -360,7 +438,7 @@ class Builder:
             return
         setter = getattr(obj, "set_attribute", None)
         if setter is None:
-            raise self.error(f"cannot set attribute {name!r} of {_describe(obj)}")
+            raise self.error(f"cannot set attribute {name!r} of {describe(obj)}")
         setter(name, value)
 
     def stmt_If(self, node: ast.If) -> None:
@@ -407,7 +485,7 @@ class Builder:
         try:
             items = list(iterable)
         except TypeError:
-            raise self.error(f"cannot iterate over {_describe(iterable)}") from None
+            raise self.error(f"cannot iterate over {describe(iterable)}") from None
         for item in items:  # compile-time loop: unrolled here
             self.assign(node.target, item)
             self.exec_body(node.body)
@@ -427,7 +505,7 @@ class Builder:
         context = self.eval(node.items[0].context_expr)
         enter = getattr(context, "build_block", None)
         if enter is None:
-            raise self.error(f"{_describe(context)} cannot be used in a with statement")
+            raise self.error(f"{describe(context)} cannot be used in a with statement")
         enter(lambda: self.exec_body(node.body))
 
     def stmt_FunctionDef(self, node) -> None:
@@ -514,11 +592,11 @@ class Builder:
         if getter is not None:
             return getter(name)
         if name.startswith("_"):
-            raise self.error(f"{_describe(obj)} attribute {name!r} is private")
+            raise self.error(f"{describe(obj)} attribute {name!r} is private")
         try:
             return getattr(obj, name)
         except AttributeError:
-            raise self.error(f"{_describe(obj)} has no attribute {name!r}") from None
+            raise self.error(f"{describe(obj)} has no attribute {name!r}") from None
 
     def language_attribute(self, name: str):
         """``self.<name>`` of the language (instructions, tensors, roles), or None."""
@@ -536,11 +614,11 @@ class Builder:
         if isinstance(container, TensorValue):
             return self.index_tensor(container, index)
         if isinstance(index, ir.Expr):
-            raise self.error(f"cannot index {_describe(container)} with a runtime value")
+            raise self.error(f"cannot index {describe(container)} with a runtime value")
         try:
             return container[index]
         except (IndexError, KeyError, TypeError) as error:
-            raise self.error(f"bad index {index!r} into {_describe(container)}: {error}") from None
+            raise self.error(f"bad index {index!r} into {describe(container)}: {error}") from None
 
     def expr_Slice(self, node):
         raise self.error("slices are not supported; index leading dimensions with integers")
@@ -589,7 +667,7 @@ class Builder:
             raise self.error(f"operator {op_type.__name__} is not supported")
         symbol, python_op = _PY_BINOPS[op_type]
         if isinstance(a, TensorValue) or isinstance(b, TensorValue):
-            return self.tensor_binary(symbol, a, b)
+            return elementwise.binary(self, symbol, a, b)
         if not isinstance(a, ir.Expr) and not isinstance(b, ir.Expr):
             try:
                 return python_op(a, b)
@@ -621,29 +699,6 @@ class Builder:
             left, right = self.to_expr(left, boolean), self.to_expr(right, boolean)
         return ir.Binary(symbol, left, right, result_type)
 
-    def tensor_binary(self, symbol: str, a, b) -> TensorValue:
-        if symbol not in TENSOR_OPERATORS:
-            raise self.error(f"operator {symbol!r} is not supported on tensors; use one of "
-                             f"{', '.join(TENSOR_OPERATORS)}")
-        tensors = [x for x in (a, b) if isinstance(x, TensorValue)]
-        for t in tensors:
-            if t.kind != ir.REGISTER:
-                raise self.error(f"arithmetic needs register tensors; {t.name} is a {t.kind} tensor (load it first)")
-        if len(tensors) == 2 and a.shape != b.shape:
-            raise self.error(f"shapes differ: {a.name}{list(a.shape)} {symbol} {b.name}{list(b.shape)}")
-        first = tensors[0]
-        dtype = first.dtype
-        if len(tensors) == 2 and a.dtype != b.dtype:
-            raise self.error(f"dtypes differ: {a.name} is {a.dtype.name}, {b.name} is {b.dtype.name}; cast one")
-        operands = tuple(x.ref if isinstance(x, TensorValue) else self.to_expr(x, dtype) for x in (a, b))
-        return self.compute_tensor("binary", operands, first.shape, dtype, attr=symbol)
-
-    def compute_tensor(self, op: str, operands: tuple, shape: tuple, dtype: DType, attr=None,
-                       name: str = "tmp") -> TensorValue:
-        decl = ir.TensorDecl(name, ir.REGISTER, dtype, tuple(shape), self.loc)
-        self.emit(ir.ComputeTensor(self.loc, decl, op, operands, attr))
-        return TensorValue(ir.TensorRef(decl))
-
     def expr_UnaryOp(self, node: ast.UnaryOp):
         value = self.eval(node.operand)
         symbol = {ast.USub: "-", ast.UAdd: "+", ast.Invert: "~", ast.Not: "not"}[type(node.op)]
@@ -652,9 +707,7 @@ class Builder:
                 return value
             if symbol != "-":
                 raise self.error(f"unary {symbol!r} on tensors is not supported")
-            if value.kind != ir.REGISTER:
-                raise self.error(f"arithmetic needs register tensors; {value.name} is a {value.kind} tensor")
-            return self.compute_tensor("unary", (value.ref,), value.shape, value.dtype, attr="-")
+            return elementwise.negate(self, value)
         if not isinstance(value, ir.Expr):
             return {"-": operator.neg, "+": operator.pos, "~": operator.invert, "not": operator.not_}[symbol](value)
         if symbol == "+":
@@ -738,18 +791,16 @@ class Builder:
             if isinstance(value, ir.Expr):
                 return self.to_expr(value, callee)
             return self.to_expr(value, callee).value if isinstance(value, (int, float)) else value
-        if isinstance(callee, type):
-            from warpspec.lang.script import Class
-
-            if issubclass(callee, Class):
-                return self.instantiate(callee, args, kwargs)
+        if isinstance(callee, type) and getattr(callee, "__warpspec_class__", False):
+            return self.instantiate(callee, args, kwargs)
+        if getattr(callee, "_language_call", False):
+            self._check_arguments(callee, args, kwargs)
+            return callee(*args, **kwargs)
         special = _RUNTIME_BUILTINS.get(callee)
         runtime_args = any(isinstance(x, (ir.Expr, TensorValue)) for x in list(args) + list(kwargs.values()))
         if special is not None and runtime_args:
             return special(self, *args, **kwargs)
-        if getattr(callee, "_language_call", False) or not runtime_args:
-            if getattr(callee, "_language_call", False):
-                return callee(*args, **kwargs)
+        if not runtime_args:
             try:
                 return callee(*args, **kwargs)
             except CompileError:
@@ -758,6 +809,16 @@ class Builder:
                 raise self.error(f"{getattr(callee, '__name__', callee)}(...) failed at compile time: "
                                  f"{type(error).__name__}: {error}") from None
         raise self.error(f"{getattr(callee, '__name__', repr(callee))}() cannot take runtime values")
+
+    def _check_arguments(self, method, args, kwargs) -> None:
+        """A CompileError at the kernel line unless ``args``/``kwargs`` fit the language call's parameters."""
+        signature = inspect.signature(method)
+        try:
+            signature.bind(*args, **kwargs)
+        except TypeError as error:
+            owner = getattr(getattr(method, "__self__", None), "namespace", None)
+            name = f"{owner}.{method.__name__}" if owner else method.__name__
+            raise self.error(f"{name}(): {error}; it takes ({', '.join(signature.parameters)})") from None
 
 
 def _runtime_min_max(op):
@@ -769,7 +830,7 @@ def _runtime_min_max(op):
         result = values[0]
         for value in values[1:]:
             if isinstance(result, TensorValue) or isinstance(value, TensorValue):
-                result = builder.tensor_binary(op, result, value)
+                result = elementwise.binary(builder, op, result, value)
             elif not isinstance(result, ir.Expr) and not isinstance(value, ir.Expr):
                 result = (min if op == "min" else max)(result, value)
             else:
@@ -814,7 +875,7 @@ def _python_type(value, other: DType | None) -> DType:
         return int32 if -2**31 <= value < 2**31 else int64
     if isinstance(value, float):
         return float32
-    raise CompileError(f"expected a scalar, got {_describe(value)}")
+    raise CompileError(f"expected a scalar, got {describe(value)}")
 
 
 def _check_int_range(builder: Builder, value: int, dtype: DType) -> None:
@@ -833,19 +894,6 @@ def _same_constant(a, b) -> bool:
         return False
 
 
-def _describe(value) -> str:
-    if isinstance(value, TensorValue):
-        return f"{value.kind} tensor {value.name}"
-    if isinstance(value, ir.Expr):
-        return f"a runtime {value.dtype.name} value"
-    if isinstance(value, ClassInstance):
-        return f"a {value.cls.__name__} instance"
-    if isinstance(value, (PointerType, DType)):
-        return repr(value)
-    return f"{type(value).__name__} {value!r}" if isinstance(value, (int, float, str, list, tuple)) else \
-        type(value).__name__
-
-
 def _as_load(target: ast.expr) -> ast.expr:
     """The expression that reads an augmented assignment's target."""
     copy = ast.parse(ast.unparse(target), mode="eval").body
@@ -855,5 +903,3 @@ def _as_load(target: ast.expr) -> ast.expr:
         child.col_offset = getattr(target, "col_offset", 0)
     return copy
 
-
-describe = _describe

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 from warpspec.dtypes import DType, PointerType, boolean, float32, int32, int64, uint32
 from warpspec.errors import ArgumentError, CompileError
+from warpspec.frontend.bindings import Binding, InlineFunction
 from warpspec.frontend.builder import Builder, _parse_function
-from warpspec.frontend.values import Binding
+from warpspec.frontend.language import Language
 from warpspec.ir import nodes as ir
-from warpspec.lang.language import Language
+from warpspec.passes import analyse
 
 #: Annotations that make a parameter compile-time: its value specialises the kernel.
 COMPILE_TIME_TYPES = (int, float, bool)
@@ -136,8 +137,9 @@ def build_kernel(script, compile_time: dict) -> ir.Kernel:
     if attrs.blocks is None:
         raise CompileError("the kernel never sets self.attrs.blocks", str(loc))
     constants = tuple(sorted(compile_time.items())) + tuple(sorted(script.schedule().items()))
-    return ir.Kernel(cls.__name__, tuple(params), attrs.blocks, attrs.warps, attrs.cluster_blocks,
-                     tuple(builder.blocks[0]), constants, loc)
+    kernel = ir.Kernel(cls.__name__, tuple(params), attrs.blocks, attrs.warps, attrs.cluster_blocks,
+                       tuple(builder.blocks[0]), constants, loc)
+    return analyse(kernel, builder.target)
 
 
 class _ScriptSelf:
@@ -148,14 +150,11 @@ class _ScriptSelf:
         self.script, self.language, self.cls = script, language, cls
 
     def get_attribute(self, name: str):
-        from warpspec.frontend.values import InlineFunction
-        from warpspec.lang.script import Script
-
         member = self.language.lookup(name)
         if member is not None:
             return member
         attribute = getattr(self.cls, name, None)
-        if callable(attribute) and not hasattr(Script, name) and hasattr(attribute, "__code__"):
+        if callable(attribute) and hasattr(attribute, "__code__") and not _base_member(self.cls, name):
             return InlineFunction(attribute, self)
         if name in vars(self.script):
             return vars(self.script)[name]
@@ -167,3 +166,12 @@ class _ScriptSelf:
     def set_attribute(self, name: str, value) -> None:
         raise self.language.b.error(f"cannot set self.{name} inside a kernel; use a local variable (only "
                                     f"self.attrs.* can be set)")
+
+
+def _base_member(cls, name: str) -> bool:
+    """Whether ``name`` comes from warpspec's own Script base class (``schedule``, ``__init__``), not the author's
+    class: a Script class marks its base with ``__warpspec_base__``."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return "__warpspec_base__" in vars(klass)
+    return False

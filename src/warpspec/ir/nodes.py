@@ -24,13 +24,37 @@ def fresh_uid() -> int:
 
 @dataclass(frozen=True)
 class Loc:
-    """A kernel source position: file path and 1-based line."""
+    """A kernel source position: file path and 1-based line.
+
+    A line inside an inlined helper (a Script's helper method, a ``warpspec.Class`` method such as
+    ``Pipeline.consumer_acquire``) carries the call site it was inlined at, so errors name the user's line first and
+    then the library line: ``str(loc)`` is ``user.py:40 -> Pipeline.consumer_acquire at pipeline.py:45``.
+    """
 
     file: str
     line: int
+    inlined_at: "Loc | None" = None
+    function: str | None = None  # the inlined function this line belongs to (None at the kernel's top level)
+
+    def frames(self) -> list["Loc"]:
+        """The chain outermost (the kernel's own line) first, this line last."""
+        chain, loc = [], self
+        while loc is not None:
+            chain.append(loc)
+            loc = loc.inlined_at
+        return chain[::-1]
+
+    @property
+    def outermost(self) -> "Loc":
+        """The line in the kernel body that the chain starts from."""
+        return self.frames()[0]
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}"
+        frames = self.frames()
+        text = f"{frames[0].file}:{frames[0].line}"
+        for frame in frames[1:]:
+            text += f" -> {frame.function} at {frame.file}:{frame.line}"
+        return text
 
 
 # ---------------------------------------------------------------------------------------------------- expressions
@@ -81,9 +105,7 @@ class Special(Expr):
         return int32
 
 
-#: Binary operators. Integer ``//`` and ``%`` truncate toward zero like C; ``cdiv`` is ceiling division.
-BINARY_OPS = ("+", "-", "*", "/", "//", "%", "&", "|", "^", "<<", ">>", "min", "max", "cdiv",
-              "<", "<=", ">", ">=", "==", "!=", "and", "or")
+#: Comparison operators: their result is boolean whatever the operand type.
 COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 
 
@@ -210,8 +232,14 @@ class TensorRef:
 
 @dataclass(frozen=True, eq=False)
 class Stmt:
-    """A statement; ``loc`` is the kernel source line it came from."""
+    """A statement; ``loc`` is the kernel source line it came from.
 
+    ``abstract``: a base class, not a statement (the registry skips it). ``blocks``: the fields holding nested
+    statement lists, in execution order.
+    """
+
+    abstract = True
+    blocks = ()
     loc: Loc
 
 
@@ -232,68 +260,6 @@ class Assign(Stmt):
 
 
 @dataclass(frozen=True, eq=False)
-class GlobalView(Stmt):
-    """View a global pointer as a row-major (or explicitly strided) tensor of a runtime shape."""
-
-    decl: TensorDecl
-    pointer: Var
-    strides: tuple[Expr, ...]
-
-
-@dataclass(frozen=True, eq=False)
-class AllocShared(Stmt):
-    """Reserve a shared-memory tensor for the whole block; ``swizzle`` (bytes) overrides the layout's choice."""
-
-    decl: TensorDecl
-    swizzle: int | None = None
-
-
-@dataclass(frozen=True, eq=False)
-class AllocBarriers(Stmt):
-    """Create ``len(counts)`` mbarriers, barrier i expecting ``counts[i]`` arrivals per phase, visible to every
-    thread of the block afterwards."""
-
-    decl: TensorDecl
-    counts: tuple[int, ...]
-
-
-@dataclass(frozen=True, eq=False)
-class AllocRegister(Stmt):
-    """Declare a register tensor, filled with ``init`` (``None``: undefined contents)."""
-
-    decl: TensorDecl
-    init: Expr | None
-
-
-@dataclass(frozen=True, eq=False)
-class StoreElement(Stmt):
-    """Write one element of a register tensor."""
-
-    tensor: TensorRef
-    indices: tuple[Expr, ...]
-    value: Expr
-
-
-#: Tensor operations that define a new register tensor (``ComputeTensor.op``).
-TENSOR_OPS = ("cast", "binary", "unary", "load_global", "load_shared", "copy")
-
-
-@dataclass(frozen=True, eq=False)
-class ComputeTensor(Stmt):
-    """Define the register tensor ``decl`` from other tensors.
-
-    ``op``: ``cast`` (operands: src), ``binary`` (attr: operator; operands: two TensorRefs or Exprs, at least one a
-    tensor), ``unary`` (attr: operator; operands: src), ``load_global`` (operands: view, then offsets as Exprs),
-    ``load_shared`` (operands: src).
-    """
-
-    decl: TensorDecl
-    op: str
-    operands: tuple
-    attr: str | None = None
-
-
-@dataclass(frozen=True, eq=False)
 class For(Stmt):
     """``for var in range(start, stop, step)`` at runtime; ``unroll`` is the author's unroll factor (1 = none)."""
 
@@ -303,6 +269,7 @@ class For(Stmt):
     step: Expr
     body: tuple[Stmt, ...]
     unroll: int = 1
+    blocks = ("body",)
 
 
 @dataclass(frozen=True, eq=False)
@@ -312,144 +279,24 @@ class If(Stmt):
     cond: Expr
     then: tuple[Stmt, ...]
     orelse: tuple[Stmt, ...]
-
-
-@dataclass(frozen=True, eq=False)
-class ThreadGroup(Stmt):
-    """Run ``body`` on threads ``[begin, begin + count)`` of the block only."""
-
-    begin: int
-    count: int
-    body: tuple[Stmt, ...]
-    max_registers: int | None = None
-
-
-@dataclass(frozen=True, eq=False)
-class SingleThread(Stmt):
-    """Run ``body`` on one elected thread (the first) of the enclosing group ``[begin, begin + count)``."""
-
-    begin: int
-    count: int
-    body: tuple[Stmt, ...]
-
-
-@dataclass(frozen=True, eq=False)
-class Sync(Stmt):
-    """Barrier over threads ``[begin, begin + count)``: the block (``bar.sync 0``) or a thread group (named)."""
-
-    begin: int
-    count: int
+    blocks = ("then", "orelse")
 
 
 @dataclass(frozen=True, eq=False)
 class Instruction(Stmt):
-    """A Hopper instruction the language exposes; one subclass per instruction."""
+    """Base of the instructions the language exposes (one subclass per instruction, defined with its family in
+    ``warpspec.isa``)."""
 
+    abstract = True
     threads: tuple[int, int]  # (begin, count) of the executing group; count 1 inside single_thread
 
 
 @dataclass(frozen=True, eq=False)
-class MbarrierArrive(Instruction):
-    """Each executing thread arrives once on ``barrier``."""
+class DefineTensor(Stmt):
+    """Base of statements that define the register tensor ``decl`` from other values (loads, casts, arithmetic)."""
 
-    barrier: TensorRef
-
-
-@dataclass(frozen=True, eq=False)
-class MbarrierArriveExpectTx(Instruction):
-    """Each executing thread raises ``barrier``'s transaction count by ``nbytes``, then arrives once."""
-
-    barrier: TensorRef
-    nbytes: Expr
-
-
-@dataclass(frozen=True, eq=False)
-class MbarrierWait(Instruction):
-    """Block until the phase of ``barrier`` with parity ``phase`` has completed."""
-
-    barrier: TensorRef
-    phase: Expr
-
-
-@dataclass(frozen=True, eq=False)
-class TmaLoad(Instruction):
-    """Copy the box of global view ``src`` at ``offsets`` into shared tensor ``dst``, completing its bytes on
-    ``barrier``. Elements outside the view read as zero."""
-
-    src: TensorRef
-    dst: TensorRef
-    offsets: tuple[Expr, ...]
-    barrier: TensorRef
-
-
-@dataclass(frozen=True, eq=False)
-class TmaStore(Instruction):
-    """Copy shared tensor ``src`` into global view ``dst`` at ``offsets``; elements outside the view are dropped."""
-
-    src: TensorRef
-    dst: TensorRef
-    offsets: tuple[Expr, ...]
-
-
-@dataclass(frozen=True, eq=False)
-class TmaCommit(Instruction):
-    """Close the executing thread's uncommitted TMA stores into one bulk group."""
-
-
-@dataclass(frozen=True, eq=False)
-class TmaWait(Instruction):
-    """Wait until at most ``n`` of the executing thread's bulk groups are pending."""
-
-    n: int
-
-
-@dataclass(frozen=True, eq=False)
-class FenceProxyAsync(Instruction):
-    """Order the executing threads' ordinary shared-memory writes before later async-proxy reads (TMA, WGMMA)."""
-
-
-@dataclass(frozen=True, eq=False)
-class WgmmaFence(Instruction):
-    """Order register accesses before the following ``wgmma.mma_async``."""
-
-
-@dataclass(frozen=True, eq=False)
-class WgmmaMma(Instruction):
-    """``d += a @ b`` asynchronously: a [M, K] (shared or register), b [K, N] shared, d [M, N] register."""
-
-    a: TensorRef
-    b: TensorRef
-    d: TensorRef
-
-
-@dataclass(frozen=True, eq=False)
-class WgmmaCommit(Instruction):
-    """Close the warpgroup's uncommitted mma_async into one group."""
-
-
-@dataclass(frozen=True, eq=False)
-class WgmmaWait(Instruction):
-    """Wait until at most ``n`` of the warpgroup's wgmma groups are pending."""
-
-    n: int
-
-
-@dataclass(frozen=True, eq=False)
-class StoreGlobal(Instruction):
-    """Write register tensor ``src`` into global view ``dst`` at ``offsets``; elements outside the view are
-    skipped."""
-
-    dst: TensorRef
-    src: TensorRef
-    offsets: tuple[Expr, ...]
-
-
-@dataclass(frozen=True, eq=False)
-class StoreShared(Instruction):
-    """Write register tensor ``src`` into shared tensor ``dst`` with ordinary stores."""
-
-    dst: TensorRef
-    src: TensorRef
+    abstract = True
+    decl: TensorDecl
 
 
 # --------------------------------------------------------------------------------------------------------- kernel
@@ -480,6 +327,9 @@ class Kernel:
     body: tuple[Stmt, ...]
     constants: tuple[tuple[str, object], ...]
     loc: Loc
+    #: What the analysis passes found (``warpspec.passes.KernelFacts``): register layouts and the shared-memory
+    #: plan, shared by both back ends. None until ``passes.analyse`` ran.
+    facts: object = field(default=None, compare=False, repr=False)
 
     @property
     def num_threads(self) -> int:
@@ -496,8 +346,18 @@ def walk(body) -> "itertools.chain[Stmt]":
 
 def children(stmt: Stmt) -> tuple[tuple[Stmt, ...], ...]:
     """The nested statement lists of ``stmt``."""
-    if isinstance(stmt, If):
-        return (stmt.then, stmt.orelse)
-    if isinstance(stmt, (For, ThreadGroup, SingleThread)):
-        return (stmt.body,)
-    return ()
+    return tuple(getattr(stmt, name) for name in type(stmt).blocks)
+
+
+def leaves(expr: Expr):
+    """The leaf expressions (constants, variables, specials, element loads) of ``expr``."""
+    if isinstance(expr, Binary):
+        yield from leaves(expr.a)
+        yield from leaves(expr.b)
+    elif isinstance(expr, (Unary, Convert)):
+        yield from leaves(expr.a)
+    elif isinstance(expr, Select):
+        for part in (expr.cond, expr.a, expr.b):
+            yield from leaves(part)
+    else:
+        yield expr

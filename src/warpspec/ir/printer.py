@@ -56,38 +56,17 @@ def _head(s) -> str:
         return f"{s.var.name}: {s.var.type.name} = {f(s.value)}"
     if isinstance(s, ir.Assign):
         return f"{s.var.name} = {f(s.value)}"
-    if isinstance(s, ir.GlobalView):
-        return (f"{s.decl.name} = global_view({s.pointer.name}, {s.decl.dtype.name}, shape={f(s.decl.shape)}, "
-                f"strides={f(s.strides)})")
-    if isinstance(s, ir.AllocShared):
-        return f"{s.decl.name} = shared_tensor({s.decl.dtype.name}, {list(s.decl.shape)})"
-    if isinstance(s, ir.AllocBarriers):
-        return f"{s.decl.name} = mbarrier.alloc(counts={list(s.counts)})"
-    if isinstance(s, ir.AllocRegister):
-        init = "" if s.init is None else f", init={f(s.init)}"
-        return f"{s.decl.name} = register_tensor({s.decl.dtype.name}, {list(s.decl.shape)}{init})"
-    if isinstance(s, ir.StoreElement):
-        return f"{f(s.tensor)}[{', '.join(f(i) for i in s.indices)}] = {f(s.value)}"
-    if isinstance(s, ir.ComputeTensor):
-        attr = f" {s.attr!r}" if s.attr else ""
-        return f"{s.decl.name}: {s.decl.dtype.name}{list(s.decl.shape)} = {s.op}{attr}({', '.join(f(o) for o in s.operands)})"
     if isinstance(s, ir.For):
         unroll = f", unroll={s.unroll}" if s.unroll != 1 else ""
         return f"for {s.var.name} in range({f(s.start)}, {f(s.stop)}, {f(s.step)}{unroll}):"
     if isinstance(s, ir.If):
         return f"if {f(s.cond)}:"
-    if isinstance(s, ir.ThreadGroup):
-        regs = f", max_registers={s.max_registers}" if s.max_registers else ""
-        return f"thread_group(begin={s.begin}, count={s.count}{regs}):"
-    if isinstance(s, ir.SingleThread):
-        return "single_thread():"
-    if isinstance(s, ir.Sync):
-        return f"sync(threads {s.begin}..{s.begin + s.count - 1})"
-    if isinstance(s, ir.Instruction):
-        fields = [k for k in s.__dataclass_fields__ if k not in ("loc", "threads")]
-        args = ", ".join(f"{k}={f(getattr(s, k))}" for k in fields)
-        return f"{type(s).__name__}({args})"
-    return repr(s)
+    text = getattr(s, "text", None)
+    if text is not None:  # statements of the instruction families print themselves
+        return text(f)
+    fields = [k for k in s.__dataclass_fields__ if k not in ("loc", "threads")]
+    args = ", ".join(f"{k}={f(getattr(s, k))}" for k in fields)
+    return f"{type(s).__name__}({args})"
 
 
 def format_kernel(kernel: ir.Kernel) -> str:

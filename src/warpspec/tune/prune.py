@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from warpspec.cuda.codegen import SHARED_LIMIT, CodeGenerator
 from warpspec.errors import CompileError
+from warpspec.isa.wgmma import WgmmaMma
 from warpspec.ir import nodes as ir
+from warpspec.target import DEFAULT
 
 #: Most f32 accumulator registers a thread may hold. A thread has at most 255 registers; a warp-specialized WGMMA
 #: kernel needs about 90 besides its accumulators (descriptors, addresses, loop and phase state, the epilogue's
@@ -55,34 +56,24 @@ class Verdict:
 
 
 def plan_kernel(kernel: ir.Kernel) -> SharedPlan:
-    """Run the CUDA code generator's planning steps (register layouts, shared memory, tensor maps) on ``kernel``.
-
-    Raises ``CompileError`` when the plan is impossible: a shared tile with no TMA/WGMMA layout, shared memory
-    over the block limit (the error's ``shared_bytes`` attribute carries the size), tensor maps the back end
-    cannot encode.
-    """
-    generator = CodeGenerator(kernel)
-    generator.plan()
+    """What the analysis passes decided for ``kernel`` (its ``facts``: register layouts, shared memory), in the
+    numbers the pruning rules read."""
+    facts = kernel.facts
     accumulators: dict[str, int] = {}
     per_group: dict[tuple[int, int], int] = {}
     for stmt in ir.walk(kernel.body):
-        if isinstance(stmt, ir.WgmmaMma) and stmt.d.decl.name not in accumulators:
-            registers = generator.reg_layouts[stmt.d.decl.uid].registers
+        if isinstance(stmt, WgmmaMma) and stmt.d.decl.name not in accumulators:
+            registers = facts.layouts[stmt.d.decl.uid].registers
             accumulators[stmt.d.decl.name] = registers
             per_group[stmt.threads] = per_group.get(stmt.threads, 0) + registers
-    return SharedPlan(generator.shared_bytes, shared_limit_bytes(), accumulators, max(per_group.values(), default=0))
-
-
-def shared_limit_bytes() -> int:
-    """The shared memory one block may plan for (tiles and barriers): 227 KB less the 1 KB alignment reserve,
-    the limit the code generator enforces."""
-    return SHARED_LIMIT
+    return SharedPlan(facts.shared.total_bytes, facts.shared.limit_bytes, accumulators,
+                      max(per_group.values(), default=0))
 
 
 def prune(script, compile_time: dict) -> Verdict:
     """Decide whether the pinned Script ``script`` can work for these compile-time arguments, before compiling.
 
-    Builds the IR (``kernel_for``, so the launch reuses it) and the back end's plan; the verdict's reason says
+    Builds the IR and runs the analysis passes (``kernel_for``, so the launch reuses it); the verdict's reason says
     which rule rejected the schedule, with the numbers.
     """
     from warpspec.runtime import kernel_for
@@ -90,15 +81,12 @@ def prune(script, compile_time: dict) -> Verdict:
     try:
         kernel = kernel_for(script, compile_time)
     except CompileError as error:
-        return Verdict(str(error))
-    try:
-        plan = plan_kernel(kernel)
-    except CompileError as error:
         needed = getattr(error, "shared_bytes", None)
-        if needed is not None and needed > shared_limit_bytes():
+        if needed is not None:
             return Verdict(f"needs {needed} bytes of shared memory (tiles and barriers); a block has at most "
-                           f"{shared_limit_bytes()}", kernel, shared_bytes=needed)
-        return Verdict(str(error), kernel)
+                           f"{DEFAULT.shared_limit}", shared_bytes=needed)
+        return Verdict(str(error))
+    plan = plan_kernel(kernel)
     if plan.registers_per_thread > MAX_ACCUMULATOR_REGISTERS:
         names = " + ".join(f"{name} {count}" for name, count in plan.accumulator_registers.items())
         return Verdict(f"WGMMA accumulators need {plan.registers_per_thread} f32 registers per thread ({names}); "

@@ -94,6 +94,8 @@ class Script(metaclass=_ScriptMeta):
     ``self.mbarrier``, ``self.tma``, ``self.wgmma`` and the rest listed in docs/language.md.
     """
 
+    __warpspec_base__ = True  # the front end inlines methods of subclasses, never this class's own
+
     def __init__(self):
         pass
 
@@ -124,3 +126,5 @@ class Class:
     """Base of reusable language classes (e.g. ``warpspec.Pipeline``): instantiated inside a kernel, their
     ``__init__`` and methods are inlined; ``self`` gives the same language as in a Script, and attributes may hold
     compile-time values, tensors, barriers or runtime scalars (``self.stage: int32 = 0``)."""
+
+    __warpspec_class__ = True  # the front end instantiates subclasses inside kernels by inlining

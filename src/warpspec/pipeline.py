@@ -8,7 +8,7 @@ ring, so authors never compute parity by hand.
 """
 
 from warpspec.dtypes import int32, uint32
-from warpspec.lang.script import Class
+from warpspec.script import Class
 
 
 class Pipeline(Class):

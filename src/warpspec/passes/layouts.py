@@ -1,14 +1,16 @@
-"""Register layouts of the CUDA back end: which thread holds which element of a register tensor, in which
-register, and how layouts are inferred from a kernel's uses.
+"""Register layouts: which thread holds which element of a register tensor, in which register, and how layouts
+are inferred from a kernel's uses. Both back ends run the inference (the emulator to refuse what the GPU code could
+not do, the CUDA back end to generate the per-thread code).
 
 - ``Accumulator``: WGMMA D fragments (m64nNk16 per warpgroup, repeated over the tile).
 - ``AFragment``: WGMMA A-from-registers fragments (m64k16 per warpgroup and k-step).
 - ``Blocked``: the row-major elements dealt to the threads of a group in 16-byte chunks (loads and stores).
 - ``Replicated``: every thread holds the whole (small) tensor, e.g. a ring's phase array.
 
-Each layout says, for register ``i`` of the executing thread, which element (row, col) it holds, as C++ over the
-names ``g_`` (warpgroup of the thread within its group), ``w_`` (warp within the warpgroup), ``lane_`` and ``t_``
-(thread within the group) that ``thread_prelude`` defines. Tensors of 16-bit types are stored as packed pairs in
+Each layout says which threads hold it (``owners``) and, for register ``i`` of a thread, which element (row, col)
+it holds, written as expressions over ``g_`` (warpgroup of the thread within its group), ``w_`` (warp within the
+warpgroup), ``lane_`` and ``t_`` (thread within the group), the names the CUDA back end's ``thread_prelude``
+declares. Tensors of 16-bit types are stored as packed pairs in
 32-bit words, the form WGMMA reads and writes.
 """
 
@@ -17,13 +19,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from warpspec.errors import CompileError
+from warpspec.isa.elementwise import Arithmetic, Cast
+from warpspec.isa.memory import AllocRegister, LoadGlobal, LoadShared, StoreGlobal, StoreShared
+from warpspec.isa.roles import ThreadGroup
+from warpspec.isa.wgmma import WgmmaMma
 from warpspec.ir import nodes as ir
-from warpspec.layout import AccumulatorLayout
+from warpspec.layout.fragments import AccumulatorLayout
+from warpspec.target import Target
 
-WARPGROUP = 128
 #: Largest register tensor every thread may hold whole, in elements.
 MAX_REPLICATED = 256
-ELEMENTWISE = ("cast", "binary", "unary")
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,10 @@ class Accumulator:
 
     layout: AccumulatorLayout
     begin: int
+
+    @property
+    def owners(self) -> tuple[int, int]:
+        return (self.begin, self.layout.threads)
 
     @property
     def registers(self) -> int:
@@ -59,6 +68,11 @@ class AFragment:
     k: int
     warpgroups: int
     begin: int
+    warpgroup_threads: int = 128
+
+    @property
+    def owners(self) -> tuple[int, int]:
+        return (self.begin, self.warpgroups * self.warpgroup_threads)
 
     @property
     def k_steps(self) -> int:
@@ -95,6 +109,10 @@ class Blocked:
     vector: int
 
     @property
+    def owners(self) -> tuple[int, int]:
+        return (self.begin, self.count)
+
+    @property
     def size(self) -> int:
         return _size(self.shape)
 
@@ -125,6 +143,7 @@ class Replicated:
     """Every thread holds all ``size`` elements, register i = flat element i."""
 
     shape: tuple[int, ...]
+    owners = None  # every thread that runs the defining statement holds all of it
 
     @property
     def registers(self) -> int:
@@ -139,17 +158,12 @@ class Replicated:
         return None
 
 
-def thread_prelude(begin: int) -> str:
-    """C++ declaring the per-thread names the layouts' coordinates use, for a group starting at ``begin``."""
-    return (f"const int t_ = static_cast<int>(threadIdx.x) - {begin}; const int g_ = t_ >> 7, w_ = (t_ >> 5) & 3, "
-            f"lane_ = t_ & 31; (void)g_; (void)w_; (void)lane_;")
-
-
 def layout_begin(layout) -> int:
+    """The first thread of the group a layout is spread over (0 for replicated tensors)."""
     return getattr(layout, "begin", 0)
 
 
-def infer_layouts(kernel: ir.Kernel) -> dict[int, object]:
+def infer_layouts(kernel: ir.Kernel, target: Target) -> dict[int, object]:
     """The layout of every register tensor of ``kernel`` (by decl uid), from its uses: WGMMA operands fix
     fragment layouts, elementwise operations share their operands' layout in both directions, loads not otherwise
     constrained get a Blocked layout over their thread group, and small remaining tensors are replicated."""
@@ -160,7 +174,7 @@ def infer_layouts(kernel: ir.Kernel) -> dict[int, object]:
     def visit(body, group):
         for stmt in body:
             statements.append((stmt, group))
-            if isinstance(stmt, ir.ThreadGroup):
+            if isinstance(stmt, ThreadGroup):
                 visit(stmt.body, (stmt.begin, stmt.count))
             else:
                 for child in ir.children(stmt):
@@ -180,23 +194,25 @@ def infer_layouts(kernel: ir.Kernel) -> dict[int, object]:
         return False
 
     for stmt, group in statements:
-        if isinstance(stmt, (ir.ComputeTensor, ir.AllocRegister)):
+        if isinstance(stmt, (ir.DefineTensor, AllocRegister)):
             groups[stmt.decl.uid] = group
-        if isinstance(stmt, ir.WgmmaMma):
+        if isinstance(stmt, WgmmaMma):
             m, n = stmt.d.shape
-            warpgroups = stmt.threads[1] // WARPGROUP
+            warpgroups = stmt.threads[1] // target.warpgroup_threads
             assign(stmt.d.decl, Accumulator(AccumulatorLayout(m, n, warpgroups=warpgroups), stmt.threads[0]), stmt)
             if stmt.a.kind == ir.REGISTER:
-                assign(stmt.a.decl, AFragment(m, stmt.a.shape[1], warpgroups, stmt.threads[0]), stmt)
+                assign(stmt.a.decl, AFragment(m, stmt.a.shape[1], warpgroups, stmt.threads[0],
+                                              target.warpgroup_threads), stmt)
 
     def propagate():
         changed = True
         while changed:
             changed = False
             for stmt, _ in statements:
-                if not (isinstance(stmt, ir.ComputeTensor) and stmt.op in ELEMENTWISE):
+                if not isinstance(stmt, (Cast, Arithmetic)):
                     continue
-                tensors = [stmt.decl] + [o.decl for o in stmt.operands if isinstance(o, ir.TensorRef)]
+                operands = (stmt.src,) if isinstance(stmt, Cast) else stmt.operands
+                tensors = [stmt.decl] + [o.decl for o in operands if isinstance(o, ir.TensorRef)]
                 known = [layouts[d.uid] for d in tensors if d.uid in layouts]
                 if known:
                     for decl in tensors:
@@ -204,12 +220,11 @@ def infer_layouts(kernel: ir.Kernel) -> dict[int, object]:
 
     propagate()
     for stmt, group in statements:
-        if isinstance(stmt, ir.ComputeTensor) and stmt.op in ("load_global", "load_shared") \
-                and stmt.decl.uid not in layouts:
+        if isinstance(stmt, (LoadGlobal, LoadShared)) and stmt.decl.uid not in layouts:
             shape = stmt.decl.shape
             if len(shape) > 2:
-                raise CompileError(f"{stmt.op} into registers takes 1-D or 2-D tiles on the CUDA back end",
-                                   str(stmt.loc))
+                what = "load_global" if isinstance(stmt, LoadGlobal) else "load_shared"
+                raise CompileError(f"{what} into registers takes 1-D or 2-D tiles", str(stmt.loc))
             elem = stmt.decl.dtype.nbytes
             vector = max(1, 16 // elem)
             while shape[-1] % vector:
@@ -217,7 +232,7 @@ def infer_layouts(kernel: ir.Kernel) -> dict[int, object]:
             layouts[stmt.decl.uid] = Blocked(tuple(shape), group[0], group[1], vector)
     propagate()
     for stmt, group in statements:
-        if isinstance(stmt, (ir.AllocRegister, ir.ComputeTensor)) and stmt.decl.uid not in layouts:
+        if isinstance(stmt, (AllocRegister, ir.DefineTensor)) and stmt.decl.uid not in layouts:
             size = _size(stmt.decl.shape)
             if size > MAX_REPLICATED:
                 raise CompileError(f"register tensor {stmt.decl.name} ({size} elements) is not a wgmma operand, "
@@ -225,6 +240,26 @@ def infer_layouts(kernel: ir.Kernel) -> dict[int, object]:
                                    f"{MAX_REPLICATED} elements)", str(stmt.loc))
             layouts[stmt.decl.uid] = Replicated(tuple(stmt.decl.shape))
     return layouts
+
+
+def check_stores(kernel: ir.Kernel, layouts: dict) -> None:
+    """Refuse a store of a distributed register tensor by threads other than exactly those holding it: each thread
+    stores only the elements it holds, so a subset (a single thread, one of two warpgroups) would write part of
+    the tile on the GPU while the whole tile is the kernel's meaning."""
+    for stmt in ir.walk(kernel.body):
+        if not isinstance(stmt, (StoreGlobal, StoreShared)):
+            continue
+        layout = layouts.get(stmt.src.decl.uid)
+        owners = getattr(layout, "owners", None)
+        if owners is None or tuple(stmt.threads) == tuple(owners):
+            continue
+        begin, count = stmt.threads
+        who = "a single thread (single_thread)" if count == 1 else f"threads [{begin}, {begin + count})"
+        what = "store_global" if isinstance(stmt, StoreGlobal) else "store_shared"
+        raise CompileError(f"{what} of {stmt.src.decl.name} is executed by {who}, but {stmt.src.decl.name} is held "
+                           f"as {_describe(layout)} by threads [{owners[0]}, {owners[0] + owners[1]}), each holding "
+                           f"part of it: every one of those threads must execute the store (and no other)",
+                           str(stmt.loc))
 
 
 def packed(decl: ir.TensorDecl) -> bool:

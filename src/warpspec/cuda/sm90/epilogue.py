@@ -1,0 +1,100 @@
+"""Stores of WGMMA accumulator tiles to global memory: each thread stores its fragment's column pairs, or
+(16-bit tiles) the four lanes of a quad exchange pairs so each lane stores 16 contiguous bytes."""
+
+from __future__ import annotations
+
+from warpspec.cuda.cxx import C_TYPES, thread_prelude
+from warpspec.isa.memory import StoreGlobal
+from warpspec.passes.layouts import Accumulator, packed
+
+
+def _store_head(gen, layout: Accumulator, view: str, row: str, col_expr: str) -> None:
+    acc = layout.layout
+    gen.line(thread_prelude(layout.begin))
+    gen.line(f"const int row0_ = {row} + g_ * {acc.m // acc.warpgroups} + 16 * w_ + (lane_ >> 2);")
+    gen.line(f"const int col0_ = {col_expr};")
+    gen.line(f"unsigned char *const base_ = reinterpret_cast<unsigned char *>({view}_base);")
+
+
+def store_pairs(gen, s: StoreGlobal, layout: Accumulator, view: str, row: str, col: str):
+    """Each thread stores its fragment's adjacent column pairs (4 or 8 bytes) where aligned and in bounds."""
+    acc = layout.layout
+    src = s.src.decl
+    ctype = C_TYPES[src.dtype.name]
+    nbytes = src.dtype.nbytes
+    pair = "unsigned" if nbytes == 2 else "u64"
+    gen.line("{")
+    gen.indent += 1
+    _store_head(gen, layout, view, row, f"{col} + 2 * (lane_ & 3)")
+    gen.line(f"const bool pairs_ = ({view}_stride1 == 1) && (({view}_stride0 & 1) == 0) && "
+              f"(({view}_base & {2 * nbytes - 1}) == 0) && ((({col}) & 1) == 0);")
+    for mb in range(acc.m_blocks):
+        for ni in range(acc.n_instructions):
+            for j in range(acc.instr_n // 8):
+                for h in range(2):
+                    reg = (mb * acc.n_instructions + ni) * (acc.instr_n // 2) + 4 * j + 2 * h
+                    if packed(src):
+                        both = f"{gen.tensor_name(src)}[{reg // 2}]"
+                    else:
+                        both = (f"(static_cast<u64>(__float_as_uint({gen.element(src, reg)})) | "
+                                f"(static_cast<u64>(__float_as_uint({gen.element(src, reg + 1)})) << 32))")
+                    gen.line(f"{{ const int r = row0_ + {mb * 64 + 8 * h}, c = col0_ + "
+                              f"{ni * acc.instr_n + 8 * j};")
+                    gen.line(f"  if (r < {view}_size0) {{ const long long e = static_cast<long long>(r) * "
+                              f"{view}_stride0 + static_cast<long long>(c) * {view}_stride1;")
+                    gen.line(f"    if (pairs_ && c + 1 < {view}_size1) *reinterpret_cast<{pair} *>(base_ + e * "
+                              f"{nbytes}) = {both};")
+                    gen.line(f"    else {{ if (c < {view}_size1) *reinterpret_cast<{ctype} *>(base_ + e * {nbytes})"
+                              f" = static_cast<{ctype}>({gen.element(src, reg)}); if (c + 1 < {view}_size1) "
+                              f"*reinterpret_cast<{ctype} *>(base_ + (e + {view}_stride1) * {nbytes}) = "
+                              f"static_cast<{ctype}>({gen.element(src, reg + 1)}); }} }} }}")
+    gen.indent -= 1
+    gen.line("}")
+
+
+def store_quads(gen, s: StoreGlobal, layout: Accumulator, view: str, row: str, col: str):
+    """16-bit tiles: the four lanes of a quad exchange column pairs through shuffles so each lane stores 8
+    consecutive columns (16 bytes, whole 32-byte sectors per quad) instead of 4 bytes at a time."""
+    acc = layout.layout
+    src = s.src.decl
+    name = gen.tensor_name(src)
+    ctype = C_TYPES[src.dtype.name]
+    gen.line("{")
+    gen.indent += 1
+    _store_head(gen, layout, view, row, f"{col} + 8 * (lane_ & 3)")
+    gen.line("const int q_ = lane_ & 3;")
+    gen.line(f"const bool vec_ = ({view}_stride1 == 1) && (({view}_stride0 & 7) == 0) && (({view}_base & 15) == 0)"
+              f" && ((({col}) & 7) == 0);")
+    for mb in range(acc.m_blocks):
+        for ni in range(acc.n_instructions):
+            for t in range(acc.instr_n // 32):
+                for h in range(2):
+                    reg = (mb * acc.n_instructions + ni) * (acc.instr_n // 2) + 16 * t + 2 * h
+                    words = ", ".join(f"{name}[{(reg + 4 * k) // 2}]" for k in range(4))
+                    gen.line("{")
+                    gen.line(f"  const unsigned p_[4] = {{{words}}}; unsigned v_[4];")
+                    gen.line("  // Lane q gathers chunk 4t+q: from quad lane (q+s)&3 the pair that lane holds.")
+                    gen.line("  #pragma unroll")
+                    gen.line("  for (int s = 0; s < 4; ++s) v_[s] = __shfl_sync(0xffffffffu, select4((q_ - s) & 3, "
+                              "p_[0], p_[1], p_[2], p_[3]), (lane_ & ~3) | ((q_ + s) & 3));")
+                    gen.line("  U4 out_;")
+                    gen.line("  out_.x = select4((0 - q_) & 3, v_[0], v_[1], v_[2], v_[3]); "
+                              "out_.y = select4((1 - q_) & 3, v_[0], v_[1], v_[2], v_[3]);")
+                    gen.line("  out_.z = select4((2 - q_) & 3, v_[0], v_[1], v_[2], v_[3]); "
+                              "out_.w = select4((3 - q_) & 3, v_[0], v_[1], v_[2], v_[3]);")
+                    gen.line(f"  const int r = row0_ + {mb * 64 + 8 * h}, c = col0_ + {ni * acc.instr_n + 32 * t};")
+                    gen.line(f"  if (r < {view}_size0) {{")
+                    gen.line(f"    const long long e = static_cast<long long>(r) * {view}_stride0 + "
+                              f"static_cast<long long>(c) * {view}_stride1;")
+                    gen.line(f"    if (vec_ && c + 7 < {view}_size1) *reinterpret_cast<U4 *>(base_ + e * 2) = out_;")
+                    gen.line("    else {")
+                    gen.line("      const unsigned w_out[4] = {out_.x, out_.y, out_.z, out_.w};")
+                    gen.line("      #pragma unroll")
+                    gen.line(f"      for (int i = 0; i < 8; ++i) if (c + i < {view}_size1) "
+                              f"*reinterpret_cast<{ctype} *>(base_ + (e + i * {view}_stride1) * 2) = "
+                              f"static_cast<{ctype}>(w_out[i >> 1] >> (16 * (i & 1)));")
+                    gen.line("    }")
+                    gen.line("  }")
+                    gen.line("}")
+    gen.indent -= 1
+    gen.line("}")

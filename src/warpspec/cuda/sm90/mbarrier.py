@@ -1,0 +1,36 @@
+"""sm_90a emission of the mbarrier family (``warpspec.isa.mbarrier``): init + fence + block barrier, arrive,
+arrive.expect_tx and the try_wait.parity loop (helpers in ``prelude``)."""
+
+from __future__ import annotations
+
+from warpspec.isa.mbarrier import AllocBarriers, MbarrierArrive, MbarrierArriveExpectTx, MbarrierWait
+from warpspec.isa.registry import emits
+from warpspec.target import SM90A
+
+TARGET = SM90A.name
+
+
+@emits(AllocBarriers, TARGET)
+def _emit_AllocBarriers(gen, s: AllocBarriers) -> None:
+    offset = gen.barrier_offsets[s.decl.uid]
+    gen.line("if (threadIdx.x == 0) {")
+    for i, count in enumerate(s.counts):
+        gen.line(f"  mbar_init(smem + {offset + 8 * i}u, {count}u);  // {s.decl.name}[{i}]")
+    gen.line('  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");')
+    gen.line("}")
+    gen.line("__syncthreads();")
+
+
+@emits(MbarrierArrive, TARGET)
+def _emit_MbarrierArrive(gen, s: MbarrierArrive) -> None:
+    gen.line(f"mbar_arrive({gen.barrier_address(s.barrier)});")
+
+
+@emits(MbarrierArriveExpectTx, TARGET)
+def _emit_MbarrierArriveExpectTx(gen, s: MbarrierArriveExpectTx) -> None:
+    gen.line(f"mbar_arrive_expect_tx({gen.barrier_address(s.barrier)}, {gen.cexpr(s.nbytes)});")
+
+
+@emits(MbarrierWait, TARGET)
+def _emit_MbarrierWait(gen, s: MbarrierWait) -> None:
+    gen.line(f"mbar_wait({gen.barrier_address(s.barrier)}, {gen.cexpr(s.phase)});")

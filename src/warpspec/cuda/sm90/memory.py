@@ -1,0 +1,182 @@
+"""sm_90a emission of the memory family (``warpspec.isa.memory``): view sizes and strides, register arrays,
+element loads and stores in each register layout, shared-memory addresses with the TMA swizzle, and global stores
+(accumulator tiles through ``epilogue``)."""
+
+from __future__ import annotations
+
+from warpspec.cuda.cxx import C_TYPES
+from warpspec.cuda.sm90 import epilogue
+from warpspec.dtypes import float32
+from warpspec.isa.memory import (AllocRegister, AllocShared, GlobalView, LoadGlobal, LoadShared, StoreElement, StoreGlobal,
+                                 StoreShared)
+from warpspec.ir import nodes as ir
+from warpspec.passes.layouts import Accumulator, Replicated, packed
+from warpspec.isa.registry import emits
+from warpspec.target import SM90A
+
+TARGET = SM90A.name
+
+
+@emits(GlobalView, TARGET)
+def _emit_GlobalView(gen, s: GlobalView) -> None:
+    name = gen.tensor_name(s.decl)
+    gen.line(f"const u64 {name}_base = {gen.name_of(s.pointer)};")
+    for axis, (size, stride) in enumerate(zip(s.decl.shape, s.strides)):
+        gen.line(f"const int {name}_size{axis} = {gen.cexpr(size)};")
+        gen.line(f"const long long {name}_stride{axis} = {gen.cexpr(stride)};")
+        gen.line(f"(void){name}_size{axis}; (void){name}_stride{axis};")
+
+
+@emits(AllocShared, TARGET)
+def _emit_AllocShared(gen, s: AllocShared) -> None:
+    placement = gen.shared[s.decl.uid]
+    gen.line(f"// {s.decl.name}: {s.decl.dtype.name}{list(s.decl.shape)} at shared +{placement.offset}, "
+              f"{placement.tile.swizzle_bytes}B swizzle, {placement.tile_stride} B per tile")
+
+
+@emits(AllocRegister, TARGET)
+def _emit_AllocRegister(gen, s: AllocRegister) -> None:
+    decl = s.decl
+    gen.declare_registers(decl)
+    if s.init is None:
+        return
+    count = gen.reg_layouts[decl.uid].registers
+    name = gen.tensor_name(decl)
+    if decl.dtype.is_float:
+        value = gen.to_storage(gen.cexpr(ir.Convert(s.init, float32)), decl.dtype)
+    else:
+        value = gen.cexpr(ir.Convert(s.init, decl.dtype))
+    gen.line("#pragma unroll")
+    if packed(decl):
+        gen.line(f"for (int i = 0; i < {(count + 1) // 2}; ++i) "
+                  f"{name}[i] = static_cast<unsigned>({value}) * 0x10001u;")
+    else:
+        gen.line(f"for (int i = 0; i < {count}; ++i) {name}[i] = {value};")
+
+
+@emits(StoreElement, TARGET)
+def _emit_StoreElement(gen, s: StoreElement) -> None:
+    decl = s.tensor.decl
+    if not isinstance(gen.reg_layouts.get(decl.uid), Replicated):
+        raise gen.error(f"elements of {decl.name} are spread over threads; they cannot be assigned one by one",
+                         s.loc)
+    value = gen.cexpr(s.value)
+    if decl.dtype.is_float and decl.dtype is not float32:
+        value = gen.to_storage(f"static_cast<float>({value})", decl.dtype)
+    flat = gen.flat_index(decl, tuple(s.tensor.index) + tuple(s.indices))
+    if isinstance(flat, int):
+        gen.line(gen.set_element(decl, flat, value))
+        return
+    gen.line("{")
+    gen.line(f"  const auto value_ = {value};")
+    gen.line(f"  const int index_ = {flat};")
+    gen.line("  #pragma unroll")
+    gen.line(f"  for (int i = 0; i < {_size(decl.shape)}; ++i) if (i == index_) {{ "
+              f"{gen.set_element(decl, 'i', 'value_')} }}")
+    gen.line("}")
+
+
+def _global_address(gen, view: str, rank: int, offsets, row: str, col: str):
+    """(in-bounds condition, element offset) of tile element (row, col) of a view at ``offsets``."""
+    if rank == 1:
+        c = f"({offsets[0]} + {col})"
+        return f"({c} >= 0 && {c} < {view}_size0)", f"static_cast<long long>({c}) * {view}_stride0"
+    r, c = f"({offsets[0]} + {row})", f"({offsets[1]} + {col})"
+    return (f"({r} >= 0 && {r} < {view}_size0 && {c} >= 0 && {c} < {view}_size1)",
+            f"static_cast<long long>({r}) * {view}_stride0 + static_cast<long long>({c}) * {view}_stride1")
+
+
+@emits(LoadGlobal, TARGET)
+def _emit_LoadGlobal(gen, s: LoadGlobal) -> None:
+    decl = s.decl
+    layout = gen.reg_layouts[decl.uid]
+    gen.declare_registers(decl)
+    view = gen.tensor_name(s.view.decl)
+    offsets = [gen.cexpr(o) for o in s.offsets]
+    ctype = C_TYPES[decl.dtype.name]
+    nbytes = decl.dtype.nbytes
+
+    def body(i, row, col, valid):
+        inside, offset = _global_address(gen, view, len(decl.shape), offsets, row, col)
+        if valid:
+            inside = f"{valid} && {inside}"
+        value = (f"({inside} ? *reinterpret_cast<const {ctype} *>(reinterpret_cast<const unsigned char *>("
+                 f"{view}_base) + ({offset}) * {nbytes}) : static_cast<{ctype}>(0))")
+        gen.line(gen.set_element(decl, i, value))
+
+    gen.element_loop(layout, body)
+
+
+def shared_offset(gen, ref: ir.TensorRef, row: str, col: str) -> str:
+    """C++ byte offset inside the tile of ``ref`` where element (row, col) lives (the TMA swizzle applied)."""
+    tile = gen.shared[ref.decl.uid].tile
+    mask = tile.span // 16 - 1
+    inner = f"(({row}) * {tile.row_bytes} + (({col}) % {tile.box_cols}) * {tile.elem_bytes})"
+    swizzled = f"({inner} ^ ((({inner} >> 7) & {mask}) << 4))" if mask else inner
+    return f"((({col}) / {tile.box_cols}) * {tile.column_box_stride} + {swizzled})"
+
+
+def shared_pointer(gen, ref: ir.TensorRef, ctype: str, row: str, col: str) -> str:
+    base = gen.tile_address(ref, gen.current_loc)
+    return (f"reinterpret_cast<{ctype} *>(smem_ptr + ({base} - smem) + "
+            f"{shared_offset(gen, ref, row, col)})")
+
+
+@emits(LoadShared, TARGET)
+def _emit_LoadShared(gen, s: LoadShared) -> None:
+    decl, src = s.decl, s.src
+    layout = gen.reg_layouts[decl.uid]
+    gen.declare_registers(decl)
+    ctype = C_TYPES[decl.dtype.name]
+
+    def body(i, row, col, valid):
+        value = f"*{shared_pointer(gen, src, 'const ' + ctype, row, col)}"
+        if valid:
+            value = f"({valid} ? {value} : static_cast<{ctype}>(0))"
+        gen.line(gen.set_element(decl, i, value))
+
+    gen.element_loop(layout, body)
+
+
+@emits(StoreShared, TARGET)
+def _emit_StoreShared(gen, s: StoreShared) -> None:
+    src, dst = s.src.decl, s.dst
+    layout = gen.reg_layouts[src.uid]
+    ctype = C_TYPES[src.dtype.name]
+
+    def body(i, row, col, valid):
+        store = f"*{shared_pointer(gen, dst, ctype, row, col)} = static_cast<{ctype}>({gen.element(src, i)});"
+        gen.line(f"if ({valid}) {store}" if valid else store)
+
+    gen.element_loop(layout, body)
+
+
+@emits(StoreGlobal, TARGET)
+def _emit_StoreGlobal(gen, s: StoreGlobal) -> None:
+    layout = gen.reg_layouts[s.src.decl.uid]
+    view = gen.tensor_name(s.dst.decl)
+    offsets = [gen.cexpr(o) for o in s.offsets]
+    nbytes = s.src.decl.dtype.nbytes
+    if isinstance(layout, Accumulator) and len(offsets) == 2 and nbytes in (2, 4):
+        if gen.quad_stores and nbytes == 2 and layout.layout.instr_n % 32 == 0:
+            epilogue.store_quads(gen, s, layout, view, *offsets)
+        else:
+            epilogue.store_pairs(gen, s, layout, view, *offsets)
+        return
+    ctype = C_TYPES[s.src.decl.dtype.name]
+
+    def body(i, row, col, valid):
+        inside, offset = _global_address(gen, view, len(offsets), offsets, row, col)
+        if valid:
+            inside = f"{valid} && {inside}"
+        gen.line(f"if ({inside}) *reinterpret_cast<{ctype} *>(reinterpret_cast<unsigned char *>({view}_base) + "
+                  f"({offset}) * {nbytes}) = static_cast<{ctype}>({gen.element(s.src.decl, i)});")
+
+    gen.element_loop(layout, body)
+
+
+def _size(shape) -> int:
+    size = 1
+    for extent in shape:
+        size *= extent
+    return size

@@ -1,0 +1,54 @@
+"""sm_90a emission of the roles family (``warpspec.isa.roles``): warp-range branches with ``setmaxnreg``,
+``elect.sync`` single threads and ``bar.sync`` barriers (named barriers for thread groups)."""
+
+from __future__ import annotations
+
+from warpspec.isa.roles import SingleThread, Sync, ThreadGroup
+from warpspec.isa.registry import emits
+from warpspec.target import SM90A
+
+TARGET = SM90A.name
+
+
+@emits(ThreadGroup, TARGET)
+def _emit_ThreadGroup(gen, s: ThreadGroup) -> None:
+    first, last = s.begin // 32, (s.begin + s.count) // 32
+    gen.line(f"if (warp >= {first} && warp < {last}) {{  // threads [{s.begin}, {s.begin + s.count})")
+    gen.indent += 1
+    if s.max_registers is not None:
+        entry = min((65536 // gen.kernel.num_threads) // 8 * 8, 255)
+        mode = "inc" if s.max_registers > entry else "dec"
+        gen.line(f'asm volatile("setmaxnreg.{mode}.sync.aligned.u32 {s.max_registers};\\n" ::: "memory");')
+    gen.groups.append((s.begin, s.count))
+    gen.emit_block(s.body)
+    gen.groups.pop()
+    gen.indent -= 1
+    gen.line("}")
+
+
+@emits(SingleThread, TARGET)
+def _emit_SingleThread(gen, s: SingleThread) -> None:
+    if s.count == 32 and s.begin % 32 == 0:
+        gen.line("if (elect_one()) {")
+    else:
+        gen.line(f"if (threadIdx.x == {s.begin}) {{")
+    gen.indent += 1
+    gen.single_depth += 1
+    gen.emit_block(s.body)
+    gen.single_depth -= 1
+    gen.indent -= 1
+    gen.line("}")
+
+
+@emits(Sync, TARGET)
+def _emit_Sync(gen, s: Sync) -> None:
+    if s.begin == 0 and s.count == gen.kernel.num_threads:
+        gen.line("__syncthreads();")
+        return
+    key = (s.begin, s.count)
+    if key not in gen.named_barriers:
+        gen.named_barriers[key] = len(gen.named_barriers) + 1
+        if gen.named_barriers[key] > 15:
+            raise gen.error("more than 15 distinct thread-group syncs; the hardware has 16 named barriers",
+                             s.loc)
+    gen.line(f'asm volatile("bar.sync {gen.named_barriers[key]}, {s.count};" ::: "memory");')

@@ -1,0 +1,9 @@
+"""The instruction families: one module each, holding the user-facing methods (with the threads that execute them
+and the PTX they become), their checks, their IR statements and their emulation. docs/architecture.md says how to
+add one."""
+
+from warpspec.isa import elementwise, fence, mbarrier, memory, roles, tma, wgmma
+
+#: The families in the order ``self`` offers them; a family with a ``namespace`` is ``self.<namespace>``.
+FAMILIES = (memory.Memory, roles.Roles, fence.Fences, elementwise.Elementwise, mbarrier.Mbarrier, tma.Tma,
+            wgmma.Wgmma)

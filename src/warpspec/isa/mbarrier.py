@@ -1,0 +1,159 @@
+"""mbarrier: asynchronous barriers in shared memory with phase parity (PTX ``mbarrier.*``).
+
+The language methods (``self.mbarrier.alloc/arrive/arrive_and_expect_tx/wait``), their IR statements and their
+emulation. The emulator's barrier model (arrival counts, signed tx-count, parity, the misuse checks) is
+``warpspec.emulator.barrier``; the CUDA emission is ``warpspec.cuda.sm90.mbarrier``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from warpspec.dtypes import int32, uint32
+from warpspec.errors import BarrierError
+from warpspec.isa.base import LanguageObject, barrier_ref, language_call
+from warpspec.isa.registry import emulates
+from warpspec.isa.values import TensorValue
+from warpspec.ir import nodes as ir
+
+# ------------------------------------------------------------------------------------------------------- IR
+
+
+@dataclass(frozen=True, eq=False)
+class AllocBarriers(ir.Stmt):
+    """Create ``len(counts)`` mbarriers, barrier i expecting ``counts[i]`` arrivals per phase, visible to every
+    thread of the block afterwards."""
+
+    decl: ir.TensorDecl
+    counts: tuple[int, ...]
+
+    def text(self, f) -> str:
+        return f"{self.decl.name} = mbarrier.alloc(counts={list(self.counts)})"
+
+
+@dataclass(frozen=True, eq=False)
+class MbarrierArrive(ir.Instruction):
+    """Each executing thread arrives once on ``barrier``."""
+
+    barrier: ir.TensorRef
+
+
+@dataclass(frozen=True, eq=False)
+class MbarrierArriveExpectTx(ir.Instruction):
+    """Each executing thread raises ``barrier``'s transaction count by ``nbytes``, then arrives once."""
+
+    barrier: ir.TensorRef
+    nbytes: ir.Expr
+
+
+@dataclass(frozen=True, eq=False)
+class MbarrierWait(ir.Instruction):
+    """Block until the phase of ``barrier`` with parity ``phase`` has completed."""
+
+    barrier: ir.TensorRef
+    phase: ir.Expr
+
+
+# ------------------------------------------------------------------------------------------------ language
+
+
+class Mbarrier(LanguageObject):
+    """``self.mbarrier``: asynchronous barriers in shared memory with phase parity (PTX ``mbarrier.*``)."""
+
+    namespace = "mbarrier"
+
+    #: The phase a producer first waits on an "empty" barrier with: a fresh barrier passes parity 1 at once.
+    producer_initial_phase = 1
+    #: The phase a consumer first waits on a "full" barrier with: parity 0 blocks until the first completion.
+    consumer_initial_phase = 0
+
+    @language_call
+    def alloc(self, counts) -> TensorValue:
+        """Create one mbarrier per entry of ``counts``, each expecting that many arrivals per phase.
+
+        Executed by the whole block at the top level of the kernel: one thread runs ``mbarrier.init.shared::cta.b64``
+        for each, then ``fence.mbarrier_init.release.cluster`` and a block barrier make them visible to all threads
+        and to TMA. Returns a barrier array; index it (``barriers[stage]``) to name one barrier.
+        """
+        b = self.b
+        if b.groups or b.depth:
+            raise b.error("mbarrier.alloc must be called by the whole block, outside thread groups, loops and "
+                          "branches")
+        counts = list(counts) if isinstance(counts, (list, tuple)) else [counts]
+        if not counts:
+            raise b.error("mbarrier.alloc needs at least one count")
+        values = tuple(b.to_int(c, "mbarrier.alloc count") for c in counts)
+        limit = self.target.mbarrier_max_count
+        for count in values:
+            if not 1 <= count <= limit:
+                raise b.error(f"an mbarrier's arrival count must be in [1, 2^20 - 1], got {count}")
+        decl = ir.TensorDecl(b.target_name("barriers"), ir.BARRIER, int32, (len(values),), b.loc)
+        b.emit(AllocBarriers(b.loc, decl, values))
+        return TensorValue(ir.TensorRef(decl))
+
+    @language_call
+    def arrive(self, barrier) -> None:
+        """Every executing thread arrives once on ``barrier`` (a group of 128 threads gives 128 arrivals; one
+        inside ``single_thread``). PTX: ``mbarrier.arrive.shared::cta.b64 _, [bar];`` (release, CTA scope)."""
+        ref = barrier_ref(self.b, barrier, "mbarrier.arrive barrier")
+        self.b.emit(MbarrierArrive(self.b.loc, self.b.threads(), ref))
+
+    @language_call
+    def arrive_and_expect_tx(self, barrier, transaction_bytes) -> None:
+        """Every executing thread adds ``transaction_bytes`` to ``barrier``'s transaction count, then arrives once;
+        the phase completes when all arrivals are in and the async copies have delivered those bytes.
+        PTX: ``mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], bytes;``. Usually inside ``single_thread``."""
+        ref = barrier_ref(self.b, barrier, "mbarrier.arrive_and_expect_tx barrier")
+        nbytes = self.b.to_integer(transaction_bytes, uint32, "transaction_bytes")
+        if isinstance(nbytes, ir.Const) and not 0 <= nbytes.value <= self.target.mbarrier_tx_limit:
+            raise self.b.error(f"transaction_bytes must be in [0, 2^20 - 1], got {nbytes.value}")
+        self.b.emit(MbarrierArriveExpectTx(self.b.loc, self.b.threads(), ref, nbytes))
+
+    @language_call
+    def wait(self, barrier, phase) -> None:
+        """Block the executing threads until the phase of ``barrier`` with parity ``phase`` (0 or 1) has
+        completed. PTX: a loop on ``mbarrier.try_wait.parity.shared::cta.b64 p, [bar], phase;`` (acquire)."""
+        ref = barrier_ref(self.b, barrier, "mbarrier.wait barrier")
+        parity = self.b.to_integer(phase, uint32, "phase")
+        if isinstance(parity, ir.Const) and parity.value not in (0, 1):
+            raise self.b.error(f"mbarrier.wait phase must be 0 or 1, got {parity.value}")
+        self.b.emit(MbarrierWait(self.b.loc, self.b.threads(), ref, parity))
+
+
+# ----------------------------------------------------------------------------------------------- emulation
+
+
+@emulates(AllocBarriers)
+def _alloc_barriers(machine, task, s: AllocBarriers):
+    machine.create_barriers(s.decl, s.counts)
+    # Initialisation is visible to all threads only after a block-wide barrier, which the CUDA back end emits
+    # right after init: model it as a sync of the whole block.
+    return machine.sync(task, 0, machine.kernel.num_threads,
+                        f"in the block-wide barrier after mbarrier.alloc of {s.decl.name}")
+
+
+@emulates(MbarrierArrive)
+def _arrive(machine, task, s: MbarrierArrive):
+    machine.barrier(task, s.barrier).arrive(machine.arrivals(task, s), task.clock)
+    task.tick()
+    return machine.preempt()
+
+
+@emulates(MbarrierArriveExpectTx)
+def _arrive_expect_tx(machine, task, s: MbarrierArriveExpectTx):
+    count = machine.arrivals(task, s)
+    nbytes = machine.ev(task, s.nbytes)
+    machine.barrier(task, s.barrier).arrive(count, task.clock, tx=nbytes * count)
+    task.tick()
+    return machine.preempt()
+
+
+@emulates(MbarrierWait)
+def _wait(machine, task, s: MbarrierWait):
+    bar = machine.barrier(task, s.barrier)
+    parity = machine.ev(task, s.phase)
+    if parity not in (0, 1):
+        raise BarrierError(f"mbarrier.wait on {bar.name} with phase {parity}; the phase parity must be 0 or 1")
+    if bar.try_wait(task, parity):
+        return machine.preempt()
+    return machine.wait_until(lambda: task.woken, f"in mbarrier.wait on {bar.name} for phase parity {parity}")

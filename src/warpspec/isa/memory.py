@@ -1,0 +1,301 @@
+"""Tensors and the memory operations on them: global views, shared and register tensors, loads and stores.
+
+``self.global_view``, ``self.shared_tensor``, ``self.register_tensor``, ``self.load_global``, ``self.store_global``,
+``self.load_shared``, ``self.store_shared`` and element writes (``phases[stage] ^= 1``), their IR statements and
+their emulation. Which thread holds which element of a register tensor is decided by the layout pass
+(``warpspec.passes.layouts``) for both back ends; the CUDA emission is ``warpspec.cuda.sm90.memory``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from warpspec.dtypes import DType, int32
+from warpspec.isa.base import LanguageObject, language_call, offsets_of, static_tensor_type
+from warpspec.isa.registry import emulates
+from warpspec.isa.values import TensorValue, describe
+from warpspec.ir import nodes as ir
+from warpspec.ir.evaluate import check_element_index, wrap
+
+# ------------------------------------------------------------------------------------------------------- IR
+
+
+@dataclass(frozen=True, eq=False)
+class GlobalView(ir.Stmt):
+    """View a global pointer as a row-major (or explicitly strided) tensor of a runtime shape."""
+
+    decl: ir.TensorDecl
+    pointer: ir.Var
+    strides: tuple[ir.Expr, ...]
+
+    def text(self, f) -> str:
+        return (f"{self.decl.name} = global_view({self.pointer.name}, {self.decl.dtype.name}, "
+                f"shape={f(self.decl.shape)}, strides={f(self.strides)})")
+
+
+@dataclass(frozen=True, eq=False)
+class AllocShared(ir.Stmt):
+    """Reserve a shared-memory tensor for the whole block; ``swizzle`` (bytes) overrides the layout's choice."""
+
+    decl: ir.TensorDecl
+    swizzle: int | None = None
+
+    def text(self, f) -> str:
+        return f"{self.decl.name} = shared_tensor({self.decl.dtype.name}, {list(self.decl.shape)})"
+
+
+@dataclass(frozen=True, eq=False)
+class AllocRegister(ir.Stmt):
+    """Declare a register tensor, filled with ``init`` (``None``: undefined contents)."""
+
+    decl: ir.TensorDecl
+    init: ir.Expr | None
+
+    def text(self, f) -> str:
+        init = "" if self.init is None else f", init={f(self.init)}"
+        return f"{self.decl.name} = register_tensor({self.decl.dtype.name}, {list(self.decl.shape)}{init})"
+
+
+@dataclass(frozen=True, eq=False)
+class StoreElement(ir.Stmt):
+    """Write one element of a register tensor."""
+
+    tensor: ir.TensorRef
+    indices: tuple[ir.Expr, ...]
+    value: ir.Expr
+
+    def text(self, f) -> str:
+        return f"{f(self.tensor)}[{', '.join(f(i) for i in self.indices)}] = {f(self.value)}"
+
+
+@dataclass(frozen=True, eq=False)
+class LoadGlobal(ir.DefineTensor):
+    """Load the tile of ``decl``'s shape at ``offsets`` of global view ``view``; outside the view reads zero."""
+
+    view: ir.TensorRef
+    offsets: tuple[ir.Expr, ...]
+
+    def text(self, f) -> str:
+        return f"{self.decl.name} = load_global({f(self.view)}, offsets={f(self.offsets)}, shape={list(self.decl.shape)})"
+
+
+@dataclass(frozen=True, eq=False)
+class LoadShared(ir.DefineTensor):
+    """Read shared tensor ``src`` into registers."""
+
+    src: ir.TensorRef
+
+    def text(self, f) -> str:
+        return f"{self.decl.name} = load_shared({f(self.src)})"
+
+
+@dataclass(frozen=True, eq=False)
+class StoreGlobal(ir.Instruction):
+    """Write register tensor ``src`` into global view ``dst`` at ``offsets``; elements outside the view are
+    skipped."""
+
+    dst: ir.TensorRef
+    src: ir.TensorRef
+    offsets: tuple[ir.Expr, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class StoreShared(ir.Instruction):
+    """Write register tensor ``src`` into shared tensor ``dst`` with ordinary stores."""
+
+    dst: ir.TensorRef
+    src: ir.TensorRef
+
+
+# ------------------------------------------------------------------------------------------------ language
+
+
+class Memory(LanguageObject):
+    """Tensor declarations and memory operations reached on ``self``."""
+
+    @language_call
+    def global_view(self, ptr, dtype, shape, strides=None) -> TensorValue:
+        """View global memory at pointer parameter ``ptr`` as a tensor of ``dtype`` and ``shape`` (runtime
+        sizes allowed), row-major unless ``strides`` (in elements) are given. Executed by no thread: emits no
+        instruction; TMA uses it through a tensor map built on the host at launch."""
+        b = self.b
+        if not isinstance(ptr, ir.Var) or ptr not in b.pointer_params:
+            raise b.error(f"global_view needs a pointer parameter (annotated ~dtype), got {describe(ptr)}")
+        pointee = b.pointer_params[ptr]
+        if not isinstance(dtype, DType):
+            raise b.error(f"global_view dtype must be a dtype such as float16, got {describe(dtype)}")
+        if dtype != pointee:
+            raise b.error(f"global_view of {ptr.name} ({pointee!r} pointer) with dtype {dtype.name}")
+        shape = list(shape) if isinstance(shape, (list, tuple)) else [shape]
+        if not 1 <= len(shape) <= 5:
+            raise b.error(f"global_view shape needs 1 to 5 dimensions, got {len(shape)}")
+        sizes = tuple(b.to_integer(s, int32, "global_view shape") for s in shape)
+        if strides is None:
+            strides, running = [], 1
+            for size in reversed(shape):  # row-major; folds to constants where the sizes are
+                strides.append(running)
+                running = running * size if not isinstance(size, ir.Expr) else b.scalar_binary("*", running, size)
+            strides = strides[::-1]
+        strides = list(strides) if isinstance(strides, (list, tuple)) else [strides]
+        if len(strides) != len(sizes):
+            raise b.error(f"global_view strides has {len(strides)} entries for {len(sizes)} dimensions")
+        strides_exprs = tuple(b.to_integer(s, int32, "global_view strides") for s in strides)
+        decl = ir.TensorDecl(b.target_name(ptr.name), ir.GLOBAL, dtype, sizes, b.loc)
+        b.emit(GlobalView(b.loc, decl, ptr, strides_exprs))
+        return TensorValue(ir.TensorRef(decl))
+
+    @language_call
+    def shared_tensor(self, dtype, shape, swizzle=None) -> TensorValue:
+        """Reserve a shared-memory tensor of compile-time ``shape`` for the whole block (index its leading
+        dimension to pick a pipeline stage: ``sa[stage]``). Executed by no thread: emits no instruction. Each tile
+        is laid out as TMA writes it, with the widest swizzle the tile's inner extent allows, or ``swizzle`` (128,
+        64, 32 or 0 bytes) when given, and aligned to the swizzle pattern (up to 1024 bytes); the block's tiles and
+        barriers must fit the target's shared memory (227 KB on Hopper), checked at this line."""
+        b = self.b
+        if b.depth:
+            raise b.error("shared_tensor cannot be allocated inside a runtime loop or branch")
+        dtype, shape = static_tensor_type(b, dtype, shape, "shared_tensor")
+        if swizzle is not None and b.to_int(swizzle, "shared_tensor swizzle") not in (0, 32, 64, 128):
+            raise b.error(f"shared_tensor swizzle must be 0, 32, 64 or 128 bytes, got {swizzle}")
+        decl = ir.TensorDecl(b.target_name("shared"), ir.SHARED, dtype, shape, b.loc)
+        b.emit(AllocShared(b.loc, decl, swizzle))
+        return TensorValue(ir.TensorRef(decl))
+
+    @language_call
+    def register_tensor(self, dtype, shape, init=None) -> TensorValue:
+        """A tensor held in the registers of the executing threads, filled with ``init`` (None: undefined). Its
+        distribution over threads is chosen from its uses (WGMMA accumulator fragments, or a copy per thread for
+        small arrays such as phases). No instruction beyond register moves."""
+        b = self.b
+        dtype, shape = static_tensor_type(b, dtype, shape, "register_tensor")
+        init_expr = None if init is None else b.scalar_for(init, dtype, "register_tensor init")
+        decl = ir.TensorDecl(b.target_name("regs"), ir.REGISTER, dtype, shape, b.loc)
+        b.emit(AllocRegister(b.loc, decl, init_expr))
+        return TensorValue(ir.TensorRef(decl))
+
+    @language_call
+    def load_global(self, view, offsets, shape) -> TensorValue:
+        """Load the tile of ``shape`` at ``offsets`` from global view ``view`` into registers of the executing
+        threads; elements outside the view read as zero. ``ld.global`` (vectorised where aligned)."""
+        b = self.b
+        view = b.to_tensor(view, "load_global view", (ir.GLOBAL,))
+        dtype, shape = static_tensor_type(b, view.dtype, shape, "load_global")
+        offs = offsets_of(b, offsets, view, "load_global")
+        if len(shape) != len(view.shape):
+            raise b.error(f"load_global shape {list(shape)} must have the rank of {view.name} ({len(view.shape)})")
+        decl = b.new_register_tensor(f"{view.name}_tile", dtype, shape)
+        b.emit(LoadGlobal(b.loc, decl, view.ref, offs))
+        return TensorValue(ir.TensorRef(decl))
+
+    @language_call
+    def store_global(self, view, tensor, offsets) -> None:
+        """Store register tensor ``tensor`` into global view ``view`` at ``offsets``; elements that fall outside the
+        view are not written (ragged edges). Executed by the threads holding the tensor (all of them: the layout
+        pass refuses a store by a subset); ``st.global``."""
+        b = self.b
+        view = b.to_tensor(view, "store_global view", (ir.GLOBAL,))
+        tensor = b.to_tensor(tensor, "store_global tensor", (ir.REGISTER,))
+        if tensor.dtype != view.dtype:
+            raise b.error(f"store_global: {tensor.name} is {tensor.dtype.name} but {view.name} holds "
+                          f"{view.dtype.name}; cast it first")
+        if len(tensor.shape) != len(view.shape):
+            raise b.error(f"store_global: {tensor.name} has rank {len(tensor.shape)}, {view.name} has rank "
+                          f"{len(view.shape)}")
+        offs = offsets_of(b, offsets, view, "store_global")
+        b.emit(StoreGlobal(b.loc, b.threads(), view.ref, tensor.ref, offs))
+
+    @language_call
+    def store_shared(self, dst, src) -> None:
+        """Write register tensor ``src`` into shared tensor ``dst`` with ordinary stores (``st.shared``), executed
+        by the threads holding ``src``. Before a TMA store or WGMMA reads ``dst``, call ``fence_proxy_async()`` and
+        synchronise the writers."""
+        b = self.b
+        dst = b.to_tensor(dst, "store_shared dst", (ir.SHARED,))
+        src = b.to_tensor(src, "store_shared src", (ir.REGISTER,))
+        if dst.shape != src.shape or dst.dtype != src.dtype:
+            raise b.error(f"store_shared: {src.name} {src.dtype.name}{list(src.shape)} does not match "
+                          f"{dst.name} {dst.dtype.name}{list(dst.shape)}")
+        if len(dst.shape) != 2:
+            raise b.error(f"store_shared takes a 2-D shared tile; {dst.name} has shape {list(dst.shape)}")
+        b.emit(StoreShared(b.loc, b.threads(), dst.ref, src.ref))
+
+    @language_call
+    def load_shared(self, src) -> TensorValue:
+        """Read shared tensor ``src`` into registers of the executing threads (``ld.shared``)."""
+        b = self.b
+        src = b.to_tensor(src, "load_shared src", (ir.SHARED,))
+        if src.ref.transposed:
+            raise b.error("load_shared of a transposed view is not supported")
+        if len(src.shape) != 2:
+            raise b.error(f"load_shared takes a 2-D shared tile; {src.name} has shape {list(src.shape)}")
+        decl = b.new_register_tensor(f"{src.name}_regs", src.dtype, src.shape)
+        b.emit(LoadShared(b.loc, decl, src.ref))
+        return TensorValue(ir.TensorRef(decl))
+
+
+# ----------------------------------------------------------------------------------------------- emulation
+
+
+@emulates(GlobalView)
+def _global_view(machine, task, s: GlobalView):
+    shape = tuple(machine.ev(task, e) for e in s.decl.shape)
+    strides = tuple(machine.ev(task, e) for e in s.strides)
+    task.env[s.decl.uid] = (s.pointer.uid, shape, strides)
+
+
+@emulates(AllocShared)
+def _alloc_shared(machine, task, s: AllocShared):
+    machine.create_shared(s.decl)
+
+
+@emulates(AllocRegister)
+def _alloc_register(machine, task, s: AllocRegister):
+    dtype = s.decl.dtype
+    fill = (np.nan if dtype.is_float else 0) if s.init is None else machine.ev(task, s.init)
+    data = np.full(s.decl.shape, fill, dtype=np.float32 if dtype.is_float else dtype.numpy).astype(dtype.numpy)
+    machine.touch_accumulator(task, s.decl, "register_tensor")
+    task.env[s.decl.uid] = data
+
+
+@emulates(StoreElement)
+def _store_element(machine, task, s: StoreElement):
+    decl = s.tensor.decl
+    machine.touch_accumulator(task, decl, "an element write")
+    idx = tuple(machine.ev(task, e) for e in s.tensor.index + s.indices)
+    check_element_index(decl, idx)
+    task.env[decl.uid][idx] = wrap(machine.ev(task, s.value), decl.dtype)
+
+
+@emulates(LoadGlobal)
+def _load_global(machine, task, s: LoadGlobal):
+    offsets = [machine.ev(task, o) for o in s.offsets]
+    machine.define_register(task, s.decl, machine.read_global_tile(task, s.view, offsets, s.decl.shape))
+
+
+@emulates(LoadShared)
+def _load_shared(machine, task, s: LoadShared):
+    region = machine.region(task, s.src)
+    region.check_readable(task, "load_shared", async_proxy=False)
+    region.record_read(task)
+    machine.define_register(task, s.decl, region.view("data").copy())
+
+
+@emulates(StoreShared)
+def _store_shared(machine, task, s: StoreShared):
+    region = machine.region(task, s.dst)
+    region.check_writable(task, "store_shared")
+    src = machine.register(task, s.src, "store_shared")
+    rows = machine.row_share(task, s.threads, src.shape[0])
+    region.view("data")[rows[0]:rows[1]] = src[rows[0]:rows[1]]
+    part = region.part(rows)
+    part.record_write(task.index, task.clock[task.index], unfenced=True)
+    return machine.preempt()
+
+
+@emulates(StoreGlobal)
+def _store_global(machine, task, s: StoreGlobal):
+    src = machine.register(task, s.src, "store_global")
+    offsets = [machine.ev(task, o) for o in s.offsets]
+    machine.write_global_tile(task, s.dst, offsets, src, rows=machine.row_share(task, s.threads, src.shape[0]))

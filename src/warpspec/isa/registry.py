@@ -1,0 +1,84 @@
+"""Which code runs each IR statement on each back end.
+
+Every statement type is registered once for the emulator (``@emulates(Node)``: ``fn(machine, task, stmt)``,
+returning None or a generator that yields while the task waits) and once per CUDA target that claims it
+(``@emits(Node, target)``: ``fn(generator, stmt)``). A target may refuse a node deliberately with
+``unsupported(Node, target, reason)``, which becomes a CompileError at the kernel line. ``tests/test_registry.py``
+walks every statement type and fails when one lacks an emulation or an emitter.
+"""
+
+from __future__ import annotations
+
+from warpspec.errors import CompileError
+from warpspec.ir import nodes as ir
+
+_EMULATIONS: dict[type, object] = {}
+_EMITTERS: dict[tuple[type, str], object] = {}
+
+
+def emulates(node: type):
+    """Register the decorated function as the emulator's semantics of statement type ``node``."""
+    def register(function):
+        if node in _EMULATIONS:
+            raise RuntimeError(f"{node.__name__} already has an emulation: {_EMULATIONS[node].__qualname__}")
+        _EMULATIONS[node] = function
+        return function
+    return register
+
+
+def emits(node: type, target: str):
+    """Register the decorated function as the CUDA emitter of statement type ``node`` for ``target``."""
+    def register(function):
+        key = (node, target)
+        if key in _EMITTERS:
+            raise RuntimeError(f"{node.__name__} already has an emitter for {target}")
+        _EMITTERS[key] = function
+        return function
+    return register
+
+
+def unsupported(node: type, target: str, reason: str) -> None:
+    """Declare that ``target``'s back end refuses ``node``: compiling a kernel that uses it is a CompileError at the
+    statement's line saying ``reason``."""
+    def refuse(generator, stmt):
+        raise CompileError(f"{reason} (not supported by the CUDA back end for {target} yet)", str(stmt.loc))
+    refuse.unsupported = reason
+    emits(node, target)(refuse)
+
+
+def emulation(node: type):
+    """The emulation function of statement type ``node``."""
+    try:
+        return _EMULATIONS[node]
+    except KeyError:
+        raise CompileError(f"the emulator has no semantics for {node.__name__}") from None
+
+
+def emitter(node: type, target: str):
+    """The emitter of statement type ``node`` for ``target``."""
+    try:
+        return _EMITTERS[(node, target)]
+    except KeyError:
+        raise CompileError(f"the CUDA back end for {target} has no emitter for {node.__name__}") from None
+
+
+def emulations() -> dict[type, object]:
+    """Every registered emulation, by statement type."""
+    return dict(_EMULATIONS)
+
+
+def emitters(target: str) -> dict[type, object]:
+    """Every registered emitter of ``target``, by statement type."""
+    return {node: fn for (node, name), fn in _EMITTERS.items() if name == target}
+
+
+def statement_types() -> list[type]:
+    """Every concrete IR statement type: subclasses of ``ir.Stmt`` that are not abstract bases."""
+    found, pending = [], [ir.Stmt]
+    while pending:
+        cls = pending.pop()
+        for sub in cls.__subclasses__():
+            pending.append(sub)
+            if not sub.__dict__.get("abstract", False):
+                found.append(sub)
+    return sorted(set(found), key=lambda c: (c.__module__, c.__name__))

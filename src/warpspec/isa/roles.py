@@ -1,0 +1,154 @@
+"""Roles: which threads run a block of the kernel, and barriers among them.
+
+``self.thread_group(...)`` (with ``max_registers``: ``setmaxnreg``), ``self.single_thread()`` and ``self.sync()``,
+their IR statements and their emulation: each thread partition is one emulator task, which runs a group's body
+only if its threads lie inside the group. The CUDA emission is ``warpspec.cuda.sm90.roles``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from warpspec.isa.base import LanguageObject, language_call
+from warpspec.isa.registry import emulates
+from warpspec.ir import nodes as ir
+
+# ------------------------------------------------------------------------------------------------------- IR
+
+
+@dataclass(frozen=True, eq=False)
+class ThreadGroup(ir.Stmt):
+    """Run ``body`` on threads ``[begin, begin + count)`` of the block only."""
+
+    begin: int
+    count: int
+    body: tuple[ir.Stmt, ...]
+    max_registers: int | None = None
+    blocks = ("body",)
+
+    def text(self, f) -> str:
+        regs = f", max_registers={self.max_registers}" if self.max_registers else ""
+        return f"thread_group(begin={self.begin}, count={self.count}{regs}):"
+
+
+@dataclass(frozen=True, eq=False)
+class SingleThread(ir.Stmt):
+    """Run ``body`` on one elected thread (the first) of the enclosing group ``[begin, begin + count)``."""
+
+    begin: int
+    count: int
+    body: tuple[ir.Stmt, ...]
+    blocks = ("body",)
+
+    def text(self, f) -> str:
+        return "single_thread():"
+
+
+@dataclass(frozen=True, eq=False)
+class Sync(ir.Stmt):
+    """Barrier over threads ``[begin, begin + count)``: the block (``bar.sync 0``) or a thread group (named)."""
+
+    begin: int
+    count: int
+
+    def text(self, f) -> str:
+        return f"sync(threads {self.begin}..{self.begin + self.count - 1})"
+
+
+# ------------------------------------------------------------------------------------------------ language
+
+
+class _Group(LanguageObject):
+    """The context of ``with self.thread_group(...)`` / ``with self.single_thread()``."""
+
+    def __init__(self, builder, begin: int, count: int, single: bool, max_registers=None):
+        super().__init__(builder)
+        self.begin, self.count, self.single, self.max_registers = begin, count, single, max_registers
+
+    def build_block(self, build_body) -> None:
+        b = self.b
+        loc = b.loc
+        # A group's names are its own: values computed by some threads do not exist on the others.
+        b.groups.append((self.begin, self.count, self.single))
+        b.scopes.append({})
+        try:
+            body = b.nested(build_body)
+        finally:
+            b.scopes.pop()
+            b.groups.pop()
+        if self.single:
+            b.emit(SingleThread(loc, self.begin, self.count, body))
+        else:
+            b.emit(ThreadGroup(loc, self.begin, self.count, body, self.max_registers))
+
+
+class Roles(LanguageObject):
+    """Thread groups, single threads and group barriers, reached on ``self``."""
+
+    @language_call
+    def thread_group(self, thread_begin, num_threads, max_registers=None) -> _Group:
+        """``with self.thread_group(thread_begin=, num_threads=):`` runs its body on threads
+        ``[thread_begin, thread_begin + num_threads)`` of the enclosing group only. Bounds must be compile-time
+        multiples of 32 (whole warps). ``max_registers`` sets the group's per-thread register budget
+        (PTX ``setmaxnreg.{inc,dec}.sync.aligned.u32``; the group must then be whole warpgroups)."""
+        b, target = self.b, self.target
+        begin = b.to_int(thread_begin, "thread_group thread_begin")
+        count = b.to_int(num_threads, "thread_group num_threads")
+        parent_begin, parent_count, single = b.group
+        if single:
+            raise b.error("thread_group cannot be nested inside single_thread")
+        warp = target.warp_threads
+        if begin % warp or count % warp or count <= 0:
+            raise b.error(f"thread_group needs whole warps: thread_begin and num_threads multiples of 32, got "
+                          f"thread_begin={begin}, num_threads={count}")
+        if begin < parent_begin or begin + count > parent_begin + parent_count:
+            raise b.error(f"thread_group [{begin}, {begin + count}) is outside the enclosing threads "
+                          f"[{parent_begin}, {parent_begin + parent_count})")
+        registers = None
+        if max_registers is not None:
+            registers = b.to_int(max_registers, "thread_group max_registers")
+            if registers % 8 or not 24 <= registers <= 256:
+                raise b.error(f"max_registers must be a multiple of 8 in [24, 256], got {registers}")
+            if begin % target.warpgroup_threads or count % target.warpgroup_threads:
+                raise b.error("max_registers (setmaxnreg) needs a thread group of whole warpgroups (128 threads)")
+        return _Group(b, begin, count, False, registers)
+
+    @language_call
+    def single_thread(self) -> _Group:
+        """``with self.single_thread():`` runs its body on one thread, the first of the enclosing group (elected
+        with ``elect.sync`` in a warp). Instructions inside count once (one arrival)."""
+        begin, count, _ = self.b.group
+        return _Group(self.b, begin, count, True)
+
+    @language_call
+    def sync(self) -> None:
+        """Barrier over the threads of the innermost thread group (the whole block outside any group): all of
+        them arrive before any continues, and their shared-memory writes become visible to each other.
+        PTX: ``bar.sync 0;`` for the block, ``bar.sync id, count;`` (named barrier) for a group."""
+        b = self.b
+        begin, count, single = b.group
+        if single:
+            raise b.error("self.sync() inside single_thread would wait for threads that never arrive")
+        b.emit(Sync(b.loc, begin, count))
+
+
+# ----------------------------------------------------------------------------------------------- emulation
+
+
+@emulates(ThreadGroup)
+def _thread_group(machine, task, s: ThreadGroup):
+    if s.begin <= task.begin and task.end <= s.begin + s.count:
+        return machine.exec_body(task, s.body)
+    return None
+
+
+@emulates(SingleThread)
+def _single_thread(machine, task, s: SingleThread):
+    if task.begin <= s.begin < task.end:
+        return machine.exec_body(task, s.body)
+    return None
+
+
+@emulates(Sync)
+def _sync(machine, task, s: Sync):
+    return machine.sync(task, s.begin, s.count)

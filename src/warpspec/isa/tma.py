@@ -1,0 +1,198 @@
+"""TMA: the Tensor Memory Accelerator's bulk tensor copies (PTX ``cp.async.bulk.tensor``) and their bulk groups.
+
+The language methods (``self.tma.global_to_shared/shared_to_global/commit_group/wait_group``), their IR statements
+and their emulation: a copy is an asynchronous event that moves the tile when the scheduler completes it. The
+CUDA emission is ``warpspec.cuda.sm90.tma``; the tile layouts and tensor-map boxes are ``warpspec.layout.shared``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from warpspec.isa.base import LanguageObject, barrier_ref, language_call, offsets_of
+from warpspec.isa.registry import emulates
+from warpspec.isa.values import TensorValue
+from warpspec.ir import nodes as ir
+from warpspec.ir.printer import format_expr
+
+# ------------------------------------------------------------------------------------------------------- IR
+
+
+@dataclass(frozen=True, eq=False)
+class TmaLoad(ir.Instruction):
+    """Copy the box of global view ``src`` at ``offsets`` into shared tensor ``dst``, completing its bytes on
+    ``barrier``. Elements outside the view read as zero."""
+
+    src: ir.TensorRef
+    dst: ir.TensorRef
+    offsets: tuple[ir.Expr, ...]
+    barrier: ir.TensorRef
+
+
+@dataclass(frozen=True, eq=False)
+class TmaStore(ir.Instruction):
+    """Copy shared tensor ``src`` into global view ``dst`` at ``offsets``; elements outside the view are dropped."""
+
+    src: ir.TensorRef
+    dst: ir.TensorRef
+    offsets: tuple[ir.Expr, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class TmaCommit(ir.Instruction):
+    """Close the executing thread's uncommitted TMA stores into one bulk group."""
+
+
+@dataclass(frozen=True, eq=False)
+class TmaWait(ir.Instruction):
+    """Wait until at most ``n`` of the executing thread's bulk groups are pending."""
+
+    n: int
+
+
+# ------------------------------------------------------------------------------------------------ language
+
+
+class Tma(LanguageObject):
+    """``self.tma``: the Tensor Memory Accelerator's bulk tensor copies (PTX ``cp.async.bulk.tensor``)."""
+
+    namespace = "tma"
+
+    def _issuer(self, name: str) -> tuple[int, int]:
+        b = self.b
+        begin, count, single = b.group
+        if not single and count != self.target.warp_threads:
+            raise b.error(f"tma.{name} is issued by one thread: call it inside self.single_thread() or from a "
+                          f"thread group of exactly one warp (32 threads), not from {count} threads")
+        return (begin, 1)
+
+    def _box(self, shared: TensorValue, view: TensorValue, what: str) -> None:
+        b = self.b
+        if shared.ref.transposed:
+            raise b.error(f"{what}: the shared tensor {shared.name} cannot be transposed")
+        if len(shared.shape) != len(view.shape):
+            raise b.error(f"{what}: shared tile {shared.name}{list(shared.shape)} and global view {view.name} "
+                          f"({len(view.shape)} dimensions) must have the same rank")
+        if len(shared.shape) < 2:
+            raise b.error(f"{what}: shared tile {shared.name}{list(shared.shape)} needs at least 2 dimensions "
+                          f"(rows, columns)")
+        if any(extent != 1 for extent in shared.shape[:-2]):
+            raise b.error(f"{what}: a TMA tile's leading dimensions must have extent 1 (one 2-D slice per copy); "
+                          f"{shared.name} has shape {list(shared.shape)}")
+        if shared.dtype != view.dtype:
+            raise b.error(f"{what}: {shared.name} is {shared.dtype.name} but {view.name} is {view.dtype.name}")
+        inner_bytes = shared.shape[-1] * shared.dtype.nbytes
+        if inner_bytes % self.target.tma_inner_box_multiple:
+            raise b.error(f"{what}: the inner extent of {shared.name} is {inner_bytes} bytes; TMA needs a multiple "
+                          f"of 16 bytes")
+
+    @language_call
+    def global_to_shared(self, src, dst, offsets, mbarrier) -> None:
+        """Copy the tile of global view ``src`` starting at ``offsets`` into shared tensor ``dst``; the copy
+        completes ``dst.nbytes`` transaction bytes on ``mbarrier``. Elements outside ``src`` read as zero.
+        Issued by one thread (``single_thread`` or a one-warp group, which elects a lane). PTX:
+        ``cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes [dst], [map, {..}], [bar];``
+        """
+        b = self.b
+        threads = self._issuer("global_to_shared")
+        src = b.to_tensor(src, "tma.global_to_shared src", (ir.GLOBAL,))
+        dst = b.to_tensor(dst, "tma.global_to_shared dst", (ir.SHARED,))
+        self._box(dst, src, "tma.global_to_shared")
+        bar = barrier_ref(b, mbarrier, "tma.global_to_shared mbarrier")
+        b.emit(TmaLoad(b.loc, threads, src.ref, dst.ref, offsets_of(b, offsets, src, "tma.global_to_shared"), bar))
+
+    @language_call
+    def shared_to_global(self, src, dst, offsets) -> None:
+        """Copy shared tensor ``src`` into global view ``dst`` at ``offsets``; elements outside ``dst`` are not
+        written. Issued by one thread; completion is tracked with ``commit_group``/``wait_group``. PTX:
+        ``cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group [map, {..}], [src];``"""
+        b = self.b
+        threads = self._issuer("shared_to_global")
+        src = b.to_tensor(src, "tma.shared_to_global src", (ir.SHARED,))
+        dst = b.to_tensor(dst, "tma.shared_to_global dst", (ir.GLOBAL,))
+        self._box(src, dst, "tma.shared_to_global")
+        b.emit(TmaStore(b.loc, threads, src.ref, dst.ref, offsets_of(b, offsets, dst, "tma.shared_to_global")))
+
+    @language_call
+    def commit_group(self) -> None:
+        """Close the issuing thread's outstanding ``shared_to_global`` copies into one bulk group.
+        PTX: ``cp.async.bulk.commit_group;``"""
+        self.b.emit(TmaCommit(self.b.loc, self._issuer("commit_group")))
+
+    @language_call
+    def wait_group(self, n) -> None:
+        """Wait until at most ``n`` of the issuing thread's bulk groups are still pending (their shared sources
+        read and global writes done). PTX: ``cp.async.bulk.wait_group n;``"""
+        n = self.b.to_int(n, "tma.wait_group n")
+        if not 0 <= n <= 7:
+            raise self.b.error(f"tma.wait_group n must be in [0, 7], got {n}")
+        self.b.emit(TmaWait(self.b.loc, self._issuer("wait_group"), n))
+
+
+# ----------------------------------------------------------------------------------------------- emulation
+
+
+@emulates(TmaLoad)
+def _tma_load(machine, task, s: TmaLoad):
+    region = machine.region(task, s.dst)
+    bar = machine.barrier(task, s.barrier)
+    offsets = [machine.ev(task, o) for o in s.offsets]
+    region.check_writable(task, "tma.global_to_shared")
+    region.view("async_writer")[...] = machine.next_operation_id()
+    issue_clock = list(task.clock)
+    nbytes = s.dst.nbytes
+
+    def complete():
+        region.view("data")[...] = machine.read_global_tile(task, s.src, offsets, s.dst.shape)
+        region.view("async_writer")[...] = 0
+        region.record_write(task.index, issue_clock[task.index])
+        bar.complete_tx(nbytes, issue_clock)
+
+    machine.new_event("tma", task, s.loc, complete,
+                      f"TMA load {format_expr(s.src)}{offsets} -> {region.text}, completing {nbytes} bytes on "
+                      f"{bar.name}")
+    task.tick()
+    return machine.preempt()
+
+
+@emulates(TmaStore)
+def _tma_store(machine, task, s: TmaStore):
+    region = machine.region(task, s.src)
+    offsets = [machine.ev(task, o) for o in s.offsets]
+    region.check_readable(task, "tma.shared_to_global", async_proxy=True)
+    region.record_read(task)
+    readers = region.view("async_readers")
+    readers += 1
+
+    def complete():
+        machine.write_global_tile(task, s.dst, offsets, region.view("data"))
+
+    def retire():
+        region.view("async_readers")[...] -= 1
+        region.record_read(task)  # the read ends, for ordering purposes, when the issuer observes it
+
+    event = machine.new_event("tma_store", task, s.loc, complete,
+                              f"TMA store {region.text} -> {format_expr(s.dst)}{offsets}", retire)
+    task.tma_uncommitted.append(event)
+    return machine.preempt()
+
+
+@emulates(TmaCommit)
+def _tma_commit(machine, task, s: TmaCommit):
+    task.tma_groups.append(task.tma_uncommitted)
+    task.tma_uncommitted = []
+
+
+@emulates(TmaWait)
+def _tma_wait(machine, task, s: TmaWait):
+    def ready():
+        return len([g for g in task.tma_groups if not all(e.done for e in g)]) <= s.n
+
+    def observe():
+        # Only now does the program know the stores have read their sources: until then a write into them
+        # races, however early the copy engine actually finished.
+        while task.tma_groups and all(e.done for e in task.tma_groups[0]):
+            for event in task.tma_groups.popleft():
+                event.retire()
+
+    return machine.wait_until(ready, f"in tma.wait_group({s.n})", after=observe)

@@ -1,1 +1,0 @@
-"""What kernel authors write with: Script, Class, autotune, the language behind ``self`` and Pipeline."""

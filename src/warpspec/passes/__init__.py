@@ -1,0 +1,32 @@
+"""Analyses over the IR that both back ends share: register layouts and the shared-memory plan.
+
+``analyse`` runs them once per kernel (the front end calls it after building the IR) and attaches the result as
+``kernel.facts``, so the emulator refuses exactly what the CUDA back end would refuse, at the same line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from warpspec.ir import nodes as ir
+from warpspec.passes.layouts import check_stores, infer_layouts
+from warpspec.passes.shared_memory import SharedPlan, plan_shared
+from warpspec.target import Target
+
+
+@dataclass(frozen=True)
+class KernelFacts:
+    """What the passes decided: ``layouts`` (register tensor decl uid → layout), the shared-memory ``plan`` and
+    the ``target`` they were decided for."""
+
+    layouts: dict
+    shared: SharedPlan
+    target: Target
+
+
+def analyse(kernel: ir.Kernel, target: Target) -> ir.Kernel:
+    """``kernel`` with its facts attached; CompileError at the offending line when layouts or shared memory do
+    not work out."""
+    layouts = infer_layouts(kernel, target)
+    check_stores(kernel, layouts)
+    return replace(kernel, facts=KernelFacts(layouts, plan_shared(kernel, target), target))
