@@ -50,7 +50,7 @@ WGMMA_FORMS = (
 
 @dataclass(frozen=True)
 class Target:
-    """Facts of one GPU architecture that kernels are checked against (HOPPER_FACTS.md holds the sources)."""
+    """Facts of one GPU architecture that kernels are checked against (docs/hardware.md holds the sources)."""
 
     name: str
     arch: str  # NVRTC/nvcc architecture option value

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from warpspec.layout import AccumulatorLayout, a_register_fragment, accumulator_fragment
+from warpspec.layout.fragments import AccumulatorLayout, a_register_fragment, accumulator_fragment
 
 
 @pytest.mark.parametrize("n", [8, 16, 64, 128, 200, 256])

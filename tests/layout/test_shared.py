@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from warpspec import dtypes
-from warpspec.layout import (
+from warpspec.layout.shared import (
     SWIZZLE_MODES,
     Box,
     bits_of,
@@ -59,7 +59,7 @@ def allowed_swizzles(dtype, cols):
 
 
 def hf_swizzle(address, span):
-    """HOPPER_FACTS §2 formula on an absolute shared address."""
+    """docs/hardware.md §2 formula on an absolute shared address."""
     return address ^ (((address >> 7) & (span // 16 - 1)) << 4)
 
 

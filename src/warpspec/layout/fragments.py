@@ -1,6 +1,6 @@
 """Register fragments of WGMMA: which tile element each thread's register holds.
 
-Formulas are HOPPER_FACTS §3 "Fragments" (GPU-verified for m64n64k16; N-generic per PTX 9.7.15.5.1.1 and CUTLASS
+Formulas are docs/hardware.md §3 "Fragments" (GPU-verified for m64n64k16; N-generic per PTX 9.7.15.5.1.1 and CUTLASS
 ``CLayout_64xN`` / ``ALayout_64x16``). Thread ``t`` of a warpgroup (0..127) has warp ``w = t // 32``, lane
 ``l = t % 32``.
 """

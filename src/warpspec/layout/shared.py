@@ -1,6 +1,6 @@
 """Shared-memory tile layouts as TMA writes them, and the WGMMA descriptors that read them back.
 
-References in comments are to ``/work/shared/HOPPER_FACTS.md`` ("HF §2" = TMA, "HF §3" = WGMMA) and to the PTX ISA
+References in comments are to docs/hardware.md ("HF §2" = TMA, "HF §3" = WGMMA) and to the PTX ISA
 ("PTX 9.7.15.5.1.2" = wgmma shared-memory matrix layout, canonical layouts and matrix descriptor).
 
 Model used throughout

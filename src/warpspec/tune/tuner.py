@@ -50,8 +50,6 @@ from warpspec.errors import ArgumentError, CompileError
 from warpspec.tune import cache
 from warpspec.tune.prune import prune
 
-#: What a schedule came to. ``ok``: built (by ``warpspec build``) without spilling, not timed.
-FATES = ("pruned", "failed", "spills", "ok", "timed", "winner")
 #: SASS instructions whose counts ``warpspec build`` shows: the tensor core, TMA loads/stores, mbarrier operations,
 #: local-memory traffic (spills) and block barriers.
 KEY_INSTRUCTIONS = ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "LDL", "STL", "BAR")
@@ -251,11 +249,9 @@ class _WorkerPool:
     """
 
     def __init__(self, size: int):
-        import warpspec
-
         self.environment = dict(os.environ)
         # The workers import warpspec from where this process did, whatever the caller did to sys.path.
-        package_root = str(pathlib.Path(warpspec.__file__).resolve().parents[1])
+        package_root = str(pathlib.Path(__file__).resolve().parents[2])
         self.environment["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root,
                                                                        self.environment.get("PYTHONPATH")]))
         self.processes = [self._start() for _ in range(size)]

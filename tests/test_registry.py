@@ -1,0 +1,61 @@
+"""Every IR statement type has an emulation and, for each CUDA target, an emitter (or a deliberate refusal)."""
+
+import gc
+from dataclasses import dataclass
+
+import warpspec
+import warpspec.cuda.codegen  # noqa: F401  (registers the sm90a emitters)
+import warpspec.emulator.machine  # noqa: F401  (registers the core statements' emulations)
+from warpspec.isa import registry
+from warpspec.ir import nodes as ir
+from warpspec.target import SM90A
+
+
+def missing(target: str) -> list[str]:
+    """Statement types lacking an emulation or an emitter for ``target``."""
+    emulations, emitters = registry.emulations(), registry.emitters(target)
+    gaps = []
+    for node in registry.statement_types():
+        if node not in emulations:
+            gaps.append(f"{node.__module__}.{node.__name__}: no emulation")
+        if node not in emitters:
+            gaps.append(f"{node.__module__}.{node.__name__}: no emitter for {target}")
+    return gaps
+
+
+def test_every_statement_type_is_emulated_and_emitted():
+    types = registry.statement_types()
+    names = {t.__name__ for t in types}
+    # The walk finds the families' statements, not the abstract bases.
+    assert {"MbarrierWait", "TmaLoad", "WgmmaMma", "StoreGlobal", "Cast", "ThreadGroup", "For", "If"} <= names
+    assert not names & {"Stmt", "Instruction", "DefineTensor"}
+    assert missing(SM90A.name) == []
+
+
+def test_a_new_statement_without_semantics_is_reported():
+    @dataclass(frozen=True, eq=False)
+    class Unfinished(ir.Instruction):
+        """A statement added without an emulation or an emitter."""
+
+    assert f"{__name__}.Unfinished: no emulation" in missing(SM90A.name)
+    assert f"{__name__}.Unfinished: no emitter for {SM90A.name}" in missing(SM90A.name)
+    del Unfinished
+    gc.collect()
+    assert missing(SM90A.name) == []
+
+
+def test_an_unsupported_statement_is_refused_at_its_line():
+    @dataclass(frozen=True, eq=False)
+    class NotOnThisTarget(ir.Instruction):
+        """A statement the CUDA back end refuses deliberately."""
+
+    registry.unsupported(NotOnThisTarget, "test-target", "NotOnThisTarget is emulated only")
+    refuse = registry.emitter(NotOnThisTarget, "test-target")
+    stmt = NotOnThisTarget(ir.Loc("kernel.py", 12), (0, 128))
+    try:
+        refuse(None, stmt)
+    except warpspec.CompileError as error:
+        assert error.location == "kernel.py:12"
+        assert "NotOnThisTarget is emulated only (not supported by the CUDA back end for test-target yet)" in str(error)
+    else:
+        raise AssertionError("the refusal did not raise")
