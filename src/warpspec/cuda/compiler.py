@@ -3,8 +3,11 @@
 The cache lives in ``cache_dir()/cubin``: one file per entry, named by the sha256 of everything that determines
 the cubin (source, compiler and its version, options, target). Each entry is written to a temporary file in the
 same folder and moved into place with ``os.replace``, which is atomic on POSIX, so a reader sees either no entry
-or a complete one even with many processes compiling at once. A checksum in the entry catches what atomic renames
-cannot (a truncated file after a crash or power loss, a file edited by hand): such an entry is rebuilt.
+or a complete one even with many processes compiling at once. An entry is used only when it checks out: a
+regular file, carrying its own key (an entry of another kernel copied under this name is not this kernel's), a
+checksum over key and contents (catching what atomic renames cannot: a truncated file after a crash or power
+loss, a file edited by hand) and a cubin that is an ELF file. Anything else is a miss: the kernel is compiled
+again and the entry replaced.
 
 ``WARPSPEC_CACHE=0`` in the environment (or ``cache=False``) turns the cache off; ``WARPSPEC_CACHE_DIR`` moves it.
 """
@@ -25,14 +28,17 @@ from dataclasses import dataclass
 from cuda.bindings import nvrtc
 
 from warpspec.errors import CompileError
-from warpspec.files import write_atomically
+from warpspec.files import read_regular_file, write_atomically
 
 _CUBIN_KIND = "cubin"
 
-# Entry layout: magic, cubin length, log length (little-endian u64), sha256 of cubin + log, then the two blobs.
-# The magic carries the layout's version; a new layout gets a new magic, which also changes every key below.
-_MAGIC = b"WSCUBIN1"
-_HEADER = struct.Struct("<8sQQ32s")
+# Entry layout: magic, the entry's key (the raw sha256 its file is named by), cubin length, log length
+# (little-endian u64), sha256 of key + cubin + log, then the two blobs. The magic carries the layout's version; a
+# new layout gets a new magic, which also changes every key below.
+_MAGIC = b"WSCUBIN2"
+_HEADER = struct.Struct("<8s32sQQ32s")
+#: The first bytes of every cubin: cubins are ELF files.
+_ELF_MAGIC = b"\x7fELF"
 
 _CACHE_OFF_VALUES = ("0", "false", "off", "no")
 
@@ -68,6 +74,12 @@ def cache_dir() -> pathlib.Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = pathlib.Path(xdg).expanduser() if xdg else pathlib.Path.home() / ".cache"
     return base / "warpspec"
+
+
+def is_cubin(data: bytes) -> bool:
+    """Whether ``data`` can be a cubin: an ELF file. Bytes that are not (a damaged cache entry) must never reach
+    the driver or cuobjdump."""
+    return data[:4] == _ELF_MAGIC
 
 
 def clear_cache(kind: str | None = None) -> int:
@@ -142,12 +154,12 @@ def compile_cuda(
     use_cache = cache and os.environ.get("WARPSPEC_CACHE", "1").strip().lower() not in _CACHE_OFF_VALUES
     entry_path = cache_dir() / _CUBIN_KIND / f"{key}.cubin"
     if use_cache:
-        entry = _read_entry(entry_path)
+        entry = _read_entry(entry_path, key)
         if entry is not None:
             return CompiledModule(cubin=entry[0], log=entry[1], key=key, from_cache=True)
     cubin, log = build(source)
     if use_cache:
-        _write_entry(entry_path, cubin, log)
+        _write_entry(entry_path, key, cubin, log)
     return CompiledModule(cubin=cubin, log=log, key=key, from_cache=False)
 
 
@@ -157,26 +169,29 @@ def _cache_key(source: str, compiler: str, version: str, args: tuple[str, ...]) 
     return hashlib.sha256(material.encode()).hexdigest()
 
 
-def _read_entry(path: pathlib.Path) -> tuple[bytes, str] | None:
-    """The (cubin, log) stored at ``path``, or None when it is missing, truncated or corrupt."""
-    try:
-        data = path.read_bytes()
-    except OSError:
+def _read_entry(path: pathlib.Path, key: str) -> tuple[bytes, str] | None:
+    """The (cubin, log) stored at ``path`` for ``key``, or None when it is missing, not a regular file, truncated,
+    corrupt, stored for another key or not a cubin."""
+    data = read_regular_file(path)
+    if data is None or len(data) < _HEADER.size:
         return None
-    if len(data) < _HEADER.size:
-        return None
-    magic, cubin_size, log_size, digest = _HEADER.unpack_from(data)
+    magic, stored_key, cubin_size, log_size, digest = _HEADER.unpack_from(data)
     payload = data[_HEADER.size :]
-    if magic != _MAGIC or len(payload) != cubin_size + log_size or hashlib.sha256(payload).digest() != digest:
+    if (magic != _MAGIC or stored_key != bytes.fromhex(key) or len(payload) != cubin_size + log_size
+            or hashlib.sha256(stored_key + payload).digest() != digest):
         return None
-    return payload[:cubin_size], payload[cubin_size:].decode("utf-8", errors="replace")
+    cubin = payload[:cubin_size]
+    if not is_cubin(cubin):
+        return None
+    return cubin, payload[cubin_size:].decode("utf-8", errors="replace")
 
 
-def _write_entry(path: pathlib.Path, cubin: bytes, log: str) -> None:
+def _write_entry(path: pathlib.Path, key: str, cubin: bytes, log: str) -> None:
     """Store an entry atomically; a cache that cannot be written costs a recompile later, so it only warns."""
+    key_bytes = bytes.fromhex(key)
     log_bytes = log.encode("utf-8")
     payload = cubin + log_bytes
-    header = _HEADER.pack(_MAGIC, len(cubin), len(log_bytes), hashlib.sha256(payload).digest())
+    header = _HEADER.pack(_MAGIC, key_bytes, len(cubin), len(log_bytes), hashlib.sha256(key_bytes + payload).digest())
     write_atomically(path, header + payload, "the compile cache entry")
 
 
