@@ -357,7 +357,10 @@ def _compile_job(source: str, name: str, sass: bool) -> tuple:
     seconds = time.perf_counter() - start
     if not sass:
         return module, "", seconds, None, {}
-    text = disassemble(module.cubin)
+    try:
+        text = disassemble(module.cubin)
+    except CompileError as error:  # cuobjdump could not read the cubin: no SASS to show or count
+        return None, str(error), seconds, None, {}
     return module, "", seconds, text, count_instructions(text, KEY_INSTRUCTIONS)
 
 
