@@ -23,6 +23,8 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cuda.bindings import nvrtc
@@ -82,33 +84,56 @@ def is_cubin(data: bytes) -> bool:
     return data[:4] == _ELF_MAGIC
 
 
-def clear_cache(kind: str | None = None) -> int:
+def clear_cache(kind: str | None = None,
+                on_error: Callable[[pathlib.Path, OSError], None] | None = None) -> int:
     """Delete the cache entries of one kind (a subfolder name of ``cache_dir()``, e.g. ``"cubin"``), or of every
     kind when ``kind`` is None, and return the number of files removed.
 
-    Only files inside the kind subfolders are removed, never loose files in the root, so a cache directory set to
-    a shared folder by mistake loses nothing but warpspec's entries.
+    Only files inside the kind subfolders are removed, never loose files in the root (nor what links in the root
+    point to), so a cache directory set to a shared folder by mistake loses nothing but warpspec's entries. A file
+    that cannot be removed or a folder that cannot be listed (a read-only cache, say) does not stop the others:
+    it is passed to ``on_error(path, error)``, or without ``on_error`` reported as a RuntimeWarning.
     """
+    report = on_error or _warn_not_removed
     root = cache_dir()
     if kind is not None:
         if kind in ("", ".", "..") or "/" in kind or os.sep in kind:
             raise ValueError(f"cache kind must be a plain folder name such as 'cubin', got {kind!r}")
         folders = [root / kind]
     else:
-        folders = [path for path in root.iterdir() if path.is_dir()] if root.is_dir() else []
+        try:
+            with os.scandir(root) as entries:
+                folders = [root / entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
+        except (FileNotFoundError, NotADirectoryError):
+            folders = []  # no cache yet
+        except OSError as error:
+            report(root, error)
+            return 0
+
+    def listing_failed(error: OSError) -> None:
+        # A kind that has no folder (or one that went away meanwhile) has nothing to clear.
+        if not isinstance(error, (FileNotFoundError, NotADirectoryError)):
+            report(pathlib.Path(error.filename), error)
+
     removed = 0
     for folder in folders:
-        if not folder.is_dir():
-            continue
-        for path in folder.rglob("*"):
-            if path.is_dir() and not path.is_symlink():
-                continue
-            try:
-                path.unlink()
-                removed += 1
-            except FileNotFoundError:
-                pass  # another process cleared or replaced it first
+        for parent, folder_names, file_names in os.walk(folder, onerror=listing_failed):
+            # os.walk lists links to folders with the folders and does not follow them: remove the links.
+            links = [name for name in folder_names if os.path.islink(os.path.join(parent, name))]
+            for name in file_names + links:
+                path = pathlib.Path(parent, name)
+                try:
+                    os.unlink(path)
+                    removed += 1
+                except FileNotFoundError:
+                    pass  # another process cleared or replaced it first
+                except OSError as error:
+                    report(path, error)
     return removed
+
+
+def _warn_not_removed(path: pathlib.Path, error: OSError) -> None:
+    warnings.warn(f"warpspec could not remove {path}: {error.strerror or error}", RuntimeWarning, stacklevel=3)
 
 
 def compile_cuda(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import os
 import pathlib
 
 from warpspec.cuda.compiler import cache_dir
@@ -133,10 +134,26 @@ def store(key: str, material: dict, record: dict) -> pathlib.Path | None:
     return path
 
 
+def entry_sizes(kind: str) -> list[int]:
+    """The size in bytes of each cache entry of ``kind`` (a regular file in the subfolder ``kind`` of
+    ``cache_dir()``: ``"cubin"``, ``"tuning"``), leaving out temporary files of writes in progress. Raises
+    ``OSError`` when the folder exists but cannot be listed."""
+    sizes = []
+    try:
+        with os.scandir(cache_dir() / kind) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    if entry.is_file():
+                        sizes.append(entry.stat().st_size)
+                except FileNotFoundError:
+                    continue  # removed by another process since it was listed
+    except (FileNotFoundError, NotADirectoryError):
+        return []  # nothing of this kind cached yet
+    return sizes
+
+
 def count_entries(kind: str) -> int:
-    """How many cache entries of ``kind`` (a subfolder of ``cache_dir()``: ``"cubin"``, ``"tuning"``) exist,
-    leaving out temporary files of writes in progress."""
-    folder = cache_dir() / kind
-    if not folder.is_dir():
-        return 0
-    return sum(1 for path in folder.iterdir() if path.is_file() and not path.name.startswith("."))
+    """How many cache entries of ``kind`` exist (see ``entry_sizes``)."""
+    return len(entry_sizes(kind))
