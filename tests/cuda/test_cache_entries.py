@@ -89,7 +89,6 @@ def test_compile_cache_entry_that_is_not_a_regular_file(cache_dir, kind, monkeyp
     else:
         assert warned == [] and entry.is_file() and not entry.is_symlink()
         assert compile_cuda(KERNEL).from_cache is True
-    assert os.path.exists("/dev/zero")  # the device a link pointed to is untouched
 
 
 @pytest.mark.parametrize("kind", SPECIAL)
