@@ -248,23 +248,39 @@ CACHE_KINDS = {"cubins": "cubin", "tuning": "tuning"}
 
 
 def cache_command(args) -> int:
-    """``warpspec cache info`` / ``warpspec cache clear [--tuning] [--cubins]``."""
+    """``warpspec cache info`` / ``warpspec cache clear [--tuning] [--cubins]``. A folder that cannot be read, or
+    an entry that cannot be removed (a read-only cache), is named in a warning on stderr and makes the exit code
+    1; the other entries are still shown or removed."""
     from warpspec.cuda.compiler import cache_dir, clear_cache
-    from warpspec.tune.cache import count_entries
+    from warpspec.tune.cache import entry_sizes
 
     root = cache_dir()
+    failures = 0
+
+    def warn(doing: str, path, error: OSError) -> None:
+        nonlocal failures
+        failures += 1
+        print(f"warpspec cache {args.action}: warning: could not {doing} {path}: {error.strerror or error}",
+              file=sys.stderr)
+
     if args.action == "info":
         print(f"cache directory: {root}")
         for option, kind in CACHE_KINDS.items():
             folder = root / kind
-            size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) if folder.is_dir() else 0
-            print(f"{option}: {count_entries(kind)} entries, {size / 2**20:.1f} MiB in {folder}")
-        return EXIT_OK
+            try:
+                sizes = entry_sizes(kind)
+            except OSError as error:
+                warn("read", folder, error)
+                continue
+            print(f"{option}: {len(sizes)} entries, {sum(sizes) / 2**20:.1f} MiB in {folder}")
+        return EXIT_FAILURE if failures else EXIT_OK
     chosen = [option for option in CACHE_KINDS if getattr(args, option)] or list(CACHE_KINDS)
     for option in chosen:
-        removed = clear_cache(CACHE_KINDS[option])
-        print(f"{option}: removed {removed} files from {root / CACHE_KINDS[option]}")
-    return EXIT_OK
+        before = failures
+        removed = clear_cache(CACHE_KINDS[option], on_error=lambda path, error: warn("remove", path, error))
+        left = f" ({failures - before} could not be removed)" if failures > before else ""
+        print(f"{option}: removed {removed} files from {root / CACHE_KINDS[option]}{left}")
+    return EXIT_FAILURE if failures else EXIT_OK
 
 
 # ------------------------------------------------------------------------------------------- shared helpers

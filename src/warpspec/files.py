@@ -4,8 +4,33 @@ from __future__ import annotations
 
 import os
 import pathlib
+import stat
 import tempfile
 import warnings
+
+# O_NONBLOCK: should a FIFO appear under the name between the stat and the open, the open must not wait for a
+# writer that may never come. Reading a regular file is not affected by it.
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+
+
+def read_regular_file(path: pathlib.Path) -> bytes | None:
+    """The contents of ``path`` if it is a regular file (links followed), else None: missing, unreadable, or
+    something else under that name. Cache readers treat whatever they find as a possible miss, and opening anything
+    but a regular file can hang (a FIFO waits for a writer) or never end (a link to ``/dev/zero``)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        descriptor = os.open(path, _READ_FLAGS)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(descriptor, "rb") as file:
+            # Checked again on what was opened: the name may have been replaced since the stat.
+            if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+                return None
+            return file.read()
+    except OSError:
+        return None
 
 
 def write_atomically(path: pathlib.Path, data: bytes, what: str) -> bool:

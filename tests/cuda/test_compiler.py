@@ -9,7 +9,9 @@ import shutil
 
 import pytest
 
+from warpspec.cuda import compiler
 from warpspec.cuda.compiler import (CompiledModule, cache_dir, clear_cache, compile_cuda, nvrtc_version)
+from warpspec.cuda.sass import parse_ptxas_log
 from warpspec.errors import CompileError
 
 # Header-less sm_90a kernel: a TMA tile load through a __grid_constant__ tensor map, completed on an mbarrier,
@@ -44,6 +46,7 @@ extern "C" __global__ void __launch_bounds__(128) tma_probe(const __grid_constan
 """
 
 BROKEN_KERNEL = 'extern "C" __global__ void broken(float* out) { out[0] = undefined_name; }\n'
+SMALL_KERNEL = 'extern "C" __global__ void small(float* out) { out[threadIdx.x] = 1.0f; }\n'
 
 
 @pytest.fixture
@@ -129,6 +132,34 @@ def test_damaged_cache_entry_is_detected_and_rebuilt(cache, damage):
     assert entry.read_bytes() != damaged  # replaced by a fresh entry
     cached = compile_cuda(TMA_KERNEL)
     assert cached.from_cache is True and cached.cubin == first.cubin
+
+
+def test_an_entry_copied_under_another_key_is_rebuilt_not_served(cache):
+    tma = compile_cuda(TMA_KERNEL)
+    small = compile_cuda(SMALL_KERNEL)
+    entries = cache / "cubin"
+    # A complete, valid entry, but of another kernel: its checksum is right for what it holds.
+    (entries / f"{small.key}.cubin").write_bytes((entries / f"{tma.key}.cubin").read_bytes())
+    again = compile_cuda(SMALL_KERNEL)
+    assert again.from_cache is False
+    assert again.cubin == small.cubin
+    assert parse_ptxas_log(again.log).keys() == {"small"}  # the log is the kernel's own, not tma_probe's
+    assert parse_ptxas_log(again.log)["small"].registers == parse_ptxas_log(small.log)["small"].registers
+    cached = compile_cuda(SMALL_KERNEL)  # the foreign entry was overwritten by the right one
+    assert cached.from_cache is True and cached.cubin == small.cubin
+
+
+def test_an_entry_that_is_not_a_cubin_is_rebuilt_not_served(cache, monkeypatch):
+    # A compiler that returned something other than an ELF file gets a complete entry with a valid checksum.
+    with monkeypatch.context() as patch:
+        patch.setattr(compiler, "_compile_nvrtc", lambda args, source: (b"\x00garbage, not an ELF file" * 40, ""))
+        assert compile_cuda(TMA_KERNEL).cubin.startswith(b"\x00garbage")
+    (entry,) = _entries(cache)
+    module = compile_cuda(TMA_KERNEL)
+    assert module.from_cache is False and module.cubin[:4] == b"\x7fELF"
+    assert "Compiling entry function 'tma_probe'" in module.log
+    assert compile_cuda(TMA_KERNEL).from_cache is True
+    assert _entries(cache) == [entry]
 
 
 def test_clear_cache_counts_removed_files(cache):

@@ -106,3 +106,30 @@ def test_source_identity_follows_the_files_of_the_class_and_its_bases(tmp_path, 
     base_path.write_text(base_path.read_text() + "# an edit to the kernel body's file\n")
     third = cache.source_identity(derived.Derived)
     assert len({first["source_sha256"], second["source_sha256"], third["source_sha256"]}) == 3
+
+
+def test_a_record_is_only_served_under_its_own_key(cache_dir):
+    other = {**MATERIAL, "sizes": {"m_size": 256}}
+    key, other_key = cache.entry_key(MATERIAL), cache.entry_key(other)
+    cache.store(key, MATERIAL, {"fates": [{"schedule": {"block": 64}, "fate": "winner"}]})
+    cache.store(other_key, other, {"fates": [{"schedule": {"block": 128}, "fate": "winner"}]})
+    # A valid record of one key copied over another's (by hand, a sync tool, a bad restore).
+    cache.entry_path(other_key).write_bytes(cache.entry_path(key).read_bytes())
+    assert cache.load(other_key, other) is None
+    assert cache.load(other_key, MATERIAL) is None  # even asked with the copy's own material
+    assert cache.load(key, MATERIAL)["fates"][0]["schedule"] == {"block": 64}
+
+
+@pytest.mark.parametrize("depth", [100_000, 5_000, 200])
+@pytest.mark.parametrize("where", ["whole file", "fates"])
+def test_a_deeply_nested_record_is_a_miss(cache_dir, where, depth):
+    key = cache.entry_key(MATERIAL)
+    cache.store(key, MATERIAL, {"fates": []})
+    nested = "[" * depth + "]" * depth
+    if where == "fates":  # a record right in every other respect
+        record = json.loads(cache.entry_path(key).read_text())
+        nested = json.dumps({**record, "fates": "HERE"}).replace('"HERE"', f'[{{"schedule": {{"b": {nested}}}}}]')
+    cache.entry_path(key).write_text(nested)
+    assert cache.load(key, MATERIAL) is None
+    assert cache.store(key, MATERIAL, {"fates": []}) == cache.entry_path(key)  # and is simply replaced
+    assert cache.load(key, MATERIAL)["fates"] == []

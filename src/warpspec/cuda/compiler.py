@@ -3,8 +3,11 @@
 The cache lives in ``cache_dir()/cubin``: one file per entry, named by the sha256 of everything that determines
 the cubin (source, compiler and its version, options, target). Each entry is written to a temporary file in the
 same folder and moved into place with ``os.replace``, which is atomic on POSIX, so a reader sees either no entry
-or a complete one even with many processes compiling at once. A checksum in the entry catches what atomic renames
-cannot (a truncated file after a crash or power loss, a file edited by hand): such an entry is rebuilt.
+or a complete one even with many processes compiling at once. An entry is used only when it checks out: a
+regular file, carrying its own key (an entry of another kernel copied under this name is not this kernel's), a
+checksum over key and contents (catching what atomic renames cannot: a truncated file after a crash or power
+loss, a file edited by hand) and a cubin that is an ELF file. Anything else is a miss: the kernel is compiled
+again and the entry replaced.
 
 ``WARPSPEC_CACHE=0`` in the environment (or ``cache=False``) turns the cache off; ``WARPSPEC_CACHE_DIR`` moves it.
 """
@@ -20,19 +23,24 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cuda.bindings import nvrtc
 
 from warpspec.errors import CompileError
-from warpspec.files import write_atomically
+from warpspec.files import read_regular_file, write_atomically
 
 _CUBIN_KIND = "cubin"
 
-# Entry layout: magic, cubin length, log length (little-endian u64), sha256 of cubin + log, then the two blobs.
-# The magic carries the layout's version; a new layout gets a new magic, which also changes every key below.
-_MAGIC = b"WSCUBIN1"
-_HEADER = struct.Struct("<8sQQ32s")
+# Entry layout: magic, the entry's key (the raw sha256 its file is named by), cubin length, log length
+# (little-endian u64), sha256 of key + cubin + log, then the two blobs. The magic carries the layout's version; a
+# new layout gets a new magic, which also changes every key below.
+_MAGIC = b"WSCUBIN2"
+_HEADER = struct.Struct("<8s32sQQ32s")
+#: The first bytes of every cubin: cubins are ELF files.
+_ELF_MAGIC = b"\x7fELF"
 
 _CACHE_OFF_VALUES = ("0", "false", "off", "no")
 
@@ -70,33 +78,62 @@ def cache_dir() -> pathlib.Path:
     return base / "warpspec"
 
 
-def clear_cache(kind: str | None = None) -> int:
+def is_cubin(data: bytes) -> bool:
+    """Whether ``data`` can be a cubin: an ELF file. Bytes that are not (a damaged cache entry) must never reach
+    the driver or cuobjdump."""
+    return data[:4] == _ELF_MAGIC
+
+
+def clear_cache(kind: str | None = None,
+                on_error: Callable[[pathlib.Path, OSError], None] | None = None) -> int:
     """Delete the cache entries of one kind (a subfolder name of ``cache_dir()``, e.g. ``"cubin"``), or of every
     kind when ``kind`` is None, and return the number of files removed.
 
-    Only files inside the kind subfolders are removed, never loose files in the root, so a cache directory set to
-    a shared folder by mistake loses nothing but warpspec's entries.
+    Only files inside the kind subfolders are removed, never loose files in the root (nor what links in the root
+    point to), so a cache directory set to a shared folder by mistake loses nothing but warpspec's entries. A file
+    that cannot be removed or a folder that cannot be listed (a read-only cache, say) does not stop the others:
+    it is passed to ``on_error(path, error)``, or without ``on_error`` reported as a RuntimeWarning.
     """
+    report = on_error or _warn_not_removed
     root = cache_dir()
     if kind is not None:
         if kind in ("", ".", "..") or "/" in kind or os.sep in kind:
             raise ValueError(f"cache kind must be a plain folder name such as 'cubin', got {kind!r}")
         folders = [root / kind]
     else:
-        folders = [path for path in root.iterdir() if path.is_dir()] if root.is_dir() else []
+        try:
+            with os.scandir(root) as entries:
+                folders = [root / entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
+        except (FileNotFoundError, NotADirectoryError):
+            folders = []  # no cache yet
+        except OSError as error:
+            report(root, error)
+            return 0
+
+    def listing_failed(error: OSError) -> None:
+        # A kind that has no folder (or one that went away meanwhile) has nothing to clear.
+        if not isinstance(error, (FileNotFoundError, NotADirectoryError)):
+            report(pathlib.Path(error.filename), error)
+
     removed = 0
     for folder in folders:
-        if not folder.is_dir():
-            continue
-        for path in folder.rglob("*"):
-            if path.is_dir() and not path.is_symlink():
-                continue
-            try:
-                path.unlink()
-                removed += 1
-            except FileNotFoundError:
-                pass  # another process cleared or replaced it first
+        for parent, folder_names, file_names in os.walk(folder, onerror=listing_failed):
+            # os.walk lists links to folders with the folders and does not follow them: remove the links.
+            links = [name for name in folder_names if os.path.islink(os.path.join(parent, name))]
+            for name in file_names + links:
+                path = pathlib.Path(parent, name)
+                try:
+                    os.unlink(path)
+                    removed += 1
+                except FileNotFoundError:
+                    pass  # another process cleared or replaced it first
+                except OSError as error:
+                    report(path, error)
     return removed
+
+
+def _warn_not_removed(path: pathlib.Path, error: OSError) -> None:
+    warnings.warn(f"warpspec could not remove {path}: {error.strerror or error}", RuntimeWarning, stacklevel=3)
 
 
 def compile_cuda(
@@ -142,12 +179,12 @@ def compile_cuda(
     use_cache = cache and os.environ.get("WARPSPEC_CACHE", "1").strip().lower() not in _CACHE_OFF_VALUES
     entry_path = cache_dir() / _CUBIN_KIND / f"{key}.cubin"
     if use_cache:
-        entry = _read_entry(entry_path)
+        entry = _read_entry(entry_path, key)
         if entry is not None:
             return CompiledModule(cubin=entry[0], log=entry[1], key=key, from_cache=True)
     cubin, log = build(source)
     if use_cache:
-        _write_entry(entry_path, cubin, log)
+        _write_entry(entry_path, key, cubin, log)
     return CompiledModule(cubin=cubin, log=log, key=key, from_cache=False)
 
 
@@ -157,26 +194,29 @@ def _cache_key(source: str, compiler: str, version: str, args: tuple[str, ...]) 
     return hashlib.sha256(material.encode()).hexdigest()
 
 
-def _read_entry(path: pathlib.Path) -> tuple[bytes, str] | None:
-    """The (cubin, log) stored at ``path``, or None when it is missing, truncated or corrupt."""
-    try:
-        data = path.read_bytes()
-    except OSError:
+def _read_entry(path: pathlib.Path, key: str) -> tuple[bytes, str] | None:
+    """The (cubin, log) stored at ``path`` for ``key``, or None when it is missing, not a regular file, truncated,
+    corrupt, stored for another key or not a cubin."""
+    data = read_regular_file(path)
+    if data is None or len(data) < _HEADER.size:
         return None
-    if len(data) < _HEADER.size:
-        return None
-    magic, cubin_size, log_size, digest = _HEADER.unpack_from(data)
+    magic, stored_key, cubin_size, log_size, digest = _HEADER.unpack_from(data)
     payload = data[_HEADER.size :]
-    if magic != _MAGIC or len(payload) != cubin_size + log_size or hashlib.sha256(payload).digest() != digest:
+    if (magic != _MAGIC or stored_key != bytes.fromhex(key) or len(payload) != cubin_size + log_size
+            or hashlib.sha256(stored_key + payload).digest() != digest):
         return None
-    return payload[:cubin_size], payload[cubin_size:].decode("utf-8", errors="replace")
+    cubin = payload[:cubin_size]
+    if not is_cubin(cubin):
+        return None
+    return cubin, payload[cubin_size:].decode("utf-8", errors="replace")
 
 
-def _write_entry(path: pathlib.Path, cubin: bytes, log: str) -> None:
+def _write_entry(path: pathlib.Path, key: str, cubin: bytes, log: str) -> None:
     """Store an entry atomically; a cache that cannot be written costs a recompile later, so it only warns."""
+    key_bytes = bytes.fromhex(key)
     log_bytes = log.encode("utf-8")
     payload = cubin + log_bytes
-    header = _HEADER.pack(_MAGIC, len(cubin), len(log_bytes), hashlib.sha256(payload).digest())
+    header = _HEADER.pack(_MAGIC, key_bytes, len(cubin), len(log_bytes), hashlib.sha256(key_bytes + payload).digest())
     write_atomically(path, header + payload, "the compile cache entry")
 
 

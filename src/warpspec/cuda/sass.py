@@ -1,7 +1,8 @@
 """Read what the compiler made of a kernel: its SASS, its resource usage and ptxas' report and advice.
 
 Uses ``cuobjdump`` and ``nvdisasm`` from the pip packages ``nvidia-cuda-cuobjdump`` / ``nvidia-cuda-nvdisasm``
-(installed with ``pip install warpspec[sass]``) or from a CUDA toolkit on PATH. Nothing here needs a GPU.
+(installed with ``pip install warpspec[sass]``) or from a CUDA toolkit on PATH. Nothing here needs a GPU. Bytes
+that are not a cubin, or a tool that fails on them, are a ``CompileError`` carrying the tool's complaint.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import sys
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from warpspec.cuda.compiler import is_cubin
+from warpspec.errors import CompileError
 
 _PIP_PACKAGES = {"cuobjdump": "nvidia-cuda-cuobjdump", "nvdisasm": "nvidia-cuda-nvdisasm"}
 
@@ -72,13 +76,15 @@ def tool_path(name: str) -> pathlib.Path:
 
 
 def disassemble(cubin: bytes) -> str:
-    """The SASS of every kernel in ``cubin``, as printed by ``cuobjdump -sass``."""
+    """The SASS of every kernel in ``cubin``, as printed by ``cuobjdump -sass``. Raises ``CompileError`` when
+    ``cubin`` is not an ELF file or cuobjdump (or the nvdisasm it runs) cannot read it."""
     # cuobjdump delegates the disassembly to nvdisasm, which it looks for on PATH.
     return _cuobjdump(cubin, "-sass", extra_path=tool_path("nvdisasm").parent)
 
 
 def resource_usage(cubin: bytes) -> dict[str, ResourceUsage]:
-    """Per-kernel resource usage of ``cubin`` (``cuobjdump -res-usage``), keyed by kernel name."""
+    """Per-kernel resource usage of ``cubin`` (``cuobjdump -res-usage``), keyed by kernel name. Raises
+    ``CompileError`` when ``cubin`` is not an ELF file or cuobjdump cannot read it."""
     usage: dict[str, ResourceUsage] = {}
     function = None
     for line in _cuobjdump(cubin, "-res-usage").splitlines():
@@ -168,6 +174,10 @@ def count_instructions(sass: str, mnemonics: Iterable[str]) -> dict[str, int]:
 
 
 def _cuobjdump(cubin: bytes, option: str, extra_path: pathlib.Path | None = None) -> str:
+    if not is_cubin(cubin):
+        # cuobjdump's own message for such bytes ("does not contain device code") does not say what is wrong.
+        raise CompileError(f"the cubin is not an ELF file (it starts with {bytes(cubin[:8])!r}), so it is not "
+                           f"a compiler's output")
     cuobjdump = tool_path("cuobjdump")
     environment = dict(os.environ)
     if extra_path is not None:
@@ -175,9 +185,12 @@ def _cuobjdump(cubin: bytes, option: str, extra_path: pathlib.Path | None = None
     with tempfile.TemporaryDirectory(prefix="warpspec-sass-") as folder:
         path = pathlib.Path(folder) / "kernel.cubin"
         path.write_bytes(cubin)
-        process = subprocess.run([str(cuobjdump), option, str(path)], capture_output=True, text=True,
-                                 env=environment)
+        try:
+            process = subprocess.run([str(cuobjdump), option, str(path)], capture_output=True, text=True,
+                                     env=environment)
+        except OSError as error:  # not executable, or removed since it was found
+            raise CompileError(f"cuobjdump {option} could not be run ({cuobjdump}): {error}") from None
     if process.returncode != 0:
-        raise RuntimeError(f"{cuobjdump} {option} failed (exit {process.returncode}):\n"
+        raise CompileError(f"cuobjdump {option} could not read the cubin (exit {process.returncode}):\n"
                            f"{process.stderr.strip() or process.stdout.strip()}")
     return process.stdout

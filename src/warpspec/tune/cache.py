@@ -8,6 +8,10 @@ written to a temporary name in the same folder and moved into place with ``os.re
 concurrent processes tuning the same kernel never see a partial file: the last writer wins, and both wrote a
 valid winner.
 
+A record names its key and material, and is used only under that key, for that material, with the current format:
+a record copied under another name, edited by hand or left by another version is a miss (tuning runs again and
+replaces it), as is a file that is not a regular file, not JSON or nested deeper than any record.
+
 ``warpspec cache clear --tuning`` (or ``warpspec.cuda.compiler.clear_cache("tuning")``) forgets every winner.
 """
 
@@ -16,14 +20,18 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import os
 import pathlib
 
 from warpspec.cuda.compiler import cache_dir
-from warpspec.files import write_atomically
+from warpspec.files import read_regular_file, write_atomically
 
 TUNING_KIND = "tuning"
 #: Version of the record layout; a new layout gets a new number, which also changes every key.
-FORMAT = 1
+FORMAT = 2
+#: How deeply a record may nest. Records written by ``store`` nest about six levels (fates, a fate, its schedule,
+#: a tuple value); anything far deeper is damage, and would make comparing or printing it recurse without bound.
+MAX_DEPTH = 100
 
 
 def tuning_dir() -> pathlib.Path:
@@ -84,32 +92,68 @@ def entry_path(key: str) -> pathlib.Path:
 
 def load(key: str, material: dict) -> dict | None:
     """The record stored under ``key``, or None when there is none or it is unreadable or describes something
-    else (a record edited by hand, or another format): tuning then runs again and replaces it."""
-    try:
-        record = json.loads(entry_path(key).read_text())
-    except (OSError, ValueError):
+    else (a record of another key or material, edited by hand, or of another format): tuning then runs again and
+    replaces it. Only the record's envelope is checked here; its fields are the reader's to check."""
+    data = read_regular_file(entry_path(key))
+    if data is None:
         return None
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
+    try:
+        record = json.loads(data)
+    except (ValueError, RecursionError):  # not UTF-8 or not JSON, or nested past what the parser takes
+        return None
+    if not _nests_at_most(record, MAX_DEPTH):
+        return None
+    if not isinstance(record, dict) or record.get("format") != FORMAT or record.get("key") != key:
         return None
     if record.get("material") != as_json(material):
         return None
     return record
 
 
+def _nests_at_most(value, depth: int) -> bool:
+    """Whether ``value`` (as JSON reads it) has no list or dict more than ``depth`` levels down. Iterative: the
+    point is to refuse what recursion could not handle."""
+    pending = [(value, 1)]
+    while pending:
+        item, level = pending.pop()
+        if isinstance(item, (dict, list)):
+            if level > depth:
+                return False
+            pending.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return True
+
+
 def store(key: str, material: dict, record: dict) -> pathlib.Path | None:
     """Write ``record`` (a JSON-able dict) under ``key`` atomically and return its path. A cache that cannot be
     written costs a tuning run in the next process, so failure only warns (and returns None)."""
     path = entry_path(key)
-    text = json.dumps({**record, "format": FORMAT, "material": material}, sort_keys=True, indent=1, default=repr)
+    text = json.dumps({**record, "format": FORMAT, "key": key, "material": material}, sort_keys=True, indent=1,
+                      default=repr)
     if not write_atomically(path, text.encode("utf-8"), "the tuning record"):
         return None
     return path
 
 
+def entry_sizes(kind: str) -> list[int]:
+    """The size in bytes of each cache entry of ``kind`` (a regular file in the subfolder ``kind`` of
+    ``cache_dir()``: ``"cubin"``, ``"tuning"``), leaving out temporary files of writes in progress. Raises
+    ``OSError`` when the folder exists but cannot be listed."""
+    sizes = []
+    try:
+        with os.scandir(cache_dir() / kind) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    if entry.is_file():
+                        sizes.append(entry.stat().st_size)
+                except FileNotFoundError:
+                    continue  # removed by another process since it was listed
+    except (FileNotFoundError, NotADirectoryError):
+        return []  # nothing of this kind cached yet
+    return sizes
+
+
 def count_entries(kind: str) -> int:
-    """How many cache entries of ``kind`` (a subfolder of ``cache_dir()``: ``"cubin"``, ``"tuning"``) exist,
-    leaving out temporary files of writes in progress."""
-    folder = cache_dir() / kind
-    if not folder.is_dir():
-        return 0
-    return sum(1 for path in folder.iterdir() if path.is_file() and not path.name.startswith("."))
+    """How many cache entries of ``kind`` exist (see ``entry_sizes``)."""
+    return len(entry_sizes(kind))

@@ -353,7 +353,10 @@ def _compile_job(source: str, name: str, sass: bool) -> tuple:
     seconds = time.perf_counter() - start
     if not sass:
         return module, "", seconds, None, {}
-    text = disassemble(module.cubin)
+    try:
+        text = disassemble(module.cubin)
+    except CompileError as error:  # cuobjdump could not read the cubin: no SASS to show or count
+        return None, str(error), seconds, None, {}
     return module, "", seconds, text, count_instructions(text, KEY_INSTRUCTIONS)
 
 
@@ -482,16 +485,51 @@ def _current_device() -> int:
     return default_device()
 
 
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+#: What each field of a stored fate must hold (as JSON reads it back). A record that differs was edited or
+#: damaged: printing its table or launching its winner would fail later, so it is not used.
+_STORED_FATE = {
+    "schedule": lambda value: isinstance(value, dict),
+    "fate": lambda value: isinstance(value, str) and value in FATES,
+    "reason": lambda value: isinstance(value, str),
+    "build_s": lambda value: value is None or _number(value),
+    "registers": lambda value: value is None or _count(value),
+    "shared_bytes": lambda value: value is None or _count(value),
+    "spill_bytes": lambda value: value is None or _count(value),
+    "time_ms": lambda value: value is None or _number(value),
+    "instructions": lambda value: isinstance(value, dict) and all(_count(count) for count in value.values()),
+}
+
+
+def _stored_fates(record: dict) -> list[ScheduleFate] | None:
+    """The fates of a stored report, or None unless the record has exactly the fields a report needs, each of
+    the right type."""
+    fates = record.get("fates")
+    if not (isinstance(record.get("kernel"), str) and _number(record.get("seconds")) and isinstance(fates, list)):
+        return None
+    if not all(isinstance(fate, dict) and fate.keys() == _STORED_FATE.keys()
+               and all(check(fate[name]) for name, check in _STORED_FATE.items()) for fate in fates):
+        return None
+    return [ScheduleFate(**fate) for fate in fates]
+
+
 def _cached_report(tuned, key: str, material: dict) -> TuningReport | None:
-    """The stored report under ``key`` when its winner is still one of ``tuned``'s schedules."""
+    """The stored report under ``key`` when it is well formed and its winner is still one of ``tuned``'s
+    schedules."""
     record = cache.load(key, material)
     if record is None:
         return None
-    try:
-        fates = [ScheduleFate(**fate) for fate in record["fates"]]
-    except (KeyError, TypeError):
+    fates = _stored_fates(record)
+    if fates is None:
         return None
-    report = TuningReport(record.get("kernel", tuned.cls.__name__), fates, key, True, record.get("seconds", 0.0))
+    report = TuningReport(record["kernel"], fates, key, True, record["seconds"])
     winner = report.winner
     # JSON turns tuples into lists: compare schedules the same way, and launch the Script's own values.
     stored = cache.as_json(winner.schedule) if winner else None
