@@ -50,6 +50,9 @@ from warpspec.errors import ArgumentError, CompileError
 from warpspec.tune import cache
 from warpspec.tune.prune import prune
 
+#: What a schedule came to. ``ok``: built (by ``warpspec build``) without spilling, not timed; a cached report
+#: with any other fate is corrupt.
+FATES = ("pruned", "failed", "spills", "ok", "timed", "winner")
 #: SASS instructions whose counts ``warpspec build`` shows: the tensor core, TMA loads/stores, mbarrier operations,
 #: local-memory traffic (spills) and block barriers.
 KEY_INSTRUCTIONS = ("HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "LDL", "STL", "BAR")
