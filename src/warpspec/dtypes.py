@@ -96,8 +96,9 @@ def round_to(dtype: DType, values) -> np.ndarray:
     wide = values.astype(np.float32)
     if dtype in _FP8_MAX:
         # ml_dtypes turns out-of-range values into NaN (e4m3fn has no infinity) or infinity (e5m2): clip first.
-        wide = np.clip(wide, -_FP8_MAX[dtype], _FP8_MAX[dtype])
-    out = wide.astype(dtype.numpy)
+        np.clip(wide, -_FP8_MAX[dtype], _FP8_MAX[dtype], out=wide)
+    with np.errstate(invalid="ignore"):  # signalling NaNs raise the flag; they become the canonical NaN below
+        out = wide.astype(dtype.numpy)
     out.view(f"u{dtype.nbytes}")[np.isnan(wide)] = _CANONICAL_NAN[dtype]
     return out
 

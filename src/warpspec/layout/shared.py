@@ -306,7 +306,7 @@ def bits_of(values, dtype: DType) -> np.ndarray:
         exact = array.astype(np.float64) == values.astype(np.float64)
         exact |= np.isnan(array.astype(np.float64)) & np.isnan(values.astype(np.float64))
         if not exact.all():
-            raise ValueError(f"{values[~exact].flat[0]!r} is not exactly representable as {dtype.name}")
+            raise ValueError(f"{str(values[~exact].flat[0])} is not exactly representable as {dtype.name}")
     return array.view(_BITS_DTYPE[dtype.nbytes])
 
 
