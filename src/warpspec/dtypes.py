@@ -78,7 +78,8 @@ BY_NAME = {d.name: d for d in ALL_DTYPES}
 
 # Largest finite values; cvt.rn.satfinite turns anything beyond them, infinities included, into them.
 _FP8_MAX = {float8_e4m3: 448.0, float8_e5m2: 57344.0}
-# The NaN that NVIDIA's conversions from float32 produce for any NaN input (cuda_bf16.hpp / cuda_fp8.hpp).
+# The NaN that NVIDIA's conversions from float32 produce for any NaN input (cuda_bf16.hpp / cuda_fp8.hpp), for the
+# dtypes whose numpy type is an ml_dtypes one.
 _CANONICAL_NAN = {bfloat16: 0x7FFF, float8_e4m3: 0x7F, float8_e5m2: 0x7F}
 
 

@@ -31,7 +31,7 @@ def written_pointers(kernel: ir.Kernel) -> set[int]:
             pointer_of[stmt.decl.uid] = stmt.pointer.uid
         elif isinstance(stmt, (ir.StoreGlobal, ir.TmaStore)):
             targets.append(stmt.dst.decl.uid)
-    return {pointer_of[uid] for uid in targets if uid in pointer_of}
+    return {pointer_of[uid] for uid in targets}
 
 
 class HostArray:
