@@ -4,20 +4,22 @@ a C = A·Bᵀ matmul against numpy."""
 import numpy as np
 
 import warpspec
+from warpspec.dtypes import numpy_to_torch, torch_to_numpy
 
 
 def run_on_backend(kernel, *args):
     """Call ``kernel(*args)`` on the selected back end and return its array arguments as numpy arrays afterwards.
-    The emulator takes numpy arrays as they are; the GPU back end takes device arrays, so they go through torch."""
+    The emulator takes numpy arrays as they are; the GPU back end takes device arrays, so they go through torch
+    (bit for bit: bfloat16 and fp8 arrays of ml_dtypes types become torch tensors of the same dtype)."""
     if warpspec.get_backend() == "emulator":
         kernel(*args)
         return [arg for arg in args if isinstance(arg, np.ndarray)]
     import torch
 
-    device_args = [torch.from_numpy(arg).cuda() if isinstance(arg, np.ndarray) else arg for arg in args]
+    device_args = [numpy_to_torch(arg).cuda() if isinstance(arg, np.ndarray) else arg for arg in args]
     kernel(*device_args)
     torch.cuda.synchronize()
-    return [arg.cpu().numpy() for arg in device_args if isinstance(arg, torch.Tensor)]
+    return [torch_to_numpy(arg.cpu()) for arg in device_args if isinstance(arg, torch.Tensor)]
 
 
 def check_matmul(kernel, m: int = 300, n: int = 200, k: int = 200) -> None:

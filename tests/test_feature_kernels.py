@@ -3,6 +3,7 @@ epilogue with a TMA store, setmaxnreg budgets and register tiles through load_gl
 
 CPU: the emulator against numpy, and the machine code the CUDA back end generates. GPU (marked): against torch."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -27,7 +28,7 @@ def _inputs(cls, m, n, k, seed=0):
     rng = np.random.default_rng(seed)
     a, b = rng.standard_normal((m, k)), rng.standard_normal((n, k))
     if cls is fk.MatmulBF16:
-        return round_to(bfloat16, a.astype(np.float32)), round_to(bfloat16, b.astype(np.float32)), np.float32
+        return round_to(bfloat16, a), round_to(bfloat16, b), ml_dtypes.bfloat16
     return a.astype(np.float16), b.astype(np.float16), np.float16
 
 

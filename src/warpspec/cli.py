@@ -382,8 +382,9 @@ def selected_scripts(script_cls, schedule_text: str | None) -> list[tuple[str, o
 
 
 def pointer_arrays(script, params, scalars: dict) -> dict:
-    """A random array per pointer parameter, as large as the kernel's global views of it need (rounded to the
-    pointee type). Builds the kernel IR for these arguments: raises CompileError when it does not compile."""
+    """A random array per pointer parameter, as large as the kernel's global views of it need, of the pointee's
+    numpy type (ml_dtypes for bfloat16 and fp8, rounded as the GPU rounds). Builds the kernel IR for these arguments:
+    raises CompileError when it does not compile."""
     from warpspec.arguments import elements_needed, view_shapes
     from warpspec.frontend.kernel import bind_arguments
     from warpspec.runtime import kernel_for

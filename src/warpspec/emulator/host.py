@@ -6,61 +6,83 @@ from __future__ import annotations
 import numpy as np
 
 from warpspec import dtypes
-from warpspec.dtypes import DType
 from warpspec.errors import ArgumentError
+from warpspec.ir import nodes as ir
 
-_TORCH_NAMES = {
-    "float16": "float16", "bfloat16": "bfloat16", "float32": "float32", "float8_e4m3fn": "float8_e4m3",
-    "float8_e5m2": "float8_e5m2", "int8": "int8", "int32": "int32", "int64": "int64", "uint32": "uint32",
-    "bool": "boolean",
+# ndarray subclasses whose indexing is a plain array's (np.matrix keeps two dimensions, masked arrays skip
+# masked elements: flattening and indexing either would not address the memory the kernel means).
+_PLAIN_ARRAYS = (np.ndarray, np.memmap)
+# How to make an array of the dtypes numpy has no type of its own for ({} is the argument). fp8 goes through
+# round_to because astype turns out-of-range values into NaN where the GPU saturates.
+_CONVERSION = {
+    "bfloat16": "{}.astype(ml_dtypes.bfloat16)",
+    "float8_e4m3": "warpspec.dtypes.round_to(warpspec.float8_e4m3, {})",
+    "float8_e5m2": "warpspec.dtypes.round_to(warpspec.float8_e5m2, {})",
 }
 
 
+def written_pointers(kernel: ir.Kernel) -> set[int]:
+    """Uids of the pointer parameters whose memory ``kernel`` writes: views stored to by ``store_global`` or a TMA
+    store."""
+    pointer_of = {}
+    targets = []
+    for stmt in ir.walk(kernel.body):
+        if isinstance(stmt, ir.GlobalView):
+            pointer_of[stmt.decl.uid] = stmt.pointer.uid
+        elif isinstance(stmt, (ir.StoreGlobal, ir.TmaStore)):
+            targets.append(stmt.dst.decl.uid)
+    return {pointer_of[uid] for uid in targets}
+
 
 class HostArray:
-    """A kernel's view of one array argument: a flat numpy array it reads and writes, and how to write back."""
+    """A kernel's view of one array argument: a flat numpy array it reads and writes, and how to write back.
 
-    def __init__(self, name: str, value, dtype: DType):
-        self.name, self.value, self.dtype = name, value, dtype
+    Built before the run for pointer parameter ``param`` of ``kernel``; every check that can fail raises
+    ArgumentError naming the argument.
+    """
+
+    def __init__(self, kernel: ir.Kernel, param: ir.Param, value):
+        self.name, self.value, self.dtype = param.name, value, param.type.dtype
+        self.written = param.var.uid in written_pointers(kernel)
         self.torch_tensor = None
         if type(value).__module__.startswith("torch"):
             self._from_torch(value)
         elif isinstance(value, np.ndarray):
             self._from_numpy(value)
         else:
-            raise ArgumentError(f"argument {name!r}: expected a numpy array or a torch CPU tensor of "
-                                f"{dtype.name}, got {type(value).__name__}")
+            raise ArgumentError(f"argument {self.name!r}: expected a numpy array or a torch CPU tensor of "
+                                f"{self.dtype.name}, got {type(value).__name__}")
 
     def _from_numpy(self, array: np.ndarray) -> None:
+        if type(array) not in _PLAIN_ARRAYS:
+            raise ArgumentError(f"argument {self.name!r}: got a {type(array).__module__}.{type(array).__name__}, an "
+                                f"ndarray subclass that indexes differently from a plain array; pass "
+                                f"np.asarray({self.name}) instead")
         if array.dtype != self.dtype.numpy:
-            hint = " (bfloat16 and fp8 data are passed as float32 arrays holding representable values)" \
-                if self.dtype.numpy_name == "float32" and self.dtype.name != "float32" else ""
+            hint = f"; convert it with {_CONVERSION[self.dtype.name].format(self.name)}" if self.dtype.name in _CONVERSION else ""
             raise ArgumentError(f"argument {self.name!r}: expected dtype {self.dtype.numpy} for a ~{self.dtype.name} "
                                 f"parameter, got {array.dtype}{hint}")
         if not array.flags.c_contiguous:
             raise ArgumentError(f"argument {self.name!r}: the array must be C-contiguous (use np.ascontiguousarray)")
+        if self.written and not array.flags.writeable:
+            raise ArgumentError(f"argument {self.name!r}: the kernel writes this array, but it is read-only "
+                                f"(pass a writeable copy, e.g. {self.name}.copy())")
         self.flat = array.reshape(-1)
-        if self.dtype.numpy_name == "float32" and self.dtype.name != "float32":
-            rounded = dtypes.round_to(self.dtype, self.flat)
-            if not np.array_equal(rounded, self.flat, equal_nan=True):
-                raise ArgumentError(f"argument {self.name!r}: values are not representable in {self.dtype.name}; "
-                                    f"round them first (warpspec.dtypes.round_to)")
 
     def _from_torch(self, tensor) -> None:
         if tensor.device.type != "cpu":
             raise ArgumentError(f"argument {self.name!r}: the emulator runs on the CPU; got a tensor on "
                                 f"{tensor.device} (use the cuda back end, or .cpu())")
-        name = _TORCH_NAMES.get(str(tensor.dtype).replace("torch.", ""))
-        if name != self.dtype.name:
+        if dtypes.of_torch(tensor.dtype) is not self.dtype:
             raise ArgumentError(f"argument {self.name!r}: expected a {self.dtype.name} tensor, got {tensor.dtype}")
         if not tensor.is_contiguous():
             raise ArgumentError(f"argument {self.name!r}: the tensor must be contiguous (use .contiguous())")
         self.torch_tensor = tensor
-        self.flat = tensor.detach().reshape(-1).float().numpy().astype(self.dtype.numpy) \
-            if self.dtype.numpy_name == "float32" else tensor.detach().reshape(-1).numpy().copy()
+        # A copy: a run that stops with a KernelError leaves the tensor as it was.
+        self.flat = dtypes.torch_to_numpy(tensor.reshape(-1)).copy()
 
     def write_back(self) -> None:
+        """Copy the kernel's results into a torch tensor argument (numpy arrays were written in place)."""
         if self.torch_tensor is not None:
-            import torch
-
-            self.torch_tensor.copy_(torch.from_numpy(self.flat).reshape(self.torch_tensor.shape))
+            # detach(): writing results into a tensor that requires grad is what the GPU launch does too.
+            self.torch_tensor.detach().copy_(dtypes.numpy_to_torch(self.flat).reshape(self.torch_tensor.shape))

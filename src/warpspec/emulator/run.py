@@ -33,7 +33,7 @@ def run_kernel(kernel: ir.Kernel, arguments: dict) -> None:
     for param in kernel.params:
         value = arguments[param.name]
         if isinstance(param.type, PointerType):
-            host = HostArray(param.name, value, param.type.dtype)
+            host = HostArray(kernel, param, value)
             hosts.append(host)
             memory[param.var.uid] = host.flat
             env[param.var.uid] = 0

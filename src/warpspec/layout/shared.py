@@ -297,60 +297,21 @@ def tma_box_bytes(layout: SharedTileLayout) -> int:
 _BITS_DTYPE = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
-def _fp8_table(name: str) -> np.ndarray:
-    """float32 value of every fp8 bit pattern (e4m3: bias 7, S.1111.111 = NaN; e5m2: bias 15, IEEE-like)."""
-    codes = np.arange(256, dtype=np.int64)
-    sign = np.where(codes & 0x80, -1.0, 1.0)
-    if name == "float8_e4m3":
-        exp, man, bias, mbits = (codes >> 3) & 0xF, codes & 0x7, 7, 3
-    else:
-        exp, man, bias, mbits = (codes >> 2) & 0x1F, codes & 0x3, 15, 2
-    normal = (1.0 + man / 2**mbits) * np.exp2(exp - bias)
-    subnormal = (man / 2**mbits) * np.exp2(1 - bias)
-    value = sign * np.where(exp == 0, subnormal, normal)
-    if name == "float8_e4m3":
-        value = np.where((exp == 15) & (man == 7), np.nan, value)
-    else:
-        value = np.where(exp == 31, np.where(man == 0, sign * np.inf, np.nan), value)
-    return value.astype(np.float32)
-
-
 def bits_of(values, dtype: DType) -> np.ndarray:
-    """Raw bit patterns (uint8/16/32/64) of ``values`` held in ``dtype.numpy`` storage.
-
-    bfloat16 values (float32 storage) keep their top 16 bits; fp8 values (float32 storage) must be exactly
-    representable (see ``warpspec.dtypes.round_to``) and are encoded by table look-up.
-    """
+    """Raw bit patterns (uint8/16/32/64) of ``values``: an array of ``dtype.numpy``, or numbers ``dtype`` holds
+    exactly (anything else raises ValueError rather than being rounded here; see ``warpspec.dtypes.round_to``)."""
     values = np.asarray(values)
-    if dtype.name == "bfloat16":
-        return (np.ascontiguousarray(values, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
-    if dtype.name in ("float8_e4m3", "float8_e5m2"):
-        table = _fp8_table(dtype.name)
-        # Look values up by their float32 bit pattern (keeps +0/-0 apart); NaN encodings are left out of the key.
-        valid = ~np.isnan(table)
-        keys = table[valid].view(np.uint32)
-        codes_of_keys = np.flatnonzero(valid).astype(np.uint8)
-        order = np.argsort(keys)
-        keys, codes_of_keys = keys[order], codes_of_keys[order]
-        flat = np.ascontiguousarray(values, dtype=np.float32).ravel()
-        nan = np.isnan(flat)
-        wanted = flat.view(np.uint32)
-        pos = np.clip(np.searchsorted(keys, wanted), 0, keys.size - 1)
-        bad = (keys[pos] != wanted) & ~nan
-        if np.any(bad):
-            raise ValueError(f"{flat[bad][0]!r} is not exactly representable as {dtype.name}")
-        codes = np.where(nan, np.uint8(0x7F), codes_of_keys[pos]).astype(np.uint8)
-        return codes.reshape(np.shape(values))
-    return np.ascontiguousarray(values, dtype=dtype.numpy).view(_BITS_DTYPE[dtype.nbytes])
+    array = np.ascontiguousarray(values, dtype=dtype.numpy)
+    if values.dtype != array.dtype:
+        exact = array.astype(np.float64) == values.astype(np.float64)
+        exact |= np.isnan(array.astype(np.float64)) & np.isnan(values.astype(np.float64))
+        if not exact.all():
+            raise ValueError(f"{str(values[~exact].flat[0])} is not exactly representable as {dtype.name}")
+    return array.view(_BITS_DTYPE[dtype.nbytes])
 
 
 def values_of(bits, dtype: DType) -> np.ndarray:
-    """Values in ``dtype.numpy`` storage from raw bit patterns (inverse of :func:`bits_of`)."""
-    bits = np.asarray(bits)
-    if dtype.name == "bfloat16":
-        return (bits.astype(np.uint32) << 16).view(np.float32)
-    if dtype.name in ("float8_e4m3", "float8_e5m2"):
-        return _fp8_table(dtype.name)[bits.astype(np.int64)]
+    """An array of ``dtype.numpy`` holding the raw bit patterns ``bits`` (inverse of :func:`bits_of`)."""
     return np.ascontiguousarray(bits, dtype=_BITS_DTYPE[dtype.nbytes]).view(dtype.numpy)
 
 
