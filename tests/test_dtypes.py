@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from warpspec import dtypes
-from warpspec.layout import bits_of, values_of
+from warpspec.layout.shared import bits_of, values_of
 
 
 def f32(*patterns: int) -> np.ndarray:

@@ -15,11 +15,6 @@ from warpspec.emulator.host import written_pointers
 from warpspec.frontend.kernel import parameters
 from warpspec.runtime import kernel_for
 
-# The change to src/warpspec/emulator/machine.py these fp8 tests need (arithmetic in float32, register initialisers
-# and element stores through round_to, as the CUDA back end computes them); strict, so they fail as soon as it is
-# made and the marker must go.
-NEEDS_FLOAT32_ARITHMETIC = pytest.mark.xfail(
-    strict=True, reason="emulator/machine.py computes fp8 with ml_dtypes arithmetic, which does not saturate")
 
 
 class _Tiles(warpspec.Script):
@@ -104,7 +99,6 @@ def test_a_cast_to_fp8_saturates():
     assert raw(out)[0, :5].tolist() == [0x38, 0x7E, 0xFE, 0x7E, 0x2A]  # 1, 448, -448, 448, 0.3125
 
 
-@NEEDS_FLOAT32_ARITHMETIC
 def test_fp8_arithmetic_saturates():
     x = np.full((16, 64), 300, dtype=ml_dtypes.float8_e4m3fn)
     out = np.zeros_like(x)
@@ -112,7 +106,6 @@ def test_fp8_arithmetic_saturates():
     assert set(raw(out).ravel().tolist()) == {0x7E}  # 600 -> 448, as cvt.rn.satfinite gives
 
 
-@NEEDS_FLOAT32_ARITHMETIC
 def test_fp8_register_initialisers_and_element_stores_saturate():
     out = np.zeros(64, dtype=ml_dtypes.float8_e5m2)
     FillE5M2()(64, out)

@@ -8,6 +8,8 @@ import numpy as np
 from warpspec import dtypes
 from warpspec.errors import ArgumentError
 from warpspec.ir import nodes as ir
+from warpspec.isa.memory import GlobalView, StoreGlobal
+from warpspec.isa.tma import TmaStore
 
 # ndarray subclasses whose indexing is a plain array's (np.matrix keeps two dimensions, masked arrays skip
 # masked elements: flattening and indexing either would not address the memory the kernel means).
@@ -27,9 +29,9 @@ def written_pointers(kernel: ir.Kernel) -> set[int]:
     pointer_of = {}
     targets = []
     for stmt in ir.walk(kernel.body):
-        if isinstance(stmt, ir.GlobalView):
+        if isinstance(stmt, GlobalView):
             pointer_of[stmt.decl.uid] = stmt.pointer.uid
-        elif isinstance(stmt, (ir.StoreGlobal, ir.TmaStore)):
+        elif isinstance(stmt, (StoreGlobal, TmaStore)):
             targets.append(stmt.dst.decl.uid)
     return {pointer_of[uid] for uid in targets}
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from warpspec import dtypes
 from warpspec.dtypes import DType, int32
 from warpspec.isa.base import LanguageObject, language_call, offsets_of, static_tensor_type
 from warpspec.isa.registry import emulates
@@ -254,7 +255,8 @@ def _alloc_shared(machine, task, s: AllocShared):
 def _alloc_register(machine, task, s: AllocRegister):
     dtype = s.decl.dtype
     fill = (np.nan if dtype.is_float else 0) if s.init is None else machine.ev(task, s.init)
-    data = np.full(s.decl.shape, fill, dtype=np.float32 if dtype.is_float else dtype.numpy).astype(dtype.numpy)
+    data = dtypes.round_to(dtype, np.full(s.decl.shape, fill, dtype=np.float32)) if dtype.is_float else \
+        np.full(s.decl.shape, fill, dtype=dtype.numpy)
     machine.touch_accumulator(task, s.decl, "register_tensor")
     task.env[s.decl.uid] = data
 
@@ -265,7 +267,8 @@ def _store_element(machine, task, s: StoreElement):
     machine.touch_accumulator(task, decl, "an element write")
     idx = tuple(machine.ev(task, e) for e in s.tensor.index + s.indices)
     check_element_index(decl, idx)
-    task.env[decl.uid][idx] = wrap(machine.ev(task, s.value), decl.dtype)
+    value = wrap(machine.ev(task, s.value), decl.dtype)
+    task.env[decl.uid][idx] = dtypes.round_to(decl.dtype, np.float32(value)) if decl.dtype.is_float else value
 
 
 @emulates(LoadGlobal)
