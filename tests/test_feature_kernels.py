@@ -156,3 +156,76 @@ def test_gpu_batched_copy():
         fk.BatchedCopy()(3, 100, 136, src, dst)
     torch.cuda.synchronize()
     assert torch.equal(dst, src)
+
+
+# ---------------------------------------------------------------------------------------------------- float8
+
+FP8_CASES = [pytest.param(fk.MatmulFP8, ml_dtypes.float8_e4m3fn, ml_dtypes.bfloat16, "E4M3", id="e4m3"),
+             pytest.param(fk.MatmulFP8E5M2, ml_dtypes.float8_e5m2, np.float16, "E5M2", id="e5m2")]
+
+
+class FP8WithMNMajorB(fk.MatmulFP8):
+    """B read as stored ([N, K] taken as [K, N], i.e. MN-major), which float8 WGMMA forms cannot read."""
+
+    def consume(self, pipe, sa, sb, acc, k_size):
+        for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
+            pipe.consumer_acquire()
+            self.wgmma.fence()
+            self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage], acc)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            pipe.consumer_release()
+            pipe.consumer_advance()
+
+
+@pytest.mark.parametrize("cls, in_dtype, out_dtype, _", FP8_CASES)
+def test_fp8_on_the_emulator(cls, in_dtype, out_dtype, _):
+    m, n, k = 200, 136, 192
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((m, k)).astype(in_dtype), rng.standard_normal((n, k)).astype(in_dtype)
+    c = np.full((m, n), np.nan, dtype=out_dtype)
+    with warpspec.use_backend("emulator"):
+        cls(**_schedule(cls))(m, n, k, a, b, c)
+    reference = a.astype(np.float64) @ b.astype(np.float64).T
+    # Products of float8 values are exact in float32; the error is the output's rounding (bf16: 2^-9 relative).
+    error = np.linalg.norm(c.astype(np.float64) - reference) / np.linalg.norm(reference)
+    assert error < 5e-3
+
+
+@pytest.mark.parametrize("cls, _, __, ptx", FP8_CASES)
+def test_fp8_uses_the_k32_forms(cls, _, __, ptx):
+    built, text = _machine_code(cls)
+    kind = ptx.lower()
+    assert f"wgmma.mma_async.sync.aligned.m64n64k32.f32.{kind}.{kind} " in built.generated.source
+    assert ", p, 1, 1;" in built.generated.source  # K-major-only forms take no transpose operands
+    counts = sass.count_instructions(text, ["QGMMA", "HGMMA", "LDL", "STL"])
+    assert f"QGMMA.64x64x32.F32.{ptx}.{ptx}" in text and counts["HGMMA"] == 0
+    assert counts["LDL"] == 0 and counts["STL"] == 0
+
+
+def test_fp8_refuses_mn_major_operands():
+    x = np.zeros((128, 64), dtype=ml_dtypes.float8_e4m3fn)
+    with pytest.raises(warpspec.CompileError, match="reads K-major operands only") as caught:
+        with warpspec.use_backend("emulator"):
+            FP8WithMNMajorB(**_schedule(FP8WithMNMajorB))(128, 64, 64, x, x[:64], np.zeros((128, 64), ml_dtypes.bfloat16))
+    assert caught.value.location.split(" -> ")[-1].endswith(f"{__file__}:{FP8_MMA_LINE}")
+
+
+FP8_MMA_LINE = FP8WithMNMajorB.consume.__code__.co_firstlineno + 4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cls, in_dtype, out_dtype, _", FP8_CASES)
+def test_gpu_fp8_against_torch(cls, in_dtype, out_dtype, _):
+    torch = pytest.importorskip("torch")
+    m, n, k = 300, 200, 256
+    fp8 = torch.float8_e4m3fn if cls is fk.MatmulFP8 else torch.float8_e5m2
+    out = torch.bfloat16 if cls is fk.MatmulFP8 else torch.float16
+    a = torch.randn(m, k, device="cuda").to(fp8)
+    b = torch.randn(n, k, device="cuda").to(fp8)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=out)
+    with warpspec.use_backend("cuda"):
+        cls(**_schedule(cls))(m, n, k, a, b, c)
+    torch.cuda.synchronize()
+    reference = a.double() @ b.double().T
+    assert ((c.double() - reference).norm() / reference.norm()).item() < 5e-3
