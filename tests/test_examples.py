@@ -15,6 +15,7 @@ from matmul_v1 import MatmulWGMMAV1
 from matmul_v2 import MatmulWGMMAV2
 from matmul_v3 import MatmulWGMMAV3
 from matmul_v4 import MatmulWGMMAV4
+from matmul_v5 import MatmulWGMMAV5
 from tma_copy import TmaCopy
 from warpspec.emulator.run import SEED_VARIABLE
 
@@ -111,6 +112,12 @@ def test_v4(schedule, operands):
     assert matmul_error(MatmulWGMMAV4(**schedule), operands) < TOLERANCE
 
 
+@pytest.mark.parametrize("schedule", [s for s in schedules(MatmulWGMMAV5)
+                                      if not s.id.startswith("num_stages=5,block_m=256,block_n=128,block_k=64")])
+def test_v5(schedule, operands):
+    assert matmul_error(MatmulWGMMAV5(**schedule), operands) < TOLERANCE
+
+
 @pytest.mark.parametrize("schedule", schedules(TmaCopy))
 def test_tma_copy(schedule):
     copy_kernel_matches(TmaCopy(**schedule))
@@ -146,6 +153,7 @@ def test_tma_copy_under_random_schedules(schedule, monkeypatch):
     pytest.param(MatmulWGMMAV1(block_m=64, block_n=64, block_k=32), id="v1"),
     pytest.param(MatmulWGMMAV2(num_stages=3, block_m=128, block_n=128, block_k=32), id="v2"),
     pytest.param(MatmulWGMMAV4(num_stages=3, block_m=256, block_n=128, block_k=32), id="v4"),
+    pytest.param(MatmulWGMMAV5(num_stages=4, block_m=128, block_n=128, block_k=32), id="v5"),
 ])
 def test_other_matmuls_under_random_schedules(kernel, operands, monkeypatch):
     for seed in range(5):
@@ -153,7 +161,7 @@ def test_other_matmuls_under_random_schedules(kernel, operands, monkeypatch):
         assert matmul_error(kernel, operands) < TOLERANCE, f"seed {seed}"
 
 
-@pytest.mark.parametrize("script", ["matmul_v1.py", "matmul_v2.py", "matmul_v4.py", "tma_copy.py"])
+@pytest.mark.parametrize("script", ["matmul_v1.py", "matmul_v2.py", "matmul_v4.py", "matmul_v5.py", "tma_copy.py"])
 def test_example_runs_as_a_script(script, monkeypatch):
     """``python examples/X.py`` checks itself at a ragged shape and prints its error, then OK."""
     output = StringIO()

@@ -45,7 +45,7 @@ def test_v3_against_torch(schedule, shape):
 
 
 @pytest.mark.parametrize("module, name", [("matmul_v1", "MatmulWGMMAV1"), ("matmul_v2", "MatmulWGMMAV2"),
-                                          ("matmul_v4", "MatmulWGMMAV4")])
+                                          ("matmul_v4", "MatmulWGMMAV4"), ("matmul_v5", "MatmulWGMMAV5")])
 def test_other_matmuls_against_torch(module, name):
     import importlib
 
