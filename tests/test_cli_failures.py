@@ -15,6 +15,7 @@ import frontend_kernels
 from warpspec import Script, autotune, cdiv, float16, int32
 from warpspec.cli import main
 from warpspec.emulator.machine import BlockMachine
+from warpspec.errors import BoundsError
 from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.ir.evaluate import ExprCompiler
 
@@ -235,6 +236,26 @@ def test_internal_error_while_building_is_that_schedules_fate(capsys, monkeypatc
                               "TypeError: cannot evaluate object (at warpspec/ir/evaluate.py:124)")
     assert sum(line.startswith("ok ") for line in lines) == 2
     assert lines[-1].startswith("TmaCopy: 3 schedules (2 ok, 1 failed) in ")
+
+
+def out_of_bounds(*args):
+    """A warpspec error raised while a schedule is prepared rather than by the front end or a run."""
+    raise BoundsError("index 9 is out of bounds for dimension 0 of consumer_phases (size 2)", "kernel.py:12")
+
+
+def test_warpspec_error_while_preparing_a_schedule_reads_as_itself(capsys, monkeypatch):
+    import warpspec.cli
+    import warpspec.tune.tuner as tuner
+
+    error = "BoundsError: kernel.py:12: index 9 is out of bounds for dimension 0 of consumer_phases (size 2)"
+    monkeypatch.setattr(warpspec.cli, "pointer_arrays", out_of_bounds)
+    code, lines, _ = run(capsys, "check", COPY, "m_size=64", "n_size=64")
+    assert code == 1
+    assert lines[:2] == [f"FAIL  tile_m=64 tile_n=64  {error}", "0 ok, 1 failed, 0 skipped"]
+    monkeypatch.setattr(tuner, "prune", out_of_bounds)
+    code, lines, _ = run(capsys, "build", COPY, "--schedule", "tile_m=64,tile_n=64")
+    assert code == 1
+    assert lines[1].startswith("failed  tile_m=64 tile_n=64 ") and lines[1].endswith(error)
 
 
 # ------------------------------------------------------------------------------------ Ctrl-C and pipes

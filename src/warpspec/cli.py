@@ -252,12 +252,12 @@ def check_schedule(label: str, script, params, scalars: dict, seeds: int, may_sk
         check_input_memory(script, params, pointer_sizes(script, params, scalars), max_memory)
         arrays = pointer_arrays(script, params, scalars)
     except CompileError as error:
-        return Verdict("skip" if may_skip else "FAIL", f"CompileError: {_first_line(error)}", "compiling",
-                       f"CompileError: {error}")
+        text = error_text(error)
+        return Verdict("skip" if may_skip else "FAIL", _first_line(text), "compiling", text)
     except (UsageError, BrokenPipeError):  # the command's end, not this schedule's verdict
         raise
     except Exception as error:  # noqa: BLE001 - this schedule's verdict; the others are still checked
-        return Verdict("FAIL", unexpected_error(error), preparing, unexpected_error(error))
+        return _failed(preparing, error)
     for seed in [None] + list(range(seeds)):
         run = "the deterministic run" if seed is None else f"{SEED_VARIABLE}={seed}"
         progress.start(label, run)
@@ -269,14 +269,17 @@ def check_schedule(label: str, script, params, scalars: dict, seeds: int, may_sk
                 run_kernel(kernel_for(script, compile_time), runtime, progress)
             except ArgumentError as error:  # a value the kernel cannot take (type, range, empty grid)
                 raise UsageError(str(error)) from None
-            except WarpspecError as error:
-                kind = type(error).__name__
-                return Verdict("FAIL", f"{kind}: {_first_line(error)}", run, f"{kind}: {error}")
             except BrokenPipeError:  # the progress line's reader went away: the command's end
                 raise
             except Exception as error:  # noqa: BLE001 - this schedule's verdict; the others are still checked
-                return Verdict("FAIL", unexpected_error(error), run, unexpected_error(error))
+                return _failed(run, error)
     return Verdict("ok", f"({time.perf_counter() - start:.2f} s, 1+{seeds} runs)")
+
+
+def _failed(run: str, error: Exception) -> Verdict:
+    """The FAIL verdict of ``error``, raised in ``run``."""
+    text = error_text(error)
+    return Verdict("FAIL", _first_line(text), run, text)
 
 
 def check_input_memory(script, params, sizes: dict[str, int], max_memory: int) -> None:
@@ -363,7 +366,7 @@ def build_command(args) -> int:
                                    len(candidates))
         if shared is not None:
             label = script_cls.__name__ + (", every schedule" if len(candidates) > 1 else "")
-            raise KernelFailure(label, f"CompileError: {shared}")
+            raise KernelFailure(label, f"CompileError: {shared}")  # prune keeps the message, not the error
     if not args.all_schedules and len(candidates) > 1:
         # Like check: without --all-schedules, the schedules up to the first that is not pruned.
         first = next((i for i, c in enumerate(candidates) if c.fate.fate != "pruned"), len(candidates) - 1)
@@ -386,13 +389,14 @@ def build_command(args) -> int:
 
 def prepare_schedule(script, compile_time: dict):
     """``warpspec.tune.tuner.prepare`` for one pinned Script: its Candidate, pruned or generated. An exception
-    that is not a warpspec error makes the schedule ``failed`` with the reason, and the others are still built."""
+    prepare does not turn into a fate (anything but a CompileError) makes the schedule ``failed`` with it, and
+    the others are still built."""
     from warpspec.tune.tuner import Candidate, ScheduleFate, prepare
 
     try:
         return prepare([(script.schedule(), script)], compile_time)[0]
     except Exception as error:  # noqa: BLE001 - this schedule's fate; the others are still built
-        return Candidate(ScheduleFate(dict(script.schedule()), "failed", unexpected_error(error)))
+        return Candidate(ScheduleFate(dict(script.schedule()), "failed", error_text(error)))
 
 
 def build_progress(kernel_name: str, candidates: list) -> dict:
@@ -413,7 +417,7 @@ def build_progress(kernel_name: str, candidates: list) -> dict:
         done += 1
         fate = candidate.fate
         if fate.reason:
-            detail = fate.reason.splitlines()[0]
+            detail = _first_line(fate.reason)
         else:
             detail = "built" if fate.registers is None else f"{fate.registers} registers"
         print(f"[{done}/{jobs}] {fate.fate:<6}  {fate.label}  ({detail}, {fate.build_s:.2f} s)", file=sys.stderr,
@@ -497,6 +501,12 @@ def kernel_wide_error(messages: list[str], schedules: int) -> str | None:
     if schedules == 0 or len(messages) != schedules or len(set(messages)) != 1:
         return None
     return messages[0]
+
+
+def error_text(error: Exception) -> str:
+    """How an error reads in a verdict or a fate: a warpspec error as ``Class: message`` (the message starts with
+    the kernel's ``file:line``), any other exception as ``unexpected_error`` says whose it is."""
+    return f"{type(error).__name__}: {error}" if isinstance(error, WarpspecError) else unexpected_error(error)
 
 
 def unexpected_error(error: Exception) -> str:
@@ -699,8 +709,8 @@ def _schedule_label(schedule: dict) -> str:
     return " ".join(f"{name}={value}" for name, value in schedule.items())
 
 
-def _first_line(error: Exception) -> str:
-    return str(error).splitlines()[0] if str(error) else type(error).__name__
+def _first_line(text: str) -> str:
+    return text.splitlines()[0] if text else ""
 
 
 #: ``--max-memory`` units: powers of 1024, with or without the ``iB`` (``4G``, ``4GiB``, ``4GB`` all mean 2**32).
