@@ -70,9 +70,12 @@ def no_seed(monkeypatch):
     monkeypatch.delenv(SEED_VARIABLE, raising=False)
 
 
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("WARPSPEC_CACHE_DIR", str(tmp_path / "cache"))
+@pytest.fixture(scope="module", autouse=True)
+def cache_dir(tmp_path_factory):
+    """One cache for the module: the builds reuse each other's cubins."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WARPSPEC_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        yield
 
 
 def run(capsys, *argv):

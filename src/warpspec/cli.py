@@ -513,18 +513,16 @@ def unexpected_error(error: Exception) -> str:
     """One line for an exception that is not a warpspec error, saying whose it is: raised by the kernel's own
     Python code (its constructor, a helper it calls), or an internal error of warpspec, with the line that
     raised it. Library frames (numpy, the standard library) are passed over to find that line."""
+    internal = f"internal error (a bug in warpspec, not in the kernel or the command line): {type(error).__name__}"
     package = Path(warpspec.__file__).resolve().parent
     libraries = {Path(sysconfig.get_path(name)).resolve() for name in ("stdlib", "platstdlib", "purelib", "platlib")}
-    frames = traceback.extract_tb(error.__traceback__)
-    for frame in reversed(frames):
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
         path = Path(frame.filename).resolve()
         if path.is_relative_to(package):
-            return (f"internal error (a bug in warpspec, not in the kernel or the command line): "
-                    f"{type(error).__name__}: {error} (at {path.relative_to(package.parent)}:{frame.lineno})")
+            return f"{internal}: {error} (at {path.relative_to(package.parent)}:{frame.lineno})"
         if not any(path.is_relative_to(library) for library in libraries) and frame.filename[:1] != "<":
             return f"{type(error).__name__} raised by the kernel's code at {frame.filename}:{frame.lineno}: {error}"
-    return f"internal error (a bug in warpspec, not in the kernel or the command line): {type(error).__name__}: " \
-           f"{error}"
+    return f"{internal}: {error}"
 
 
 def load_script_class(target: str) -> type:
