@@ -135,3 +135,25 @@ def test_build_prints_the_ir(capsys):
     assert "sa = shared_tensor(float16, [3, 128, 64])" in out
     assert "for offset_k in range(0, 256, 64, unroll=3):" in out
     assert "consumer_barriers = mbarrier.alloc(counts=[1, 1, 1])" in out
+
+
+def test_each_schedule_is_reported_as_its_build_finishes(monkeypatch):
+    """Off a terminal (a log, a pipe), a line per finished build on stderr, before the table on stdout: a long
+    --all-schedules build is seen while it runs."""
+    import io
+
+    log = io.StringIO()  # stdout and stderr in one stream: the order they were written in
+    monkeypatch.setattr("sys.stdout", log)
+    monkeypatch.setattr("sys.stderr", log)
+    assert main(["build", COPY, "--all-schedules"]) == 0
+    lines = log.getvalue().splitlines()
+    assert lines[0] == "TmaCopy: building 3 of 3 schedules (0 pruned)"
+    finished, table = lines[1:4], lines[4:]
+    assert table[0].split() == HEADER
+    rows = {row(line)["schedule"]: row(line) for line in table[1:4]}
+    assert sorted(rows) == ["tile_m=128 tile_n=32", "tile_m=32 tile_n=128", "tile_m=64 tile_n=64"]
+    for number, line in enumerate(finished, 1):  # in the order the builds finished, each with its registers
+        match = re.fullmatch(rf"\[{number}/3\] ok      (.+)  \((\d+) registers, \d+\.\d\d s\)", line)
+        assert match, line
+        assert rows.pop(match[1])["regs"] == match[2]
+    assert table[-1].startswith("TmaCopy: 3 schedules (3 ok) in ")

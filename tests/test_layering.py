@@ -22,7 +22,8 @@ LAYERS = [
     ("warpspec.tune",),
     ("warpspec.script",),
     ("warpspec.pipeline",),
-    ("warpspec", "warpspec.cli"),
+    ("warpspec",),
+    ("warpspec.cli",),
 ]
 
 

@@ -1,22 +1,28 @@
 """The ``warpspec`` command line.
 
-``warpspec check FILE.py:CLASS [NAME=VALUE ...] [--schedule K=V,... | --all-schedules] [--seeds N]`` runs a kernel
-on the emulator with random inputs and prints one verdict per schedule: ``ok``, ``FAIL`` (a deadlock, race, barrier
-misuse or out-of-bounds index, with the kernel line) or ``skip`` (the schedule does not compile for these
-arguments). Scalar parameters come from ``NAME=VALUE``; every pointer parameter gets a random array as large as the
-kernel's global views of it need.
+``warpspec check FILE.py:CLASS [NAME=VALUE ...] [--schedule K=V,... | --all-schedules] [--seeds N]
+[--max-memory SIZE] [--progress]`` runs a kernel on the emulator with random inputs and prints one verdict per
+schedule, as each finishes: ``ok``, ``FAIL`` (a deadlock, race, barrier misuse or out-of-bounds index, with the
+kernel line) or ``skip`` (the schedule does not compile for these arguments). Scalar parameters come from
+``NAME=VALUE``; every pointer parameter gets a random array as large as the kernel's global views of it need, up to
+``--max-memory`` in all. A compile error every schedule shares is the kernel's own: one ``FAIL`` line.
 
 ``warpspec build FILE.py:CLASS [NAME=VALUE ...] [--schedule K=V,... | --all-schedules] [--ir] [--source] [--sass]``
 compiles a kernel without a GPU for the compile-time arguments given as ``NAME=VALUE`` and prints, per schedule,
 its fate (``ok``, ``spills``, ``pruned`` or ``failed``, with the reason), registers, shared memory, spill bytes
 and counts of key SASS instructions; ``--ir``, ``--source`` and ``--sass`` also print the IR, the CUDA C++ and the
 SASS. Schedules
-are pruned and built as the autotuner does (``warpspec.tune.tuner``): in parallel, one process per core.
+are pruned and built as the autotuner does (``warpspec.tune.tuner``): in parallel, one process per core, each
+reported on stderr as it finishes.
 
 ``warpspec cache info`` shows the cache folder and its entries; ``warpspec cache clear [--tuning] [--cubins]``
 deletes tuning winners, compiled kernels, or (with neither option) both.
 
 Each subcommand is a subparser registered in ``build_parser`` with a ``<name>_command(args) -> int`` handler.
+Whatever a handler raises ends in one line, never a traceback: a usage error (exit code 2), a compile error of the
+kernel itself (a ``FAIL`` line), another warpspec error, an exception from the kernel's own Python code or an
+internal error (1), Ctrl-C (130) or a closed output pipe (141, quietly: the codes a shell gives a process killed by
+SIGINT and SIGPIPE).
 """
 
 from __future__ import annotations
@@ -25,24 +31,39 @@ import argparse
 import ast
 import importlib.util
 import os
+import re
 import sys
+import sysconfig
 import time
+import traceback
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
+import warpspec
 from warpspec import dtypes
 from warpspec.dtypes import PointerType
 from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.errors import ArgumentError, CompileError, WarpspecError
+from warpspec.ir.evaluate import wrap
 from warpspec.ir.printer import format_kernel
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 128 + 2, 128 + 13  # as a shell reports death by SIGINT, SIGPIPE
 
 
 class UsageError(Exception):
     """A command line that cannot be carried out: a bad target, argument or option (exit code 2)."""
+
+
+class KernelFailure(Exception):
+    """A compile error of the kernel itself, not of one schedule (its signature, or an error every schedule
+    raises alike): reported once, as ``FAIL  label  error`` (exit code 1)."""
+
+    def __init__(self, label: str, error: str):
+        super().__init__(f"FAIL  {label}  {error}")
 
 
 def main(argv=None) -> int:
@@ -59,10 +80,26 @@ def main(argv=None) -> int:
     except SystemExit as exit_request:  # argparse has printed the usage error (code 2) or the help (code 0)
         return exit_request.code if isinstance(exit_request.code, int) else EXIT_USAGE
     try:
-        return args.handler(args)
+        code = args.handler(args)
+        sys.stdout.flush()  # a reader that went away shows here, not in the interpreter's flush at exit
+        return code
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
     except UsageError as error:
         print(f"warpspec {args.command}: error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except KernelFailure as failure:
+        print(failure, flush=True)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:  # check_command says where it was; elsewhere (loading, building) this is enough
+        print(f"warpspec {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except WarpspecError as error:
+        print(f"warpspec {args.command}: error: {type(error).__name__}: {error}", file=sys.stderr)
+        return EXIT_FAILURE
+    except Exception as error:  # noqa: BLE001 - one line saying whose error it is, instead of a traceback
+        print(f"warpspec {args.command}: {unexpected_error(error)}", file=sys.stderr)
+        return EXIT_FAILURE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="check every schedule of an autotuned kernel (default: the first that compiles)")
     check.add_argument("--seeds", type=_non_negative_int, default=0, metavar="N",
                        help="after the deterministic run, run N more with WARPSPEC_EMULATOR_SEED=0..N-1")
+    check.add_argument("--max-memory", type=_byte_size, default=DEFAULT_MAX_MEMORY, metavar="SIZE",
+                       help="refuse arguments whose random input arrays would take more than SIZE in all, e.g. "
+                            "512MiB or 16GiB (default: 4GiB)")
+    check.add_argument("--progress", action="store_true",
+                       help="show which block a long run is in on stderr even when stderr is not a terminal "
+                            "(on a terminal it is shown once a run takes more than a second)")
     check.set_defaults(handler=check_command)
 
     build = commands.add_parser(
@@ -124,32 +167,69 @@ def build_parser() -> argparse.ArgumentParser:
 # ------------------------------------------------------------------------------------------------------- check
 
 
+#: The default of ``warpspec check --max-memory``: the random inputs' total size in bytes.
+DEFAULT_MAX_MEMORY = 4 * 2**30
+
+
+class Verdict(NamedTuple):
+    """What ``warpspec check`` found for one schedule."""
+
+    verdict: str  # ok, FAIL or skip
+    detail: str  # the rest of its line: the time taken, or the first line of the error
+    run: str = ""  # for FAIL: what failed ("compiling", "the deterministic run", "WARPSPEC_EMULATOR_SEED=2")
+    error: str = ""  # for FAIL and skip: the whole error
+
+
 def check_command(args) -> int:
     """``warpspec check``: run the kernel on the emulator for each selected schedule and print the verdicts."""
-    from warpspec.frontend.kernel import parameters
-    from warpspec.runtime import use_backend
-
     script_cls = load_script_class(args.target)
-    params = parameters(script_cls)
+    params = kernel_parameters(script_cls)
     scalars = scalar_arguments(script_cls.__name__, params, args.arguments)
     scripts = selected_scripts(script_cls, args.schedule)
     # Only a sweep over schedules the user did not pin skips one that does not compile for these arguments.
     may_skip = args.schedule is None and len(scripts) > 1
+    progress = RunProgress(args.progress or sys.stderr.isatty())
     verdicts, failures = [], []
-    with use_backend("emulator"):
+    # Skips are held back until a schedule compiles: if none does, they may all be one error of the kernel's.
+    held: list[tuple[str, Verdict]] = []
+    compiled = False
+
+    def report(label: str, result: Verdict) -> None:
+        progress.clear()
+        print(f"{result.verdict:<5} {label}  {result.detail}", flush=True)
+        verdicts.append(result.verdict)
+        if result.verdict == "FAIL":
+            failures.append((label, result))
+
+    try:
         for label, script in scripts:
-            verdict, detail, failure = check_schedule(script, params, scalars, args.seeds, may_skip)
-            print(f"{verdict:<5} {label}  {detail}")
-            verdicts.append(verdict)
-            if failure is not None:
-                failures.append((label, *failure))
-            if verdict != "skip" and not args.all_schedules:
+            result = check_schedule(label, script, params, scalars, args.seeds, may_skip, args.max_memory,
+                                    progress)
+            if result.verdict == "skip" and not compiled:
+                held.append((label, result))
+                continue
+            if not compiled:
+                compiled = True
+                for held_label, held_result in held:
+                    report(held_label, held_result)
+            report(label, result)
+            if result.verdict != "skip" and not args.all_schedules:
                 break  # without --all-schedules, the first schedule that compiles is the one checked
+    except KeyboardInterrupt:
+        progress.clear()
+        print(f"warpspec check: interrupted in {progress.where()}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if not compiled:
+        shared = kernel_wide_error([result.error for _, result in held], len(scripts))
+        if shared is not None:
+            held = [(f"{script_cls.__name__}, every schedule", Verdict("FAIL", _first_line(shared), "compiling",
+                                                                       shared))]
+        for label, result in held:
+            report(label, result)
     print(f"{verdicts.count('ok')} ok, {verdicts.count('FAIL')} failed, {verdicts.count('skip')} skipped")
     if failures:
-        label, seed, error = failures[0]
-        run = "the deterministic run" if seed is None else f"WARPSPEC_EMULATOR_SEED={seed}"
-        print(f"\nfirst failure: {label} ({run}):\n{type(error).__name__}: {error}")
+        label, result = failures[0]
+        print(f"\nfirst failure: {label} ({result.run}):\n{result.error}")
         return EXIT_FAILURE
     if "ok" not in verdicts:
         print("no schedule compiles for these arguments")
@@ -157,25 +237,113 @@ def check_command(args) -> int:
     return EXIT_OK
 
 
-def check_schedule(script, params, scalars: dict, seeds: int, may_skip: bool):
-    """Check one pinned Script: ``(verdict, detail, failure)`` with verdict ``ok``, ``FAIL`` or ``skip`` (a
-    CompileError when ``may_skip``), and failure ``(seed or None, error)`` for a FAIL."""
+def check_schedule(label: str, script, params, scalars: dict, seeds: int, may_skip: bool, max_memory: int,
+                   progress: RunProgress) -> Verdict:
+    """Check one pinned Script: ``ok``, ``FAIL`` or ``skip`` (a CompileError when ``may_skip``). Raises UsageError
+    for inputs over ``max_memory`` bytes or arguments the kernel cannot take; tells ``progress`` what it runs."""
+    from warpspec.emulator.run import run_kernel
+    from warpspec.frontend.kernel import bind_arguments
+    from warpspec.runtime import kernel_for
+
     start = time.perf_counter()
+    preparing = "building the kernel and its inputs"
+    progress.start(label, preparing)
     try:
+        check_input_memory(script, params, pointer_sizes(script, params, scalars), max_memory)
         arrays = pointer_arrays(script, params, scalars)
     except CompileError as error:
-        detail = f"CompileError: {_first_line(error)}"
-        return ("skip", detail, None) if may_skip else ("FAIL", detail, (None, error))
+        text = error_text(error)
+        return Verdict("skip" if may_skip else "FAIL", _first_line(text), "compiling", text)
+    except (UsageError, BrokenPipeError):  # the command's end, not this schedule's verdict
+        raise
+    except Exception as error:  # noqa: BLE001 - this schedule's verdict; the others are still checked
+        return _failed(preparing, error)
     for seed in [None] + list(range(seeds)):
+        run = "the deterministic run" if seed is None else f"{SEED_VARIABLE}={seed}"
+        progress.start(label, run)
         with _environment(SEED_VARIABLE, None if seed is None else str(seed)):
             fresh = {name: array.copy() for name, array in arrays.items()}  # every run sees the same inputs
             try:
-                script(**scalars, **fresh)
+                # The emulator itself rather than script(...): its progress hook tells which block is running.
+                runtime, compile_time = bind_arguments(type(script), (), {**scalars, **fresh})
+                run_kernel(kernel_for(script, compile_time), runtime, progress)
             except ArgumentError as error:  # a value the kernel cannot take (type, range, empty grid)
                 raise UsageError(str(error)) from None
-            except WarpspecError as error:
-                return "FAIL", f"{type(error).__name__}: {_first_line(error)}", (seed, error)
-    return "ok", f"({time.perf_counter() - start:.2f} s, 1+{seeds} runs)", None
+            except BrokenPipeError:  # the progress line's reader went away: the command's end
+                raise
+            except Exception as error:  # noqa: BLE001 - this schedule's verdict; the others are still checked
+                return _failed(run, error)
+    return Verdict("ok", f"({time.perf_counter() - start:.2f} s, 1+{seeds} runs)")
+
+
+def _failed(run: str, error: Exception) -> Verdict:
+    """The FAIL verdict of ``error``, raised in ``run``."""
+    text = error_text(error)
+    return Verdict("FAIL", _first_line(text), run, text)
+
+
+def check_input_memory(script, params, sizes: dict[str, int], max_memory: int) -> None:
+    """UsageError naming the pointer arguments and their sizes when the random arrays of ``sizes`` (elements by
+    parameter name, as ``pointer_sizes`` gives them) would take more than ``max_memory`` bytes in all."""
+    dtypes_by_name = {p.name: p.annotation.dtype for p in params if isinstance(p.annotation, PointerType)}
+    needed = {name: count * dtypes_by_name[name].numpy.itemsize for name, count in sizes.items()}
+    if sum(needed.values()) <= max_memory:
+        return
+    arrays = ", ".join(f"{name} {sizes[name]} {dtypes_by_name[name].name} elements ({_bytes_text(needed[name])})"
+                       for name in sorted(needed, key=needed.get, reverse=True))
+    raise UsageError(f"the random inputs of {type(script).__name__} for these arguments need "
+                     f"{_bytes_text(sum(needed.values()))}, more than --max-memory {_bytes_text(max_memory)}: "
+                     f"{arrays}; give smaller sizes or a larger --max-memory")
+
+
+class RunProgress:
+    """Where ``warpspec check`` is: the schedule, the run and the block the emulator is running (``run_kernel``
+    calls it before each block). With ``show``, a run that has taken more than ``DELAY`` seconds is shown on
+    stderr as ``block 37/256``: rewritten in place on a terminal (at most every ``TERMINAL_INTERVAL`` seconds, and
+    erased before each verdict line), else a line every ``LOG_INTERVAL`` seconds."""
+
+    DELAY, TERMINAL_INTERVAL, LOG_INTERVAL = 1.0, 0.1, 5.0
+
+    def __init__(self, show: bool):
+        self.show, self.terminal = show, sys.stderr.isatty()
+        self.schedule, self.run, self.block = "", "", None
+        self.started = self.shown_at = 0.0
+        self.width = 0  # of the line on the terminal now (0: none)
+
+    def start(self, schedule: str, run: str) -> None:
+        """``run`` (what is being done: building, which seed) of ``schedule`` begins."""
+        self.schedule, self.run, self.block = schedule, run, None
+        self.started = time.monotonic()
+
+    def __call__(self, index: int, total: int, block_idx: tuple[int, int, int]) -> None:
+        self.block = index, total, block_idx
+        if not self.show:
+            return
+        now = time.monotonic()
+        interval = self.TERMINAL_INTERVAL if self.terminal else self.LOG_INTERVAL
+        if now - self.started < self.DELAY or now - self.shown_at < interval:
+            return
+        self.shown_at = now
+        line = f"{self.schedule}, {self.run}: block {index + 1}/{total}"
+        if self.terminal:
+            self.width = max(self.width, len(line))  # pad over the longer line it replaces
+            print(f"\r{line.ljust(self.width)}", end="", file=sys.stderr, flush=True)
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def where(self) -> str:
+        """The schedule, the run and the block, for a message."""
+        text = f"{self.schedule}, {self.run}"
+        if self.block is not None:
+            index, total, (x, y, z) = self.block
+            text += f", block {index + 1}/{total} (blockIdx.x={x}, blockIdx.y={y}, blockIdx.z={z})"
+        return text
+
+    def clear(self) -> None:
+        """Erase the progress line from the terminal, so that what is printed next starts on a clean line."""
+        if self.width:
+            print(f"\r{' ' * self.width}\r", end="", file=sys.stderr, flush=True)
+            self.width = 0
 
 
 # ------------------------------------------------------------------------------------------------------- build
@@ -183,21 +351,27 @@ def check_schedule(script, params, scalars: dict, seeds: int, may_skip: bool):
 
 def build_command(args) -> int:
     """``warpspec build``: prune and compile the selected schedules, print their fates (and source or SASS)."""
-    from warpspec.frontend.kernel import parameters
-    from warpspec.tune.tuner import TuningReport, build, prepare
+    from warpspec.tune.tuner import TuningReport, build
 
     start = time.perf_counter()
     script_cls = load_script_class(args.target)
-    params = parameters(script_cls)
+    params = kernel_parameters(script_cls)
     scalars = scalar_arguments(script_cls.__name__, params, args.arguments, runtime_required=False)
     compile_time = compile_time_arguments(script_cls, params, scalars)
     scripts = selected_scripts(script_cls, args.schedule)
-    candidates = prepare([(script.schedule(), script) for _, script in scripts], compile_time)
+    candidates = [prepare_schedule(script, compile_time) for _, script in scripts]
+    if args.schedule is None:
+        # A kernel whose IR builds for no schedule, all failing alike: the kernel's error, not its schedules'.
+        shared = kernel_wide_error([c.fate.reason for c in candidates if c.kernel is None and c.fate.fate == "pruned"],
+                                   len(candidates))
+        if shared is not None:
+            label = script_cls.__name__ + (", every schedule" if len(candidates) > 1 else "")
+            raise KernelFailure(label, f"CompileError: {shared}")  # prune keeps the message, not the error
     if not args.all_schedules and len(candidates) > 1:
         # Like check: without --all-schedules, the schedules up to the first that is not pruned.
         first = next((i for i, c in enumerate(candidates) if c.fate.fate != "pruned"), len(candidates) - 1)
         candidates = candidates[:first + 1]
-    build(candidates, sass=_sass_tools_found(args.sass))
+    build(candidates, sass=_sass_tools_found(args.sass), **build_progress(script_cls.__name__, candidates))
     built = [c for c in candidates if c.module is not None]
     for candidate in built:
         header = f"// ===== {candidate.fate.label} =====\n" if len(built) > 1 else ""
@@ -211,6 +385,45 @@ def build_command(args) -> int:
     print(report.table())
     fates = report.counts()
     return EXIT_FAILURE if "failed" in fates or not built else EXIT_OK
+
+
+def prepare_schedule(script, compile_time: dict):
+    """``warpspec.tune.tuner.prepare`` for one pinned Script: its Candidate, pruned or generated. An exception
+    prepare does not turn into a fate (anything but a CompileError) makes the schedule ``failed`` with it, and
+    the others are still built."""
+    from warpspec.tune.tuner import Candidate, ScheduleFate, prepare
+
+    try:
+        return prepare([(script.schedule(), script)], compile_time)[0]
+    except Exception as error:  # noqa: BLE001 - this schedule's fate; the others are still built
+        return Candidate(ScheduleFate(dict(script.schedule()), "failed", error_text(error)))
+
+
+def build_progress(kernel_name: str, candidates: list) -> dict:
+    """The progress arguments of ``warpspec.tune.tuner.build``: on a terminal its one-line progress bar on
+    stderr; elsewhere (a log, a pipe) a line on stderr per schedule as it finishes, so that a long build is
+    seen while it runs, not all at its end."""
+    if sys.stderr.isatty():
+        return {}
+    jobs = sum(c.fate.fate == "ok" for c in candidates)
+    pruned = sum(c.fate.fate == "pruned" for c in candidates)
+    if jobs > 1:
+        print(f"{kernel_name}: building {jobs} of {len(candidates)} schedules ({pruned} pruned)", file=sys.stderr,
+              flush=True)
+    done = 0
+
+    def on_built(candidate) -> None:
+        nonlocal done
+        done += 1
+        fate = candidate.fate
+        if fate.reason:
+            detail = _first_line(fate.reason)
+        else:
+            detail = "built" if fate.registers is None else f"{fate.registers} registers"
+        print(f"[{done}/{jobs}] {fate.fate:<6}  {fate.label}  ({detail}, {fate.build_s:.2f} s)", file=sys.stderr,
+              flush=True)
+
+    return {"progress": False, "on_built": on_built}
 
 
 def compile_time_arguments(script_cls, params, scalars: dict) -> dict:
@@ -286,6 +499,48 @@ def cache_command(args) -> int:
 # ------------------------------------------------------------------------------------------- shared helpers
 
 
+def kernel_parameters(script_cls) -> list:
+    """The kernel's parameters (``warpspec.frontend.kernel.parameters``). A signature the language refuses (a
+    parameter type it has no runtime form of) is the kernel's error whatever the schedule: KernelFailure."""
+    from warpspec.frontend.kernel import parameters
+
+    try:
+        return parameters(script_cls)
+    except CompileError as error:
+        raise KernelFailure(script_cls.__name__, f"CompileError: {error}") from None
+
+
+def kernel_wide_error(messages: list[str], schedules: int) -> str | None:
+    """The compile error of the kernel itself rather than of its schedules: the one message that every one of
+    its ``schedules`` failed with (``messages``: one per schedule that did not compile). None when some schedule
+    compiled or was not tried, or when they failed differently, as schedule values in the messages show."""
+    if schedules == 0 or len(messages) != schedules or len(set(messages)) != 1:
+        return None
+    return messages[0]
+
+
+def error_text(error: Exception) -> str:
+    """How an error reads in a verdict or a fate: a warpspec error as ``Class: message`` (the message starts with
+    the kernel's ``file:line``), any other exception as ``unexpected_error`` says whose it is."""
+    return f"{type(error).__name__}: {error}" if isinstance(error, WarpspecError) else unexpected_error(error)
+
+
+def unexpected_error(error: Exception) -> str:
+    """One line for an exception that is not a warpspec error, saying whose it is: raised by the kernel's own
+    Python code (its constructor, a helper it calls), or an internal error of warpspec, with the line that
+    raised it. Library frames (numpy, the standard library) are passed over to find that line."""
+    internal = f"internal error (a bug in warpspec, not in the kernel or the command line): {type(error).__name__}"
+    package = Path(warpspec.__file__).resolve().parent
+    libraries = {Path(sysconfig.get_path(name)).resolve() for name in ("stdlib", "platstdlib", "purelib", "platlib")}
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        path = Path(frame.filename).resolve()
+        if path.is_relative_to(package):
+            return f"{internal}: {error} (at {path.relative_to(package.parent)}:{frame.lineno})"
+        if not any(path.is_relative_to(library) for library in libraries) and frame.filename[:1] != "<":
+            return f"{type(error).__name__} raised by the kernel's code at {frame.filename}:{frame.lineno}: {error}"
+    return f"{internal}: {error}"
+
+
 def load_script_class(target: str) -> type:
     """Import FILE.py (its folder on ``sys.path``, so it can import its neighbours) and return its Script CLASS."""
     from warpspec.script import Script
@@ -337,7 +592,8 @@ def scalar_arguments(class_name: str, params, texts: list[str], runtime_required
             raise UsageError(f"{name} is a pointer parameter: it takes no value (warpspec check fills it with "
                              f"random values)")
         if name not in by_name:
-            raise UsageError(f"{class_name} has no parameter {name!r}; its scalar parameters: {', '.join(scalars)}")
+            raise UsageError(f"{class_name} has no parameter {name!r}; its scalar parameters: "
+                             f"{', '.join(scalars) or 'none'}")
         _check_runtime_scalar(by_name[name], values[name])
     # warpspec.frontend.kernel.Parameter marks "no default" with the ast module as its sentinel.
     missing = [n for n in scalars if n not in values and by_name[n].default is ast
@@ -381,10 +637,9 @@ def selected_scripts(script_cls, schedule_text: str | None) -> list[tuple[str, o
     return [(_schedule_label(ordered), instance.instantiate(ordered))]
 
 
-def pointer_arrays(script, params, scalars: dict) -> dict:
-    """A random array per pointer parameter, as large as the kernel's global views of it need, of the pointee's
-    numpy type (ml_dtypes for bfloat16 and fp8, rounded as the GPU rounds). Builds the kernel IR for these arguments:
-    raises CompileError when it does not compile."""
+def pointer_sizes(script, params, scalars: dict) -> dict[str, int]:
+    """How many elements each pointer parameter's array needs: as many as the kernel's global views of it reach.
+    Builds the kernel IR for these arguments: raises CompileError when it does not compile."""
     from warpspec.arguments import elements_needed, view_shapes
     from warpspec.frontend.kernel import bind_arguments
     from warpspec.runtime import kernel_for
@@ -405,6 +660,15 @@ def pointer_arrays(script, params, scalars: dict) -> dict:
             raise UsageError(f"cannot size {name}: its view {stmt.decl.name} (line {stmt.loc.line}) depends on "
                              f"values computed inside the kernel")
         sizes[name] = max(sizes[name], elements_needed(shape, strides))
+    return sizes
+
+
+def pointer_arrays(script, params, scalars: dict) -> dict:
+    """A random array per pointer parameter, as large as the kernel's global views of it need, of the pointee's
+    numpy type (ml_dtypes for bfloat16 and fp8, rounded as the GPU rounds). Builds the kernel IR for these
+    arguments: raises CompileError when it does not compile."""
+    pointers = {p.name: p.annotation.dtype for p in params if isinstance(p.annotation, PointerType)}
+    sizes = pointer_sizes(script, params, scalars)
     rng = np.random.default_rng(0)
     return {name: dtypes.round_to(dtype, rng.standard_normal(sizes[name])) for name, dtype in pointers.items()}
 
@@ -450,6 +714,8 @@ def _check_runtime_scalar(param, value) -> None:
         fits = not isinstance(value, bool)
     else:
         fits = isinstance(value, int) and not isinstance(value, bool)
+        if fits and wrap(value, dtype) != value:  # before it sizes (and allocates) arrays, not at the launch
+            raise UsageError(f"{param.name} is a runtime {dtype.name} parameter, got {value}, which does not fit")
     if not fits:
         raise UsageError(f"{param.name} is a runtime {dtype.name} parameter, got {value!r}")
 
@@ -458,8 +724,43 @@ def _schedule_label(schedule: dict) -> str:
     return " ".join(f"{name}={value}" for name, value in schedule.items())
 
 
-def _first_line(error: Exception) -> str:
-    return str(error).splitlines()[0] if str(error) else type(error).__name__
+def _first_line(text: str) -> str:
+    return text.splitlines()[0] if text else ""
+
+
+#: ``--max-memory`` units: powers of 1024, with or without the ``iB`` (``4G``, ``4GiB``, ``4GB`` all mean 2**32).
+_BYTE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def _byte_size(text: str) -> int:
+    """A size such as ``4GiB``, ``512M`` or ``1000000`` (bytes), for ``--max-memory``."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"expected a size such as 4GiB, 512MiB or a number of bytes, got {text!r}")
+    return int(float(match[1]) * _BYTE_UNITS[match[2].upper()])
+
+
+def _bytes_text(count: int) -> str:
+    """``count`` bytes in the largest binary unit that keeps the number at least 1: ``4 GiB``, ``745.1 GiB``."""
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        scale = _BYTE_UNITS[unit[0]]
+        if count >= scale:
+            return f"{count / scale:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{count} bytes"
+
+
+def _quiet_broken_pipe() -> int:
+    """The reader of our output went away (``warpspec check ... | head -1``): point stdout and stderr at the null
+    device, so that the interpreter's last flush at exit does not fail again, and end as a process killed by
+    SIGPIPE would."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(null, stream.fileno())
+        except (OSError, ValueError):  # not a file descriptor (a test's capture): nothing will flush to a pipe
+            pass
+    os.close(null)
+    return EXIT_BROKEN_PIPE
 
 
 def _non_negative_int(text: str) -> int:

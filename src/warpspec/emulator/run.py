@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Callable
+
+from threadpoolctl import threadpool_limits
 
 from warpspec.arguments import check_view, launch_grid, scalar_value, view_shapes
 from warpspec.dtypes import PointerType
@@ -27,8 +30,15 @@ def emulator_seed() -> int | None:
         raise ArgumentError(f"{SEED_VARIABLE} must be an integer, got {text!r}") from None
 
 
-def run_kernel(kernel: ir.Kernel, arguments: dict) -> None:
-    """Run ``kernel`` with runtime ``arguments`` (by parameter name) on the emulator, block after block."""
+#: ``progress(index, total, block_idx)``: called before each block runs, with its 0-based position among the
+#: ``total`` blocks of the grid and its ``(x, y, z)`` blockIdx.
+Progress = Callable[[int, int, tuple[int, int, int]], None]
+
+
+def run_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None = None) -> None:
+    """Run ``kernel`` with runtime ``arguments`` (by parameter name) on the emulator, block after block, calling
+    ``progress`` (if given) before each block: a caller can show how far a long run is, or say which block it
+    was in when it was interrupted."""
     env, memory, hosts = {}, {}, []
     for param in kernel.params:
         value = arguments[param.name]
@@ -46,11 +56,17 @@ def run_kernel(kernel: ir.Kernel, arguments: dict) -> None:
             check_view(names[stmt.pointer.uid], stmt, shape, strides, memory[stmt.pointer.uid].size)
     seed = emulator_seed()
     rng = random.Random(seed) if seed is not None else None
-    for z in range(grid[2]):
-        for y in range(grid[1]):
-            for x in range(grid[0]):
-                specials = {"blockIdx.x": x, "blockIdx.y": y, "blockIdx.z": z,
-                            "gridDim.x": grid[0], "gridDim.y": grid[1], "gridDim.z": grid[2]}
-                BlockMachine(kernel, memory, env, specials, rng).run()
+    total = grid[0] * grid[1] * grid[2]
+    # The emulator's matrix products are small (one WGMMA group's tile): a threaded BLAS only adds contention, which
+    # on a busy machine made runs ten times slower. One BLAS thread for the run, the caller's setting after.
+    with threadpool_limits(limits=1, user_api="blas"):
+        for z in range(grid[2]):
+            for y in range(grid[1]):
+                for x in range(grid[0]):
+                    if progress is not None:
+                        progress(x + grid[0] * (y + grid[1] * z), total, (x, y, z))
+                    specials = {"blockIdx.x": x, "blockIdx.y": y, "blockIdx.z": z,
+                                "gridDim.x": grid[0], "gridDim.y": grid[1], "gridDim.z": grid[2]}
+                    BlockMachine(kernel, memory, env, specials, rng).run()
     for host in hosts:
         host.write_back()
