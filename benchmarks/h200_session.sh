@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One batch on a Hopper machine: the GPU tests, the main job and the benchmarks, each step's log under $OUT (or
+# ./h200-logs), then a short table of what passed and how long each step took. Steps run in the order given:
+#
+#   bash benchmarks/h200_session.sh [gpu-tests] [main] [tutorial] [launch] [matmul]   (default: all)
+set -u
+cd "$(dirname "$0")/.."
+out="${OUT:-h200-logs}"
+mkdir -p "$out"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(gpu-tests main tutorial launch matmul)
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$out/gpu.txt"
+python3 -c "import torch, triton, numpy, ml_dtypes; from cuda import bindings; print('torch', torch.__version__, \
+'triton', triton.__version__, 'numpy', numpy.__version__, 'ml_dtypes', ml_dtypes.__version__, 'cuda-bindings', \
+bindings.__version__)" | tee -a "$out/gpu.txt"
+summary=()
+for step in "${steps[@]}"; do
+  case "$step" in
+    gpu-tests) cmd=(python3 -m pytest -q -m gpu tests -p no:cacheprovider) ;;
+    main) cmd=(python3 examples/main.py) ;;
+    tutorial) cmd=(python3 benchmarks/tutorial.py) ;;
+    launch) cmd=(python3 benchmarks/launch.py) ;;
+    matmul) cmd=(python3 benchmarks/matmul.py --schedules quick) ;;
+    *) echo "unknown step $step"; exit 2 ;;
+  esac
+  echo "=== $step: ${cmd[*]}"
+  started=$(date +%s)
+  "${cmd[@]}" 2>&1 | tee "$out/$step.log"
+  status=${PIPESTATUS[0]}
+  summary+=("$(printf '%-10s exit %-3s %5ss  %s' "$step" "$status" "$(( $(date +%s) - started ))" \
+    "$(grep -E 'passed|failed|OK|TFLOP' "$out/$step.log" | tail -1 | cut -c1-90)")")
+done
+echo "=== summary"
+printf '%s\n' "${summary[@]}"
