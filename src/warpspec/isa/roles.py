@@ -124,11 +124,21 @@ class Roles(LanguageObject):
     def sync(self) -> None:
         """Barrier over the threads of the innermost thread group (the whole block outside any group): all of
         them arrive before any continues, and their shared-memory writes become visible to each other.
-        PTX: ``bar.sync 0;`` for the block, ``bar.sync id, count;`` (named barrier) for a group."""
-        b = self.b
+        PTX: ``bar.sync 0;`` for the block, ``bar.sync id, count;`` (named barrier) for a group. Each distinct group
+        that syncs takes one of the target's named barriers besides barrier 0 (15 on Hopper), on both back ends."""
+        b, target = self.b, self.target
         begin, count, single = b.group
         if single:
             raise b.error("self.sync() inside single_thread would wait for threads that never arrive")
+        if (begin, count) != (0, b.block_threads()):
+            b.named_syncs.add((begin, count))
+            groups = target.named_barriers - 1  # barrier 0 is the whole block's (__syncthreads)
+            if len(b.named_syncs) > groups:
+                raise b.error(f"self.sync() over threads [{begin}, {begin + count}) would be the "
+                              f"{len(b.named_syncs)}th distinct thread group to sync, but {target.name} has "
+                              f"{target.named_barriers} named barriers per block and barrier 0 is the whole "
+                              f"block's: at most {groups} thread groups can sync; sync the whole block or fewer "
+                              f"distinct groups")
         b.emit(Sync(b.loc, begin, count))
 
 
