@@ -87,10 +87,19 @@ def binary(b, symbol: str, x, y) -> TensorValue:
         raise b.error(f"dtypes differ: {x.name} is {x.dtype.name}, {y.name} is {y.dtype.name}; cast one")
     if symbol == "/" and not first.dtype.is_float:
         raise b.error(f"'/' on {first.dtype.name} tensors is not supported: tensor division is floating-point")
-    operands = tuple(v.ref if isinstance(v, TensorValue) else b.to_expr(v, first.dtype) for v in (x, y))
+    operands = tuple(v.ref if isinstance(v, TensorValue) else _scalar_operand(b, v, first, symbol) for v in (x, y))
     decl = b.new_register_tensor("tmp", first.dtype, first.shape)
     b.emit(Arithmetic(b.loc, decl, symbol, operands))
     return TensorValue(ir.TensorRef(decl))
+
+
+def _scalar_operand(b, value, tensor: TensorValue, symbol: str):
+    """The scalar side of ``tensor symbol value`` in the tensor's type: into an integer tensor only an integer,
+    never a truncated float."""
+    if tensor.dtype.is_integer:
+        return b.to_integer(value, tensor.dtype, f"the scalar operand of {symbol!r} on {tensor.dtype.name} tensor "
+                                                 f"{tensor.name}")
+    return b.to_expr(value, tensor.dtype, f"the scalar operand of {symbol!r} on {tensor.name}")
 
 
 def negate(b, x: TensorValue) -> TensorValue:

@@ -104,7 +104,7 @@ class Mbarrier(LanguageObject):
         the phase completes when all arrivals are in and the async copies have delivered those bytes.
         PTX: ``mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], bytes;``. Usually inside ``single_thread``."""
         ref = barrier_ref(self.b, barrier, "mbarrier.arrive_and_expect_tx barrier")
-        nbytes = self.b.to_integer(transaction_bytes, uint32, "transaction_bytes")
+        nbytes = self.b.to_integer(transaction_bytes, uint32, "mbarrier.arrive_and_expect_tx transaction_bytes")
         if isinstance(nbytes, ir.Const) and not 0 <= nbytes.value <= self.target.mbarrier_tx_limit:
             raise self.b.error(f"transaction_bytes must be in [0, 2^20 - 1], got {nbytes.value}")
         self.b.emit(MbarrierArriveExpectTx(self.b.loc, self.b.threads(), ref, nbytes))
@@ -114,7 +114,7 @@ class Mbarrier(LanguageObject):
         """Block the executing threads until the phase of ``barrier`` with parity ``phase`` (0 or 1) has
         completed. PTX: a loop on ``mbarrier.try_wait.parity.shared::cta.b64 p, [bar], phase;`` (acquire)."""
         ref = barrier_ref(self.b, barrier, "mbarrier.wait barrier")
-        parity = self.b.to_integer(phase, uint32, "phase")
+        parity = self.b.to_integer(phase, uint32, "mbarrier.wait phase")
         if isinstance(parity, ir.Const) and parity.value not in (0, 1):
             raise self.b.error(f"mbarrier.wait phase must be 0 or 1, got {parity.value}")
         self.b.emit(MbarrierWait(self.b.loc, self.b.threads(), ref, parity))
