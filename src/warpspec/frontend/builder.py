@@ -42,8 +42,10 @@ _PY_COMPARE = {
     ast.In: (None, lambda a, b: a in b), ast.NotIn: (None, lambda a, b: a not in b),
 }
 _RANK = {boolean: 0, int32: 1, uint32: 2, int64: 3, float32: 4}
-#: Inlined calls nested deeper than this are a helper that calls itself (directly or through others).
-MAX_INLINE_DEPTH = 64
+#: Inlined calls nested deeper than this are a helper that calls itself (directly or through others). A level costs
+#: the front end's visitors 26 Python frames for a call under a thread group, a loop and a branch, so 16 levels stay
+#: well below Python's default limit of 1000 frames: the error is a CompileError, never a RecursionError.
+MAX_INLINE_DEPTH = 16
 
 
 class _Return(Exception):
@@ -84,7 +86,6 @@ class Builder:
         self.language = None  # the object `self` stands for in a Script, set by build_kernel
         self.num_threads = None  # set once attrs.warps is known
         self.attrs = None
-        self.param_vars: set = set()  # runtime parameters' Vars
         self.pointer_params: dict = {}  # pointer parameter Var -> pointee DType
         self.assigning: str | None = None  # the name being assigned, to name the tensors it creates
         self.function_depth: int | None = None  # runtime depth at which the inlined function being built began
@@ -92,9 +93,10 @@ class Builder:
         self.call_site: ir.Loc | None = None  # where the function being inlined was called (None: the kernel body)
         self.function_name: str | None = None  # its qualified name
         self.inline_depth = 0
-        #: Vars declared at the top level from values over parameters and never assigned since: the launch grid may
-        #: use them through their definitions.
-        self.definitions: dict[int, ir.Expr] = {}
+        #: What the host knows of runtime variables before the launch (the grid is computed there), by uid: the
+        #: current value over the parameters' launch values, or (a str) what makes it unknown. Parameters start as
+        #: themselves; a variable assigned inside a runtime loop, a branch or a thread group is dropped.
+        self.host_values: dict[int, ir.Expr | str] = {}
         self.named_syncs: set[tuple[int, int]] = set()  # thread groups that use a named barrier for sync()
 
     # ------------------------------------------------------------------------------------------------ emitting
@@ -172,17 +174,34 @@ class Builder:
         """The declaration of a register tensor defined by the statement being built."""
         return ir.TensorDecl(name, ir.REGISTER, dtype, tuple(shape), self.loc)
 
-    def inline_definitions(self, expr: ir.Expr) -> ir.Expr:
-        """``expr`` with every top-level variable that still holds its first value replaced by that value."""
-        if isinstance(expr, ir.Var) and expr.uid in self.definitions:
-            return self.inline_definitions(self.definitions[expr.uid])
+    def host_value(self, expr: ir.Expr) -> ir.Expr | str:
+        """``expr`` as the host computes it before the launch, over the parameters' launch values (top-level
+        variables replaced by their current values), or what makes it unknown there: ``blockIdx.x``, ``'tiles', a
+        runtime variable assigned inside a runtime loop, ...``."""
+        for leaf in ir.leaves(expr):
+            if isinstance(leaf, ir.Special):
+                return leaf.name
+            if isinstance(leaf, ir.Load):
+                return f"an element of register tensor {leaf.tensor.decl.name}"
+            if isinstance(leaf, ir.Var):
+                known = self.host_values.get(leaf.uid)
+                if known is None:
+                    return (f"{leaf.name!r}, a runtime variable assigned inside a runtime loop, a branch or a thread "
+                            f"group")
+                if isinstance(known, str):
+                    return f"{leaf.name!r}, which depends on {known}"
+        return self._substitute_host_values(expr)
+
+    def _substitute_host_values(self, expr: ir.Expr) -> ir.Expr:
+        if isinstance(expr, ir.Var):
+            return self.host_values[expr.uid]
         if isinstance(expr, ir.Binary):
-            return replace(expr, a=self.inline_definitions(expr.a), b=self.inline_definitions(expr.b))
+            return replace(expr, a=self._substitute_host_values(expr.a), b=self._substitute_host_values(expr.b))
         if isinstance(expr, (ir.Unary, ir.Convert)):
-            return replace(expr, a=self.inline_definitions(expr.a))
+            return replace(expr, a=self._substitute_host_values(expr.a))
         if isinstance(expr, ir.Select):
-            return replace(expr, cond=self.inline_definitions(expr.cond), a=self.inline_definitions(expr.a),
-                           b=self.inline_definitions(expr.b))
+            return replace(expr, cond=self._substitute_host_values(expr.cond), a=self._substitute_host_values(expr.a),
+                           b=self._substitute_host_values(expr.b))
         return expr
 
     def to_int(self, value, what: str) -> int:
@@ -239,7 +258,7 @@ class Builder:
             if existing is not None and isinstance(existing.value, ir.Var) and existing.depth == self.depth:
                 self._assign_var(existing.value, value, name)
                 return
-            self._declare(name, annotation, self.scalar_for(value, annotation, name), create)
+            self._declare(name, annotation, value, create)
             return
         if existing is not None and isinstance(existing.value, ir.Var):
             self._assign_var(existing.value, value, name)
@@ -263,24 +282,32 @@ class Builder:
                 return
         create(Binding(value, self.depth))
 
-    def scalar_for(self, value, dtype: DType, name: str) -> ir.Expr:
-        """``value`` as a runtime scalar of ``dtype`` for variable ``name``: a float never silently becomes an
-        integer."""
+    def scalar_for(self, value, dtype: DType, what: str) -> ir.Expr:
+        """``value`` as a runtime scalar of ``dtype`` for ``what`` (``the value assigned to 'stage'``): a float
+        never silently becomes an integer."""
         if dtype.is_integer:
-            return self.to_integer(value, dtype, f"the value assigned to {name!r} ({dtype.name})")
-        return self.to_expr(value, dtype, name)
+            return self.to_integer(value, dtype, f"{what} ({dtype.name})")
+        return self.to_expr(value, dtype, what)
 
     def _declare(self, name: str, dtype: DType, value, create) -> None:
         var = ir.Var(name, dtype)
-        expr = self.scalar_for(value, dtype, name)
+        expr = self.scalar_for(value, dtype, f"the value assigned to {name!r}")
         self.emit(ir.Declare(self.loc, var, expr))
-        if self.depth == 0 and not self.groups:
-            self.definitions[var.uid] = expr
+        self._track_host_value(var, expr)
         create(Binding(var, self.depth))
 
     def _assign_var(self, var: ir.Var, value, name: str) -> None:
-        self.definitions.pop(var.uid, None)
-        self.emit(ir.Assign(self.loc, var, self.scalar_for(value, var.type, name)))
+        expr = self.scalar_for(value, var.type, f"the value assigned to {name!r}")
+        self.emit(ir.Assign(self.loc, var, expr))
+        self._track_host_value(var, expr)
+
+    def _track_host_value(self, var: ir.Var, expr: ir.Expr) -> None:
+        """Record what the host knows of ``var`` after it is set to ``expr`` here: its value when the statement runs
+        once per block in every thread (outside runtime loops, branches and thread groups), nothing otherwise."""
+        if self.depth == 0 and not self.groups:
+            self.host_values[var.uid] = self.host_value(expr)
+        else:
+            self.host_values.pop(var.uid, None)
 
     def _assign_in_place(self, target: TensorValue, value: TensorValue) -> bool:
         """``acc = acc * 2``: when the new register tensor was just computed and matches the old one, compute it
@@ -297,16 +324,18 @@ class Builder:
     def call_function(self, function, receiver, args, kwargs):
         """Inline a Python function written in the language; returns what it returns."""
         node, path = _parse_function(function)
-        signature = inspect.signature(function)
-        try:
-            bound = signature.bind(*(([receiver] if receiver is not None else []) + list(args)), **kwargs)
-        except TypeError as error:
-            raise self.error(f"{function.__qualname__}(): {error}") from None
+        name = function.__qualname__
+        receivers = [receiver] if receiver is not None else []
+        bound = self.bind_call(inspect.signature(function), name, receivers + list(args), kwargs, len(receivers))
         bound.apply_defaults()
         if self.inline_depth >= MAX_INLINE_DEPTH:
-            raise self.error(f"{function.__qualname__}() is inlined {MAX_INLINE_DEPTH} calls deep: a helper that "
-                             f"calls itself (directly or through others) cannot be inlined; kernels have no "
-                             f"recursion, write the repetition as a loop")
+            # Name the line where the repetition began (the first inlined line of this function), not the
+            # whole chain of identical frames below it.
+            start = next((frame for frame in self.loc.frames() if frame.function == name), self.loc)
+            raise CompileError(f"{name}() calls itself (directly or through other helpers): helpers are inlined, "
+                               f"and this call would nest them deeper than {MAX_INLINE_DEPTH} levels; repeat at run "
+                               f"time with a loop (self.range), and end a compile-time recursion within "
+                               f"{MAX_INLINE_DEPTH} levels", str(start))
         saved = (self.scopes, self.globals, self.file, self.loc, self.call_site, self.function_name)
         self.scopes = [{name: Binding(value, self.depth) for name, value in bound.arguments.items()}]
         self.globals = function.__globals__
@@ -427,8 +456,8 @@ class Builder:
             raise self.error(f"elements of {container.kind} tensor {container.name} cannot be assigned; only "
                              f"register tensors have element updates")
         indices = self.element_indices(container, index)
-        self.emit(StoreElement(self.loc, container.ref, indices, self.scalar_for(value, container.dtype,
-                                                                                 f"{container.name}[...]")))
+        value = self.scalar_for(value, container.dtype, f"the value stored into {container.name}[...]")
+        self.emit(StoreElement(self.loc, container.ref, indices, value))
 
     def assign_attribute(self, obj, name: str, value, annotation) -> None:
         if isinstance(obj, ClassInstance):
@@ -810,15 +839,26 @@ class Builder:
                                  f"{type(error).__name__}: {error}") from None
         raise self.error(f"{getattr(callee, '__name__', repr(callee))}() cannot take runtime values")
 
+    def bind_call(self, signature: inspect.Signature, name: str, args, kwargs, hidden: int = 0):
+        """``signature`` bound to the call's arguments, or a CompileError at the kernel line naming the call and the
+        argument that does not fit; ``hidden`` leading parameters (a method's receiver) are not shown."""
+        parameters = signature.parameters
+        takes = f"it takes ({', '.join(list(parameters)[hidden:])})"
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            for keyword in kwargs:
+                if keyword not in parameters:
+                    raise self.error(f"{name}() has no parameter {keyword!r}; {takes}")
+        try:
+            return signature.bind(*args, **kwargs)
+        except TypeError as error:
+            raise self.error(f"{name}(): {error}; {takes}") from None
+
     def _check_arguments(self, method, args, kwargs) -> None:
         """A CompileError at the kernel line unless ``args``/``kwargs`` fit the language call's parameters."""
-        signature = inspect.signature(method)
-        try:
-            signature.bind(*args, **kwargs)
-        except TypeError as error:
-            owner = getattr(getattr(method, "__self__", None), "namespace", None)
-            name = f"{owner}.{method.__name__}" if owner else method.__name__
-            raise self.error(f"{name}(): {error}; it takes ({', '.join(signature.parameters)})") from None
+        owner = getattr(method, "__self__", None)
+        namespace = getattr(owner, "namespace", None)
+        name = f"self.{namespace}.{method.__name__}" if namespace else f"self.{method.__name__}"
+        self.bind_call(inspect.signature(method), name, args, kwargs)
 
 
 def _runtime_min_max(op):

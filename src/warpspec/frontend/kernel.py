@@ -121,7 +121,7 @@ def build_kernel(script, compile_time: dict) -> ir.Kernel:
         if p.runtime:
             dtype = p.annotation.dtype if isinstance(p.annotation, PointerType) else p.annotation
             var = ir.Var(p.name, int64 if isinstance(p.annotation, PointerType) else dtype)
-            builder.param_vars.add(var)
+            builder.host_values[var.uid] = var  # the host knows a parameter's launch value
             if isinstance(p.annotation, PointerType):
                 builder.pointer_params[var] = p.annotation.dtype
             params.append(ir.Param(p.name, p.annotation, var))

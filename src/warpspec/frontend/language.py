@@ -58,20 +58,15 @@ class Attrs(LanguageObject):
             raise b.error(f"self.attrs has no attribute {name!r}; use blocks, warps or cluster_blocks")
 
     def _grid_size(self, size) -> ir.Expr:
-        """One grid size as an Expr over kernel parameters only: top-level locals computed from parameters
-        (``tiles = cdiv(m_size, bm)``) are replaced by their definitions."""
+        """One grid size as an Expr over kernel parameters only, computed on the host before the launch: top-level
+        locals (``tiles = cdiv(m_size, bm)``) are replaced by their current values; a CompileError naming the
+        variable when the host cannot know one."""
         b = self.b
-        expr = b.to_integer(size, int32, "self.attrs.blocks")
-        expr = b.inline_definitions(expr)
-        for leaf in ir.leaves(expr):
-            if isinstance(leaf, ir.Special) or isinstance(leaf, ir.Load):
-                raise b.error(f"self.attrs.blocks may only use kernel parameters and compile-time values, not "
-                              f"{leaf.name if isinstance(leaf, ir.Special) else 'a register tensor element'}")
-            if isinstance(leaf, ir.Var) and leaf not in b.param_vars:
-                raise b.error(f"self.attrs.blocks may only use kernel parameters and compile-time values; "
-                              f"{leaf.name!r} is a runtime variable that is changed after its declaration or "
-                              f"declared inside a thread group, loop or branch")
-        return expr
+        value = b.host_value(b.to_integer(size, int32, "self.attrs.blocks"))
+        if isinstance(value, str):
+            raise b.error(f"self.attrs.blocks may only use kernel parameters and compile-time values (the grid is "
+                          f"computed on the host before any block runs), but this size depends on {value}")
+        return value
 
 
 class Dim3(LanguageObject):
