@@ -188,6 +188,9 @@ def test_a_replicated_tensor_stored_by_one_thread_works_on_both_back_ends():
     np.testing.assert_array_equal(out[:8], np.full(8, 3.0, np.float32))
     assert np.isnan(out[8:]).all()
     source = generate(kernel_for(fk.PartialStores(), {"case": 2})).source
+    single = kernel_body(source).split("if (threadIdx.x == 0) {", 1)[1]
+    # The one thread writes all eight elements it holds.
+    assert re.findall(r"= static_cast<float>\(small\[(\d+)\]\);", single) == [str(i) for i in range(8)]
     assert compile_cuda(source).cubin[:4] == b"\x7fELF"
 
 
@@ -202,9 +205,8 @@ def test_a_replicated_tensor_stored_by_one_thread_works_on_both_back_ends():
 ])
 def test_shared_memory_beyond_a_block_is_refused_at_the_line_that_crosses_the_limit(backend, case, marker, name,
                                                                                       total):
-    error = raises(CompileError, at(marker),
-                   f"shared tensor {name} brings the block's shared memory to {total} bytes", lambda: fk.TooMuchShared()(case),
-                   backend)
+    error = raises(CompileError, at(marker), f"shared tensor {name} brings the block's shared memory to {total} bytes",
+                   lambda: fk.TooMuchShared()(case), backend)
     assert "at most 231424 fit in a block on sm90a" in str(error)
     assert error.shared_bytes == total
 
@@ -236,8 +238,7 @@ def test_the_grid_may_be_computed_through_a_local_variable(case):
                            "branch or a thread group"),
     (1, "grid-after-group", "but this size depends on 'tiles', a runtime variable assigned inside a runtime loop"),
     (2, "grid-from-block-index", "but this size depends on 'first_tile', which depends on blockIdx.x"),
-    (3, "grid-through-two-locals", "but this size depends on 'last_tile', which depends on 'first_tile', which "
-                                   "depends on blockIdx.x"),
+    (3, "grid-through-two-locals", "but this size depends on 'last_tile', which depends on blockIdx.x"),
     (4, "grid-from-changed-parameter", "but this size depends on 'm_size', a runtime variable assigned inside a "
                                        "runtime loop"),
 ])

@@ -174,10 +174,11 @@ class Builder:
         """The declaration of a register tensor defined by the statement being built."""
         return ir.TensorDecl(name, ir.REGISTER, dtype, tuple(shape), self.loc)
 
-    def host_value(self, expr: ir.Expr) -> ir.Expr | str:
+    def host_value(self, expr: ir.Expr, root: bool = False) -> ir.Expr | str:
         """``expr`` as the host computes it before the launch, over the parameters' launch values (top-level
         variables replaced by their current values), or what makes it unknown there: ``blockIdx.x``, ``'tiles', a
-        runtime variable assigned inside a runtime loop, ...``."""
+        runtime variable assigned inside a runtime loop, ...``, ``'first', which depends on blockIdx.x``
+        (``root``: the first cause alone, without the variable it came through)."""
         for leaf in ir.leaves(expr):
             if isinstance(leaf, ir.Special):
                 return leaf.name
@@ -189,10 +190,11 @@ class Builder:
                     return (f"{leaf.name!r}, a runtime variable assigned inside a runtime loop, a branch or a thread "
                             f"group")
                 if isinstance(known, str):
-                    return f"{leaf.name!r}, which depends on {known}"
+                    return known if root else f"{leaf.name!r}, which depends on {known}"
         return self._substitute_host_values(expr)
 
     def _substitute_host_values(self, expr: ir.Expr) -> ir.Expr:
+        """``expr`` with every variable replaced by its (known) host value."""
         if isinstance(expr, ir.Var):
             return self.host_values[expr.uid]
         if isinstance(expr, ir.Binary):
@@ -305,7 +307,8 @@ class Builder:
         """Record what the host knows of ``var`` after it is set to ``expr`` here: its value when the statement runs
         once per block in every thread (outside runtime loops, branches and thread groups), nothing otherwise."""
         if self.depth == 0 and not self.groups:
-            self.host_values[var.uid] = self.host_value(expr)
+            # An unknown value keeps only its first cause, so a chain of updates (x = x + 1) stays one phrase.
+            self.host_values[var.uid] = self.host_value(expr, root=True)
         else:
             self.host_values.pop(var.uid, None)
 
