@@ -1,5 +1,7 @@
 """Pruning before compiling: every rule rejects with a reason carrying its numbers, and nothing viable is rejected."""
 
+import inspect
+import os
 from collections import Counter
 
 import pytest
@@ -58,8 +60,12 @@ def test_shared_memory_over_the_block_limit():
     verdict = v3_verdict(4, 256, 256, 64)
     needed = v3_shared_bytes(4, 256, 256, 64)
     assert needed == 262208
+    source = os.path.realpath(inspect.getsourcefile(MatmulWGMMAV3))
+    with open(source) as f:
+        sb_line = next(n for n, text in enumerate(f, 1) if "sb = self.shared_tensor(" in text)
+    # sa's 4 x 32 KB fit; sb's take the block past its limit, at sb's line.
     assert verdict.reason == (f"needs {needed} bytes of shared memory (tiles and barriers); a block has at most "
-                              f"{SM90A.shared_limit}")
+                              f"{SM90A.shared_limit}; the shared_tensor at {source}:{sb_line} crosses it")
     assert verdict.shared_bytes == needed
     assert verdict.kernel is None and verdict.plan is None  # the IR itself is refused (both back ends agree)
     assert SM90A.shared_limit == 227 * 1024 - 1024

@@ -84,7 +84,8 @@ def prune(script, compile_time: dict) -> Verdict:
         needed = getattr(error, "shared_bytes", None)
         if needed is not None:
             return Verdict(f"needs {needed} bytes of shared memory (tiles and barriers); a block has at most "
-                           f"{DEFAULT.shared_limit}", shared_bytes=needed)
+                           f"{DEFAULT.shared_limit}; the shared_tensor at {error.location} crosses it",
+                           shared_bytes=needed)
         return Verdict(str(error))
     plan = plan_kernel(kernel)
     if plan.registers_per_thread > MAX_ACCUMULATOR_REGISTERS:
