@@ -125,15 +125,18 @@ def test_a_float_is_never_truncated_into_an_integer_operand(case, marker, fragme
 # ------------------------------------------------------------------------------------ 4. errors in libraries
 
 
-@pytest.mark.parametrize("case, chain, fragment", [
-    (0, ["pipeline-no-stages"], "mbarrier.alloc needs at least one count"),
-    (1, ["pipeline-in-group"], "mbarrier.alloc must be called by the whole block, outside thread groups"),
-    (2, ["pipeline-helper-call", "PipelineMisuse.make_pipeline", "pipeline-in-helper"],
-     "mbarrier.alloc needs at least one count"),
+NO_STAGES = ("assert num_stages >= 1", "a Pipeline needs at least one stage, got num_stages=0")
+
+
+@pytest.mark.parametrize("case, chain, statement, fragment", [
+    (0, ["pipeline-no-stages"], *NO_STAGES),
+    (1, ["pipeline-in-group"], "self.full_barriers = self.mbarrier.alloc(",
+     "mbarrier.alloc must be called by the whole block, outside thread groups"),
+    (2, ["pipeline-helper-call", "PipelineMisuse.make_pipeline", "pipeline-in-helper"], *NO_STAGES),
 ])
-def test_a_compile_error_inside_pipeline_names_the_user_line_first(case, chain, fragment):
+def test_a_compile_error_inside_pipeline_names_the_user_line_first(case, chain, statement, fragment):
     user = " -> ".join([at(chain[0])] + [f"{name} at {at(marker)}" for name, marker in zip(chain[1::2], chain[2::2])])
-    library = pipeline_line("self.full_barriers = self.mbarrier.alloc(")
+    library = pipeline_line(statement)
     raises(CompileError, f"{user} -> Pipeline.__init__ at {library}", fragment, lambda: fk.PipelineMisuse()(case))
 
 

@@ -20,6 +20,7 @@ class Pipeline(Class):
     """
 
     def __init__(self, num_stages: int, producer_arrivals: int = 1, consumer_arrivals: int = 1):
+        assert num_stages >= 1, f"a Pipeline needs at least one stage, got num_stages={num_stages}"
         self.num_stages = num_stages
         self.full_barriers = self.mbarrier.alloc(counts=[producer_arrivals for _ in range(num_stages)])
         self.empty_barriers = self.mbarrier.alloc(counts=[consumer_arrivals for _ in range(num_stages)])
