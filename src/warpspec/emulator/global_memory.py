@@ -40,6 +40,7 @@ class Access:
     loc: ir.Loc
 
     def text(self) -> str:
+        """The instruction, view, argument and line, as race messages name the other access."""
         return f"{self.what} of {self.view}, argument {self.argument!r}, at {self.loc}"
 
 
@@ -159,12 +160,13 @@ class BlockMemory:
             tile = GlobalTile(argument, len(accesses), shape, strides, offsets, tile_shape, rows)
         except ValueError:
             raise BoundsError(f"{what}: view {view} of shape {list(shape)} and strides {list(strides)} reaches "
-                              f"outside argument {argument.name!r} ({argument.data.size} elements)",
-                              str(task.loc), task.machine.describe_tasks()) from None
+                              f"outside argument {argument.name!r} ({argument.data.size} elements); a view must fit "
+                              f"its array", str(task.loc), task.machine.describe_tasks()) from None
         accesses.append(Access(self.block, what, view, argument.name, task.loc))
         return tile
 
     def access(self, tile: GlobalTile) -> Access:
+        """What made ``tile``'s access, and where."""
         return self.memory.accesses[tile.id]
 
     def read(self, task, tile: GlobalTile) -> np.ndarray:
@@ -226,10 +228,10 @@ class BlockMemory:
             if observed is not None and (issuer is task or task.clock[issuer.index] >= observed):
                 continue
             position = tuple(np.argwhere(marks == store_id)[0])
-            this = self.access(tile)
+            this, issued = self.access(tile), self.memory.accesses[store_id]
             why = ("before tma.wait_group observed that store's bulk group" if observed is None else
-                   f"after {issuer.name} observed it with tma.wait_group but with no barrier wait or sync ordering "
-                   f"that wait before this read")
+                   f"after {issuer.name} observed it with tma.wait_group, but no barrier wait or sync orders that "
+                   f"wait before this read")
             raise RaceError(f"{this.what} reads {this.view}{tile.index(position)} (argument {this.argument!r}), the "
-                            f"destination of the {store.text()}, {why}: the copy may still be writing it",
+                            f"destination of a TMA store ({issued.text()}), {why}: the copy may still be writing it",
                             str(this.loc), task.machine.describe_tasks())
