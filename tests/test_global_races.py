@@ -133,6 +133,13 @@ def tma_copy_onto_the_next_band():
     TmaCopy(64, 64)(128, 64, memory[:128], memory[32:])
 
 
+def tma_copy_onto_the_previous_band():
+    """The example copy with dst 32 rows above src in one array: block 1's TMA store writes dst rows 64-127, half
+    of which block 0 loaded as src."""
+    memory = half_rows(160)
+    TmaCopy(64, 64)(128, 64, memory[32:], memory[:128])
+
+
 CROSS_BLOCK = [
     pytest.param(read_after_write_through_an_alias, at("move-load"),
                  ["load_global in block (1, 0, 0) reads x[16, 0] (argument 'x_ptr'), which block (0, 0, 0) wrote "
@@ -157,7 +164,11 @@ CROSS_BLOCK = [
     pytest.param(tma_copy_onto_the_next_band, example_at("tma_copy.py", "self.tma.global_to_shared("),
                  ["tma.global_to_shared in block (1, 0, 0) reads src[64, 0] (argument 'src_ptr'), which block "
                   "(0, 0, 0) wrote (tma.shared_to_global of dst, argument 'dst_ptr', at "
-                  f"{example_at('tma_copy.py', 'self.tma.shared_to_global(')})"], id="tma-copy-shifted"),
+                  f"{example_at('tma_copy.py', 'self.tma.shared_to_global(')})"], id="tma-copy-onto-next"),
+    pytest.param(tma_copy_onto_the_previous_band, example_at("tma_copy.py", "self.tma.shared_to_global("),
+                 ["tma.shared_to_global in block (1, 0, 0) writes dst[64, 0] (argument 'dst_ptr'), which block "
+                  "(0, 0, 0) read (tma.global_to_shared of src, argument 'src_ptr', at "
+                  f"{example_at('tma_copy.py', 'self.tma.global_to_shared(')})"], id="tma-copy-onto-previous"),
 ]
 
 
