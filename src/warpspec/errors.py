@@ -49,7 +49,8 @@ class DeadlockError(KernelError):
 
 class RaceError(KernelError):
     """Shared memory read before any completed write filled it, written while an asynchronous operation still
-    reads it, or accessed by two partitions without synchronisation between them."""
+    reads it, or accessed by two partitions without synchronisation between them; a global element written by one
+    block and accessed by another, or a TMA store's destination read back before its wait_group."""
 
 
 class BarrierError(KernelError):
@@ -58,5 +59,6 @@ class BarrierError(KernelError):
 
 
 class BoundsError(KernelError):
-    """An index outside a shared, register or barrier array at run time (global accesses outside a view are
-    clipped or read as zero, as TMA does, and are not errors)."""
+    """An index outside a shared, register or barrier array at run time, or a global view whose shape the kernel
+    computes reaching outside its array (global accesses outside a view are clipped or read as zero, as TMA does,
+    and are not errors)."""

@@ -16,6 +16,7 @@ import numpy as np
 
 from warpspec.emulator.barrier import Mbarrier
 from warpspec.emulator.clocks import join
+from warpspec.emulator.global_memory import BlockMemory, GlobalTile
 from warpspec.emulator.shared import Region, SharedTensor
 from warpspec.errors import BarrierError, BoundsError, DeadlockError, KernelError, RaceError
 from warpspec.isa import registry
@@ -95,11 +96,12 @@ class Block:
 
 
 class BlockMachine:
-    """Runs one thread block of ``kernel`` over the global arrays in ``memory``."""
+    """Runs one thread block of ``kernel`` over the global arrays of ``global_memory``."""
 
-    def __init__(self, kernel: ir.Kernel, memory: dict, env: dict, specials: dict, rng: random.Random | None):
+    def __init__(self, kernel: ir.Kernel, global_memory: BlockMemory, env: dict, specials: dict,
+                 rng: random.Random | None):
         self.kernel = kernel
-        self.memory = memory  # pointer Var uid -> flat numpy array
+        self.global_memory = global_memory
         self.exprs = ExprCompiler(specials)
         self.rng = rng
         self.ranges = partitions(kernel)
@@ -108,7 +110,6 @@ class BlockMachine:
             task.env.update(env)
         self.shared: dict[int, SharedTensor] = {}
         self.barriers: dict[int, list[Mbarrier]] = {}
-        self.views: dict[int, tuple] = {}  # global decl uid -> (pointer uid, shape, strides), per task env
         self.events: list[Event] = []
         self.syncs: dict[tuple[int, int], dict] = {}
         self.next_event_id = 1
@@ -356,36 +357,25 @@ class BlockMachine:
 
     # ------------------------------------------------------------------------------------------ global memory
 
-    def _global(self, task, ref: ir.TensorRef):
-        pointer, shape, strides = task.env[ref.decl.uid]
-        return self.memory[pointer], shape, strides
+    def global_tile(self, task, view: ir.TensorRef, offsets, tile_shape, what: str, rows=None) -> GlobalTile:
+        """The part of global view ``view`` that the tile of ``tile_shape`` at ``offsets`` (its ``rows`` only,
+        when given) covers, as one access by instruction ``what`` at ``task``'s line."""
+        pointer, shape, strides = task.env[view.decl.uid]
+        return self.global_memory.tile(task, pointer, view.decl.name, shape, strides, offsets, tile_shape, what,
+                                       rows)
 
-    def _tile_indices(self, shape, strides, offsets, tile_shape):
-        grids = np.meshgrid(*[o + np.arange(t) for o, t in zip(offsets, tile_shape)], indexing="ij")
-        inside = np.ones(tuple(tile_shape), dtype=bool)
-        flat = np.zeros(tuple(tile_shape), dtype=np.int64)
-        for grid, extent, stride in zip(grids, shape, strides):
-            inside &= (grid >= 0) & (grid < extent)
-            flat += grid.astype(np.int64) * stride
-        return flat, inside
+    def read_global_tile(self, task, view: ir.TensorRef, offsets, tile_shape, what: str) -> np.ndarray:
+        """The tile of ``tile_shape`` at ``offsets`` of a global view, read now by ``what``; elements outside the
+        view read as zero. RaceError if another block writes it, or if a TMA store into it is not waited for."""
+        tile = self.global_tile(task, view, offsets, tile_shape, what)
+        self.global_memory.check_stores_waited(task, tile)
+        return self.global_memory.read(task, tile)
 
-    def read_global_tile(self, task, view: ir.TensorRef, offsets, tile_shape) -> np.ndarray:
-        """The tile of ``tile_shape`` at ``offsets`` of a global view; elements outside the view read as zero."""
-        memory, shape, strides = self._global(task, view)
-        flat, inside = self._tile_indices(shape, strides, offsets, tile_shape)
-        out = np.zeros(tuple(tile_shape), dtype=memory.dtype)
-        out[inside] = memory[flat[inside]]
-        return out
-
-    def write_global_tile(self, task, view: ir.TensorRef, offsets, tile: np.ndarray, rows=None) -> None:
-        """Write ``tile`` (its ``rows`` slice only, when given) into a global view; outside elements dropped."""
-        memory, shape, strides = self._global(task, view)
-        flat, inside = self._tile_indices(shape, strides, offsets, tile.shape)
-        if rows is not None:
-            mask = np.zeros(tile.shape[0], dtype=bool)
-            mask[rows[0]:rows[1]] = True
-            inside &= mask.reshape((-1,) + (1,) * (tile.ndim - 1))
-        memory[flat[inside]] = tile[inside].astype(memory.dtype)
+    def write_global_tile(self, task, view: ir.TensorRef, offsets, tile: np.ndarray, what: str, rows=None) -> None:
+        """Write ``tile`` (its ``rows`` slice only, when given) into a global view now, by ``what``; outside
+        elements dropped. RaceError if another block reads or writes any of them."""
+        target = self.global_tile(task, view, offsets, tile.shape, what, rows)
+        self.global_memory.write(task, target, tile)
 
 
 # ------------------------------------------------------------------------------- the core statements' semantics

@@ -10,6 +10,7 @@ from threadpoolctl import threadpool_limits
 
 from warpspec.arguments import check_view, launch_grid, scalar_value, view_shapes
 from warpspec.dtypes import PointerType
+from warpspec.emulator.global_memory import GlobalMemory
 from warpspec.emulator.host import HostArray
 from warpspec.emulator.machine import BlockMachine
 from warpspec.errors import ArgumentError
@@ -54,6 +55,7 @@ def run_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None = N
     for stmt, shape, strides in view_shapes(kernel, env):
         if shape is not None:  # views over values the kernel computes are checked as it runs
             check_view(names[stmt.pointer.uid], stmt, shape, strides, memory[stmt.pointer.uid].size)
+    global_memory = GlobalMemory(memory, names)
     seed = emulator_seed()
     rng = random.Random(seed) if seed is not None else None
     total = grid[0] * grid[1] * grid[2]
@@ -67,6 +69,6 @@ def run_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None = N
                         progress(x + grid[0] * (y + grid[1] * z), total, (x, y, z))
                     specials = {"blockIdx.x": x, "blockIdx.y": y, "blockIdx.z": z,
                                 "gridDim.x": grid[0], "gridDim.y": grid[1], "gridDim.z": grid[2]}
-                    BlockMachine(kernel, memory, env, specials, rng).run()
+                    BlockMachine(kernel, global_memory.block((x, y, z)), env, specials, rng).run()
     for host in hosts:
         host.write_back()

@@ -274,7 +274,7 @@ def _store_element(machine, task, s: StoreElement):
 @emulates(LoadGlobal)
 def _load_global(machine, task, s: LoadGlobal):
     offsets = [machine.ev(task, o) for o in s.offsets]
-    machine.define_register(task, s.decl, machine.read_global_tile(task, s.view, offsets, s.decl.shape))
+    machine.define_register(task, s.decl, machine.read_global_tile(task, s.view, offsets, s.decl.shape, "load_global"))
 
 
 @emulates(LoadShared)
@@ -301,4 +301,5 @@ def _store_shared(machine, task, s: StoreShared):
 def _store_global(machine, task, s: StoreGlobal):
     src = machine.register(task, s.src, "store_global")
     offsets = [machine.ev(task, o) for o in s.offsets]
-    machine.write_global_tile(task, s.dst, offsets, src, rows=machine.row_share(task, s.threads, src.shape[0]))
+    machine.write_global_tile(task, s.dst, offsets, src, "store_global",
+                              rows=machine.row_share(task, s.threads, src.shape[0]))

@@ -138,12 +138,15 @@ def _tma_load(machine, task, s: TmaLoad):
     bar = machine.barrier(task, s.barrier)
     offsets = [machine.ev(task, o) for o in s.offsets]
     region.check_writable(task, "tma.global_to_shared")
+    source = machine.global_tile(task, s.src, offsets, s.dst.shape, "tma.global_to_shared")
+    # The copy reads its source at some time after the issue: a TMA store into it must be waited for before.
+    machine.global_memory.check_stores_waited(task, source)
     region.view("async_writer")[...] = machine.next_operation_id()
     issue_clock = list(task.clock)
     nbytes = s.dst.nbytes
 
     def complete():
-        region.view("data")[...] = machine.read_global_tile(task, s.src, offsets, s.dst.shape)
+        region.view("data")[...] = machine.global_memory.read(task, source)
         region.view("async_writer")[...] = 0
         region.record_write(task.index, issue_clock[task.index])
         bar.complete_tx(nbytes, issue_clock)
@@ -163,13 +166,16 @@ def _tma_store(machine, task, s: TmaStore):
     region.record_read(task)
     readers = region.view("async_readers")
     readers += 1
+    destination = machine.global_tile(task, s.dst, offsets, s.src.shape, "tma.shared_to_global")
+    machine.global_memory.store_issued(task, destination)
 
     def complete():
-        machine.write_global_tile(task, s.dst, offsets, region.view("data"))
+        machine.global_memory.write(task, destination, region.view("data"))
 
     def retire():
         region.view("async_readers")[...] -= 1
         region.record_read(task)  # the read ends, for ordering purposes, when the issuer observes it
+        machine.global_memory.store_observed(task, destination)
 
     event = machine.new_event("tma_store", task, s.loc, complete,
                               f"TMA store {region.text} -> {format_expr(s.dst)}{offsets}", retire)

@@ -1,0 +1,237 @@
+"""Global memory with a shadow state per element: which block wrote it and which block read it first.
+
+Thread blocks run in no fixed order on a GPU (and concurrently), while the emulator runs them one after another.
+An element written by one block and read or written by another therefore holds whatever the hardware's order
+happens to give: a race, reported at the second access. Reads by several blocks of an element nobody writes are
+fine. Because blocks run one after another, the first conflicting access is always seen by the later block, and two
+numbers per element suffice: the id of its last write and of its first read (ids grow over the launch, so "by an
+earlier block" is ``id < block.start``).
+
+The shadow is kept per piece of memory, not per argument: the same numpy array passed for two pointers (C passed as
+A) is one buffer with one shadow, each argument at its byte offset in it.
+
+Within a block, a TMA store's destination must not be read back (``load_global``, a TMA load) before the store's
+bulk group is observed by ``tma.wait_group`` and that wait is ordered before the reader (vector clocks, as for
+shared memory).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from warpspec.errors import BoundsError, RaceError
+from warpspec.ir import nodes as ir
+
+NOBODY = np.iinfo(np.int32).max  # no access yet: above every access id, so one comparison finds earlier blocks' ids
+_ID_BYTES = np.dtype(np.int32).itemsize
+
+
+@dataclass(frozen=True)
+class Access:
+    """One global-memory access by one instruction of one block."""
+
+    block: tuple[int, int, int]
+    what: str  # the instruction: load_global, store_global, tma.global_to_shared, tma.shared_to_global
+    view: str
+    argument: str
+    loc: ir.Loc
+
+    def text(self) -> str:
+        """The instruction, view, argument and line, as race messages name the other access."""
+        return f"{self.what} of {self.view}, argument {self.argument!r}, at {self.loc}"
+
+
+class Buffer:
+    """The shadow of one piece of memory that one or more array arguments occupy, in units of ``unit`` bytes."""
+
+    def __init__(self, units: int):
+        self.writer = np.full(units, NOBODY, dtype=np.int32)  # id of the last access that wrote the unit
+        self.reader = np.full(units, NOBODY, dtype=np.int32)  # id of the first access that read it
+        self.tma_store = np.full(units, NOBODY, dtype=np.int32)  # id of the last TMA store issued into it
+
+
+class Argument:
+    """One array argument: its flat data, and where its elements lie in its buffer's shadow."""
+
+    def __init__(self, name: str, data: np.ndarray, buffer: Buffer, offset: int, scale: int):
+        self.name, self.data, self.buffer = name, data, buffer
+        self.offset = offset  # shadow unit of element 0
+        self.scale = scale  # shadow units per element
+
+
+def _arguments(memory: dict, names: dict) -> dict:
+    """An ``Argument`` per pointer uid, arrays whose bytes overlap sharing one ``Buffer``."""
+    spans = sorted(((data.ctypes.data, data.ctypes.data + data.nbytes, uid) for uid, data in memory.items()),
+                   key=lambda span: span[:2])
+    groups: list[list] = []
+    for span in spans:
+        if groups and span[0] < max(end for _, end, _ in groups[-1]):
+            groups[-1].append(span)
+        else:
+            groups.append([span])
+    arguments = {}
+    for group in groups:
+        low, high = group[0][0], max(end for _, end, _ in group)
+        unit = math.gcd(*(memory[uid].itemsize for _, _, uid in group), *(start - low for start, _, _ in group))
+        buffer = Buffer((high - low) // unit)
+        for start, _, uid in group:
+            data = memory[uid]
+            arguments[uid] = Argument(names[uid], data, buffer, (start - low) // unit, data.itemsize // unit)
+    return arguments
+
+
+class GlobalMemory:
+    """The array arguments of one launch and their shadow; ``block()`` gives each block its view of them."""
+
+    def __init__(self, memory: dict, names: dict):
+        """``memory``: pointer uid -> flat numpy array; ``names``: pointer uid -> parameter name."""
+        self.arguments = _arguments(memory, names)
+        self.accesses: list[Access] = []
+
+    def block(self, block: tuple[int, int, int]) -> "BlockMemory":
+        """Global memory as the block at ``blockIdx`` ``block`` (run after every block before it) accesses it."""
+        return BlockMemory(self, block)
+
+
+class GlobalTile:
+    """The part of a tile at ``offsets`` of a global view that lies inside the view (a box: views clip), as one
+    access of one instruction."""
+
+    def __init__(self, argument: Argument, access_id: int, shape, strides, offsets, tile_shape, rows):
+        self.argument, self.id, self.tile_shape = argument, access_id, tuple(tile_shape)
+        ranges = [(0, extent) for extent in self.tile_shape]
+        if rows is not None:
+            ranges[0] = rows
+        low = [max(o + a, 0) for o, (a, _) in zip(offsets, ranges)]
+        high = [min(o + b, extent) for o, (_, b), extent in zip(offsets, ranges, shape)]
+        self.origin = tuple(low)  # the view index of the box's first element
+        self.shape = tuple(max(h - l, 0) for l, h in zip(low, high))
+        self.slices = tuple(slice(l - o, l - o + n) for l, o, n in zip(low, offsets, self.shape))
+        self.empty = 0 in self.shape
+        self.base = sum(l * s for l, s in zip(low, strides))  # flat element of the box's first element
+        self.strides = tuple(strides)
+        data = argument.data
+        # The box in the argument's array, as a strided view: no index arrays to build. numpy refuses (ValueError)
+        # a box reaching outside the array.
+        self.data = None if self.empty else np.ndarray(self.shape, data.dtype, data, self.base * data.itemsize,
+                                                       tuple(s * data.itemsize for s in self.strides))
+
+    def shadow(self, field: str) -> np.ndarray:
+        """The box in the buffer's shadow array ``field``; an element of several units adds a last axis."""
+        argument = self.argument
+        scale = argument.scale
+        shape, strides = self.shape, tuple(s * scale * _ID_BYTES for s in self.strides)
+        if scale > 1:
+            shape, strides = shape + (scale,), strides + (_ID_BYTES,)
+        return np.ndarray(shape, np.int32, getattr(argument.buffer, field),
+                          (argument.offset + self.base * scale) * _ID_BYTES, strides)
+
+    def index(self, position) -> str:
+        """The view index of box position ``position`` (a shadow position: a unit axis is dropped)."""
+        return str([int(o + p) for o, p in zip(self.origin, position[:len(self.shape)])])
+
+
+@dataclass
+class PendingStore:
+    """A TMA store of the block: who issued it, and the issuer's clock when its wait_group observed it."""
+
+    issuer: object  # the issuing task
+    observed: int | None = None
+
+
+class BlockMemory:
+    """Global memory as one block accesses it: the race checks and shadow updates of its loads and stores."""
+
+    def __init__(self, memory: GlobalMemory, block: tuple[int, int, int]):
+        self.memory, self.block = memory, block
+        self.start = len(memory.accesses)  # every access id below this is an earlier block's
+        self.stores: dict[int, PendingStore] = {}  # by the TMA store's access id
+
+    def tile(self, task, pointer: int, view: str, shape, strides, offsets, tile_shape, what: str,
+             rows=None) -> GlobalTile:
+        """The elements of view ``view`` (of pointer ``pointer``, ``shape`` and ``strides``) that ``what`` at
+        ``task``'s line accesses: the tile at ``offsets``, its ``rows`` only when given, clipped to the view."""
+        argument = self.memory.arguments[pointer]
+        accesses = self.memory.accesses
+        try:
+            tile = GlobalTile(argument, len(accesses), shape, strides, offsets, tile_shape, rows)
+        except ValueError:
+            raise BoundsError(f"{what}: view {view} of shape {list(shape)} and strides {list(strides)} reaches "
+                              f"outside argument {argument.name!r} ({argument.data.size} elements); a view must fit "
+                              f"its array", str(task.loc), task.machine.describe_tasks()) from None
+        accesses.append(Access(self.block, what, view, argument.name, task.loc))
+        return tile
+
+    def access(self, tile: GlobalTile) -> Access:
+        """What made ``tile``'s access, and where."""
+        return self.memory.accesses[tile.id]
+
+    def read(self, task, tile: GlobalTile) -> np.ndarray:
+        """The tile's values (zero outside the view); RaceError if another block wrote any of them."""
+        out = np.zeros(tile.tile_shape, dtype=tile.argument.data.dtype)
+        if tile.empty:
+            return out
+        writers = tile.shadow("writer")
+        self._check_blocks(task, tile, writers, "reads", "wrote")
+        readers = tile.shadow("reader")
+        np.minimum(readers, tile.id, out=readers)
+        out[tile.slices] = tile.data
+        return out
+
+    def write(self, task, tile: GlobalTile, values: np.ndarray) -> None:
+        """Write ``values`` (tile-shaped) into the tile's elements; RaceError if another block wrote or read any."""
+        if tile.empty:
+            return
+        writers = tile.shadow("writer")
+        self._check_blocks(task, tile, writers, "writes", "also wrote")
+        self._check_blocks(task, tile, tile.shadow("reader"), "writes", "read")
+        writers[...] = tile.id
+        tile.data[...] = values[tile.slices]
+
+    def _check_blocks(self, task, tile: GlobalTile, ids: np.ndarray, verb: str, other_verb: str) -> None:
+        earlier = ids < self.start
+        if not earlier.any():
+            return
+        position = tuple(np.argwhere(earlier)[0])
+        other, this = self.memory.accesses[ids[position]], self.access(tile)
+        raise RaceError(f"{this.what} in block {this.block} {verb} {this.view}{tile.index(position)} (argument "
+                        f"{this.argument!r}), which block {other.block} {other_verb} ({other.text()}): thread blocks "
+                        f"run in no fixed order, so no block may read or write global memory that another block "
+                        f"writes", str(this.loc), task.machine.describe_tasks())
+
+    def store_issued(self, task, tile: GlobalTile) -> None:
+        """A TMA store into the tile is in flight until ``store_observed``: reading the tile back races."""
+        if not tile.empty:
+            tile.shadow("tma_store")[...] = tile.id
+            self.stores[tile.id] = PendingStore(task)
+
+    def store_observed(self, task, tile: GlobalTile) -> None:
+        """The issuer's ``tma.wait_group`` observed the store done: readers ordered after this may read it."""
+        if tile.id in self.stores:
+            self.stores[tile.id].observed = task.clock[task.index]
+
+    def check_stores_waited(self, task, tile: GlobalTile) -> None:
+        """RaceError if the tile holds the destination of a TMA store of this block that no ``tma.wait_group``
+        ordered before ``task`` has observed."""
+        if not self.stores or tile.empty:
+            return
+        marks = tile.shadow("tma_store")
+        ours = (marks >= self.start) & (marks != NOBODY)
+        if not ours.any():
+            return
+        for store_id in np.unique(marks[ours]):
+            store = self.stores[int(store_id)]
+            issuer, observed = store.issuer, store.observed
+            if observed is not None and (issuer is task or task.clock[issuer.index] >= observed):
+                continue
+            position = tuple(np.argwhere(marks == store_id)[0])
+            this, issued = self.access(tile), self.memory.accesses[store_id]
+            why = ("before tma.wait_group observed that store's bulk group" if observed is None else
+                   f"after {issuer.name} observed it with tma.wait_group, but no barrier wait or sync orders that "
+                   f"wait before this read")
+            raise RaceError(f"{this.what} reads {this.view}{tile.index(position)} (argument {this.argument!r}), the "
+                            f"destination of a TMA store ({issued.text()}), {why}: the copy may still be writing it",
+                            str(this.loc), task.machine.describe_tasks())
