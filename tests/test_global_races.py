@@ -220,3 +220,13 @@ def test_a_computed_view_reaching_outside_its_array_is_a_bounds_error():
     assert caught.value.location == at("doubled")
     assert "load_global: view x of shape [32, 64] and strides [64, 1] reaches outside argument 'x_ptr' (1024 " \
            "elements); a view must fit its array" in str(caught.value)
+
+
+def test_one_torch_tensor_for_two_parameters_is_one_memory():
+    """A CPU torch tensor is the emulator's memory as a numpy array is: C passed as A races as in the numpy case."""
+    torch = pytest.importorskip("torch")
+    c = torch.zeros((128, 128), dtype=torch.float16)
+    with pytest.raises(RaceError) as caught:
+        MatmulWGMMAV3(num_stages=2, block_m=128, block_n=64, block_k=64)(128, 128, 128, c, torch.ones_like(c), c)
+    assert caught.value.location == example_at("matmul_v3.py", "self.tma.global_to_shared(")
+    assert "reads ga[0, 0] (argument 'a_ptr'), which block (0, 0, 0) wrote" in str(caught.value)

@@ -80,11 +80,6 @@ class HostArray:
         if not tensor.is_contiguous():
             raise ArgumentError(f"argument {self.name!r}: the tensor must be contiguous (use .contiguous())")
         self.torch_tensor = tensor
-        # A copy: a run that stops with a KernelError leaves the tensor as it was.
-        self.flat = dtypes.torch_to_numpy(tensor.reshape(-1)).copy()
-
-    def write_back(self) -> None:
-        """Copy the kernel's results into a torch tensor argument (numpy arrays were written in place)."""
-        if self.torch_tensor is not None:
-            # detach(): writing results into a tensor that requires grad is what the GPU launch does too.
-            self.torch_tensor.detach().copy_(dtypes.numpy_to_torch(self.flat).reshape(self.torch_tensor.shape))
+        # The tensor's own memory, as for numpy arrays: one tensor passed for two parameters (or two views of one
+        # storage) is one memory, which the emulator's global-memory race checks must see.
+        self.flat = dtypes.torch_to_numpy(tensor.reshape(-1))

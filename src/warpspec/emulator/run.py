@@ -40,12 +40,11 @@ def run_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None = N
     """Run ``kernel`` with runtime ``arguments`` (by parameter name) on the emulator, block after block, calling
     ``progress`` (if given) before each block: a caller can show how far a long run is, or say which block it
     was in when it was interrupted."""
-    env, memory, hosts = {}, {}, []
+    env, memory = {}, {}
     for param in kernel.params:
         value = arguments[param.name]
         if isinstance(param.type, PointerType):
             host = HostArray(kernel, param, value)
-            hosts.append(host)
             memory[param.var.uid] = host.flat
             env[param.var.uid] = 0
         else:
@@ -70,5 +69,3 @@ def run_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None = N
                     specials = {"blockIdx.x": x, "blockIdx.y": y, "blockIdx.z": z,
                                 "gridDim.x": grid[0], "gridDim.y": grid[1], "gridDim.z": grid[2]}
                     BlockMachine(kernel, global_memory.block((x, y, z)), env, specials, rng).run()
-    for host in hosts:
-        host.write_back()
