@@ -9,9 +9,9 @@ compile-time value changes, that tensor maps are cached, and what a call costs.
 from __future__ import annotations
 
 import ctypes
-import re
 import struct
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -417,3 +417,126 @@ def test_a_call_costs_microseconds(side):
         best = min(best, (time.perf_counter() - started) / 2000)
     assert side.count == 10001
     assert best < 40e-6, f"{best * 1e6:.1f} us per call"
+
+
+# ------------------------------------------------------------------------------------------- tuned Scripts
+
+@warpspec.autotune("tile_m", [64, 128])
+class TunedProbe(Probe):
+    """Probe with its tile height left to the tuner."""
+
+
+class Bench:
+    """The tuner's GPU side: a fake identity and timing (tile 128 wins), the real launch (through plans, onto
+    the fake GPU side); counts what the tuner asked for."""
+
+    def __init__(self):
+        self.identities = self.timings = 0
+
+    def identity(self):
+        self.identities += 1
+        return {"gpu": "Fake H200", "compute_capability": "9.0", "driver": 13000}
+
+    @contextmanager
+    def timing(self):
+        def measure(kernel, runtime, built):
+            self.timings += 1
+            return 1.0 if dict(kernel.constants)["tile_m"] == 128 else 2.0
+
+        yield measure
+
+    def launch(self, kernel, runtime):
+        launch.run_kernel(kernel, runtime)
+
+
+@pytest.fixture
+def tuning(side, monkeypatch, tmp_path):
+    from warpspec.tune import tuner
+
+    monkeypatch.setenv("WARPSPEC_CACHE_DIR", str(tmp_path))
+    for name, value in vars(tuner.settings).items():
+        monkeypatch.setattr(tuner.settings, name, value)
+    monkeypatch.setattr(tuner, "compile_cuda", lambda source: CompiledModule(b"", "", "fake", False))
+    bench = Bench()
+    tuner.configure(bench=bench, workers=1)
+    return bench
+
+
+def test_a_tuned_script_finds_its_winner_without_the_general_path(tuning, side, monkeypatch):
+    from warpspec.frontend import kernel as frontend
+
+    kernel = TunedProbe()
+    arguments = tuple(good().values())
+    kernel(*arguments)
+    assert tuning.timings == 2 and tuning.identities == 1 and kernel.last_report.winner.schedule == {"tile_m": 128}
+    assert side.launches[-1].grid == (1, 1, 1)  # 128 rows, tile 128
+    report = kernel.last_report
+
+    def no_binding(*args, **kwargs):
+        raise AssertionError("the general path ran")
+
+    monkeypatch.setattr(frontend, "bind_arguments", no_binding)
+    kernel(*arguments)
+    kernel(*good(m_size=100, src_ptr=array((100, 64)), dst_ptr=array((100, 64), pointer=BASE + 2**20)).values())
+    assert kernel.last_report is report and len(side.launches) == 3 and side.launches[-1].slot(0, "i") == 100
+    monkeypatch.undo()
+
+
+def test_a_tuned_script_tunes_again_only_for_another_key(tuning, side):
+    kernel = TunedProbe()
+    kernel(*good().values())
+    kernel(**good())  # keywords: the general path, same key
+    kernel(*good(m_size=np.int64(128)).values())  # a numpy size: the general path decides, same key
+    assert tuning.timings == 2 and len(side.launches) == 3
+    bigger = good(m_size=300, src_ptr=array((300, 64)), dst_ptr=array((300, 64), pointer=BASE + 2**20))
+    kernel(*bigger.values())  # bucket 512: tuned again
+    assert tuning.timings == 4 and side.launches[-1].grid == (3, 1, 1)
+    with pytest.raises(ArgumentError, match="expected float16 elements"):
+        kernel(*good(src_ptr=array((128, 64), "float32")).values())
+    assert len(side.launches) == 4
+
+
+def test_a_tuned_call_costs_microseconds(tuning, side):
+    """The winner's lookup and the launch through its plan (fake GPU side), per call."""
+    kernel = TunedProbe()
+    arguments = tuple(good().values())
+    kernel(*arguments)
+    side.record = False
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        for _ in range(2000):
+            kernel(*arguments)
+        best = min(best, (time.perf_counter() - started) / 2000)
+    assert side.count == 10001
+    assert best < 40e-6, f"{best * 1e6:.1f} us per call"
+
+
+# --------------------------------------------------------------------------------------------- the house timer
+
+def test_the_house_timer_runs_for_the_protocols_budgets(monkeypatch):
+    from warpspec.tune import bench
+
+    class Clock:
+        """Every launch takes 2 ms; records what the timer did."""
+
+        def __init__(self):
+            self.events = []
+
+        def flush(self):
+            self.events.append("flush")
+
+        def elapsed_ms(self, launch):
+            launch()
+            return 2.0
+
+        def close(self):
+            self.events.append("close")
+
+    fake = Clock()
+    monkeypatch.setattr(bench, "clock", lambda: fake)
+    launches = []
+    assert bench.time_ms(lambda: launches.append(1)) == 2.0
+    # 1 warm-up and 5 timed calls estimate 2 ms; then 100 ms of warm-up (50 calls) and 500 ms timed (250 calls)
+    assert len(launches) == 1 + 5 + 50 + 250
+    assert fake.events.count("flush") == 5 + 250 and fake.events[-1] == "close"
