@@ -154,7 +154,8 @@ def test_a_plan_reads_torch_tensors_shapes_strides_and_addresses(monkeypatch):
         assert "v2.dtype is not _D2" in kernel._warpspec_calls[0].source
         with pytest.raises(warpspec.ArgumentError) as raised:
             kernel(300, 200, src.float(), dst)
-        assert str(raised.value) == "argument 'src_ptr': expected float16 elements for a ~float16 parameter, got float32"
+        assert str(raised.value) == ("argument 'src_ptr': expected float16 elements for a ~float16 parameter, got "
+                                     "float32")
         with pytest.raises(warpspec.ArgumentError) as raised:
             kernel(301, 200, src, dst)
         assert "argument 'src_ptr' holds 60000 elements but the kernel views it as src of shape [301, 200]" \

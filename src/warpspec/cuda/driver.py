@@ -570,6 +570,12 @@ def error_name(code: int) -> str:
 
 # ------------------------------------------------------------------------------------------- device memory
 
+def synchronize(device: int | None = None) -> None:
+    """Wait until all work queued on ``device`` (default as in ``context``) has finished."""
+    context(device)
+    check(cu.cuCtxSynchronize(), "waiting for the device")
+
+
 class DeviceBuffer:
     """``nbytes`` of device memory from ``cuMemAlloc`` on ``device`` (default as in ``context``), freed with the
     object, for running kernels without PyTorch. ``array(shape, dtype)`` views it as a kernel argument;
@@ -605,8 +611,7 @@ class DeviceBuffer:
         if offset + host.nbytes > self.nbytes:
             raise ArgumentError(f"cannot download {host.nbytes} bytes at offset {offset} from a {self.nbytes}-byte "
                                 f"buffer")
-        context(self.device)
-        check(cu.cuCtxSynchronize(), "waiting for the device")
+        synchronize(self.device)
         check(cu.cuMemcpyDtoH(host.ctypes.data, self.pointer + offset, host.nbytes), "copying from the device")
         return host
 

@@ -271,13 +271,14 @@ class LaunchPlan:
     """
 
     def __init__(self, kernel: ir.Kernel, built, arguments: dict, l2_promotion: int = 128,
-                 device_side: DeviceSide | None = None, device: int | None = None):
+                 device_side: DeviceSide | None = None):
         self.kernel, self.built, self.l2_promotion = kernel, built, l2_promotion
         self.device_side = device_side = device_side or default_device_side()
         has_torch = _torch_arrays(kernel, arguments)
         self.current_device = device_side.device_getter(has_torch)
         self.current_stream = device_side.stream_getter(has_torch)
-        self.device = self.current_device() if device is None else device
+        self.device = self.current_device()
+        self.entries = 0  # entry functions made, so each binds its constants under names of its own
         env, arrays = host_values(kernel, arguments, self.device)
         self.views = [stmt for stmt in ir.walk(kernel.body) if isinstance(stmt, ir.GlobalView)]
         names = {p.var.uid: p.name for p in kernel.params}
@@ -532,14 +533,17 @@ class LaunchPlan:
         no keywords, ``parameters`` being the Script's parameter names in order, the first ``count`` from
         ``args`` and the rest ``defaults`` (by name). Returns MISS unless ``args`` has ``count`` entries, the
         compile-time arguments are ``compile_time`` (same values and Python types) and the arrays match."""
+        self.entries += 1
+        prefix = f"_entry{self.entries}_"
         head = ["def call(args):", f"    if len(args) != {count}: return MISS"]
         if count:
             head.append(f"    {', '.join(f'a{j}' for j in range(count))}, = args")
         for j, name in enumerate(parameters[:count]):
             if name in compile_time:
                 value = compile_time[name]
-                self.namespace[f"_C{j}"] = value
-                head.append(f"    if a{j}.__class__ is not {type(value).__name__} or a{j} != _C{j}: return MISS")
+                self.namespace[f"{prefix}{j}"] = value
+                head.append(f"    if a{j}.__class__ is not {type(value).__name__} or a{j} != {prefix}{j}: "
+                            f"return MISS")
         head += ["    dev = _get_device()", f"    if dev != {self.device}: return MISS", "    stream = None"]
         position = {name: j for j, name in enumerate(parameters)}
         for i, param in enumerate(self.kernel.params):
@@ -547,8 +551,8 @@ class LaunchPlan:
             if j < count:
                 head.append(f"    v{i} = a{j}")
             else:
-                self.namespace[f"_default{i}"] = defaults[param.name]
-                head.append(f"    v{i} = _default{i}")
+                self.namespace[f"{prefix}default{i}"] = defaults[param.name]
+                head.append(f"    v{i} = {prefix}default{i}")
         return self._compile("\n".join(head + ["    " + line for line in self.body]), "call")
 
     def _compile(self, source: str, name: str):
