@@ -540,9 +540,10 @@ class EntryPoints:
 
     @staticmethod
     def _address(symbol: bytes, version: int) -> int:
-        pointer = check(cu.cuGetProcAddress(symbol, version,
-                                            cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM),
-                        f"cuGetProcAddress({symbol.decode()})")[0]
+        found = check(cu.cuGetProcAddress(symbol, version,
+                                          cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM),
+                      f"cuGetProcAddress({symbol.decode()})")
+        pointer = found[0] if isinstance(found, tuple) else found  # (pfn, symbolStatus), or pfn alone
         if not int(pointer):
             raise CudaError(f"the CUDA driver has no {symbol.decode()}")
         return int(pointer)

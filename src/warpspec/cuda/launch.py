@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from warpspec.cuda.codegen import GeneratedKernel, generate
 from warpspec.cuda.compiler import CompiledModule, compile_cuda
 from warpspec.cuda.plan import MISS, LaunchPlan
 from warpspec.ir import nodes as ir
+from warpspec.runtime import environment
 
 #: Plans kept per built kernel (one per argument signature and device); the oldest goes first.
 MAX_PLANS = 8
@@ -31,8 +31,6 @@ def build(kernel: ir.Kernel, options: tuple[str, ...] = (), compiler: str | None
           block_group: int = 0, quad_stores: bool = True) -> BuiltKernel:
     """Generate CUDA C++ for ``kernel`` and compile it for sm_90a (cached in memory and on disk) with
     ``compiler``: ``nvrtc`` (default) or ``nvcc``, by default from WARPSPEC_COMPILER."""
-    from warpspec.runtime import environment
-
     compiler = compiler or environment("WARPSPEC_COMPILER", "nvrtc")
     key = (id(kernel), tuple(options), compiler, min_blocks, block_group, quad_stores)
     entry = _built.get(key)

@@ -295,8 +295,7 @@ class LaunchPlan:
                     signature = _Array(signature.kind, signature.cls, signature.dtype, None)
                 self.arrays[param.name] = signature
         self.lock = threading.Lock()
-        self.maps: list[dict] = [{} for _ in built.generated.tensor_maps]
-        self.encodings = 0  # tensor maps encoded (cache misses), for tests and benchmarks
+        self.maps: list[dict] = [{} for _ in built.generated.tensor_maps]  # per map: key -> its 128 bytes
         self._prepare_buffers()
         self.function = device_side.function(built, self.device)
         self.context = device_side.context(self.device)
@@ -363,7 +362,6 @@ class LaunchPlan:
         if len(cache) >= _MAPS_PER_USE:
             cache.clear()
         cache[key] = data
-        self.encodings += 1
         return data
 
     # ------------------------------------------------------------------------------- generated code

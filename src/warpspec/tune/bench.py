@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable
 from contextlib import contextmanager
 
+from warpspec.cuda.launch import run_kernel
+
 L2_FLUSH_BYTES = 256 << 20
 
 
@@ -137,8 +139,6 @@ class CudaBench:
     def timing(self):
         """Yield ``time(kernel, runtime, built) -> median milliseconds`` of launching ``built`` (the
         ``BuiltKernel`` of ``kernel``); the flush buffer and events live as long as the block."""
-        from warpspec.cuda.launch import run_kernel
-
         timer = clock()
         try:
             yield lambda kernel, runtime, built: median_ms(timer, lambda: run_kernel(kernel, runtime, built=built),
@@ -148,6 +148,4 @@ class CudaBench:
 
     def launch(self, kernel, runtime: dict) -> None:
         """Run ``kernel`` once with these runtime arguments (by parameter name)."""
-        from warpspec.cuda.launch import run_kernel
-
         run_kernel(kernel, runtime)

@@ -458,10 +458,15 @@ def tuned_call(tuned, args: tuple, kwargs: dict):
     querying the device: that costs less than the launch itself. Tuning never starts while the current stream
     is capturing a CUDA graph (``ArgumentError``: tune before capturing)."""
     bench = settings.bench or _bench()
-    winners = tuned.__dict__.setdefault("_warpspec_fast", {})
+    state = tuned.__dict__
+    winners = state.get("_warpspec_fast")
+    if winners is None:
+        winners = state["_warpspec_fast"] = {}
     fast = None
     if not kwargs:
-        fast = _fast_key(tuned, len(args))(args)
+        functions = state.get("_warpspec_key_functions")
+        key_function = functions.get(len(args)) if functions is not None else None
+        fast = (key_function or _fast_key(tuned, len(args)))(args)
         if fast is not None:
             found = winners.get(fast[0])
             if found is not None:
