@@ -540,3 +540,41 @@ def test_the_house_timer_runs_for_the_protocols_budgets(monkeypatch):
     # 1 warm-up and 5 timed calls estimate 2 ms; then 100 ms of warm-up (50 calls) and 500 ms timed (250 calls)
     assert len(launches) == 1 + 5 + 50 + 250
     assert fake.events.count("flush") == 5 + 250 and fake.events[-1] == "close"
+
+
+# ------------------------------------------------------------------------------------ other GPU array kinds
+
+class PretendCudaDLPack:
+    """Forwards numpy's DLPack capsule but reports CUDA device 3, so the generic array path runs on the CPU."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self):
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return (2, 3)
+
+
+def test_dlpack_producers_are_read_through_as_device_array_on_every_call(side):
+    side.device = 3
+    src, dst = np.zeros((128, 64), np.float16), np.zeros((128, 64), np.float16)
+    kernel = Probe()
+    arguments = good(src_ptr=PretendCudaDLPack(src), dst_ptr=PretendCudaDLPack(dst))
+    kernel(*arguments.values())
+    kernel(*arguments.values())
+    assert [call.slot(1, "Q") for call in side.launches] == [src.ctypes.data] * 2
+    assert side.launches[-1].function == 0xF03
+    with pytest.raises(ArgumentError) as raised:
+        kernel(*good(src_ptr=PretendCudaDLPack(np.zeros((128, 64), np.float32)), dst_ptr=arguments["dst_ptr"])
+               .values())
+    assert str(raised.value) == "argument 'src_ptr': expected float16 elements for a ~float16 parameter, got float32"
+    with pytest.raises(ArgumentError) as raised:
+        kernel(*good(src_ptr=PretendCudaDLPack(src[:100]), dst_ptr=arguments["dst_ptr"]).values())
+    assert str(raised.value).startswith("argument 'src_ptr' holds 6400 elements")
+    side.device = 0
+    with pytest.raises(ArgumentError) as raised:
+        kernel(*arguments.values())
+    assert str(raised.value) == "argument 'src_ptr' is on GPU 3, but the kernel launches on GPU 0 (the current device)"
+    assert len(side.launches) == 2
