@@ -504,8 +504,8 @@ def launch(
 # ------------------------------------------------------------------------------------ per-launch entry points
 
 class LaunchConfig(ctypes.Structure):
-    """``CUlaunchConfig`` (cuda.h), the first argument of ``cuLaunchKernelEx``: a launch plan fills one once and
-    rewrites only the grid and the stream per launch."""
+    """``CUlaunchConfig`` (cuda.h), the first argument of ``cuLaunchKernelEx``: a launch plan keeps one, with its
+    cluster attribute set once, and rewrites the grid, block, shared bytes and stream with one pack per launch."""
 
     _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
                 ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
