@@ -43,3 +43,27 @@ def test_scalars_and_the_grid_are_checked(m_size, message):
 
 def test_numpy_integers_are_accepted():
     _matmul()(np.int64(128), 64, 64, *_arrays(128, 64, 64))
+
+
+@pytest.mark.parametrize("m_size, message", [(2**31, "argument 'm_size': 2147483648 does not fit in int32"),
+                                             (True, "argument 'm_size': expected a int32 integer, got True"),
+                                             (0, r"the kernel's grid is \[0, 1, 1\]: blocks.x must be positive"),
+                                             (200, r"argument 'a_ptr' holds 8192 elements but the kernel views it "
+                                                   r"as ga of shape \[200, 64\] \(line \d+\), which needs 12800")])
+def test_the_cuda_back_end_refuses_scalars_grids_and_views_alike(monkeypatch, m_size, message):
+    """The same arguments, refused the same way by a launch plan (on a fake GPU side), before and after a
+    plan for good arguments exists."""
+    from test_launch_plan import FakeSide, array
+
+    from warpspec.cuda import launch, plan
+    from warpspec.cuda.compiler import CompiledModule
+
+    monkeypatch.setattr(plan, "_default_side", FakeSide())
+    monkeypatch.setattr(launch, "compile_cuda", lambda source, **options: CompiledModule(b"", "", "fake", False))
+    kernel = _matmul()
+    arrays = (array((128, 64)), array((64, 64), pointer=0x7F0000100000), array((128, 64), pointer=0x7F0000200000))
+    with warpspec.use_backend("cuda"):
+        for _ in range(2):
+            with pytest.raises(ArgumentError, match=message):
+                kernel(m_size, 64, 64, *arrays)
+            kernel(128, 64, 64, *arrays)

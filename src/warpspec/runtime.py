@@ -3,17 +3,53 @@
 ``WARPSPEC_BACKEND`` (``emulator``, ``cuda`` or ``auto``, the default) chooses where kernels run; ``set_backend`` and
 ``use_backend`` choose from Python and take precedence. ``auto`` means the CUDA back end when a Hopper GPU is
 present, the emulator otherwise.
+
+On the CUDA back end a Script keeps, per instance, the launch plan entries its calls made
+(``warpspec.cuda.plan``): a call with positional arguments of a signature seen before runs one generated function
+that checks and launches, and reaches the general path (binding, compile-time values, the kernel's IR, building a
+plan) only when no entry takes its arguments.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from contextlib import contextmanager
 
+from warpspec.cuda.plan import MISS
 from warpspec.errors import ArgumentError
 
 BACKENDS = ("emulator", "cuda", "auto")
+MAX_CALL_ENTRIES = 8  # plan entries kept per Script instance; the oldest goes first
 _selected: str | None = None
+_hopper: dict[int, bool] = {}  # device -> has_hopper_gpu() there; the hardware does not change while we run
+
+# os.environ.get costs a microsecond (it encodes the key and decodes the value on every call), more than the rest
+# of a launch's back-end choice; CPython's os.environ keeps the encoded mapping in ``_data``, which reads in tens
+# of nanoseconds and sees every change made through os.environ.
+_environ_data = getattr(os.environ, "_data", None)
+_encode_key = getattr(os.environ, "encodekey", None)
+_decode_value = getattr(os.environ, "decodevalue", None)
+_encoded_keys: dict[str, object] = {}
+_decoded: dict[object, str] = {}  # raw value -> decoded, for the few values these variables take
+
+
+def environment(name: str, default: str) -> str:
+    """``os.environ.get(name, default)``, cheaply enough to be read on every launch."""
+    if _environ_data is None or _encode_key is None or _decode_value is None:
+        return os.environ.get(name, default)
+    key = _encoded_keys.get(name)
+    if key is None:
+        key = _encoded_keys[name] = _encode_key(name)
+    raw = _environ_data.get(key)
+    if raw is None:
+        return default
+    text = _decoded.get(raw)
+    if text is None:
+        if len(_decoded) > 64:
+            _decoded.clear()
+        text = _decoded[raw] = _decode_value(raw)
+    return text
 
 
 def _check(name: str, source: str) -> str:
@@ -22,13 +58,27 @@ def _check(name: str, source: str) -> str:
     return name
 
 
+def _mode() -> str:
+    """``emulator``, ``cuda`` or ``auto``: what ``set_backend``/``use_backend`` or WARPSPEC_BACKEND select."""
+    if _selected is not None:
+        return _selected
+    text = environment("WARPSPEC_BACKEND", "auto")
+    if text in BACKENDS:
+        return text
+    return _check(text.strip().lower(), "WARPSPEC_BACKEND")
+
+
 def get_backend() -> str:
     """The back end kernels run on now: ``"emulator"`` or ``"cuda"`` (``auto`` resolved)."""
-    name = _selected or _check(os.environ.get("WARPSPEC_BACKEND", "auto").strip().lower(), "WARPSPEC_BACKEND")
+    name = _mode()
     if name == "auto":
-        from warpspec.cuda.driver import has_hopper_gpu
+        from warpspec.cuda.driver import default_device, has_hopper_gpu
 
-        return "cuda" if has_hopper_gpu() else "emulator"
+        device = default_device()
+        found = _hopper.get(device)
+        if found is None:
+            found = _hopper[device] = has_hopper_gpu()
+        return "cuda" if found else "emulator"
     return name
 
 
@@ -61,8 +111,28 @@ def kernel_for(script, compile_time: dict):
     return cache[key]
 
 
+def shape_only(values) -> bool:
+    """Whether any of ``values`` is a torch fake or meta tensor: torch.compile and torch.library trace with
+    those (their shapes, no data), and a kernel called on them has nothing to compute."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    from torch._subclasses.fake_tensor import is_fake
+
+    return any(isinstance(value, torch.Tensor) and (value.is_meta or is_fake(value)) for value in values)
+
+
 def run_script(script, args: tuple, kwargs: dict):
     """Bind the arguments, build (or reuse) the kernel and run it on the selected back end."""
+    entries = script.__dict__.get("_warpspec_calls")
+    if entries and not kwargs and _mode() != "emulator":
+        # A plan entry exists only for a device where a CUDA launch worked out, so under ``auto`` it is a Hopper
+        # GPU; each entry checks the current device itself.
+        for call in entries:
+            if call(args) is not MISS:
+                return None
+    if shape_only((*args, *kwargs.values())):
+        return None  # before binding: under torch.compile the sizes may be symbolic too
     from warpspec.frontend.kernel import bind_arguments
 
     runtime, compile_time = bind_arguments(type(script), args, kwargs)
@@ -71,6 +141,24 @@ def run_script(script, args: tuple, kwargs: dict):
         from warpspec.emulator.run import run_kernel
 
         return run_kernel(kernel, runtime)
-    from warpspec.cuda.launch import run_kernel
+    from warpspec.cuda.launch import launch_planned
 
-    return run_kernel(kernel, runtime)
+    plan = launch_planned(kernel, runtime)
+    if not kwargs:
+        _remember_entry(script, plan, args, compile_time)
+    return None
+
+
+def _remember_entry(script, plan, args: tuple, compile_time: dict) -> None:
+    """Keep ``plan``'s entry for calls like ``script(*args)`` on the instance."""
+    from warpspec.frontend.kernel import parameters
+
+    params = parameters(type(script))
+    names = tuple(p.name for p in params)
+    defaults = {p.name: p.default for p in params[len(args):]}
+    # The entry compares compile-time arguments as passed (value and Python type), so a call passing 2 where 2.0
+    # was passed before takes the general path, which converts and checks it.
+    passed = {name: args[j] for j, name in enumerate(names[:len(args)]) if name in compile_time}
+    entries = script.__dict__.setdefault("_warpspec_calls", [])
+    entries.insert(0, plan.entry(names, len(args), passed, defaults))
+    del entries[MAX_CALL_ENTRIES:]

@@ -4,6 +4,7 @@ TMA launch that runs only on a Hopper GPU."""
 from __future__ import annotations
 
 import ctypes
+import sys
 
 import numpy as np
 import pytest
@@ -167,6 +168,33 @@ def test_check_raises_cuda_error_with_the_error_name():
     assert driver.check((driver.cu.CUresult.CUDA_SUCCESS, 7)) == 7
     assert driver.check((driver.cu.CUresult.CUDA_SUCCESS, 7, 8)) == (7, 8)
     assert driver.check((driver.cu.CUresult.CUDA_SUCCESS,)) is None
+
+
+def test_launch_structures_have_cuda_h_layouts():
+    """The ctypes CUlaunchConfig and CUlaunchAttribute a launch plan fills hold the same bytes as cuda-bindings'
+    structures (which mirror cuda.h) with the same fields."""
+    reference = driver.cu.CUlaunchConfig()
+    reference.gridDimX, reference.gridDimY, reference.gridDimZ = 3, 4, 5
+    reference.blockDimX, reference.blockDimY, reference.blockDimZ = 160, 1, 1
+    reference.sharedMemBytes, reference.hStream, reference.numAttrs = 9000, driver.cu.CUstream(0x1234), 1
+    ours = driver.LaunchConfig(3, 4, 5, 160, 1, 1, 9000, 0x1234, 0, 1)
+    assert ctypes.sizeof(ours) == 56
+    assert bytes(ours) == ctypes.string_at(reference.getPtr(), 56)
+    attribute = driver.cu.CUlaunchAttribute()
+    attribute.id = driver.cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    attribute.value.clusterDim.x, attribute.value.clusterDim.y, attribute.value.clusterDim.z = 2, 3, 4
+    mine = driver.LaunchAttribute()
+    mine.id = driver.CLUSTER_DIMENSION
+    mine.value[0], mine.value[1] = 2 | 3 << 32, 4  # how a plan writes clusterDim.x, .y (one word) and .z
+    assert ctypes.sizeof(mine) == 72 and bytes(mine) == ctypes.string_at(attribute.getPtr(), 72)
+
+
+def test_error_names_and_the_default_stream_without_pytorch_cuda():
+    assert driver.error_name(1).startswith("CUDA_ERROR_INVALID_VALUE")
+    assert driver.error_name(987654) == "CUresult 987654"
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        assert driver.default_stream(0) == 0 and driver.default_device() == 0
 
 
 # ------------------------------------------------------------------------------------------ on a Hopper GPU

@@ -86,7 +86,21 @@ def default_device() -> int:
     """PyTorch's current device when PyTorch has initialised CUDA (so both work on the same GPU), else 0."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
-        return torch.cuda.current_device()
+        # torch._C's getter is what torch.cuda.current_device() returns once CUDA is initialised, without the
+        # Python wrapper's lazy-initialisation check: this runs on every launch.
+        getter = getattr(torch._C, "_cuda_getDevice", None)
+        return getter() if getter is not None else torch.cuda.current_device()
+    return 0
+
+
+def default_stream(device: int) -> int:
+    """The CUstream handle warpspec launches on by default: PyTorch's current stream on ``device`` when PyTorch
+    has initialised CUDA (so tensors made just before are ready without a sync, and ``torch.cuda.graph`` captures
+    the launch), else 0 (the legacy default stream)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
     return 0
 
 
@@ -435,14 +449,8 @@ def _dims(value: Sequence[int], label: str) -> tuple[int, int, int]:
     return dims  # type: ignore[return-value]
 
 
-def _stream_handle(stream: int | None) -> int:
-    if stream is not None:
-        return int(stream)
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        # Launch where PyTorch's next kernel goes, so tensors made just before are ready without a sync.
-        return torch.cuda.current_stream().cuda_stream
-    return 0
+def _stream_handle(stream: int | None, device: int) -> int:
+    return int(stream) if stream is not None else default_stream(device)
 
 
 def launch(
@@ -487,10 +495,131 @@ def launch(
     config.gridDimX, config.gridDimY, config.gridDimZ = grid
     config.blockDimX, config.blockDimY, config.blockDimZ = block
     config.sharedMemBytes = shared_bytes
-    config.hStream = cu.CUstream(_stream_handle(stream))
+    config.hStream = cu.CUstream(_stream_handle(stream, function.module.device))
     pointers, _values = _kernel_params(params)
     check(cu.cuLaunchKernelEx(config, function.handle, ctypes.addressof(pointers), 0),
           f"launching {function.name!r} (grid {grid}, block {block}, cluster {cluster}, {shared_bytes} B shared)")
+
+
+# ------------------------------------------------------------------------------------ per-launch entry points
+
+class LaunchConfig(ctypes.Structure):
+    """``CUlaunchConfig`` (cuda.h), the first argument of ``cuLaunchKernelEx``: a launch plan keeps one, with its
+    cluster attribute set once, and rewrites the grid, block, shared bytes and stream with one pack per launch."""
+
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p), ("attrs", ctypes.c_void_p),
+                ("numAttrs", ctypes.c_uint)]
+
+
+class LaunchAttribute(ctypes.Structure):
+    """``CUlaunchAttribute`` (cuda.h): an attribute id, then (8-byte aligned) a 64-byte value union whose first
+    three unsigned ints are ``clusterDim.x, .y, .z``."""
+
+    _fields_ = [("id", ctypes.c_int), ("value", ctypes.c_uint64 * 8)]
+
+
+#: ``CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION``, as cuda-bindings numbers it.
+CLUSTER_DIMENSION = int(cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+
+
+class EntryPoints:
+    """``cuLaunchKernelEx`` and ``cuCtxGetCurrent`` called through ctypes, for the two driver calls every launch
+    makes: cuda-bindings' wrappers convert their arguments into Python objects and cost microseconds each, a
+    ctypes call with integer handles a fraction of one. The addresses come from ``cuGetProcAddress`` of the
+    driver cuda-bindings loaded (legacy default stream semantics, as cuda-bindings uses), so both talk to one
+    driver library."""
+
+    def __init__(self):
+        _initialise()
+        prototype = ctypes.CFUNCTYPE
+        self.launch_kernel_ex = prototype(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                          ctypes.c_void_p)(self._address(b"cuLaunchKernelEx", 11080))
+        self.ctx_get_current = prototype(ctypes.c_int, ctypes.c_void_p)(self._address(b"cuCtxGetCurrent", 4000))
+
+    @staticmethod
+    def _address(symbol: bytes, version: int) -> int:
+        found = check(cu.cuGetProcAddress(symbol, version,
+                                          cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM),
+                      f"cuGetProcAddress({symbol.decode()})")
+        pointer = found[0] if isinstance(found, tuple) else found  # (pfn, symbolStatus), or pfn alone
+        if not int(pointer):
+            raise CudaError(f"the CUDA driver has no {symbol.decode()}")
+        return int(pointer)
+
+
+_entry_points: EntryPoints | None = None
+
+
+def entry_points() -> EntryPoints:
+    """The process's ``EntryPoints``, resolved at the first call."""
+    global _entry_points
+    with _lock:
+        if _entry_points is None:
+            _entry_points = EntryPoints()
+        return _entry_points
+
+
+def error_name(code: int) -> str:
+    """A CUresult number as its name and description, e.g. ``CUDA_ERROR_INVALID_VALUE (invalid argument)``."""
+    try:
+        return _error_string(cu.CUresult(code))
+    except ValueError:  # a code this cuda-bindings does not know
+        return f"CUresult {code}"
+
+
+# ------------------------------------------------------------------------------------------- device memory
+
+def synchronize(device: int | None = None) -> None:
+    """Wait until all work queued on ``device`` (default as in ``context``) has finished."""
+    context(device)
+    check(cu.cuCtxSynchronize(), "waiting for the device")
+
+
+class DeviceBuffer:
+    """``nbytes`` of device memory from ``cuMemAlloc`` on ``device`` (default as in ``context``), freed with the
+    object, for running kernels without PyTorch. ``array(shape, dtype)`` views it as a kernel argument;
+    ``upload`` and ``download`` copy numpy arrays in and out (synchronously)."""
+
+    def __init__(self, nbytes: int, device: int | None = None):
+        self.device = default_device() if device is None else device
+        context(self.device)
+        self.nbytes = nbytes
+        self.pointer = int(check(cu.cuMemAlloc(max(nbytes, 1)), f"allocating {nbytes} bytes of device memory"))
+
+    def array(self, shape: Sequence[int], dtype: DType) -> DeviceArray:
+        """The buffer as a C-contiguous ``DeviceArray`` of ``shape`` and ``dtype`` (which must fit)."""
+        shape = tuple(int(extent) for extent in shape)
+        count = 1
+        for extent in shape:
+            count *= extent
+        if count * dtype.nbytes > self.nbytes:
+            raise ArgumentError(f"a {dtype.name} array of shape {list(shape)} needs {count * dtype.nbytes} bytes; "
+                                f"the buffer holds {self.nbytes}")
+        return DeviceArray(self.pointer, shape, _contiguous_strides(shape), dtype.name, self.device)
+
+    def upload(self, host: Any) -> None:
+        """Copy the bytes of the C-contiguous numpy array ``host`` to the start of the buffer."""
+        if host.nbytes > self.nbytes:
+            raise ArgumentError(f"cannot upload {host.nbytes} bytes into a {self.nbytes}-byte buffer")
+        context(self.device)
+        check(cu.cuMemcpyHtoD(self.pointer, host.ctypes.data, host.nbytes), "copying to the device")
+
+    def download(self, host: Any, offset: int = 0) -> Any:
+        """Fill the C-contiguous numpy array ``host`` from the buffer's bytes at ``offset``; returns ``host``.
+        Waits for all work on the device first, so results of kernels launched before are complete."""
+        if offset + host.nbytes > self.nbytes:
+            raise ArgumentError(f"cannot download {host.nbytes} bytes at offset {offset} from a {self.nbytes}-byte "
+                                f"buffer")
+        synchronize(self.device)
+        check(cu.cuMemcpyDtoH(host.ctypes.data, self.pointer + offset, host.nbytes), "copying from the device")
+        return host
+
+    def __del__(self):
+        pointer, self.pointer = getattr(self, "pointer", 0), 0
+        if pointer and _initialised:
+            cu.cuMemFree(pointer)  # errors at interpreter exit (driver torn down) are harmless
 
 
 # ------------------------------------------------------------------------------------------ device arrays

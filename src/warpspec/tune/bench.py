@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable
 from contextlib import contextmanager
 
+from warpspec.cuda.launch import run_kernel
+
 L2_FLUSH_BYTES = 256 << 20
 
 
@@ -85,6 +87,27 @@ def median_ms(clock, launch: Callable[[], None], runs: int, warmup: int) -> floa
     return statistics.median(samples)
 
 
+def clock():
+    """A timing clock (``flush``, ``elapsed_ms(launch)``, ``close``) on the stream warpspec launches on:
+    PyTorch's when the caller's PyTorch has initialised CUDA, the driver's on stream 0 otherwise."""
+    torch = sys.modules.get("torch")
+    return _TorchClock(torch) if torch is not None and torch.cuda.is_initialized() else _DriverClock()
+
+
+def time_ms(launch: Callable[[], None], warmup_ms: float = 100.0, rep_ms: float = 500.0) -> float:
+    """The house protocol of docs/performance.md without triton: what ``triton.testing.do_bench(launch,
+    warmup=warmup_ms, rep=rep_ms, return_mode="median")`` measures. Five calls estimate one's time; then
+    about ``warmup_ms`` of untimed calls, then about ``rep_ms`` of calls each timed by CUDA events after an L2
+    flush; the median in milliseconds."""
+    timer = clock()
+    try:
+        estimate = max(median_ms(timer, launch, runs=5, warmup=1), 1e-4)
+        return median_ms(timer, launch, runs=max(1, int(rep_ms / estimate)),
+                         warmup=max(1, int(warmup_ms / estimate)))
+    finally:
+        timer.close()
+
+
 def device_identity() -> dict:
     """The GPU warpspec launches on, as it enters tuning keys: name, compute capability and driver version."""
     from cuda.bindings import driver as cu
@@ -116,18 +139,13 @@ class CudaBench:
     def timing(self):
         """Yield ``time(kernel, runtime, built) -> median milliseconds`` of launching ``built`` (the
         ``BuiltKernel`` of ``kernel``); the flush buffer and events live as long as the block."""
-        from warpspec.cuda.launch import run_kernel
-
-        torch = sys.modules.get("torch")
-        clock = _TorchClock(torch) if torch is not None and torch.cuda.is_initialized() else _DriverClock()
+        timer = clock()
         try:
-            yield lambda kernel, runtime, built: median_ms(clock, lambda: run_kernel(kernel, runtime, built=built),
+            yield lambda kernel, runtime, built: median_ms(timer, lambda: run_kernel(kernel, runtime, built=built),
                                                            self.runs, self.warmup)
         finally:
-            clock.close()
+            timer.close()
 
     def launch(self, kernel, runtime: dict) -> None:
         """Run ``kernel`` once with these runtime arguments (by parameter name)."""
-        from warpspec.cuda.launch import run_kernel
-
         run_kernel(kernel, runtime)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from warpspec.errors import CompileError
+from warpspec.runtime import get_backend, shape_only
 
 
 class TunedScript:
@@ -42,10 +43,22 @@ class TunedScript:
         raise CompileError(f"no schedule of {self.cls.__name__} compiles for these arguments:\n" + "\n".join(errors))
 
     def __call__(self, *args, **kwargs):
-        from warpspec.runtime import get_backend
-
         if get_backend() == "emulator":
+            if shape_only((*args, *kwargs.values())):
+                return None  # fake or meta tensors (torch.compile tracing): nothing to run
             return self.first_valid(args, kwargs)(*args, **kwargs)
+        return _tuned_call()(self, args, kwargs)
+
+
+def _tuned_call():
+    """``warpspec.tune.tuner.tuned_call``, imported at the first GPU call (the tuner loads the CUDA compiler),
+    then kept: an import statement per call would cost more than finding the winner."""
+    global _tuned_call_function
+    if _tuned_call_function is None:
         from warpspec.tune.tuner import tuned_call
 
-        return tuned_call(self, args, kwargs)
+        _tuned_call_function = tuned_call
+    return _tuned_call_function
+
+
+_tuned_call_function = None

@@ -452,40 +452,110 @@ def key_sizes(script_cls, runtime: dict) -> dict[str, int]:
 
 def tuned_call(tuned, args: tuple, kwargs: dict):
     """Run ``tuned`` (a TunedScript) on the GPU with the schedule chosen for these arguments: remembered in this
-    process, stored by an earlier one, or tuned now (and stored). Sets ``tuned.last_report``."""
-    from warpspec.frontend.kernel import bind_arguments
-    from warpspec.runtime import kernel_for
+    process, stored by an earlier one, or tuned now (and stored). Sets ``tuned.last_report``.
 
+    Within a process the class's code and the GPU stay what they were, so a call with positional arguments like
+    an earlier one finds its winner by a generated key function (``_fast_key``: compile-time values, the size
+    buckets of the key's sizes and the device) and one dictionary lookup, without hashing the source or
+    querying the device: that costs less than the launch itself. Tuning never starts while the current stream
+    is capturing a CUDA graph (``ArgumentError``: tune before capturing)."""
+    bench = settings.bench or _bench()
+    state = tuned.__dict__
+    winners = state.get("_warpspec_fast")
+    if winners is None:
+        winners = state["_warpspec_fast"] = {}
+    fast = None
+    if not kwargs:
+        functions = state.get("_warpspec_key_functions")
+        key_function = functions.get(len(args)) if functions is not None else None
+        fast = (key_function or _fast_key(tuned, len(args)))(args)
+        if fast is not None:
+            found = winners.get(fast[0])
+            if found is not None:
+                tuned.last_report = found[1]
+                return bench.launch(found[2], fast[1])
+    from warpspec.frontend.kernel import bind_arguments
+    from warpspec.runtime import kernel_for, shape_only
+
+    if shape_only((*args, *kwargs.values())):
+        return None  # fake or meta tensors (torch.compile tracing): nothing to tune or run
     runtime, compile_time = bind_arguments(tuned.cls, args, kwargs)
-    bench = _bench()
-    # Within a process the class's code and the GPU stay what they were: repeated calls skip hashing the source
-    # and querying the device, which would otherwise cost more than launching a small kernel.
-    fast_key = (tuple(sorted(compile_time.items())), tuple(sorted(key_sizes(tuned.cls, runtime).items())),
-                _current_device())
-    fast = tuned.__dict__.setdefault("_warpspec_fast", {})
-    if fast_key in fast:
-        script, tuned.last_report = fast[fast_key]
-        return bench.launch(kernel_for(script, compile_time), runtime)
+    chosen = tuned.__dict__.setdefault("_warpspec_tuned", {})
     material = tuning_material(tuned, runtime, compile_time, bench.identity())
     key = cache.entry_key(material)
-    chosen = tuned.__dict__.setdefault("_warpspec_tuned", {})
     if key not in chosen:
         report = _cached_report(tuned, key, material)
         if report is None:
+            _refuse_capture(tuned)
             report = tune(tuned, runtime, compile_time, bench)
             report.key = key
             cache.store(key, material, {"kernel": report.kernel, "seconds": report.seconds,
                                         "fates": [asdict(f) for f in report.fates]})
         chosen[key] = (tuned.instantiate(report.winner.schedule), report)
     script, tuned.last_report = chosen[key]
-    fast[fast_key] = chosen[key]
-    return bench.launch(kernel_for(script, compile_time), runtime)
+    kernel = kernel_for(script, compile_time)
+    if fast is not None:
+        winners[fast[0]] = (script, tuned.last_report, kernel)
+    return bench.launch(kernel, runtime)
 
 
-def _current_device() -> int:
+def _fast_key(tuned, count: int):
+    """The key function of calls of ``tuned`` with ``count`` positional arguments: ``key(args)`` returns
+    ``(key, runtime arguments by name)``, or None where the general path must decide (other Python types than
+    ``int``/``float``/``bool`` for scalars, an integer where an array goes, a wrong count). Calls with equal
+    keys have equal compile-time values, tuning key sizes and device, hence the same winner. Made once per
+    count."""
+    functions = tuned.__dict__.setdefault("_warpspec_key_functions", {})
+    function = functions.get(count)
+    if function is not None:
+        return function
     from warpspec.cuda.driver import default_device
+    from warpspec.dtypes import PointerType
+    from warpspec.frontend.kernel import parameters
 
-    return default_device()
+    params = parameters(tuned.cls)
+    names = getattr(tuned.cls, "tune_key", None)
+    lines = ["def key(args):", f"    if len(args) != {count}: return None"]
+    if count:
+        lines.append(f"    {', '.join(f'a{j}' for j in range(count))}, = args")
+    parts, runtime = [], []
+    namespace = {"_bucket": cache.size_bucket, "_device": default_device}
+    for j, p in enumerate(params):
+        value = f"a{j}" if j < count else f"_default{j}"
+        if j >= count:
+            namespace[f"_default{j}"] = p.default
+        if not p.runtime:
+            lines.append(f"    if {value}.__class__ is not {p.annotation.__name__}: return None")
+            parts.append(value)
+            continue
+        runtime.append(f"{p.name!r}: {value}")
+        if isinstance(p.annotation, PointerType):
+            # An integer there would be part of the tuning key's sizes; the class keeps fake tensors (which
+            # must not launch) apart from real ones.
+            lines.append(f"    if {value}.__class__ is int or {value}.__class__ is bool: return None")
+            parts.append(f"{value}.__class__")
+        elif names is not None:
+            if p.name in names:
+                lines.append(f"    if {value}.__class__ is not int: return None")
+                parts.append(f"_bucket({value})")
+        else:
+            lines.append(f"    if {value}.__class__ is not int and {value}.__class__ is not float and "
+                         f"{value}.__class__ is not bool: return None")
+            parts.append(f"(_bucket({value}) if {value}.__class__ is int else {value}.__class__)")
+    lines.append(f"    return ({', '.join(parts + ['_device()'])},), {{{', '.join(runtime)}}}")
+    exec(compile("\n".join(lines), f"<tuning key of {tuned.cls.__name__}>", "exec"), namespace)
+    function = functions[count] = namespace["key"]
+    return function
+
+
+def _refuse_capture(tuned) -> None:
+    """ArgumentError when PyTorch is capturing a CUDA graph on the current stream: tuning synchronises, allocates
+    and launches many kernels, none of which may happen inside a capture."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
+        raise ArgumentError(f"{tuned.cls.__name__} would have to be tuned for these arguments, but the current "
+                            f"stream is capturing a CUDA graph; call it once with the same shapes before the "
+                            f"capture (the winner is then reused), or pin a schedule")
 
 
 def _count(value) -> bool:

@@ -1,0 +1,156 @@
+"""Host time per call on the GPU, in one process: warpspec Scripts (pinned and autotuned), a warpspec custom op
+called eagerly and under torch.compile, warpspec.ops.matmul when it exists, torch.mm and a trivial Triton kernel
+(when Triton is installed); then V4 at 2048^3 called eagerly against its CUDA-graph replay.
+
+Each host time is the best of 5 loops of 2000 calls at 128 x 128 x 64 (fp16), where the GPU work per call is a few
+microseconds, so the loop is bound by the host: what a call costs before the GPU sees it.
+
+    python benchmarks/launch.py [--calls 2000] [--json out.json]
+
+Prints a Markdown table last (the form docs/performance.md uses); writes every number to the JSON file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+
+import torch  # noqa: E402
+
+import warpspec  # noqa: E402
+import warpspec.torch_ops  # noqa: E402
+from matmul_v3 import MatmulWGMMAV3  # noqa: E402
+from matmul_v4 import MatmulWGMMAV4  # noqa: E402
+
+M, N, K = 128, 128, 64
+PINNED = dict(num_stages=2, block_m=128, block_n=128, block_k=64)
+
+
+def host_us(call, calls: int, repeats: int = 5) -> float:
+    """Best over ``repeats`` loops of ``calls`` calls of the host time per call, in microseconds."""
+    call()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for _ in range(calls):
+            call()
+        best = min(best, (time.perf_counter() - started) / calls)
+        torch.cuda.synchronize()
+    return best * 1e6
+
+
+def triton_trivial():
+    """A one-block Triton kernel that adds 1 to 128 floats, or None without Triton."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.jit
+    def add_one(x, n, BLOCK: tl.constexpr):
+        offsets = tl.arange(0, BLOCK)
+        mask = offsets < n
+        tl.store(x + offsets, tl.load(x + offsets, mask=mask) + 1, mask=mask)
+
+    x = torch.zeros(128, device="cuda")
+    return lambda: add_one[(1,)](x, 128, BLOCK=128)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--json", help="write the results here")
+    options = parser.parse_args()
+    warpspec.set_backend("cuda")
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(N, K, device="cuda", dtype=torch.float16)
+    c = torch.empty(M, N, device="cuda", dtype=torch.float16)
+    pinned, tuned = MatmulWGMMAV3(**PINNED), MatmulWGMMAV3()
+    tuned(M, N, K, a, b, c)  # tunes before anything is timed
+
+    @warpspec.torch_ops.custom_op("warpspec_benchmarks::matmul_v3")
+    def matmul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        out = x.new_empty((x.shape[0], y.shape[0]))
+        pinned(x.shape[0], y.shape[0], x.shape[1], x, y, out)
+        return out
+
+    compiled = torch.compile(lambda x, y: matmul(x, y), fullgraph=True)
+    rows = [
+        ("warpspec V3 pinned (2, 128, 128, 64)", lambda: pinned(M, N, K, a, b, c)),
+        ("warpspec V3 autotuned, after tuning", lambda: tuned(M, N, K, a, b, c)),
+        ("warpspec custom op, eager (allocates C)", lambda: matmul(a, b)),
+        ("warpspec custom op, torch.compile(fullgraph=True)", lambda: compiled(a, b)),
+    ]
+    try:
+        from warpspec.ops import matmul as ops_matmul
+    except ImportError:
+        ops_matmul = None
+    if ops_matmul is not None:
+        rows.append(("warpspec.ops.matmul", lambda: ops_matmul(a, b)))
+    rows += [("torch.mm(a, b.T, out=c)", lambda: torch.mm(a, b.T, out=c)), ("torch a @ b.T", lambda: a @ b.T)]
+    trivial = triton_trivial()
+    if trivial is not None:
+        rows.append(("Triton, a trivial one-block kernel", trivial))
+    results = {}
+    for label, call in rows:
+        results[label] = host_us(call, options.calls)
+        print(f"{label}: {results[label]:.1f} us", flush=True)
+    eager, graph = eager_and_graph()
+    print(f"\nHost time per call, {options.calls} calls in a loop, best of 5, fp16 {M}x{N}x{K}:\n")
+    print("| call | host us per call |\n|---|---:|")
+    for label, value in results.items():
+        print(f"| {label} | {value:.1f} |")
+    flops = 2.0 * 2048 ** 3
+    print(f"\nV4 (autotuned) at 2048^3: eager {flops / eager / 1e9:.0f} TFLOP/s, CUDA-graph replay "
+          f"{flops / graph / 1e9:.0f} TFLOP/s (eager at {graph / eager:.3f} of the replay's speed)")
+    if options.json:
+        with open(options.json, "w") as out:
+            json.dump({"host_us": results, "v4_2048_eager_ms": eager, "v4_2048_graph_ms": graph}, out, indent=1)
+
+
+def eager_and_graph(size: int = 2048, calls: int = 200) -> tuple[float, float]:
+    """Milliseconds per call of the autotuned V4 at ``size``^3: ``calls`` eager calls in a row, and the same
+    number replayed from a CUDA graph of 20 calls (CUDA events around all of them; median of 5)."""
+    kernel = MatmulWGMMAV4()
+    a = torch.randn(size, size, device="cuda", dtype=torch.float16)
+    b = torch.randn(size, size, device="cuda", dtype=torch.float16)
+    c = torch.empty(size, size, device="cuda", dtype=torch.float16)
+    kernel(size, size, size, a, b, c)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        kernel(size, size, size, a, b, c)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(20):
+            kernel(size, size, size, a, b, c)
+
+    def per_call(run) -> float:
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        run()
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(5):
+            start.record()
+            run()
+            stop.record()
+            stop.synchronize()
+            samples.append(start.elapsed_time(stop) / calls)
+        return statistics.median(samples)
+
+    eager = per_call(lambda: [kernel(size, size, size, a, b, c) for _ in range(calls)])
+    graph_ms = per_call(lambda: [graph.replay() for _ in range(calls // 20)])
+    return eager, graph_ms
+
+
+if __name__ == "__main__":
+    main()

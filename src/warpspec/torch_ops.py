@@ -1,0 +1,103 @@
+"""warpspec kernels as PyTorch operators (``torch.library`` custom ops), for eager code, ``torch.compile`` and CUDA
+graphs alike. Needs PyTorch (``pip install -e '.[torch]'``); the rest of warpspec never imports it.
+
+Write the operator as an ordinary Python function with type hints that allocates its outputs with torch and calls
+Scripts on them, and decorate it with ``custom_op``::
+
+    import torch
+    import warpspec.torch_ops
+    from matmul_v3 import MatmulWGMMAV3
+
+    kernel = MatmulWGMMAV3()  # autotuned (or pin a schedule)
+
+    @warpspec.torch_ops.custom_op("mylib::matmul_v3")
+    def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        c = a.new_empty((a.shape[0], b.shape[0]))
+        kernel(a.shape[0], b.shape[0], a.shape[1], a, b, c)
+        return c
+
+The same function is both implementations PyTorch asks for:
+
+* the real one, for eager calls and compiled graphs: a Script called on CUDA tensors launches on the tensors'
+  GPU (whatever the current device) and on PyTorch's current stream there, so ``torch.cuda.stream`` and
+  ``torch.cuda.graph`` apply; on CPU tensors it runs on the emulator;
+* the fake (meta) one, which gives ``torch.compile`` the outputs' shapes, dtypes and devices: torch runs the
+  function on fake tensors, the allocations produce fake outputs and a Script called on fake or meta tensors
+  computes nothing.
+
+An operator that writes into arguments instead of returning new tensors names them in ``mutates_args`` and returns
+None. The op is opaque to ``torch.compile``: ``fullgraph=True`` compiles a function calling it without a graph
+break. Autotuned Scripts tune on their first call outside a CUDA graph capture; call the op once eagerly with the
+shapes a graph will use before capturing it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+
+import torch
+
+from warpspec import runtime
+from warpspec.cuda.driver import default_device
+
+
+def custom_op(name: str, function: Callable | None = None, *, mutates_args: Iterable[str] | str = (),
+              schema: str | None = None):
+    """Register ``function`` (type-hinted, allocating its outputs and calling Scripts) as the PyTorch custom op
+    ``name`` (``"namespace::op_name"``) with ``function`` itself as its fake implementation; return the op (a
+    ``torch.library.CustomOpDef``, callable like the function). Use as ``@custom_op("mylib::op")`` or
+    ``custom_op("mylib::op", function)``. ``mutates_args`` and ``schema`` are passed to
+    ``torch.library.custom_op``."""
+
+    def register(function: Callable):
+        op = torch.library.custom_op(name, _on_the_tensors_device(function), mutates_args=mutates_args,
+                                     schema=schema)
+        op.register_fake(function)
+        return op
+
+    return register if function is None else register(function)
+
+
+def _on_the_tensors_device(function: Callable) -> Callable:
+    """``function`` running its Scripts where its tensor arguments are: on the emulator for CPU tensors, on their
+    GPU for CUDA tensors (made the current device for the call when it is not)."""
+
+    @functools.wraps(function)
+    def implementation(*args, **kwargs):
+        device = _device_of(args, kwargs)
+        if device is None:
+            return function(*args, **kwargs)
+        if device.type == "cpu":
+            if runtime.get_backend() == "emulator":
+                return function(*args, **kwargs)
+            with runtime.use_backend("emulator"):
+                return function(*args, **kwargs)
+        if device.type == "cuda":
+            index = device.index if device.index is not None else default_device()
+            if runtime.get_backend() != "cuda":
+                with runtime.use_backend("cuda"):
+                    return _on_gpu(function, index, args, kwargs)
+            return _on_gpu(function, index, args, kwargs)
+        return function(*args, **kwargs)  # another device type: the Scripts' own checks say what they take
+
+    return implementation
+
+
+def _on_gpu(function: Callable, index: int, args: tuple, kwargs: dict):
+    if index == default_device():
+        return function(*args, **kwargs)
+    with torch.cuda.device(index):
+        return function(*args, **kwargs)
+
+
+def _device_of(args: tuple, kwargs: dict):
+    """The device of the first tensor among the arguments (or in a list argument), or None."""
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            return value.device
+        if isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, torch.Tensor):
+                    return item.device
+    return None
