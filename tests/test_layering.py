@@ -10,7 +10,7 @@ ROOT = Path(warpspec.__file__).parent
 
 #: Lowest first. A module may import modules of its own package or of lower layers.
 LAYERS = [
-    ("warpspec.errors", "warpspec.dtypes", "warpspec.files"),
+    ("warpspec.errors", "warpspec.dtypes", "warpspec.files", "warpspec.environment"),
     ("warpspec.target",),
     ("warpspec.ir",),
     ("warpspec.layout",),
@@ -22,6 +22,7 @@ LAYERS = [
     ("warpspec.tune",),
     ("warpspec.script",),
     ("warpspec.pipeline",),
+    ("warpspec.torch_ops",),
     ("warpspec",),
     ("warpspec.cli",),
 ]

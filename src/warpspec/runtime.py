@@ -12,45 +12,17 @@ plan) only when no entry takes its arguments.
 
 from __future__ import annotations
 
-import os
 import sys
 from contextlib import contextmanager
 
 from warpspec.cuda.plan import MISS
+from warpspec.environment import environment
 from warpspec.errors import ArgumentError
 
 BACKENDS = ("emulator", "cuda", "auto")
 MAX_CALL_ENTRIES = 8  # plan entries kept per Script instance; the oldest goes first
 _selected: str | None = None
 _hopper: dict[int, bool] = {}  # device -> has_hopper_gpu() there; the hardware does not change while we run
-
-# os.environ.get costs a microsecond (it encodes the key and decodes the value on every call), more than the rest
-# of a launch's back-end choice; CPython's os.environ keeps the encoded mapping in ``_data``, which reads in tens
-# of nanoseconds and sees every change made through os.environ.
-_environ_data = getattr(os.environ, "_data", None)
-_encode_key = getattr(os.environ, "encodekey", None)
-_decode_value = getattr(os.environ, "decodevalue", None)
-_encoded_keys: dict[str, object] = {}
-_decoded: dict[object, str] = {}  # raw value -> decoded, for the few values these variables take
-
-
-def environment(name: str, default: str) -> str:
-    """``os.environ.get(name, default)``, cheaply enough to be read on every launch."""
-    if _environ_data is None or _encode_key is None or _decode_value is None:
-        return os.environ.get(name, default)
-    key = _encoded_keys.get(name)
-    if key is None:
-        key = _encoded_keys[name] = _encode_key(name)
-    raw = _environ_data.get(key)
-    if raw is None:
-        return default
-    text = _decoded.get(raw)
-    if text is None:
-        if len(_decoded) > 64:
-            _decoded.clear()
-        text = _decoded[raw] = _decode_value(raw)
-    return text
-
 
 def _check(name: str, source: str) -> str:
     if name not in BACKENDS:

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from warpspec.cuda.codegen import GeneratedKernel, generate
 from warpspec.cuda.compiler import CompiledModule, compile_cuda
 from warpspec.cuda.plan import MISS, LaunchPlan
+from warpspec.environment import environment
 from warpspec.ir import nodes as ir
-from warpspec.runtime import environment
 
 #: Plans kept per built kernel (one per argument signature and device); the oldest goes first.
 MAX_PLANS = 8

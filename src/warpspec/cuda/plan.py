@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from warpspec.arguments import check_view, launch_grid, scalar_value, view_shapes
 from warpspec.dtypes import DType, PointerType
 from warpspec.errors import ArgumentError, CompileError
+from warpspec.isa.memory import GlobalView
 from warpspec.ir import nodes as ir
 from warpspec.ir.evaluate import OPERATORS, wrap
 
@@ -280,7 +281,7 @@ class LaunchPlan:
         self.device = self.current_device()
         self.entries = 0  # entry functions made, so each binds its constants under names of its own
         env, arrays = host_values(kernel, arguments, self.device)
-        self.views = [stmt for stmt in ir.walk(kernel.body) if isinstance(stmt, ir.GlobalView)]
+        self.views = [stmt for stmt in ir.walk(kernel.body) if isinstance(stmt, GlobalView)]
         names = {p.var.uid: p.name for p in kernel.params}
         for stmt, shape, _ in view_shapes(kernel, env):
             if shape is None:
