@@ -71,8 +71,9 @@ def unroll(kernel: ir.Kernel) -> ir.Kernel:
 
 
 def unroll_body(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
-    """``body`` with its unrolled loops rewritten, at any depth."""
-    return tuple(_unroll_stmt(stmt) for stmt in body)
+    """``body`` with its unrolled loops rewritten, at any depth (``body`` itself when it has none)."""
+    stmts = tuple(_unroll_stmt(stmt) for stmt in body)
+    return body if all(new is old for new, old in zip(stmts, body)) else stmts
 
 
 def _unroll_stmt(stmt: ir.Stmt) -> ir.Stmt:
