@@ -31,12 +31,17 @@ def test_v3_sass_has_wgmma_tma_and_mbarriers_and_no_local_memory():
 
 
 def test_unrolled_ring_indices_are_constants():
-    """Under self.range(..., unroll=num_stages) the stage and phase-array indices fold to constants."""
+    """Under self.range(..., unroll=num_stages) the stage and phase-array indices fold to constants: copy j of the
+    producer's loop uses phase register j, behind the guards of copies 1 and 2."""
     source = generate(_v3(num_stages=3, block_m=128, block_n=64, block_k=64)).source
-    main_loop = source[source.index("unrolled copy 0"):source.index("for (int _ = 0")]
-    assert re.search(r"producer_phases\[[0-2]\]", main_loop)
-    assert not re.search(r"producer_phases\[[a-z_]", main_loop)
+    main_loop = source[source.index("for (int offset_k_trip = 0; offset_k_trip < 8192; offset_k_trip += 192)"):
+                       source.index("for (int _ = 0")]
+    assert re.findall(r"producer_phases\[(\w+)\] = ", main_loop) == ["0", "1", "2"]
+    assert re.findall(r"if \(\(\(offset_k_trip \+ (\d+)\) < 8192\)\)", main_loop) == ["64", "128"]
     assert "? producer_phases" not in main_loop  # no select chain: every index is known
+    # After the loop the stage is not known (the drain loop advances it): a select chain, not local memory.
+    drain = source[source.index("for (int _ = 0"):]
+    assert "? producer_phases" in drain.split("for (int ", 2)[1]
 
 
 def test_copy_kernel_sass_has_tma_store():
@@ -53,9 +58,12 @@ def test_tma_from_a_one_warp_group_is_issued_by_one_elected_lane():
 
     source = generate(kernel_for(MatmulWGMMAV4(num_stages=2, block_m=128, block_n=64, block_k=32),
                                  {"n_size": 256, "k_size": 256})).source
-    for match in re.finditer(r"tma_load_2d\(dst_", source):
-        opening = source.rfind("{", 0, source.rfind("const unsigned dst_", 0, match.start()))
-        assert source[:opening].rstrip().endswith("if (elect_one())"), source[opening - 80:match.start()]
+    lines = [line.strip() for line in source.splitlines()]
+    loads = [i for i, line in enumerate(lines) if line.startswith("const unsigned dst_ = ")]
+    assert len(loads) == 4  # A and B tiles in each of the 2 unrolled copies
+    for i in loads:
+        assert lines[i - 1] == "if (elect_one()) {", lines[i - 2:i + 2]
+        assert "cp.async.bulk.tensor.2d.shared::cluster.global" in lines[i + 1]
 
 
 @pytest.mark.parametrize("module, name", [("matmul_v1", "MatmulWGMMAV1"), ("matmul_v2", "MatmulWGMMAV2"),

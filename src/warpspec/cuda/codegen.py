@@ -7,15 +7,16 @@ layout pass chose (``kernel.facts``), shared-memory and barrier addresses from t
 tensor maps the host encodes. Scalars are C++ locals; register tensors are per-thread arrays; shared tensors live
 in one dynamic shared-memory buffer aligned to 1024 bytes.
 
-Loops with ``unroll=k`` are emitted as ``k`` guarded copies of the body per trip; integer variables whose values are
-known in each copy (the ring's stage index) are propagated as constants, so register arrays are only ever indexed
-with constants. A runtime index into a register array becomes a select chain, never local memory.
+``generate`` first runs ``warpspec.passes.unroll`` (a loop with ``unroll=k`` becomes ``k`` guarded copies of its
+body per trip) and ``warpspec.passes.constants`` (variables known in each copy, such as the ring's stage index,
+become constants), then emits the result as it is: register arrays are indexed with constants wherever the
+index is known, and a runtime index into a register array becomes a select chain, never local memory.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from warpspec.cuda import sm90
 from warpspec.cuda.cxx import C_TYPES, thread_prelude
@@ -24,8 +25,9 @@ from warpspec.errors import CompileError
 from warpspec.isa import registry
 from warpspec.isa.memory import GlobalView
 from warpspec.ir import nodes as ir
-from warpspec.ir.evaluate import OPERATORS, wrap
+from warpspec.passes.constants import UNKNOWN, fold, propagate
 from warpspec.passes.layouts import Replicated, layout_begin, packed
+from warpspec.passes.unroll import unroll
 
 
 @dataclass
@@ -42,16 +44,6 @@ class GeneratedKernel:
 
 
 # ------------------------------------------------------------------------------------------------ generator
-
-
-class _Unknown:
-    """A value not known at compile time (distinct from every int)."""
-
-    def __repr__(self) -> str:
-        return "?"
-
-
-UNKNOWN = _Unknown()
 
 
 class CodeGenerator:
@@ -71,7 +63,6 @@ class CodeGenerator:
         self.indent = 1
         self.names: dict[int, str] = {}
         self.used_names: set[str] = set()
-        self.known: dict[int, object] = {}  # Var uid -> int value known at this point of the emitted code
         facts = kernel.facts
         self.target = facts.target
         self.reg_layouts: dict[int, object] = facts.layouts
@@ -168,36 +159,8 @@ class CodeGenerator:
 
     # ------------------------------------------------------------------------------------------ expressions
 
-    def fold(self, e: ir.Expr):
-        """The value of ``e`` if it is known at this point, else UNKNOWN."""
-        if isinstance(e, ir.Const):
-            return wrap(e.value, e.type)
-        if isinstance(e, ir.Var):
-            return self.known.get(e.uid, UNKNOWN)
-        if isinstance(e, ir.Binary):
-            a, b = self.fold(e.a), self.fold(e.b)
-            if a is UNKNOWN or b is UNKNOWN or isinstance(a, float) or isinstance(b, float):
-                return UNKNOWN
-            if e.op in ("//", "%", "cdiv") and b == 0:
-                return UNKNOWN
-            return wrap(OPERATORS[e.op](a, b), e.type)
-        if isinstance(e, ir.Unary):
-            a = self.fold(e.a)
-            if a is UNKNOWN or isinstance(a, float):
-                return UNKNOWN
-            return {"-": lambda v: wrap(-v, e.dtype), "~": lambda v: wrap(~v, e.dtype), "not": lambda v: not v}[e.op](a)
-        if isinstance(e, ir.Convert):
-            a = self.fold(e.a)
-            return UNKNOWN if a is UNKNOWN or e.type.is_float else wrap(a, e.type)
-        if isinstance(e, ir.Select):
-            c = self.fold(e.cond)
-            if c is UNKNOWN:
-                return UNKNOWN
-            return self.fold(e.a if c else e.b)
-        return UNKNOWN
-
     def cexpr(self, e: ir.Expr) -> str:
-        value = self.fold(e)
+        value = fold(e)  # constants the passes left as expressions (and those emitters build) become literals
         if value is not UNKNOWN:
             return _literal(value, e.dtype)
         if isinstance(e, ir.Const):
@@ -273,7 +236,7 @@ class CodeGenerator:
 
     def flat_index(self, decl: ir.TensorDecl, indices):
         """The row-major element index: an int when every index is known, else a C++ expression."""
-        values = [self.fold(i) for i in indices]
+        values = [fold(i) for i in indices]
         if all(v is not UNKNOWN for v in values):
             flat = 0
             for v, extent in zip(values, decl.shape):
@@ -291,34 +254,16 @@ class CodeGenerator:
 
     def emit_declare(self, s: ir.Declare) -> None:
         self.line(f"{C_TYPES[s.var.type.name]} {self.name_of(s.var)} = {self.cexpr(s.value)};")
-        self._learn(s.var, s.value)
 
     def emit_assign(self, s: ir.Assign) -> None:
         self.line(f"{self.name_of(s.var)} = {self.cexpr(s.value)};")
-        self._learn(s.var, s.value)
-
-    def _learn(self, var: ir.Var, value: ir.Expr) -> None:
-        folded = self.fold(value)
-        if folded is UNKNOWN or var.type.is_float:
-            self.known.pop(var.uid, None)
-        else:
-            self.known[var.uid] = wrap(folded, var.type)
 
     # ------------------------------------------------------------------------------------------ structure
 
-
-
     def emit_if(self, s: ir.If) -> None:
-        cond = self.fold(s.cond)
-        if cond is not UNKNOWN:
-            self.emit_body(s.then if cond else s.orelse)
-            return
-        before = dict(self.known)
         self.line(f"if ({self.cexpr(s.cond)}) {{")
         self.indent += 1
         self.emit_block(s.then)
-        after_then = self.known
-        self.known = dict(before)
         self.indent -= 1
         if s.orelse:
             self.line("} else {")
@@ -326,88 +271,17 @@ class CodeGenerator:
             self.emit_block(s.orelse)
             self.indent -= 1
         self.line("}")
-        self.known = _merge(after_then, self.known)
 
     def emit_for(self, s: ir.For) -> None:
-        step = self.fold(s.step)
+        # Unrolled loops arrive as guarded copies (passes.unroll): the loop itself stays rolled.
         var = self.name_of(s.var)
-        start, stop = self.cexpr(s.start), self.cexpr(s.stop)
-        unroll = max(1, s.unroll)
-        before = dict(self.known)
-        head = self._loop_invariants(s, unroll)
-        self.known = dict(head)
-        ctype = C_TYPES[s.var.type.name]
-        if unroll == 1:
-            self.line("#pragma unroll 1")
-            self.line(f"for ({ctype} {var} = {start}; {var} < {stop}; {var} += {step}) {{")
-            self.indent += 1
-            self.emit_block(s.body)
-            self.indent -= 1
-            self.line("}")
-        else:
-            # k guarded copies per trip: copy j runs iff trip + j*step < stop, so values known in copy j hold
-            # whenever it runs; the guards are uniform branches. The loop may end after any copy.
-            base = f"{var}_trip"
-            exits = [dict(head)]
-            self.line("#pragma unroll 1")
-            self.line(f"for ({ctype} {base} = {start}; {base} < {stop}; {base} += {step * unroll}) {{")
-            self.indent += 1
-            for j in range(unroll):
-                guard = f"if ({base} + {step * j} < {stop}) " if j else ""
-                self.line(f"{guard}{{  // unrolled copy {j}")
-                self.indent += 1
-                self.line(f"const {ctype} {var} = {base} + {step * j};")
-                self.emit_block(s.body)
-                self.indent -= 1
-                self.line("}")
-                self.known.pop(s.var.uid, None)
-                exits.append(dict(self.known))
-            self.indent -= 1
-            self.line("}")
-            trips = self._trip_count(s)
-            if trips is not None:  # the loop ends after a known copy
-                self.known = before if trips == 0 else exits[(trips - 1) % unroll + 1]
-                return
-            self.known = exits[0]
-            for state in exits[1:]:
-                self.known = _merge(self.known, state)
-            return
-        self.known = _merge(head, self.known)
-
-    def _trip_count(self, s: ir.For):
-        """The loop's number of trips when its bounds are known here, else None."""
-        start, stop, step = self.fold(s.start), self.fold(s.stop), self.fold(s.step)
-        if UNKNOWN in (start, stop, step):
-            return None
-        return max(0, -(-(stop - start) // step))
-
-    def _loop_invariants(self, s: ir.For, unroll: int) -> dict:
-        """Known values that hold at the head of every trip: iterate a dry run of ``unroll`` copies of the body
-        until the values at the head reach a fixpoint."""
-        head = dict(self.known)
-        for _ in range(8):
-            saved = self._snapshot()
-            self.lines, self.known = [], dict(head)
-            try:
-                for _ in range(unroll):
-                    self.emit_body(s.body)
-                    self.known.pop(s.var.uid, None)
-            finally:
-                end = self.known
-                self._restore(saved)
-            merged = _merge(head, end)
-            if merged == head:
-                return head
-            head = merged
-        return {}
-
-    def _snapshot(self) -> tuple:
-        return (self.lines, dict(self.names), set(self.used_names), self.last_line, self.indent,
-                set(self.declared), dict(self.named_barriers))
-
-    def _restore(self, saved: tuple) -> None:
-        (self.lines, self.names, self.used_names, self.last_line, self.indent, self.declared,
-         self.named_barriers) = saved
+        self.line("#pragma unroll 1")
+        self.line(f"for ({C_TYPES[s.var.type.name]} {var} = {self.cexpr(s.start)}; {var} < {self.cexpr(s.stop)}; "
+                  f"{var} += {self.cexpr(s.step)}) {{")
+        self.indent += 1
+        self.emit_block(s.body)
+        self.indent -= 1
+        self.line("}")
 
     # ------------------------------------------------------------------------------------- tensors: declare
 
@@ -459,7 +333,7 @@ class CodeGenerator:
 
     def barrier_address(self, ref: ir.TensorRef) -> str:
         offset = self.barrier_offsets[ref.decl.uid]
-        index = self.fold(ref.index[0])
+        index = fold(ref.index[0])
         if index is not UNKNOWN:
             if not 0 <= index < len(self.barrier_counts[ref.decl.uid]):
                 raise self.error(f"barrier index {index} is out of bounds for {ref.decl.name}")
@@ -480,7 +354,7 @@ class CodeGenerator:
         if any(extent != 1 for extent in lead[len(index):]):
             raise self.error(f"{ref.decl.name} must be indexed down to one 2-D tile here", loc)
         index += (ir.Const(0, int32),) * (len(lead) - len(index))  # dimensions of extent 1 left unindexed
-        values = [self.fold(i) for i in index]
+        values = [fold(i) for i in index]
         if all(v is not UNKNOWN for v in values):
             flat = 0
             for v, extent in zip(values, lead):
@@ -520,11 +394,6 @@ def _register_core_emitters(target: str) -> None:
     registry.emits(ir.Assign, target)(CodeGenerator.emit_assign)
     registry.emits(ir.If, target)(CodeGenerator.emit_if)
     registry.emits(ir.For, target)(CodeGenerator.emit_for)
-
-
-def _merge(a: dict, b: dict) -> dict:
-    """Known values that agree in both."""
-    return {uid: value for uid, value in a.items() if uid in b and b[uid] == value and type(b[uid]) is type(value)}
 
 
 def _literal(value, dtype: DType) -> str:
@@ -567,8 +436,10 @@ _RESERVED = {"smem", "smem_raw", "smem_ptr", "warp", "i", "t_", "int", "float", 
 def generate(kernel: ir.Kernel, min_blocks: int = 1, block_group: int = 0, quad_stores: bool = True) -> GeneratedKernel:
     """The CUDA C++ source and launch facts of ``kernel``; ``min_blocks`` is the ``__launch_bounds__`` minimum of
     resident blocks per SM, which caps registers per thread at 65536 / (threads * min_blocks); ``block_group``
-    chooses the grouped launch order of 2-D grids (0: the plain order)."""
-    return CodeGenerator(kernel, min_blocks, block_group, quad_stores).generate()
+    chooses the grouped launch order of 2-D grids (0: the plain order). The code is generated from ``kernel`` after
+    the unroll and constant-propagation passes; the result names ``kernel`` itself."""
+    lowered = propagate(unroll(kernel))
+    return replace(CodeGenerator(lowered, min_blocks, block_group, quad_stores).generate(), kernel=kernel)
 
 
 _register_core_emitters(sm90.TARGET)

@@ -2,6 +2,10 @@
 
 ``analyse`` runs them once per kernel (the front end calls it after building the IR) and attaches the result as
 ``kernel.facts``, so the emulator refuses exactly what the CUDA back end would refuse, at the same line.
+
+Two IR → IR transforms live here too: ``unroll`` (``For(unroll=k)`` into guarded copies of its body) and
+``constants`` (constant propagation and folding). The CUDA back end runs them before generating code; the emulator
+runs the kernel as the front end built it, and both transforms keep its semantics.
 """
 
 from __future__ import annotations
