@@ -79,15 +79,24 @@ def on_emulator(m: int = 300, n: int = 200, k: int = 200) -> None:
     reference = a.astype(np.float32) @ b.astype(np.float32).T
     tuned = MatmulWGMMAV3()
     started = time.perf_counter()
-    worst = 0.0
+    worst, passed, refused = 0.0, 0, []
     for schedule in tuned.schedules():
         c = np.full((m, n), np.nan, dtype=np.float16)
-        tuned.instantiate(schedule)(m, n, k, a, b, c)
+        try:
+            tuned.instantiate(schedule)(m, n, k, a, b, c)
+        except warpspec.CompileError as error:
+            # Schedules whose stages need more shared memory than a block has are refused, as on the GPU.
+            if "fit in a block" not in str(error):
+                raise
+            refused.append(schedule)
+            continue
         error = np.linalg.norm(c.astype(np.float32) - reference) / np.linalg.norm(reference)
         assert error < 1e-2, (schedule, error)
         worst = max(worst, error)
-    print(f"emulator: all {len(tuned.schedules())} schedules of V3 at {m}x{n}x{k} passed every check; worst "
-          f"relative error {worst:.1e} vs numpy; {time.perf_counter() - started:.1f} s")
+        passed += 1
+    print(f"emulator: {passed} schedules of V3 at {m}x{n}x{k} passed every check ({len(refused)} refused before "
+          f"running: their shared memory does not fit in a block); worst relative error {worst:.1e} vs numpy; "
+          f"{time.perf_counter() - started:.1f} s")
 
 
 if __name__ == "__main__":

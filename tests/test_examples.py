@@ -170,3 +170,12 @@ def test_example_runs_as_a_script(script, monkeypatch):
     lines = output.getvalue().splitlines()
     assert lines[0].startswith("emulator: max abs error ")
     assert lines[-1] == "OK"
+
+
+def test_the_main_job_on_the_emulator(capsys):
+    """The README's first command on a machine without a GPU: every V3 schedule checked, those that cannot fit
+    refused (here at a small shape, to stay quick)."""
+    main = runpy.run_path(str(Path(__file__).parents[1] / "examples" / "main.py"))
+    main["on_emulator"](130, 72, 40)
+    out = capsys.readouterr().out
+    assert out.startswith("emulator: 80 schedules of V3 at 130x72x40 passed every check (10 refused before running")

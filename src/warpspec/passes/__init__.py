@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from warpspec.ir import nodes as ir
-from warpspec.passes.layouts import check_stores, infer_layouts
+from warpspec.passes.layouts import check_element_access, check_stores, infer_layouts
 from warpspec.passes.shared_memory import SharedPlan, plan_shared
 from warpspec.target import Target
 
@@ -33,4 +33,5 @@ def analyse(kernel: ir.Kernel, target: Target) -> ir.Kernel:
     not work out."""
     layouts = infer_layouts(kernel, target)
     check_stores(kernel, layouts)
+    check_element_access(kernel, layouts)
     return replace(kernel, facts=KernelFacts(layouts, plan_shared(kernel, target), target))

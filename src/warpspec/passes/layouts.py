@@ -16,14 +16,15 @@ declares. Tensors of 16-bit types are stored as packed pairs in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from warpspec.errors import CompileError
 from warpspec.isa.elementwise import Arithmetic, Cast
-from warpspec.isa.memory import AllocRegister, LoadGlobal, LoadShared, StoreGlobal, StoreShared
+from warpspec.isa.memory import AllocRegister, LoadGlobal, LoadShared, StoreElement, StoreGlobal, StoreShared
 from warpspec.isa.roles import ThreadGroup
 from warpspec.isa.wgmma import WgmmaMma
 from warpspec.ir import nodes as ir
+from warpspec.passes.unroll import map_exprs
 from warpspec.layout.fragments import AccumulatorLayout
 from warpspec.target import Target
 
@@ -260,6 +261,29 @@ def check_stores(kernel: ir.Kernel, layouts: dict) -> None:
                            f"as {_describe(layout)} by threads [{owners[0]}, {owners[0] + owners[1]}), each holding "
                            f"part of it: every one of those threads must execute the store (and no other)",
                            str(stmt.loc))
+
+
+def check_element_access(kernel: ir.Kernel, layouts: dict) -> None:
+    """Refuse element reads (``t[i]``) and writes of a register tensor that is spread over threads (fragments,
+    blocked tiles): a thread holds only some elements, so an element index names a value it may not have."""
+    def refuse(decl: ir.TensorDecl, stmt: ir.Stmt, verb: str) -> None:
+        layout = layouts.get(decl.uid)
+        if layout is not None and not isinstance(layout, Replicated):
+            raise CompileError(f"elements of {decl.name} are spread over threads ({_describe(layout)}); {verb} them "
+                               f"with tensor operations, not by index", str(stmt.loc))
+
+    for stmt in ir.walk(kernel.body):
+        if isinstance(stmt, StoreElement):
+            refuse(stmt.tensor.decl, stmt, "write")
+        for f in fields(stmt):
+            if f.name not in type(stmt).blocks:
+                map_exprs(getattr(stmt, f.name), lambda e, stmt=stmt: _check_load(e, stmt, refuse))
+
+
+def _check_load(expr: ir.Expr, stmt: ir.Stmt, refuse) -> ir.Expr:
+    if isinstance(expr, ir.Load):
+        refuse(expr.tensor.decl, stmt, "read")
+    return expr
 
 
 def packed(decl: ir.TensorDecl) -> bool:
