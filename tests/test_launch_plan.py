@@ -22,6 +22,7 @@ from warpspec.cuda import launch, plan
 from warpspec.cuda.compiler import CompiledModule
 from warpspec.cuda.driver import CLUSTER_DIMENSION, DeviceArray, LaunchAttribute, LaunchConfig
 from warpspec.errors import ArgumentError
+from warpspec.runtime import run_script
 
 
 class Probe(warpspec.Script):
@@ -445,8 +446,8 @@ class Bench:
 
         yield measure
 
-    def launch(self, kernel, runtime):
-        launch.run_kernel(kernel, runtime)
+    def launch(self, script, args, kwargs):
+        run_script(script, args, kwargs)
 
 
 @pytest.fixture

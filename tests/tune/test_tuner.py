@@ -50,8 +50,8 @@ class FakeBench:
             raise RuntimeError("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES")
         return self.times[value]
 
-    def launch(self, kernel, runtime):
-        self.launched.append(dict(kernel.constants)[self.axis])
+    def launch(self, script, args, kwargs):
+        self.launched.append(script.schedule()[self.axis])
 
 
 @autotune("block_n", [64, 256, 512, 128, 32, 96])
@@ -243,6 +243,8 @@ SECOND_PROCESS = textwrap.dedent("""
     import json, sys
     import warpspec
     from warpspec.cuda.launch import build
+    from warpspec.frontend.kernel import bind_arguments
+    from warpspec.runtime import kernel_for
     from warpspec.tune import tuner
 
     def refuse(*args, **kwargs):
@@ -254,8 +256,9 @@ SECOND_PROCESS = textwrap.dedent("""
             return IDENTITY
         def timing(self):
             refuse()
-        def launch(self, kernel, runtime):
-            self.built.append(build(kernel).module.from_cache)
+        def launch(self, script, args, kwargs):
+            _, compile_time = bind_arguments(type(script), args, kwargs)
+            self.built.append(build(kernel_for(script, compile_time)).module.from_cache)
 
     tuner.prepare = tuner.build = tuner.tune = refuse
     bench = Bench()

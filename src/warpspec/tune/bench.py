@@ -17,6 +17,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 
 from warpspec.cuda.launch import run_kernel
+from warpspec.runtime import run_script
 
 L2_FLUSH_BYTES = 256 << 20
 
@@ -146,6 +147,7 @@ class CudaBench:
         finally:
             timer.close()
 
-    def launch(self, kernel, runtime: dict) -> None:
-        """Run ``kernel`` once with these runtime arguments (by parameter name)."""
-        run_kernel(kernel, runtime)
+    def launch(self, script, args: tuple, kwargs: dict) -> None:
+        """Run the chosen (pinned) ``script`` on the call's arguments: its own launch path, whose plan entries
+        make a repeated call cost no more than a pinned Script's."""
+        run_script(script, args, kwargs)

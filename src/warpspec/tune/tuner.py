@@ -470,12 +470,12 @@ def tuned_call(tuned, args: tuple, kwargs: dict):
         key_function = functions.get(len(args)) if functions is not None else None
         fast = (key_function or _fast_key(tuned, len(args)))(args)
         if fast is not None:
-            found = winners.get(fast[0])
+            found = winners.get(fast)
             if found is not None:
                 tuned.last_report = found[1]
-                return bench.launch(found[2], fast[1])
+                return bench.launch(found[0], args, kwargs)
     from warpspec.frontend.kernel import bind_arguments
-    from warpspec.runtime import kernel_for, shape_only
+    from warpspec.runtime import shape_only
 
     if shape_only((*args, *kwargs.values())):
         return None  # fake or meta tensors (torch.compile tracing): nothing to tune or run
@@ -493,15 +493,14 @@ def tuned_call(tuned, args: tuple, kwargs: dict):
                                         "fates": [asdict(f) for f in report.fates]})
         chosen[key] = (tuned.instantiate(report.winner.schedule), report)
     script, tuned.last_report = chosen[key]
-    kernel = kernel_for(script, compile_time)
     if fast is not None:
-        winners[fast[0]] = (script, tuned.last_report, kernel)
-    return bench.launch(kernel, runtime)
+        winners[fast] = (script, tuned.last_report)
+    return bench.launch(script, args, kwargs)
 
 
 def _fast_key(tuned, count: int):
     """The key function of calls of ``tuned`` with ``count`` positional arguments: ``key(args)`` returns
-    ``(key, runtime arguments by name)``, or None where the general path must decide (other Python types than
+    the key, or None where the general path must decide (other Python types than
     ``int``/``float``/``bool`` for scalars, an integer where an array goes, a wrong count). Calls with equal
     keys have equal compile-time values, tuning key sizes and device, hence the same winner. Made once per
     count."""
@@ -518,7 +517,7 @@ def _fast_key(tuned, count: int):
     lines = ["def key(args):", f"    if len(args) != {count}: return None"]
     if count:
         lines.append(f"    {', '.join(f'a{j}' for j in range(count))}, = args")
-    parts, runtime = [], []
+    parts = []
     namespace = {"_bucket": cache.size_bucket, "_device": default_device}
     for j, p in enumerate(params):
         value = f"a{j}" if j < count else f"_default{j}"
@@ -528,7 +527,6 @@ def _fast_key(tuned, count: int):
             lines.append(f"    if {value}.__class__ is not {p.annotation.__name__}: return None")
             parts.append(value)
             continue
-        runtime.append(f"{p.name!r}: {value}")
         if isinstance(p.annotation, PointerType):
             # An integer there would be part of the tuning key's sizes; the class keeps fake tensors (which
             # must not launch) apart from real ones.
@@ -542,7 +540,7 @@ def _fast_key(tuned, count: int):
             lines.append(f"    if {value}.__class__ is not int and {value}.__class__ is not float and "
                          f"{value}.__class__ is not bool: return None")
             parts.append(f"(_bucket({value}) if {value}.__class__ is int else {value}.__class__)")
-    lines.append(f"    return ({', '.join(parts + ['_device()'])},), {{{', '.join(runtime)}}}")
+    lines.append(f"    return ({', '.join(parts + ['_device()'])},)")
     exec(compile("\n".join(lines), f"<tuning key of {tuned.cls.__name__}>", "exec"), namespace)
     function = functions[count] = namespace["key"]
     return function
