@@ -2,7 +2,7 @@
 called eagerly and under torch.compile, warpspec.ops.matmul when it exists, torch.mm and a trivial Triton kernel
 (when Triton is installed); then V4 at 2048^3 called eagerly against its CUDA-graph replay.
 
-Each host time is the best of 5 loops of 2000 calls at 128 x 128 x 64 (fp16), where the GPU work per call is a few
+Each host time is the median of 5 loops of 2000 calls at 128 x 128 x 64 (fp16), where the GPU work per call is a few
 microseconds, so the loop is bound by the host: what a call costs before the GPU sees it.
 
     python benchmarks/launch.py [--calls 2000] [--json out.json]
@@ -17,7 +17,6 @@ import json
 import os
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 
@@ -25,6 +24,7 @@ import torch  # noqa: E402
 
 import warpspec  # noqa: E402
 import warpspec.torch_ops  # noqa: E402
+from warpspec.tune.bench import host_us_per_call  # noqa: E402
 from matmul_v3 import MatmulWGMMAV3  # noqa: E402
 from matmul_v4 import MatmulWGMMAV4  # noqa: E402
 
@@ -32,18 +32,9 @@ M, N, K = 128, 128, 64
 PINNED = dict(num_stages=2, block_m=128, block_n=128, block_k=64)
 
 
-def host_us(call, calls: int, repeats: int = 5) -> float:
-    """Best over ``repeats`` loops of ``calls`` calls of the host time per call, in microseconds."""
-    call()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        for _ in range(calls):
-            call()
-        best = min(best, (time.perf_counter() - started) / calls)
-        torch.cuda.synchronize()
-    return best * 1e6
+def host_us(call, calls: int) -> float:
+    """Host time per call, in microseconds (``warpspec.tune.bench.host_us_per_call``: median of 5 loops)."""
+    return host_us_per_call(call, torch.cuda.synchronize, calls)
 
 
 def triton_trivial():
@@ -104,7 +95,7 @@ def main() -> None:
         results[label] = host_us(call, options.calls)
         print(f"{label}: {results[label]:.1f} us", flush=True)
     eager, graph = eager_and_graph()
-    print(f"\nHost time per call, {options.calls} calls in a loop, best of 5, fp16 {M}x{N}x{K}:\n")
+    print(f"\nHost time per call, {options.calls} calls in a loop, median of 5, fp16 {M}x{N}x{K}:\n")
     print("| call | host us per call |\n|---|---:|")
     for label, value in results.items():
         print(f"| {label} | {value:.1f} |")

@@ -8,18 +8,11 @@ A line that an error must name ends with a marker comment ``# <<< name``; ``mark
 so the tests stay right when lines move.
 """
 
-from pathlib import Path
-
 from warpspec import Script, autotune, cdiv, float16, float32, int32, uint32
+from markers import markers_of
 
 
-def marker_line(name: str) -> int:
-    """The 1-based line of this file that ends with ``# <<< name``."""
-    lines = Path(__file__).read_text().splitlines()
-    found = [number for number, line in enumerate(lines, 1) if line.rstrip().endswith(f"# <<< {name}")]
-    if len(found) != 1:
-        raise LookupError(f"marker {name!r} found {len(found)} times in {__file__}")
-    return found[0]
+marker_line = markers_of(__file__)
 
 
 # ------------------------------------------------------------------------------------------------------ V3 matmul

@@ -5,19 +5,12 @@ Kernels that hold several mistakes take a compile-time ``case`` that picks one (
 its branch). A line that an error must name ends with ``# <<< name``; ``marker_line(name)`` finds it.
 """
 
-from pathlib import Path
-
 import warpspec
 from warpspec import cdiv, float8_e4m3, float16, float32, int32, uint32
+from markers import markers_of
 
 
-def marker_line(name: str) -> int:
-    """The 1-based line of this file that ends with ``# <<< name``."""
-    lines = Path(__file__).read_text().splitlines()
-    found = [number for number, line in enumerate(lines, 1) if line.rstrip().endswith(f"# <<< {name}")]
-    if len(found) != 1:
-        raise LookupError(f"marker {name!r} found {len(found)} times in {__file__}")
-    return found[0]
+marker_line = markers_of(__file__)
 
 
 # ---------------------------------------------------------------------------- 1. missing and unknown arguments

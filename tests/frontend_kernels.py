@@ -2,6 +2,7 @@
 
 import warpspec
 from warpspec import float16, float32, int32
+from markers import markers_of
 
 
 class ReturnsFromBody(warpspec.Script):
@@ -52,10 +53,4 @@ class Float16Scalar(warpspec.Script):
         self.attrs.warps = 4
 
 
-def marker_line(marker: str) -> int:
-    """The line of this file that carries ``# <<< marker``."""
-    with open(__file__) as f:
-        for number, line in enumerate(f, 1):
-            if line.rstrip().endswith(f"# <<< {marker}"):
-                return number
-    raise KeyError(marker)
+marker_line = markers_of(__file__)

@@ -5,18 +5,11 @@ flag that drops a ``tma.wait_group``. A line that an error must name ends with `
 finds its number.
 """
 
-from pathlib import Path
-
 from warpspec import Script, float16, float32, int32
+from markers import markers_of
 
 
-def marker_line(name: str) -> int:
-    """The 1-based line of this file that ends with ``# <<< name``."""
-    lines = Path(__file__).read_text().splitlines()
-    found = [number for number, line in enumerate(lines, 1) if line.rstrip().endswith(f"# <<< {name}")]
-    if len(found) != 1:
-        raise LookupError(f"marker {name!r} found {len(found)} times in {__file__}")
-    return found[0]
+marker_line = markers_of(__file__)
 
 
 class MoveRows(Script):

@@ -6,12 +6,12 @@ import statistics
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 import warpspec
+from warpspec.tune.bench import host_us_per_call
 
 torch = pytest.importorskip("torch")
 
@@ -38,19 +38,10 @@ def _relative_error(c, a, b) -> float:
     return ((c.double() - reference).norm() / reference.norm()).item()
 
 
-def host_us_per_call(call, calls: int = 2000, repeats: int = 5) -> float:
-    """Host time per call of ``call()`` in a loop of ``calls`` (best of ``repeats``), in microseconds; the GPU
-    work of each call is small enough that the loop is bound by the host, as in the issue's measurement."""
-    call()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        for _ in range(calls):
-            call()
-        best = min(best, (time.perf_counter() - started) / calls)
-        torch.cuda.synchronize()
-    return best * 1e6
+def host_us(call) -> float:
+    """Host time per call (median of 5 loops of 2000 calls); the GPU work of each call is small enough that the
+    loop is bound by the host, as in the issue's measurement."""
+    return host_us_per_call(call, torch.cuda.synchronize)
 
 
 def test_a_pinned_call_costs_at_most_10_us_of_host_time():
@@ -58,8 +49,8 @@ def test_a_pinned_call_costs_at_most_10_us_of_host_time():
 
     kernel = MatmulWGMMAV3(**PINNED)
     a, b, c = _matrices(128, 128, 64)
-    ours = host_us_per_call(lambda: kernel(128, 128, 64, a, b, c))
-    mm = host_us_per_call(lambda: torch.mm(a, b.T, out=c))
+    ours = host_us(lambda: kernel(128, 128, 64, a, b, c))
+    mm = host_us(lambda: torch.mm(a, b.T, out=c))
     print(f"\npinned V3 at 128x128x64: {ours:.1f} us per call (torch.mm: {mm:.1f} us)")
     c.fill_(float("nan"))
     kernel(128, 128, 64, a, b, c)
@@ -73,7 +64,7 @@ def test_an_autotuned_call_costs_at_most_10_us_of_host_time_after_tuning():
     kernel = MatmulWGMMAV3()
     a, b, c = _matrices(128, 128, 64)
     kernel(128, 128, 64, a, b, c)  # tunes (or finds the stored winner)
-    ours = host_us_per_call(lambda: kernel(128, 128, 64, a, b, c))
+    ours = host_us(lambda: kernel(128, 128, 64, a, b, c))
     print(f"\nautotuned V3 at 128x128x64: {ours:.1f} us per call")
     c.fill_(float("nan"))
     kernel(128, 128, 64, a, b, c)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 
@@ -151,3 +152,19 @@ class CudaBench:
         """Run the chosen (pinned) ``script`` on the call's arguments: its own launch path, whose plan entries
         make a repeated call cost no more than a pinned Script's."""
         run_script(script, args, kwargs)
+
+
+def host_us_per_call(call, synchronize, calls: int = 2000, repeats: int = 5) -> float:
+    """Host time per call of ``call()`` in microseconds: the median over ``repeats`` loops of ``calls`` calls, with
+    ``synchronize()`` (waiting for the GPU) before each loop and after it. With little GPU work per call the loop is
+    bound by the host, so this is what a call costs before the GPU sees it."""
+    call()
+    synchronize()
+    loops = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for _ in range(calls):
+            call()
+        loops.append((time.perf_counter() - started) / calls)
+        synchronize()
+    return statistics.median(loops) * 1e6
