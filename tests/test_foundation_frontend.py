@@ -298,3 +298,21 @@ def test_a_cast_to_float8_e4m3_rounds_to_nearest_and_saturates_on_the_emulator()
         fk.CastToFloat8()(x, y)
     expected = np.clip(x, -448, 448).astype(ml_dtypes.float8_e4m3fn)
     np.testing.assert_array_equal(y.view(np.uint8), expected.view(np.uint8))
+
+
+@pytest.mark.gpu
+def test_a_cast_to_float8_e4m3_on_the_gpu_matches_the_emulator_bit_for_bit():
+    """The emulator is the specification: the GPU's cvt.rn.satfinite gives the same bits, saturation, ties,
+    subnormals, infinities and NaN included."""
+    torch = pytest.importorskip("torch")
+    x = np.concatenate([np.linspace(-600, 600, 500, dtype=np.float32),
+                        np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 2.0 ** -9, 2.0 ** -10, 3 * 2.0 ** -10,
+                                  17.0, 18.0, 1e-30, -1e-30], dtype=np.float32)])
+    expected = np.zeros(512, ml_dtypes.float8_e4m3fn)
+    with warpspec.use_backend("emulator"):
+        fk.CastToFloat8()(x, expected)
+    y = torch.zeros(512, dtype=torch.float8_e4m3fn, device="cuda")
+    with warpspec.use_backend("cuda"):
+        fk.CastToFloat8()(torch.from_numpy(x).cuda(), y)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(y.view(torch.uint8).cpu().numpy(), expected.view(np.uint8))
