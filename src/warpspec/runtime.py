@@ -30,7 +30,7 @@ def _check(name: str, source: str) -> str:
     return name
 
 
-def _mode() -> str:
+def mode() -> str:
     """``emulator``, ``cuda`` or ``auto``: what ``set_backend``/``use_backend`` or WARPSPEC_BACKEND select."""
     if _selected is not None:
         return _selected
@@ -42,7 +42,7 @@ def _mode() -> str:
 
 def get_backend() -> str:
     """The back end kernels run on now: ``"emulator"`` or ``"cuda"`` (``auto`` resolved)."""
-    name = _mode()
+    name = mode()
     if name == "auto":
         from warpspec.cuda.driver import default_device, has_hopper_gpu
 
@@ -97,7 +97,7 @@ def shape_only(values) -> bool:
 def run_script(script, args: tuple, kwargs: dict):
     """Bind the arguments, build (or reuse) the kernel and run it on the selected back end."""
     entries = script.__dict__.get("_warpspec_calls")
-    if entries and not kwargs and _mode() != "emulator":
+    if entries and not kwargs and mode() != "emulator":
         # A plan entry exists only for a device where a CUDA launch worked out, so under ``auto`` it is a Hopper
         # GPU; each entry checks the current device itself.
         for call in entries:

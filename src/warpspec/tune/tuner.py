@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import numbers
 import os
 import pathlib
@@ -473,7 +474,7 @@ def tuned_call(tuned, args: tuple, kwargs: dict):
             found = winners.get(fast)
             if found is not None:
                 tuned.last_report = found[1]
-                return bench.launch(found[0], args, kwargs)
+                return found[2](args)
     from warpspec.frontend.kernel import bind_arguments
     from warpspec.runtime import shape_only
 
@@ -494,7 +495,8 @@ def tuned_call(tuned, args: tuple, kwargs: dict):
         chosen[key] = (tuned.instantiate(report.winner.schedule), report)
     script, tuned.last_report = chosen[key]
     if fast is not None:
-        winners[fast] = (script, tuned.last_report)
+        # TunedScript.__call__ finds the entry itself on later calls: (winner, its report, its launch).
+        winners[fast] = (script, tuned.last_report, functools.partial(bench.launch, script, kwargs={}))
     return bench.launch(script, args, kwargs)
 
 
@@ -518,7 +520,11 @@ def _fast_key(tuned, count: int):
     if count:
         lines.append(f"    {', '.join(f'a{j}' for j in range(count))}, = args")
     parts = []
-    namespace = {"_bucket": cache.size_bucket, "_device": default_device}
+    torch = sys.modules.get("torch")
+    # PyTorch's own device getter once it runs CUDA (what default_device returns then, without its checks).
+    device = torch._C._cuda_getDevice if torch is not None and torch.cuda.is_initialized() and \
+        hasattr(torch._C, "_cuda_getDevice") else default_device
+    namespace = {"_device": device}
     for j, p in enumerate(params):
         value = f"a{j}" if j < count else f"_default{j}"
         if j >= count:
@@ -535,15 +541,20 @@ def _fast_key(tuned, count: int):
         elif names is not None:
             if p.name in names:
                 lines.append(f"    if {value}.__class__ is not int: return None")
-                parts.append(f"_bucket({value})")
+                parts.append(_bucket_text(value))
         else:
             lines.append(f"    if {value}.__class__ is not int and {value}.__class__ is not float and "
                          f"{value}.__class__ is not bool: return None")
-            parts.append(f"(_bucket({value}) if {value}.__class__ is int else {value}.__class__)")
+            parts.append(f"({_bucket_text(value)} if {value}.__class__ is int else {value}.__class__)")
     lines.append(f"    return ({', '.join(parts + ['_device()'])},)")
     exec(compile("\n".join(lines), f"<tuning key of {tuned.cls.__name__}>", "exec"), namespace)
     function = functions[count] = namespace["key"]
     return function
+
+
+def _bucket_text(value: str) -> str:
+    """``cache.size_bucket(value)`` written inline (a function call would cost more than the expression)."""
+    return f"(1 if {value} <= 1 else 1 << ({value} - 1).bit_length())"
 
 
 def _refuse_capture(tuned) -> None:
