@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
@@ -24,7 +23,7 @@ import torch  # noqa: E402
 
 import warpspec  # noqa: E402
 import warpspec.torch_ops  # noqa: E402
-from warpspec.tune.bench import host_us_per_call  # noqa: E402
+from warpspec.tune.bench import gpu_ms_per_call, host_us_per_call  # noqa: E402
 from matmul_v3 import MatmulWGMMAV3  # noqa: E402
 from matmul_v4 import MatmulWGMMAV4  # noqa: E402
 
@@ -125,21 +124,8 @@ def eager_and_graph(size: int = 2048, calls: int = 200) -> tuple[float, float]:
         for _ in range(20):
             kernel(size, size, size, a, b, c)
 
-    def per_call(run) -> float:
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        run()
-        torch.cuda.synchronize()
-        samples = []
-        for _ in range(5):
-            start.record()
-            run()
-            stop.record()
-            stop.synchronize()
-            samples.append(start.elapsed_time(stop) / calls)
-        return statistics.median(samples)
-
-    eager = per_call(lambda: [kernel(size, size, size, a, b, c) for _ in range(calls)])
-    graph_ms = per_call(lambda: [graph.replay() for _ in range(calls // 20)])
+    eager = gpu_ms_per_call(lambda: [kernel(size, size, size, a, b, c) for _ in range(calls)], calls)
+    graph_ms = gpu_ms_per_call(lambda: [graph.replay() for _ in range(calls // 20)], calls)
     return eager, graph_ms
 
 

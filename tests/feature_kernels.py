@@ -59,15 +59,16 @@ class _Matmul(warpspec.Script):
             pipe.consumer_release()
             pipe.consumer_advance()
 
-    def plain_matmul(self, m_size, n_size, k_size, a_ptr, b_ptr, c_ptr, dtype):
-        """Producer warp 4, one consumer warpgroup, float32 accumulators, cast to ``dtype`` on store."""
+    def plain_matmul(self, m_size, n_size, k_size, a_ptr, b_ptr, c_ptr, dtype, out_dtype=None):
+        """Producer warp 4, one consumer warpgroup, float32 accumulators, cast to ``out_dtype`` (by default the
+        inputs' ``dtype``) on store."""
         ga, gb, sa, sb, pipe = self.setup(m_size, n_size, k_size, a_ptr, b_ptr, dtype)
         acc = self.register_tensor(dtype=float32, shape=[self.block_m, self.block_n], init=0.0)
         with self.thread_group(thread_begin=128, num_threads=32):
             self.produce(pipe, ga, gb, sa, sb, k_size)
         with self.thread_group(thread_begin=0, num_threads=128):
             self.consume(pipe, sa, sb, acc, k_size)
-            self.store_tile(c_ptr, m_size, n_size, acc, dtype)
+            self.store_tile(c_ptr, m_size, n_size, acc, out_dtype or dtype)
 
     def store_tile(self, c_ptr, m_size, n_size, acc, dtype):
         gc = self.global_view(c_ptr, dtype=dtype, shape=[m_size, n_size])
@@ -221,22 +222,12 @@ class MatmulFP8(_Matmul):
 
     def __call__(self, m_size: int32, n_size: int32, k_size: int32, a_ptr: ~float8_e4m3, b_ptr: ~float8_e4m3,
                  c_ptr: ~bfloat16):
-        self.fp8_matmul(m_size, n_size, k_size, a_ptr, b_ptr, c_ptr, float8_e4m3, bfloat16)
-
-    def fp8_matmul(self, m_size, n_size, k_size, a_ptr, b_ptr, c_ptr, dtype, out_dtype):
-        """The plain matmul with float8 inputs read by one consumer warpgroup, stored as ``out_dtype``."""
-        ga, gb, sa, sb, pipe = self.setup(m_size, n_size, k_size, a_ptr, b_ptr, dtype)
-        acc = self.register_tensor(dtype=float32, shape=[self.block_m, self.block_n], init=0.0)
-        with self.thread_group(thread_begin=128, num_threads=32):
-            self.produce(pipe, ga, gb, sa, sb, k_size)
-        with self.thread_group(thread_begin=0, num_threads=128):
-            self.consume(pipe, sa, sb, acc, k_size)
-            self.store_tile(c_ptr, m_size, n_size, acc, out_dtype)
+        self.plain_matmul(m_size, n_size, k_size, a_ptr, b_ptr, c_ptr, float8_e4m3, bfloat16)
 
 
-class MatmulFP8E5M2(MatmulFP8):
+class MatmulFP8E5M2(_Matmul):
     """float8_e5m2 inputs, float32 accumulators, float16 output."""
 
     def __call__(self, m_size: int32, n_size: int32, k_size: int32, a_ptr: ~float8_e5m2, b_ptr: ~float8_e5m2,
                  c_ptr: ~float16):
-        self.fp8_matmul(m_size, n_size, k_size, a_ptr, b_ptr, c_ptr, float8_e5m2, float16)
+        self.plain_matmul(m_size, n_size, k_size, a_ptr, b_ptr, c_ptr, float8_e5m2, float16)

@@ -2,7 +2,6 @@
 devices, custom ops under torch.compile, and running without PyTorch."""
 
 import os
-import statistics
 import subprocess
 import sys
 import textwrap
@@ -11,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import warpspec
-from warpspec.tune.bench import host_us_per_call
+from warpspec.tune.bench import gpu_ms_per_call, host_us_per_call
 
 torch = pytest.importorskip("torch")
 
@@ -82,19 +81,6 @@ def test_v4_at_2048_called_eagerly_is_within_10_percent_of_its_graph_replay():
     torch.cuda.synchronize()
     assert _relative_error(c, a, b) < 1e-2
 
-    def per_call_ms(run, count):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        run()  # warm
-        torch.cuda.synchronize()
-        samples = []
-        for _ in range(5):
-            start.record()
-            run()
-            stop.record()
-            stop.synchronize()
-            samples.append(start.elapsed_time(stop) / count)
-        return statistics.median(samples)
-
     def eager():
         for _ in range(calls):
             kernel(size, size, size, a, b, c)
@@ -108,8 +94,8 @@ def test_v4_at_2048_called_eagerly_is_within_10_percent_of_its_graph_replay():
     with torch.cuda.graph(graph):
         for _ in range(20):
             kernel(size, size, size, a, b, c)
-    eager_ms = per_call_ms(eager, calls)
-    graph_ms = per_call_ms(lambda: [graph.replay() for _ in range(calls // 20)], calls)
+    eager_ms = gpu_ms_per_call(eager, calls)
+    graph_ms = gpu_ms_per_call(lambda: [graph.replay() for _ in range(calls // 20)], calls)
     flops = 2.0 * size ** 3
     print(f"\nV4 at {size}^3: eager {flops / eager_ms / 1e9:.0f} TFLOP/s, graph replay "
           f"{flops / graph_ms / 1e9:.0f} TFLOP/s ({graph_ms / eager_ms:.3f})")

@@ -168,3 +168,14 @@ def host_us_per_call(call, synchronize, calls: int = 2000, repeats: int = 5) -> 
         loops.append((time.perf_counter() - started) / calls)
         synchronize()
     return statistics.median(loops) * 1e6
+
+
+def gpu_ms_per_call(run: Callable[[], None], count: int, repeats: int = 5) -> float:
+    """GPU milliseconds per call when ``run()`` makes ``count`` calls back to back: the median over ``repeats``
+    event-timed runs (after one untimed), divided by ``count``; no L2 flush in between, as an application calls."""
+    timer = clock()
+    try:
+        run()
+        return statistics.median([timer.elapsed_ms(run) for _ in range(repeats)]) / count
+    finally:
+        timer.close()
