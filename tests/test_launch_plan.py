@@ -579,3 +579,22 @@ def test_dlpack_producers_are_read_through_as_device_array_on_every_call(side):
         kernel(*arguments.values())
     assert str(raised.value) == "argument 'src_ptr' is on GPU 3, but the kernel launches on GPU 0 (the current device)"
     assert len(side.launches) == 2
+
+
+def test_a_winner_guard_takes_only_its_size_bucket(tuning, side):
+    """The guard of the winner for m_size 128 (bucket (64, 128]) launches 65 and 128 without tuning; 64 and 129 are
+    other buckets and tune again."""
+    kernel = TunedProbe()
+
+    def sized(m):
+        return good(m_size=m, src_ptr=array((m, 64)), dst_ptr=array((m, 64), pointer=BASE + 2**20)).values()
+
+    kernel(*sized(128))
+    assert tuning.timings == 2 and len(kernel._warpspec_guards) == 1
+    kernel(*sized(65))
+    kernel(*sized(128))
+    assert tuning.timings == 2 and len(side.launches) == 3 and side.launches[-2].slot(0, "i") == 65
+    kernel(*sized(64))
+    assert tuning.timings == 4 and len(kernel._warpspec_guards) == 2
+    kernel(*sized(129))
+    assert tuning.timings == 6 and len(kernel._warpspec_guards) == 3 and side.launches[-1].slot(0, "i") == 129

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from warpspec.cuda.plan import MISS
 from warpspec.errors import CompileError
 from warpspec.runtime import get_backend, mode, shape_only
 
@@ -43,17 +44,12 @@ class TunedScript:
         raise CompileError(f"no schedule of {self.cls.__name__} compiles for these arguments:\n" + "\n".join(errors))
 
     def __call__(self, *args, **kwargs):
-        # A call like an earlier GPU call: its key function and the winner remembered for the key (tuned_call
-        # fills both), without the general path's binding and lookups.
+        # A call like a recent GPU call goes straight to its winner's launch through the guard tuned_call made
+        # for it, without the general path's binding and lookups.
         if not kwargs and mode() != "emulator":
-            winners = self.__dict__.get("_warpspec_fast")
-            if winners:
-                key_function = self._warpspec_key_functions.get(len(args))
-                key = key_function(args) if key_function is not None else None
-                found = winners.get(key) if key is not None else None
-                if found is not None:
-                    self.last_report = found[1]
-                    return found[2](args)
+            for guard in self.__dict__.get("_warpspec_guards", ()):
+                if guard(args) is not MISS:
+                    return None
         if get_backend() == "emulator":
             if shape_only((*args, *kwargs.values())):
                 return None  # fake or meta tensors (torch.compile tracing): nothing to run

@@ -495,9 +495,53 @@ def tuned_call(tuned, args: tuple, kwargs: dict):
         chosen[key] = (tuned.instantiate(report.winner.schedule), report)
     script, tuned.last_report = chosen[key]
     if fast is not None:
-        # TunedScript.__call__ finds the entry itself on later calls: (winner, its report, its launch).
         winners[fast] = (script, tuned.last_report, functools.partial(bench.launch, script, kwargs={}))
+        # TunedScript.__call__ tries the guards of the latest winners first: calls of the same signature and size
+        # buckets go straight to the winner's launch.
+        guards = state.setdefault("_warpspec_guards", [])
+        guards.insert(0, _winner_guard(tuned, args, script, tuned.last_report, bench))
+        del guards[MAX_GUARDS:]
     return bench.launch(script, args, kwargs)
+
+
+#: Winner guards kept per TunedScript (one per recent signature and size buckets); the oldest goes first.
+MAX_GUARDS = 8
+
+
+def _winner_guard(tuned, args: tuple, script, report, bench):
+    """A function ``guard(args)`` that launches ``script`` (the winner chosen for ``args``) when a call's
+    positional arguments have the same key as ``args`` (``_fast_key``'s: compile-time values, array classes,
+    size buckets, device) and returns MISS otherwise: one comparison per argument instead of building the key."""
+    from warpspec.cuda.plan import MISS
+    from warpspec.dtypes import PointerType
+    from warpspec.frontend.kernel import parameters
+
+    count = len(args)
+    names = getattr(tuned.cls, "tune_key", None)
+    key_function = tuned.__dict__["_warpspec_key_functions"][count]
+    namespace = {"MISS": MISS, "_tuned": tuned, "_script": script, "_report": report, "_launch": bench.launch,
+                 "_device": key_function.__globals__["_device"], "_no_keywords": {}}
+    lines = ["def guard(args):", f"    if len(args) != {count}: return MISS"]
+    if count:
+        lines.append(f"    {', '.join(f'a{j}' for j in range(count))}, = args")
+    for j, p in enumerate(parameters(tuned.cls)[:count]):
+        value, name = args[j], f"_v{j}"
+        namespace[name], namespace[f"_c{j}"] = value, value.__class__
+        if not p.runtime:
+            lines.append(f"    if a{j}.__class__ is not _c{j} or a{j} != {name}: return MISS")
+        elif isinstance(p.annotation, PointerType):
+            lines.append(f"    if a{j}.__class__ is not _c{j}: return MISS")
+        elif value.__class__ is int and (names is None or p.name in names):
+            bucket = cache.size_bucket(value)
+            low = bucket // 2 if bucket > 1 else None  # bucket b holds the sizes in (b / 2, b]; bucket 1 all <= 1
+            bound = f"{low} < a{j} <= {bucket}" if low is not None else f"a{j} <= 1"
+            lines.append(f"    if a{j}.__class__ is not int or not {bound}: return MISS")
+        elif names is None:
+            lines.append(f"    if a{j}.__class__ is not _c{j}: return MISS")
+    lines.append(f"    if _device() != {key_function(args)[-1]}: return MISS")
+    lines += ["    _tuned.last_report = _report", "    return _launch(_script, args, _no_keywords)"]
+    exec(compile("\n".join(lines), f"<winner guard of {tuned.cls.__name__}>", "exec"), namespace)
+    return namespace["guard"]
 
 
 def _fast_key(tuned, count: int):
