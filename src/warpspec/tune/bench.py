@@ -11,6 +11,7 @@ L2.
 
 from __future__ import annotations
 
+import gc
 import statistics
 import sys
 import time
@@ -157,7 +158,9 @@ class CudaBench:
 def host_us_per_call(call, synchronize, calls: int = 2000, repeats: int = 5) -> float:
     """Host time per call of ``call()`` in microseconds: the median over ``repeats`` loops of ``calls`` calls, with
     ``synchronize()`` (waiting for the GPU) before each loop and after it. With little GPU work per call the loop is
-    bound by the host, so this is what a call costs before the GPU sees it."""
+    bound by the host, so this is what a call costs before the GPU sees it. The heap is collected first, so
+    garbage that earlier work left (a tuning run's, a test suite's) is not charged to these calls."""
+    gc.collect()
     call()
     synchronize()
     loops = []
