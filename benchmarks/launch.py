@@ -2,10 +2,10 @@
 called eagerly and under torch.compile, warpspec.ops.matmul when it exists, torch.mm and a trivial Triton kernel
 (when Triton is installed); then V4 at 2048^3 called eagerly against its CUDA-graph replay.
 
-Each host time is the median of 5 loops of 2000 calls at 128 x 128 x 64 (fp16), where the GPU work per call is a few
-microseconds, so the loop is bound by the host: what a call costs before the GPU sees it.
+Each host time is the median of 25 loops of 200 calls at 128 x 128 x 64 (fp16): what a call costs before the GPU sees
+it (``warpspec.tune.bench.host_us_per_call``; a loop short enough never to fill the GPU's launch queue).
 
-    python benchmarks/launch.py [--calls 2000] [--json out.json]
+    python benchmarks/launch.py [--calls 200] [--json out.json]
 
 Prints a Markdown table last (the form docs/performance.md uses); writes every number to the JSON file.
 """
@@ -56,7 +56,7 @@ def triton_trivial():
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--json", help="write the results here")
     options = parser.parse_args()
     warpspec.set_backend("cuda")
@@ -94,7 +94,7 @@ def main() -> None:
         results[label] = host_us(call, options.calls)
         print(f"{label}: {results[label]:.1f} us", flush=True)
     eager, graph = eager_and_graph()
-    print(f"\nHost time per call, {options.calls} calls in a loop, median of 5, fp16 {M}x{N}x{K}:\n")
+    print(f"\nHost time per call, {options.calls} calls in a loop, median of 25 loops, fp16 {M}x{N}x{K}:\n")
     print("| call | host us per call |\n|---|---:|")
     for label, value in results.items():
         print(f"| {label} | {value:.1f} |")
