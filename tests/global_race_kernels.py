@@ -118,8 +118,8 @@ class StoreThenReadElsewhere(Script):
 
 
 class DoubledView(Script):
-    """Views ``x`` as ``2·m_size`` rows, a size the kernel computes (so the launch cannot check that the view fits
-    its array), and copies the 16 rows at ``row`` into ``out``."""
+    """Views ``x`` as ``2·m_size`` rows, a size computed through a local variable (the launch still computes it),
+    and copies the 16 rows at ``row`` into ``out``."""
 
     def __call__(self, m_size: int32, row: int32, x_ptr: ~float32, out_ptr: ~float32):
         self.attrs.blocks = [1]
@@ -128,3 +128,13 @@ class DoubledView(Script):
         x = self.global_view(x_ptr, dtype=float32, shape=[view_rows, 64])
         out = self.global_view(out_ptr, dtype=float32, shape=[16, 64])
         self.store_global(out, self.load_global(x, offsets=[row, 0], shape=[16, 64]), offsets=[0, 0])  # <<< doubled
+
+
+class BlockDependentView(Script):
+    """Views ``x`` with as many rows as the block's index: a size only the block knows."""
+
+    def __call__(self, x_ptr: ~float32):
+        self.attrs.blocks = [2]
+        self.attrs.warps = 4
+        x = self.global_view(x_ptr, dtype=float32, shape=[self.blockIdx.x + 1, 64])  # <<< block-view
+        self.store_global(x, self.load_global(x, offsets=[0, 0], shape=[1, 64]), offsets=[0, 0])

@@ -438,8 +438,6 @@ EMULATOR_CHECKS = {
     "blocks-overlap": lambda: gk.MoveRows()(32, 16, 16, 0, *overlapping_rows()),
     "tma-store-read-back": lambda: gk.StoreThenRead(wait=False, tma_reader=False)(
         *[np.zeros((64, 64), np.float16) for _ in range(3)]),
-    "view-outside-array": lambda: gk.DoubledView()(16, 8, np.zeros((16, 64), np.float32),
-                                                   np.zeros((16, 64), np.float32)),
 }
 
 

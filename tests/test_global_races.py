@@ -15,7 +15,7 @@ import global_race_kernels as gk
 import warpspec
 from matmul_v3 import MatmulWGMMAV3
 from tma_copy import TmaCopy
-from warpspec import BoundsError, RaceError
+from warpspec import ArgumentError, CompileError, RaceError
 from warpspec.emulator.run import SEED_VARIABLE
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -209,17 +209,24 @@ def test_reading_a_tma_store_destination_before_its_wait_is_a_race(kernel, marke
 # -------------------------------------------------------------------------------------------------- bounds
 
 
-def test_a_computed_view_reaching_outside_its_array_is_a_bounds_error():
-    """A view whose shape the kernel computes is checked where a tile first reaches past the array's end (rows 8-23
-    of a 16-row array), not left to numpy; inside the array the same view works."""
-    x, out = rows(16), np.zeros((16, 64), np.float32)
-    gk.DoubledView()(16, 0, x, out)
-    np.testing.assert_array_equal(out, x)
-    with pytest.raises(BoundsError) as caught:
-        gk.DoubledView()(16, 8, x, out)
-    assert caught.value.location == at("doubled")
-    assert "load_global: view x of shape [32, 64] and strides [64, 1] reaches outside argument 'x_ptr' (1024 " \
-           "elements); a view must fit its array" in str(caught.value)
+def test_a_view_sized_through_a_local_variable_is_checked_before_the_run():
+    """A view's size computed from parameters (through a top-level local) is known on the host: a view that does not
+    fit its array is an ArgumentError before any block runs, as on the GPU; one that fits works."""
+    x, out = rows(32), np.zeros((16, 64), np.float32)
+    gk.DoubledView()(16, 8, x, out)
+    np.testing.assert_array_equal(out, x[8:24])
+    with pytest.raises(ArgumentError) as caught:
+        gk.DoubledView()(16, 0, rows(16), out)
+    assert str(caught.value) == (f"argument 'x_ptr' holds 1024 elements but the kernel views it as x of shape "
+                                 f"[32, 64] (line {gk.marker_line('doubled') - 2}), which needs 2048")
+
+
+def test_a_view_sized_by_the_block_is_refused_at_compile_time():
+    with pytest.raises(CompileError) as caught:
+        gk.BlockDependentView()(rows(2))
+    assert caught.value.location == at("block-view")
+    assert "global_view shape may only use kernel parameters and compile-time values" in str(caught.value)
+    assert "depends on blockIdx.x" in str(caught.value)
 
 
 def test_one_torch_tensor_for_two_parameters_is_one_memory():

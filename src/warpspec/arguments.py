@@ -48,18 +48,12 @@ def launch_grid(kernel: ir.Kernel, env: dict) -> tuple[int, int, int]:
 
 
 def view_shapes(kernel: ir.Kernel, env: dict):
-    """``(statement, shape, strides)`` of every global view for these arguments, evaluated as the first block sees
-    them; shape and strides are None for a view that depends on values the kernel computes."""
-    exprs = ExprCompiler({"blockIdx.x": 0, "blockIdx.y": 0, "blockIdx.z": 0})
+    """``(statement, shape, strides)`` of every global view for these arguments (views use only the kernel's
+    parameters: the front end refuses any other value there)."""
+    exprs = ExprCompiler({})
     for stmt in ir.walk(kernel.body):
         if isinstance(stmt, GlobalView):
-            try:
-                shape = tuple(exprs(e)(env) for e in stmt.decl.shape)
-                strides = tuple(exprs(e)(env) for e in stmt.strides)
-            except KeyError:
-                yield stmt, None, None
-                continue
-            yield stmt, shape, strides
+            yield stmt, tuple(exprs(e)(env) for e in stmt.decl.shape), tuple(exprs(e)(env) for e in stmt.strides)
 
 
 def elements_needed(shape, strides) -> int:

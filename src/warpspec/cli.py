@@ -651,14 +651,11 @@ def pointer_sizes(script, params, scalars: dict) -> dict[str, int]:
         raise UsageError(str(error)) from None
     kernel = kernel_for(script, compile_time)
     env = {param.var.uid: 0 if param.name in pointers else runtime[param.name] for param in kernel.params}
-    # Views are sized as the launch checks them: with the block index of the first block.
+    # Views are sized as the launch checks them.
     sizes = dict.fromkeys(pointers, 1)
     names = {p.var.uid: p.name for p in kernel.params}
     for stmt, shape, strides in view_shapes(kernel, env):
         name = names[stmt.pointer.uid]
-        if shape is None:
-            raise UsageError(f"cannot size {name}: its view {stmt.decl.name} (line {stmt.loc.line}) depends on "
-                             f"values computed inside the kernel")
         sizes[name] = max(sizes[name], elements_needed(shape, strides))
     return sizes
 

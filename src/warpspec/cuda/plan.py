@@ -283,10 +283,6 @@ class LaunchPlan:
         env, arrays = host_values(kernel, arguments, self.device)
         self.views = [stmt for stmt in ir.walk(kernel.body) if isinstance(stmt, GlobalView)]
         names = {p.var.uid: p.name for p in kernel.params}
-        for stmt, shape, _ in view_shapes(kernel, env):
-            if shape is None:
-                raise CompileError(f"the shape of global view {stmt.decl.name} must depend only on kernel "
-                                   f"parameters for the CUDA back end", str(stmt.loc))
         viewed = {names[stmt.pointer.uid] for stmt in self.views}
         self.arrays = {}
         for param in kernel.params:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from warpspec.errors import BoundsError, RaceError
+from warpspec.errors import RaceError
 from warpspec.ir import nodes as ir
 
 NOBODY = np.iinfo(np.int32).max  # no access yet: above every access id, so one comparison finds earlier blocks' ids
@@ -156,12 +156,8 @@ class BlockMemory:
         ``task``'s line accesses: the tile at ``offsets``, its ``rows`` only when given, clipped to the view."""
         argument = self.memory.arguments[pointer]
         accesses = self.memory.accesses
-        try:
-            tile = GlobalTile(argument, len(accesses), shape, strides, offsets, tile_shape, rows)
-        except ValueError:
-            raise BoundsError(f"{what}: view {view} of shape {list(shape)} and strides {list(strides)} reaches "
-                              f"outside argument {argument.name!r} ({argument.data.size} elements); a view must fit "
-                              f"its array", str(task.loc), task.machine.describe_tasks()) from None
+        # Views use only kernel parameters, so the launch checked that every view fits its array.
+        tile = GlobalTile(argument, len(accesses), shape, strides, offsets, tile_shape, rows)
         accesses.append(Access(self.block, what, view, argument.name, task.loc))
         return tile
 

@@ -52,8 +52,7 @@ def run_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None = N
     grid = launch_grid(kernel, env)
     names = {p.var.uid: p.name for p in kernel.params}
     for stmt, shape, strides in view_shapes(kernel, env):
-        if shape is not None:  # views over values the kernel computes are checked as it runs
-            check_view(names[stmt.pointer.uid], stmt, shape, strides, memory[stmt.pointer.uid].size)
+        check_view(names[stmt.pointer.uid], stmt, shape, strides, memory[stmt.pointer.uid].size)
     global_memory = GlobalMemory(memory, names)
     seed = emulator_seed()
     rng = random.Random(seed) if seed is not None else None

@@ -143,9 +143,22 @@ class Memory(LanguageObject):
         if len(strides) != len(sizes):
             raise b.error(f"global_view strides has {len(strides)} entries for {len(sizes)} dimensions")
         strides_exprs = tuple(b.to_integer(s, int32, "global_view strides") for s in strides)
+        sizes = tuple(self._host_computed(e, "shape") for e in sizes)
+        strides_exprs = tuple(self._host_computed(e, "strides") for e in strides_exprs)
         decl = ir.TensorDecl(b.target_name(ptr.name), ir.GLOBAL, dtype, sizes, b.loc)
         b.emit(GlobalView(b.loc, decl, ptr, strides_exprs))
         return TensorValue(ir.TensorRef(decl))
+
+    def _host_computed(self, expr: ir.Expr, what: str) -> ir.Expr:
+        """A view's size or stride as the host computes it before the launch (over the kernel's parameters): both
+        back ends check that every view fits its array before any block runs, and the GPU's tensor maps are
+        encoded there."""
+        value = self.b.host_value(expr)
+        if isinstance(value, str):
+            raise self.b.error(f"global_view {what} may only use kernel parameters and compile-time values (views are "
+                               f"checked against their arrays, and TMA's tensor maps encoded, on the host before any "
+                               f"block runs), but this one depends on {value}")
+        return value
 
     @language_call
     def shared_tensor(self, dtype, shape, swizzle=None) -> TensorValue:
