@@ -62,3 +62,8 @@ class BoundsError(KernelError):
     """An index outside a shared, register or barrier array at run time, or a global view whose shape the kernel
     computes reaching outside its array (global accesses outside a view are clipped or read as zero, as TMA does,
     and are not errors)."""
+
+
+class BarrierTimeoutError(KernelError):
+    """In debug mode on the GPU, a barrier wait that did not pass within the debug bound: the kernel was stopped
+    instead of hanging the GPU. ``location`` is the wait's kernel line."""

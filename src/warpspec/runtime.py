@@ -72,6 +72,29 @@ def use_backend(name: str):
         _selected = saved
 
 
+#: Debug mode (``warpspec.cuda.debug``): GPU launches use the debug build, whose barrier waits end the kernel with a
+#: message instead of hanging. Off unless WARPSPEC_DEBUG=1 was set when warpspec was imported, or set_debug(True).
+_debugging = environment("WARPSPEC_DEBUG", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def set_debug(enabled: bool) -> None:
+    """Turn debug mode on or off for the kernels launched from now on (see ``warpspec.cuda.debug``)."""
+    global _debugging
+    _debugging = bool(enabled)
+
+
+@contextmanager
+def debug(enabled: bool = True):
+    """``with warpspec.debug():`` launches the kernels called inside in debug mode."""
+    global _debugging
+    saved = _debugging
+    set_debug(enabled)
+    try:
+        yield
+    finally:
+        _debugging = saved
+
+
 def kernel_for(script, compile_time: dict):
     """The IR of ``script`` for these compile-time values, built once per instance and specialisation."""
     from warpspec.frontend.kernel import build_kernel
@@ -97,7 +120,7 @@ def shape_only(values) -> bool:
 def run_script(script, args: tuple, kwargs: dict):
     """Bind the arguments, build (or reuse) the kernel and run it on the selected back end."""
     entries = script.__dict__.get("_warpspec_calls")
-    if entries and not kwargs and mode() != "emulator":
+    if entries and not kwargs and not _debugging and mode() != "emulator":
         # A plan entry exists only for a device where a CUDA launch worked out, so under ``auto`` it is a Hopper
         # GPU; each entry checks the current device itself.
         for call in entries:
@@ -113,6 +136,10 @@ def run_script(script, args: tuple, kwargs: dict):
         from warpspec.emulator.run import run_kernel
 
         return run_kernel(kernel, runtime)
+    if _debugging:
+        from warpspec.cuda.debug import run_debug
+
+        return run_debug(kernel, runtime)
     from warpspec.cuda.launch import launch_planned
 
     plan = launch_planned(kernel, runtime)

@@ -41,6 +41,17 @@ class GeneratedKernel:
     tensor_maps: list[sm90.tma.TensorMapUse]
     kernel: ir.Kernel
     block_group: int = 0  # > 0: launched as a 1-D grid with grid_x, grid_y appended to the parameters
+    #: Debug builds: what each bounded wait's site number stands for (``DebugSite``); empty in plain builds.
+    debug_sites: tuple = ()
+
+
+@dataclass(frozen=True)
+class DebugSite:
+    """A barrier wait of a debug build: the barrier array, the kernel line and the threads that wait there."""
+
+    barrier: str
+    loc: str
+    threads: tuple[int, int]
 
 
 # ------------------------------------------------------------------------------------------------ generator
@@ -49,8 +60,11 @@ class GeneratedKernel:
 class CodeGenerator:
     """Generates the CUDA C++ of one kernel."""
 
-    def __init__(self, kernel: ir.Kernel, min_blocks: int = 1, block_group: int = 0, quad_stores: bool = True):
+    def __init__(self, kernel: ir.Kernel, min_blocks: int = 1, block_group: int = 0, quad_stores: bool = True,
+                 debug: bool = False):
         self.kernel = kernel
+        self.debug = debug  # bounded barrier waits that report where they gave up (warpspec.debug)
+        self.debug_sites: list[DebugSite] = []
         # 16-byte global stores of 16-bit accumulator tiles: the four lanes of a quad exchange pairs so each lane
         # holds 8 consecutive columns (full 32-byte sectors) instead of storing 4 bytes at a time.
         self.quad_stores = quad_stores
@@ -106,7 +120,8 @@ class CodeGenerator:
                 f"  const int group_h_ = grid_y - first_y_ < {g} ? grid_y - first_y_ : {g};",
                 "  const int in_group_ = static_cast<int>(blockIdx.x) % per_group_;",
                 "  const int block_x = in_group_ / group_h_, block_y = first_y_ + in_group_ % group_h_;"]
-        head = [sm90.prelude.PRELUDE, f'extern "C" __global__ void __launch_bounds__({k.num_threads}, {self.min_blocks})',
+        prelude = sm90.prelude.PRELUDE + (sm90.prelude.DEBUG_PRELUDE if self.debug else "")
+        head = [prelude, f'extern "C" __global__ void __launch_bounds__({k.num_threads}, {self.min_blocks})',
                 f"{name}({', '.join(params)}) {{",
                 "  extern __shared__ __align__(1024) unsigned char smem_raw[];",
                 "  // Round the dynamic buffer up to 1024 B: swizzled TMA tiles need their pattern's alignment.",
@@ -117,7 +132,13 @@ class CodeGenerator:
                 "  (void)warp;"] + block_index
         source = "\n".join(head + body + ["}", ""])
         return GeneratedKernel(name, source, k.num_threads, self.shared_bytes + self.target.shared_alignment,
-                               sorted(self.maps.values(), key=lambda u: u.index), k, self.block_group)
+                               sorted(self.maps.values(), key=lambda u: u.index), k, self.block_group,
+                               tuple(self.debug_sites))
+
+    def debug_site(self, stmt) -> int:
+        """The site number of barrier wait ``stmt`` in a debug build (its entry in ``debug_sites``)."""
+        self.debug_sites.append(DebugSite(stmt.barrier.decl.name, str(stmt.loc), tuple(stmt.threads)))
+        return len(self.debug_sites) - 1
 
     # -------------------------------------------------------------------------------------------- planning
 
@@ -433,13 +454,15 @@ _RESERVED = {"smem", "smem_raw", "smem_ptr", "warp", "i", "t_", "int", "float", 
              "threadIdx", "blockIdx", "gridDim", "blockDim"}
 
 
-def generate(kernel: ir.Kernel, min_blocks: int = 1, block_group: int = 0, quad_stores: bool = True) -> GeneratedKernel:
+def generate(kernel: ir.Kernel, min_blocks: int = 1, block_group: int = 0, quad_stores: bool = True,
+             debug: bool = False) -> GeneratedKernel:
     """The CUDA C++ source and launch facts of ``kernel``; ``min_blocks`` is the ``__launch_bounds__`` minimum of
     resident blocks per SM, which caps registers per thread at 65536 / (threads * min_blocks); ``block_group``
     chooses the grouped launch order of 2-D grids (0: the plain order). The code is generated from ``kernel`` after
-    the unroll and constant-propagation passes; the result names ``kernel`` itself."""
+    the unroll and constant-propagation passes; the result names ``kernel`` itself. ``debug`` bounds every barrier
+    wait (``warpspec.debug``)."""
     lowered = propagate(unroll(kernel))
-    return replace(CodeGenerator(lowered, min_blocks, block_group, quad_stores).generate(), kernel=kernel)
+    return replace(CodeGenerator(lowered, min_blocks, block_group, quad_stores, debug).generate(), kernel=kernel)
 
 
 _register_core_emitters(sm90.TARGET)

@@ -28,15 +28,16 @@ _built: dict[tuple, tuple[ir.Kernel, BuiltKernel]] = {}
 
 
 def build(kernel: ir.Kernel, options: tuple[str, ...] = (), compiler: str | None = None, min_blocks: int = 1,
-          block_group: int = 0, quad_stores: bool = True) -> BuiltKernel:
+          block_group: int = 0, quad_stores: bool = True, debug: bool = False) -> BuiltKernel:
     """Generate CUDA C++ for ``kernel`` and compile it for sm_90a (cached in memory and on disk) with
-    ``compiler``: ``nvrtc`` (default) or ``nvcc``, by default from WARPSPEC_COMPILER."""
+    ``compiler``: ``nvrtc`` (default) or ``nvcc``, by default from WARPSPEC_COMPILER; ``debug``: the debug build
+    (bounded barrier waits, ``warpspec.debug``)."""
     compiler = compiler or environment("WARPSPEC_COMPILER", "nvrtc")
-    key = (id(kernel), tuple(options), compiler, min_blocks, block_group, quad_stores)
+    key = (id(kernel), tuple(options), compiler, min_blocks, block_group, quad_stores, debug)
     entry = _built.get(key)
     if entry is not None and entry[0] is kernel:
         return entry[1]
-    generated = generate(kernel, min_blocks, block_group, quad_stores)
+    generated = generate(kernel, min_blocks, block_group, quad_stores, debug)
     module = compile_cuda(generated.source, options=options, compiler=compiler)
     built = BuiltKernel(generated, module)
     _built[key] = (kernel, built)  # the kernel is kept alive with its entry, so its id stays unique

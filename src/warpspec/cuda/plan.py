@@ -31,7 +31,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from warpspec.arguments import check_view, launch_grid, scalar_value, view_shapes
+from warpspec.arguments import check_view, launch_grid, scalar_value
 from warpspec.dtypes import DType, PointerType
 from warpspec.errors import ArgumentError, CompileError
 from warpspec.isa.memory import GlobalView

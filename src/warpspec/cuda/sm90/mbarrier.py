@@ -1,5 +1,5 @@
 """sm_90a emission of the mbarrier family (``warpspec.isa.mbarrier``): init + fence + block barrier, arrive,
-arrive.expect_tx and the try_wait.parity loop (helpers in ``prelude``)."""
+arrive.expect_tx and the try_wait.parity loop (helpers in ``prelude``; debug builds bound the wait)."""
 
 from __future__ import annotations
 
@@ -33,4 +33,10 @@ def _emit_MbarrierArriveExpectTx(gen, s: MbarrierArriveExpectTx) -> None:
 
 @emits(MbarrierWait, TARGET)
 def _emit_MbarrierWait(gen, s: MbarrierWait) -> None:
+    if gen.debug:  # a bounded wait that reports which barrier of which statement it gave up on
+        site = gen.debug_site(s)
+        index = gen.cexpr(s.barrier.index[0])
+        gen.line(f"mbar_wait_debug({gen.barrier_address(s.barrier)}, {gen.cexpr(s.phase)}, {site}u, "
+                 f"static_cast<unsigned>({index}));")
+        return
     gen.line(f"mbar_wait({gen.barrier_address(s.barrier)}, {gen.cexpr(s.phase)});")
