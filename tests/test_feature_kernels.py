@@ -207,7 +207,8 @@ def test_fp8_refuses_mn_major_operands():
     x = np.zeros((128, 64), dtype=ml_dtypes.float8_e4m3fn)
     with pytest.raises(warpspec.CompileError, match="reads K-major operands only") as caught:
         with warpspec.use_backend("emulator"):
-            FP8WithMNMajorB(**_schedule(FP8WithMNMajorB))(128, 64, 64, x, x[:64], np.zeros((128, 64), ml_dtypes.bfloat16))
+            out = np.zeros((128, 64), ml_dtypes.bfloat16)
+            FP8WithMNMajorB(**_schedule(FP8WithMNMajorB))(128, 64, 64, x, x[:64], out)
     assert caught.value.location.split(" -> ")[-1].endswith(f"{__file__}:{FP8_MMA_LINE}")
 
 

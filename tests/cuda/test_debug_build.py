@@ -47,7 +47,7 @@ def test_a_wait_that_gave_up_names_the_barrier_phase_role_and_line():
     assert error.location == "kernel.py:40 -> V3.produce at kernel.py:59"
     assert str(error) == (
         "kernel.py:40 -> V3.produce at kernel.py:59: debug mode: mbarrier.wait on producer_barriers[1] for phase "
-        "parity 0 did not pass within 0.5 s (threads [128, 160) wait there; thread 128 of block (2, 3, 0) gave up, "
+        "parity 0 did not pass within 0.25 s (threads [128, 160) wait there; thread 128 of block (2, 3, 0) gave up, "
         "the kernel was stopped after 0.5 s). The GPU context of this process cannot be used after the stop: "
         "restart it to run kernels again")
 

@@ -1,9 +1,9 @@
 """Debug mode on the GPU: a barrier wait that hangs ends the kernel within a second, with a message.
 
 In debug mode (``warpspec.set_debug(True)``, ``with warpspec.debug():`` or ``WARPSPEC_DEBUG=1`` when warpspec is
-imported) Scripts launch a debug build of their kernel, whose ``mbarrier.wait`` gives up after half a second: the
-first thread to give up writes where it was (the wait's site, the barrier index, the parity, its block and thread)
-into a small record of page-locked host memory, then traps. The launch waits for the kernel and raises
+imported) Scripts launch a debug build of their kernel, whose ``mbarrier.wait`` gives up after a quarter of a
+second: the first thread to give up writes where it was (the wait's site, the barrier index, the parity, its block
+and thread) into a small record of page-locked host memory, then traps. The launch waits for the kernel and raises
 ``BarrierTimeoutError`` at the wait's kernel line. A trap leaves the process's CUDA context unusable, so the record
 lives in host memory the host can still read, and the message says to restart. Plain builds are unchanged.
 """
@@ -66,7 +66,7 @@ def _timeout(site, words, seconds: float) -> BarrierTimeoutError:
     begin, count = site.threads
     who = "one thread" if count == 1 else f"threads [{begin}, {begin + count})"
     return BarrierTimeoutError(
-        f"debug mode: mbarrier.wait on {site.barrier}[{index}] for phase parity {parity} did not pass within 0.5 s "
+        f"debug mode: mbarrier.wait on {site.barrier}[{index}] for phase parity {parity} did not pass within 0.25 s "
         f"({who} wait there; thread {thread} of block {block} gave up, the kernel was stopped after {seconds:.1f} s). "
         f"The GPU context of this process cannot be used after the stop: restart it to run kernels again",
         site.loc)

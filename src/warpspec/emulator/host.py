@@ -61,7 +61,8 @@ class HostArray:
                                 f"ndarray subclass that indexes differently from a plain array; pass "
                                 f"np.asarray({self.name}) instead")
         if array.dtype != self.dtype.numpy:
-            hint = f"; convert it with {_CONVERSION[self.dtype.name].format(self.name)}" if self.dtype.name in _CONVERSION else ""
+            conversion = _CONVERSION.get(self.dtype.name)
+            hint = f"; convert it with {conversion.format(self.name)}" if conversion else ""
             raise ArgumentError(f"argument {self.name!r}: expected dtype {self.dtype.numpy} for a ~{self.dtype.name} "
                                 f"parameter, got {array.dtype}{hint}")
         if not array.flags.c_contiguous:

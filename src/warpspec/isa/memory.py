@@ -79,7 +79,8 @@ class LoadGlobal(ir.DefineTensor):
     offsets: tuple[ir.Expr, ...]
 
     def text(self, f) -> str:
-        return f"{self.decl.name} = load_global({f(self.view)}, offsets={f(self.offsets)}, shape={list(self.decl.shape)})"
+        return (f"{self.decl.name} = load_global({f(self.view)}, offsets={f(self.offsets)}, "
+                f"shape={list(self.decl.shape)})")
 
 
 @dataclass(frozen=True, eq=False)

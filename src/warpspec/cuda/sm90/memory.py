@@ -7,8 +7,8 @@ from __future__ import annotations
 from warpspec.cuda.cxx import C_TYPES
 from warpspec.cuda.sm90 import epilogue
 from warpspec.dtypes import float32
-from warpspec.isa.memory import (AllocRegister, AllocShared, GlobalView, LoadGlobal, LoadShared, StoreElement, StoreGlobal,
-                                 StoreShared)
+from warpspec.isa.memory import (AllocRegister, AllocShared, GlobalView, LoadGlobal, LoadShared, StoreElement,
+                                 StoreGlobal, StoreShared)
 from warpspec.ir import nodes as ir
 from warpspec.passes.layouts import Accumulator, Replicated, packed
 from warpspec.isa.registry import emits

@@ -67,10 +67,10 @@ __device__ __forceinline__ float e5m2_to_f32(unsigned char b) {
 }
 """
 
-#: Device code of debug builds (``warpspec.debug``): a bounded mbarrier wait. A wait that has not passed within
-#: half a second records where it was in host memory the host mapped (``warpspec_debug_record`` points there), then
-#: traps, so the kernel ends instead of hanging the GPU. The record is host memory because a trap leaves the
-#: context unusable: the host can still read its own memory.
+#: Device code of debug builds (``warpspec.debug``): a bounded mbarrier wait. A wait that has not passed within a
+#: quarter of a second records where it was in host memory the host mapped (``warpspec_debug_record`` points
+#: there), then traps, so the kernel ends instead of hanging the GPU. The record is host memory because a trap
+#: leaves the context unusable: the host can still read its own memory.
 DEBUG_PRELUDE = r"""
 __device__ unsigned long long *warpspec_debug_record;
 __device__ __forceinline__ void mbar_wait_debug(unsigned bar, unsigned parity, unsigned site, unsigned index) {
@@ -82,7 +82,7 @@ __device__ __forceinline__ void mbar_wait_debug(unsigned bar, unsigned parity, u
                  " selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
     if (done) return;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    if (now - start > 500000000ull) {
+    if (now - start > 250000000ull) {
       volatile unsigned long long *record = warpspec_debug_record;
       if (atomicCAS(const_cast<unsigned long long *>(record), 0ull, 1ull + site) == 0ull) {
         record[1] = (static_cast<unsigned long long>(blockIdx.z) << 42) |
