@@ -304,12 +304,6 @@ class CodeGenerator:
         self.indent -= 1
         self.line("}")
 
-    # ------------------------------------------------------------------------------------- tensors: declare
-
-
-
-
-
     def to_storage(self, f32_expr: str, dtype: DType) -> str:
         """C++ converting a float to what a ``dtype`` register holds (round to nearest even; float8 saturates)."""
         if dtype.name == "float16":
@@ -332,7 +326,6 @@ class CodeGenerator:
             return f"{dtype.name[7:]}_to_f32({expr})"
         return f"static_cast<float>({expr})"
 
-
     def element_loop(self, layout, body) -> None:
         """Emit ``body(i, row, col, valid)`` for every element register of ``layout`` (unrolled here, so
         coordinates are constants plus per-thread terms)."""
@@ -345,11 +338,6 @@ class CodeGenerator:
         self.indent -= 1
         self.line("}")
 
-
-
-
-
-
     # ------------------------------------------------------------------------------------------ barriers
 
     def barrier_address(self, ref: ir.TensorRef) -> str:
@@ -360,10 +348,6 @@ class CodeGenerator:
                 raise self.error(f"barrier index {index} is out of bounds for {ref.decl.name}")
             return f"(smem + {offset + 8 * index}u)"
         return f"(smem + {offset}u + 8u * static_cast<unsigned>({self.cexpr(ref.index[0])}))"
-
-
-
-
 
     # ------------------------------------------------------------------------------------------- shared, TMA
 
@@ -385,28 +369,6 @@ class CodeGenerator:
         for i, extent in zip(index, lead):
             flat = f"({flat} * {extent} + {self.cexpr(i)})"
         return f"(smem + {placement.offset}u + static_cast<unsigned>({flat}) * {placement.tile_stride}u)"
-
-
-
-
-
-
-
-
-
-    # ------------------------------------------------------------------------------------------------ WGMMA
-
-
-
-
-
-
-    # ------------------------------------------------------------------------------------------- epilogue
-
-
-
-
-
 
 
 def _register_core_emitters(target: str) -> None:
