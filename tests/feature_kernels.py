@@ -231,3 +231,28 @@ class MatmulFP8E5M2(_Matmul):
     def __call__(self, m_size: int32, n_size: int32, k_size: int32, a_ptr: ~float8_e5m2, b_ptr: ~float8_e5m2,
                  c_ptr: ~float16):
         self.plain_matmul(m_size, n_size, k_size, a_ptr, b_ptr, c_ptr, float8_e5m2, float16)
+
+
+class GridStrideRows(warpspec.Script):
+    """out = x + 1 by 16-row tiles, each of ``blocks`` blocks taking every ``blocks``-th tile: a loop whose step is
+    the runtime grid size, as persistent kernels walk their tiles."""
+
+    def __call__(self, m_size: int32, blocks: int32, step_scale: int32, x_ptr: ~float32, out_ptr: ~float32):
+        self.attrs.blocks = [blocks]
+        self.attrs.warps = 4
+        x = self.global_view(x_ptr, dtype=float32, shape=[m_size, 64])
+        out = self.global_view(out_ptr, dtype=float32, shape=[m_size, 64])
+        for tile in self.range(self.blockIdx.x, cdiv(m_size, 16), self.gridDim.x * step_scale):  # <<< grid-stride
+            self.store_global(out, self.load_global(x, offsets=[16 * tile, 0], shape=[16, 64]) + 1.0,
+                              offsets=[16 * tile, 0])
+
+
+class UnrolledRuntimeStep(warpspec.Script):
+    """A runtime step in an unrolled loop, which the language refuses."""
+
+    def __call__(self, m_size: int32, x_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        x = self.global_view(x_ptr, dtype=float32, shape=[m_size, 64])
+        for tile in self.range(0, m_size, self.gridDim.x, unroll=2):  # <<< unrolled-runtime-step
+            self.store_global(x, self.load_global(x, offsets=[tile, 0], shape=[16, 64]), offsets=[tile, 0])

@@ -3,6 +3,8 @@ epilogue with a TMA store, setmaxnreg budgets and register tiles through load_gl
 
 CPU: the emulator against numpy, and the machine code the CUDA back end generates. GPU (marked): against torch."""
 
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -230,3 +232,55 @@ def test_gpu_fp8_against_torch(cls, in_dtype, out_dtype, _):
     torch.cuda.synchronize()
     reference = a.double() @ b.double().T
     assert ((c.double() - reference).norm() / reference.norm()).item() < 5e-3
+
+
+# ------------------------------------------------------------------------------------- loops with a runtime step
+
+def test_a_grid_stride_loop_on_the_emulator():
+    """Two blocks take tiles 0, 2, 4 and 1, 3 of a 5-tile (ragged) array: every row is written once."""
+    x = np.random.default_rng(2).standard_normal((70, 64)).astype(np.float32)
+    out = np.full_like(x, np.nan)
+    with warpspec.use_backend("emulator"):
+        fk.GridStrideRows()(70, 2, 1, x, out)
+    np.testing.assert_array_equal(out, x + 1)
+
+
+def test_a_grid_stride_loop_evaluates_its_step_once_and_compiles():
+    kernel = kernel_for(fk.GridStrideRows(), {})
+    source = build(kernel).generated.source
+    (header,) = [line.strip() for line in source.splitlines() if line.strip().startswith("for (int tile")]
+    assert re.fullmatch(r"for \(int tile = static_cast<int>\(blockIdx\.x\), loop_stop = .+, loop_step = "
+                        r"\(static_cast<int>\(gridDim\.x\) \* step_scale\); tile < loop_stop; tile \+= loop_step\) \{",
+                        header), header
+
+
+def test_a_runtime_step_must_be_positive_when_the_loop_starts():
+    x = np.zeros((32, 64), np.float32)
+    with pytest.raises(warpspec.KernelError) as caught, warpspec.use_backend("emulator"):
+        fk.GridStrideRows()(32, 1, 0, x, np.zeros_like(x))
+    assert caught.value.location == f"{fk.__file__}:{marker(fk, 'grid-stride')}"
+    assert "self.range step is 0 when the loop starts; it must be positive" in str(caught.value)
+
+
+def test_a_runtime_step_cannot_be_unrolled():
+    with pytest.raises(warpspec.CompileError) as caught, warpspec.use_backend("emulator"):
+        fk.UnrolledRuntimeStep()(32, np.zeros((32, 64), np.float32))
+    assert caught.value.location == f"{fk.__file__}:{marker(fk, 'unrolled-runtime-step')}"
+    assert "self.range with a runtime step cannot be unrolled (unroll=2)" in str(caught.value)
+
+
+def marker(module, name: str) -> int:
+    from markers import marker_line
+
+    return marker_line(module.__file__, name)
+
+
+@pytest.mark.gpu
+def test_gpu_grid_stride_loop():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(70, 64, device="cuda")
+    out = torch.full_like(x, float("nan"))
+    with warpspec.use_backend("cuda"):
+        fk.GridStrideRows()(70, 2, 1, x, out)
+    torch.cuda.synchronize()
+    assert torch.equal(out, x + 1)

@@ -34,7 +34,10 @@ def test_unrolled_ring_indices_are_constants():
     """Under self.range(..., unroll=num_stages) the stage and phase-array indices fold to constants: copy j of the
     producer's loop uses phase register j, behind the guards of copies 1 and 2."""
     source = generate(_v3(num_stages=3, block_m=128, block_n=64, block_k=64)).source
-    main_loop = source[source.index("for (int offset_k_trip = 0; offset_k_trip < 8192; offset_k_trip += 192)"):
+    # The loop evaluates its stop and step once, as the emulator does.
+    header = "for (int offset_k_trip = 0, loop_stop = 8192, loop_step = 192; offset_k_trip < loop_stop; " \
+             "offset_k_trip += loop_step)"
+    main_loop = source[source.index(header):
                        source.index("for (int _ = 0")]
     assert re.findall(r"producer_phases\[(\w+)\] = ", main_loop) == ["0", "1", "2"]
     assert re.findall(r"if \(\(\(offset_k_trip \+ (\d+)\) < 8192\)\)", main_loop) == ["64", "128"]

@@ -295,10 +295,12 @@ class CodeGenerator:
 
     def emit_for(self, s: ir.For) -> None:
         # Unrolled loops arrive as guarded copies (passes.unroll): the loop itself stays rolled.
-        var = self.name_of(s.var)
+        # stop and step are evaluated once, when the loop starts, as the emulator does.
+        var, ctype = self.name_of(s.var), C_TYPES[s.var.type.name]
+        stop, step = (self.name_of(ir.Var(name, s.var.type)) for name in ("loop_stop", "loop_step"))
         self.line("#pragma unroll 1")
-        self.line(f"for ({C_TYPES[s.var.type.name]} {var} = {self.cexpr(s.start)}; {var} < {self.cexpr(s.stop)}; "
-                  f"{var} += {self.cexpr(s.step)}) {{")
+        self.line(f"for ({ctype} {var} = {self.cexpr(s.start)}, {stop} = {self.cexpr(s.stop)}, "
+                  f"{step} = {self.cexpr(s.step)}; {var} < {stop}; {var} += {step}) {{")
         self.indent += 1
         self.emit_block(s.body)
         self.indent -= 1

@@ -394,6 +394,8 @@ def _assign(machine, task, s: ir.Assign):
 @registry.emulates(ir.For)
 def _for(machine, task, s: ir.For):
     start, stop, step = machine.ev(task, s.start), machine.ev(task, s.stop), machine.ev(task, s.step)
+    if step <= 0:  # only a runtime step can be; the generated loop would never end
+        raise KernelError(f"self.range step is {step} when the loop starts; it must be positive")
     for value in range(start, stop, step):
         task.env[s.var.uid] = value
         yield from machine.exec_body(task, s.body)

@@ -509,7 +509,7 @@ class Builder:
                 self.exec_body(node.body)
 
             stmts = self.runtime_block(body)
-            self.emit(ir.For(loc, var, iterable.start, iterable.stop, ir.Const(iterable.step, var.type), stmts,
+            self.emit(ir.For(loc, var, iterable.start, iterable.stop, self.to_expr(iterable.step, var.type), stmts,
                              iterable.unroll))
             return
         if isinstance(iterable, ir.Expr) or isinstance(iterable, TensorValue):

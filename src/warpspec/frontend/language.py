@@ -110,17 +110,26 @@ class Language(LanguageObject):
 
     @language_call
     def range(self, start, stop=None, step=1, unroll=1) -> RuntimeRange:
-        """A runtime loop ``for i in self.range(start, stop, step, unroll=k)``; ``step`` and ``unroll`` are
-        compile-time. With ``unroll`` equal to a pipeline's stage count, stage indices become constants in each
-        unrolled copy. Executed by the threads of the enclosing group; no instruction of its own."""
+        """A runtime loop ``for i in self.range(start, stop, step, unroll=k)``; ``unroll`` is compile-time. With
+        ``unroll`` equal to a pipeline's stage count, stage indices become constants in each unrolled copy.
+        ``step`` is a positive compile-time int, or, in a loop that is not unrolled, a runtime integer (a
+        persistent kernel's ``self.range(self.blockIdx.x, num_tiles, self.gridDim.x)``), which must be positive
+        when the loop starts. ``stop`` and ``step`` are evaluated once, when the loop starts. Executed by the
+        threads of the enclosing group; no instruction of its own."""
         b = self.b
         if stop is None:
             start, stop = 0, start
-        step = b.to_int(step, "self.range step")
         unroll = b.to_int(unroll, "self.range unroll")
-        if step <= 0:
-            raise b.error(f"self.range step must be positive, got {step}")
         if unroll < 1:
             raise b.error(f"self.range unroll must be >= 1, got {unroll}")
+        if isinstance(step, ir.Expr):
+            if unroll != 1:
+                raise b.error(f"self.range with a runtime step cannot be unrolled (unroll={unroll}): the unrolled "
+                              f"copies' offsets must be known at compile time")
+            step = b.to_integer(step, int32, "self.range step")
+        else:
+            step = b.to_int(step, "self.range step")
+            if step <= 0:
+                raise b.error(f"self.range step must be positive, got {step}")
         return RuntimeRange(b.to_integer(start, int32, "self.range start"),
                             b.to_integer(stop, int32, "self.range stop"), step, unroll)

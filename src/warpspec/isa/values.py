@@ -37,7 +37,7 @@ class RuntimeRange:
 
     start: ir.Expr
     stop: ir.Expr
-    step: int
+    step: int | ir.Expr  # a runtime step only when unroll is 1
     unroll: int
 
 

@@ -88,7 +88,7 @@ def _same(expr: ir.Expr) -> ir.Expr:
 
 
 def _unrolled(loop: ir.For) -> ir.For:
-    # The front end makes every runtime loop's step a positive compile-time constant (self.range checks it).
+    # The front end makes an unrolled loop's step a positive compile-time constant (self.range checks it).
     step, var, loc = loop.step.value, loop.var, loop.loc
     trip = ir.Var(f"{var.name}_trip", var.type)
     nested: tuple[ir.Stmt, ...] = ()
