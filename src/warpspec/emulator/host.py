@@ -37,16 +37,16 @@ def written_pointers(kernel: ir.Kernel) -> set[int]:
 
 
 class HostArray:
-    """A kernel's view of one array argument: a flat numpy array it reads and writes, and how to write back.
+    """A kernel's view of one array argument: a flat numpy array over the argument's own memory (a numpy array's,
+    or a CPU torch tensor's), which the kernel reads and writes in place.
 
     Built before the run for pointer parameter ``param`` of ``kernel``; every check that can fail raises
     ArgumentError naming the argument.
     """
 
     def __init__(self, kernel: ir.Kernel, param: ir.Param, value):
-        self.name, self.value, self.dtype = param.name, value, param.type.dtype
+        self.name, self.dtype = param.name, param.type.dtype
         self.written = param.var.uid in written_pointers(kernel)
-        self.torch_tensor = None
         if type(value).__module__.startswith("torch"):
             self._from_torch(value)
         elif isinstance(value, np.ndarray):
@@ -80,7 +80,6 @@ class HostArray:
             raise ArgumentError(f"argument {self.name!r}: expected a {self.dtype.name} tensor, got {tensor.dtype}")
         if not tensor.is_contiguous():
             raise ArgumentError(f"argument {self.name!r}: the tensor must be contiguous (use .contiguous())")
-        self.torch_tensor = tensor
         # The tensor's own memory, as for numpy arrays: one tensor passed for two parameters (or two views of one
         # storage) is one memory, which the emulator's global-memory race checks must see.
         self.flat = dtypes.torch_to_numpy(tensor.reshape(-1))

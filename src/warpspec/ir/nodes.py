@@ -44,11 +44,6 @@ class Loc:
             loc = loc.inlined_at
         return chain[::-1]
 
-    @property
-    def outermost(self) -> "Loc":
-        """The line in the kernel body that the chain starts from."""
-        return self.frames()[0]
-
     def __str__(self) -> str:
         frames = self.frames()
         text = f"{frames[0].file}:{frames[0].line}"
