@@ -518,9 +518,9 @@ def _winner_guard(tuned, args: tuple, script, report, bench):
 
     count = len(args)
     names = getattr(tuned.cls, "tune_key", None)
-    key_function = tuned.__dict__["_warpspec_key_functions"][count]
+    device = _device_getter()
     namespace = {"MISS": MISS, "_tuned": tuned, "_script": script, "_report": report, "_launch": bench.launch,
-                 "_device": key_function.__globals__["_device"], "_no_keywords": {}}
+                 "_device": device, "_no_keywords": {}}
     lines = ["def guard(args):", f"    if len(args) != {count}: return MISS"]
     if count:
         lines.append(f"    {', '.join(f'a{j}' for j in range(count))}, = args")
@@ -538,7 +538,7 @@ def _winner_guard(tuned, args: tuple, script, report, bench):
             lines.append(f"    if a{j}.__class__ is not int or not {bound}: return MISS")
         elif names is None:
             lines.append(f"    if a{j}.__class__ is not _c{j}: return MISS")
-    lines.append(f"    if _device() != {key_function(args)[-1]}: return MISS")
+    lines.append(f"    if _device() != {device()}: return MISS")
     lines += ["    _tuned.last_report = _report", "    return _launch(_script, args, _no_keywords)"]
     exec(compile("\n".join(lines), f"<winner guard of {tuned.cls.__name__}>", "exec"), namespace)
     return namespace["guard"]
@@ -554,7 +554,6 @@ def _fast_key(tuned, count: int):
     function = functions.get(count)
     if function is not None:
         return function
-    from warpspec.cuda.driver import default_device
     from warpspec.dtypes import PointerType
     from warpspec.frontend.kernel import parameters
 
@@ -564,11 +563,7 @@ def _fast_key(tuned, count: int):
     if count:
         lines.append(f"    {', '.join(f'a{j}' for j in range(count))}, = args")
     parts = []
-    torch = sys.modules.get("torch")
-    # PyTorch's own device getter once it runs CUDA (what default_device returns then, without its checks).
-    device = torch._C._cuda_getDevice if torch is not None and torch.cuda.is_initialized() and \
-        hasattr(torch._C, "_cuda_getDevice") else default_device
-    namespace = {"_device": device}
+    namespace = {"_device": _device_getter()}
     for j, p in enumerate(params):
         value = f"a{j}" if j < count else f"_default{j}"
         if j >= count:
@@ -594,6 +589,17 @@ def _fast_key(tuned, count: int):
     exec(compile("\n".join(lines), f"<tuning key of {tuned.cls.__name__}>", "exec"), namespace)
     function = functions[count] = namespace["key"]
     return function
+
+
+def _device_getter():
+    """The function that says which device launches go to: PyTorch's own getter once PyTorch runs CUDA (what
+    ``default_device`` returns then, without its checks), else ``default_device``."""
+    from warpspec.cuda.driver import default_device
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized() and hasattr(torch._C, "_cuda_getDevice"):
+        return torch._C._cuda_getDevice
+    return default_device
 
 
 def _bucket_text(value: str) -> str:
