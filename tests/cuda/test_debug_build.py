@@ -31,12 +31,43 @@ def test_a_debug_build_bounds_and_numbers_every_barrier_wait():
     assert compile_cuda(debugging.source).cubin[:4] == b"\x7fELF"
 
 
-def test_the_plain_build_is_unchanged_by_debug_mode():
+def test_the_plain_build_has_no_debug_code():
     plain = generate(kernel())
     assert "mbar_wait_debug" not in plain.source and "warpspec_debug_record" not in plain.source
     assert plain.debug_sites == ()
-    with warpspec.debug():
-        assert generate(kernel()).source == plain.source  # the mode picks the build at launch, not the code
+
+
+class _Launched(Exception):
+    """Stops a launch path after recording which one a call took."""
+
+
+def test_debug_mode_sends_gpu_launches_to_the_debug_build(monkeypatch):
+    """Out of debug mode a call goes to the plain launch path; in it, to the debug build's (even after the plain
+    path made the Script a plan entry)."""
+    import numpy as np
+
+    from warpspec.cuda import launch
+
+    taken = []
+
+    def record(name):
+        def launch_path(kernel, arguments, *rest, **options):
+            taken.append(name)
+            raise _Launched
+        return launch_path
+
+    monkeypatch.setattr(launch, "launch_planned", record("plain"))
+    monkeypatch.setattr(debug, "run_debug", record("debug"))
+    script = bk.ConsumerNeverReleases()
+    arrays = (np.zeros((128, 256), np.float16), np.zeros((64, 256), np.float16), np.zeros((128, 64), np.float16))
+    with warpspec.use_backend("cuda"):
+        for mode in (False, True, False):
+            with warpspec.debug(mode):
+                try:
+                    script(128, 64, 256, *arrays)
+                except _Launched:
+                    pass
+    assert taken == ["plain", "debug", "plain"]
 
 
 def test_a_wait_that_gave_up_names_the_barrier_phase_role_and_line():
