@@ -19,6 +19,7 @@ LAYERS = [
     ("warpspec.arguments", "warpspec.frontend"),
     ("warpspec.emulator", "warpspec.cuda"),
     ("warpspec.runtime",),
+    ("warpspec.timeline",),
     ("warpspec.tune",),
     ("warpspec.script",),
     ("warpspec.pipeline",),

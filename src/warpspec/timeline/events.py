@@ -1,0 +1,73 @@
+"""The records a timeline is made of, shared by the GPU instrumentation and the CPU model: an ``Event`` is one
+interval of one role of one block, a ``Timeline`` is all the events of one launch with what is known of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from warpspec.ir import nodes as ir
+from warpspec.isa.tma import TmaLoad
+from warpspec.isa.wgmma import WgmmaMma
+
+#: What an event is. "wait": an mbarrier wait (``barrier`` names it); "tma": a TMA issue (load or store);
+#: "wgmma": WGMMA issue up to its commit; "wgmma_wait": ``wgmma.wait_group``; "tma_wait": ``tma.wait_group``;
+#: "epilogue": from a consumer's last wait_group to its role's end; "sync": a block or named barrier.
+KINDS = ("wait", "tma", "wgmma", "wgmma_wait", "tma_wait", "epilogue", "sync")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One interval ``[start_ns, end_ns]`` of role ``role`` of block ``block``, at kernel line ``line``.
+
+    ``name`` reads as the user wrote it: "wait full_barriers[2]", "tma a -> sa[1]", "wgmma", "epilogue".
+    Times are nanoseconds from the launch's earliest recorded event."""
+
+    block: tuple[int, int, int]
+    role: str
+    kind: str
+    name: str
+    start_ns: float
+    end_ns: float
+    line: str
+    sm: int | None = None
+    barrier: str | None = None  # for "wait": the barrier as named in the kernel, e.g. "full_barriers[2]"
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"event kind {self.kind!r} is not one of {', '.join(KINDS)}")
+
+    @property
+    def duration_ns(self) -> float:
+        return self.end_ns - self.start_ns
+
+
+@dataclass
+class Timeline:
+    """The events of one launch of ``kernel`` (its class name) with ``schedule`` (compile-time values), from
+    ``source`` "gpu" (an instrumented build) or "model" (the CPU timing model).
+
+    ``kernel_ns``: the whole launch's time, measured (an uninstrumented run) or modeled; ``flops``: the useful
+    floating-point operations of the launch when known (for TFLOP/s); ``roles``: every role's name in block order,
+    so a role with no events still gets a track."""
+
+    kernel: str
+    source: str
+    schedule: dict
+    kernel_ns: float
+    events: list[Event] = field(default_factory=list)
+    roles: list[str] = field(default_factory=list)
+    flops: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def role_name(group: ir.Stmt) -> str:
+    """A thread group's name in timelines: "producer" when its body issues TMA loads, "consumer" when it issues
+    WGMMA, else "group", followed by its threads: "producer (threads 128-159)"."""
+    body = list(ir.walk(group.body))
+    if any(isinstance(s, WgmmaMma) for s in body):
+        what = "consumer"
+    elif any(isinstance(s, TmaLoad) for s in body):
+        what = "producer"
+    else:
+        what = "group"
+    return f"{what} (threads {group.begin}-{group.begin + group.count - 1})"
