@@ -56,7 +56,8 @@ def test_v3_gets_a_site_per_wait_tma_issue_wgmma_run_wait_group_sync_and_its_epi
     ]
     got = [(s.kind, s.name, s.barrier, s.loc.line, role_name(s.group)) for s in build.sites]
     assert got == expected
-    assert all(Path(s.loc.file).resolve() == Path(V3_FILE).resolve() for s in build.sites) and {s.kind for s in build.sites} <= set(KINDS)
+    assert all(Path(s.loc.file).resolve() == Path(V3_FILE).resolve() for s in build.sites)
+    assert {s.kind for s in build.sites} <= set(KINDS)
     assert build.recorders == (0, 128) and (build.blocks, build.capacity) == (4, 64)
     # The recorded index is the barrier's (or tile's) runtime index into its leading dimension.
     assert build.sites[0].render(1) == ("wait producer_barriers[1]", "producer_barriers[1]")
@@ -91,7 +92,7 @@ def test_v5_epilogue_starts_after_the_last_wait_group_and_tma_from_a_warp_is_a_s
                      ("tma", line_of(path, "self.tma.global_to_shared(", 1)),
                      ("wgmma_wait", line_of(path, "self.wgmma.wait_group(1)")),
                      ("wgmma_wait", line_of(path, "self.wgmma.wait_group(0)")),
-                     ("epilogue", line_of(path, "self.mbarrier.arrive(pipe.empty_barriers[self.previous(pipe.consumer", 1))]
+                     ("epilogue", line_of(path, "self.mbarrier.arrive(pipe.empty_barriers[self.previous(", 1))]
     assert build.recorders == (0, 256)
     waits = {s.name for s in build.sites if s.kind == "wait"}
     assert waits == {"wait full_barriers[{index}]", "wait empty_barriers[{index}]"}
@@ -107,7 +108,8 @@ def test_instrumented_source_reads_the_clocks_and_writes_each_event_with_its_run
     assert body.count("%%globaltimer") == 2 and body.count("%%smid") == 1
     # Unrolled by its two stages, the producer loop's first wait records stage 0, then stage 1 (constants); the
     # drain loop is not unrolled, so its wait records the stage variable's runtime value.
-    recorded = re.findall(r"wsprof_event_\[0\] = (\d+)ull \| \(static_cast<u64>\(static_cast<unsigned>\(([^)]+)\)\)", body)
+    recorded = re.findall(r"wsprof_event_\[0\] = (\d+)ull \| "
+                          r"\(static_cast<u64>\(static_cast<unsigned>\(([^)]+)\)\)", body)
     by_site = {}
     for site, index in recorded:
         by_site.setdefault(int(site), []).append(index)
