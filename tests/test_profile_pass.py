@@ -14,7 +14,8 @@ import warpspec
 from warpspec.cuda.codegen import generate
 from warpspec.cuda.compiler import compile_cuda
 from warpspec.cuda.sass import parse_ptxas_log
-from warpspec.isa.profile import ProfileEnd, ProfileSetup, ProfileStart
+from warpspec.isa.profile import ProfileEnd, ProfileJoin, ProfileSetup, ProfileStart
+from warpspec.isa.roles import SingleThread, ThreadGroup
 from warpspec.ir import nodes as ir
 from warpspec.passes.instrument import PARAMETER, instrument
 from warpspec.runtime import kernel_for
@@ -80,6 +81,12 @@ def test_the_pass_brackets_each_site_and_adds_the_buffer_parameter():
     # The wait's end records the barrier's index expression: V3's ring stage.
     wait_end = next(s for s in stmts if isinstance(s, ProfileEnd) and s.site == 0)
     assert isinstance(wait_end.index, ir.Var) and wait_end.index.name == "stage"
+    # After a single_thread body with sites the recording warp's lanes agree on their count again.
+    producer = next(s for s in out.body if isinstance(s, ThreadGroup) and s.begin == 128)
+    loop_body = next(s for s in producer.body if isinstance(s, ir.For)).body
+    single = next(i for i, s in enumerate(loop_body) if isinstance(s, SingleThread))
+    assert isinstance(loop_body[single + 1], ProfileJoin)
+    assert sum(isinstance(s, ProfileJoin) for s in stmts) == 1
     # The input kernel is left as it was.
     assert not any(isinstance(s, (ProfileStart, ProfileEnd, ProfileSetup)) for s in ir.walk(kernel.body))
 
@@ -116,7 +123,14 @@ def test_instrumented_source_reads_the_clocks_and_writes_each_event_with_its_run
     assert by_site[0] == ["0", "1"] and by_site[1] == ["0", "1"]
     assert len(by_site[3]) == 1 and not by_site[3][0].isdigit()
     assert set(by_site) == set(range(len(build.sites)))
-    assert "if (wsprof_n_ < wsprof_capacity_)" in body and "const unsigned wsprof_capacity_ = 64u;" in body
+    assert "const unsigned wsprof_capacity_ = 64u;" in body
+    # The group's events are written by the recording warp's first lane; the TMA issues inside single_thread by
+    # the elected lane, after which the warp's lanes take the largest count.
+    writers = re.findall(r"if \((wsprof_lead_ && )?wsprof_n_ < wsprof_capacity_\)", body)
+    assert writers.count("") == len(by_site[1]) + len(by_site[2]) == 4
+    assert writers.count("wsprof_lead_ && ") == len(recorded) - 4
+    assert body.count('redux.sync.max.u32 %0, %0, 0xffffffff;" : "+r"(wsprof_n_)') == 2  # one per unrolled copy
+    assert "const int recorder_ = warp == 0 ? 0 : warp == 4 ? 1 : -1;" in body
     assert "atom" not in body  # recorders own their arrays: plain stores only
 
 

@@ -37,9 +37,9 @@ def array_words(capacity: int) -> int:
 
 @dataclass(frozen=True, eq=False)
 class ProfileSetup(ir.Stmt):
-    """At the kernel's start, on every thread: a thread that records for a sampled block (thread ``recorders[r]``
-    of a block whose launch-order index is one of ``sampled`` evenly spaced ones) finds its record array in
-    ``buffer`` and writes its header's start; ``sites`` timers are declared."""
+    """At the kernel's start, on every thread: in a sampled block (one whose launch-order index is one of
+    ``sampled`` evenly spaced ones) the warp of thread ``recorders[r]`` finds record array ``r`` in ``buffer``, and
+    that thread writes its header's start; ``sites`` timers are declared."""
 
     buffer: ir.Var
     recorders: tuple[int, ...]
@@ -75,6 +75,15 @@ class ProfileEnd(ir.Stmt):
 
 
 @dataclass(frozen=True, eq=False)
+class ProfileJoin(ir.Stmt):
+    """After a ``single_thread`` body holding sites: the lanes of the recording warp agree on their event count
+    again. The elected thread, whichever lane ``elect.sync`` chose, recorded the body's events and counted them."""
+
+    def text(self, f) -> str:
+        return "profile.join()"
+
+
+@dataclass(frozen=True, eq=False)
 class ProfileFinish(ir.Stmt):
     """At the kernel's end, on every thread: a recording thread writes its header's count and end times."""
 
@@ -98,6 +107,11 @@ def _start(machine, task, s: ProfileStart):
 
 @emulates(ProfileEnd)
 def _end(machine, task, s: ProfileEnd):
+    return None
+
+
+@emulates(ProfileJoin)
+def _join(machine, task, s: ProfileJoin):
     return None
 
 

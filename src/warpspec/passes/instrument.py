@@ -13,8 +13,9 @@ roles spend time in, and the table of sites that says what each timestamp pair w
 
 and adds the record buffer as a last ``int64`` pointer parameter, set up at the kernel's start and finished at
 its end. A site's role is its innermost thread group (the whole block for statements outside every group); the
-role's first thread records its events. Inside ``single_thread`` (and for TMA issued from a one-warp group, which
-elects a lane) the issuing thread is that first thread, so it records the issue it makes.
+role's first thread records its events, except inside ``single_thread``, where the thread that runs the body (the
+lane ``elect.sync`` chose, in a one-warp group) records them: every lane of the first warp keeps the role's event
+count, and a ``ProfileJoin`` after the body brings them level again.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from dataclasses import dataclass, replace
 from warpspec.dtypes import PointerType, int32, int64
 from warpspec.errors import CompileError
 from warpspec.isa.mbarrier import MbarrierWait
-from warpspec.isa.profile import ProfileEnd, ProfileFinish, ProfileSetup, ProfileStart
-from warpspec.isa.roles import Sync, ThreadGroup
+from warpspec.isa.profile import ProfileEnd, ProfileFinish, ProfileJoin, ProfileSetup, ProfileStart
+from warpspec.isa.roles import SingleThread, Sync, ThreadGroup
 from warpspec.isa.tma import TmaLoad, TmaStore, TmaWait
 from warpspec.isa.wgmma import WgmmaCommit, WgmmaMma, WgmmaWait
 from warpspec.ir import nodes as ir
@@ -120,6 +121,10 @@ class _Walker:
     def statement(self, stmt: ir.Stmt, group: ThreadGroup) -> list[ir.Stmt]:
         if isinstance(stmt, ThreadGroup):
             return [replace(stmt, body=self.role(stmt))]
+        if isinstance(stmt, SingleThread):
+            before = len(self.sites)
+            single = replace(stmt, body=self.body(stmt.body, group))
+            return [single, ProfileJoin(stmt.loc)] if len(self.sites) > before else [single]
         if isinstance(stmt, MbarrierWait):
             name, shape, index = _indexed(stmt.barrier)
             site = self.site("wait", f"wait {name}", stmt.loc, group, shape, barrier=name)

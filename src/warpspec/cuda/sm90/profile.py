@@ -1,8 +1,9 @@
 """sm_90a emission of profile timestamps (``warpspec.isa.profile``), in instrumented builds only.
 
 Times are ``%clock64`` (the SM's cycle counter, which every warp of a block reads alike, so a block's roles
-compare to the cycle) held in a register per site from start to end; a recording thread writes an event with
-plain 64-bit stores when it ends, and no atomics: each recorder owns its array. ``%globaltimer`` (nanoseconds,
+compare to the cycle) held in a register per site from start to end; the recording thread writes an event with
+plain 64-bit stores when it ends, and no atomics: each role's first warp owns its array, its first lane writes
+what the whole group runs, and the lane ``single_thread`` elects writes what it runs alone. ``%globaltimer`` (nanoseconds,
 but updated only every microsecond or so on some parts) is read twice per recorder, at its start and its end,
 so the host converts cycles to nanoseconds with the clock rate the kernel itself ran at and places blocks of
 different SMs on one time axis. Every read is ``asm volatile`` with a memory clobber: the compiler neither drops
@@ -12,15 +13,16 @@ it nor moves the instrumented instruction's memory accesses across it.
 from __future__ import annotations
 
 from warpspec.isa.profile import (BLOCK, COUNT, END_CLOCK, END_NS, EVENT_WORDS, HEADER_WORDS, SMID, START_CLOCK,
-                                  START_NS, WRITTEN, ProfileEnd, ProfileFinish, ProfileSetup, ProfileStart,
+                                  START_NS, WRITTEN, ProfileEnd, ProfileFinish, ProfileJoin, ProfileSetup, ProfileStart,
                                   array_words)
 from warpspec.isa.registry import emits
 from warpspec.ir import nodes as ir
 from warpspec.target import SM90A
 
 TARGET = SM90A.name
-# This thread's record array (null: it does not record), its events so far and the events the array holds.
-_RECORD, _COUNT, _CAPACITY = "wsprof_rec_", "wsprof_n_", "wsprof_capacity_"
+# The record array of this thread's warp (null: the warp does not record), whether this thread is the warp's first
+# (it writes the events of the whole group and the header), the role's events so far and the room in the array.
+_RECORD, _LEAD, _COUNT, _CAPACITY = "wsprof_rec_", "wsprof_lead_", "wsprof_n_", "wsprof_capacity_"
 
 
 def _timer(site: int) -> str:
@@ -34,11 +36,12 @@ def _read(register: str, what: str) -> str:
 @emits(ProfileSetup, TARGET)
 def _emit_ProfileSetup(gen, s: ProfileSetup) -> None:
     recorders, blocks = len(s.recorders), s.sampled
-    choose = " : ".join(f"threadIdx.x == {t} ? {r}" for r, t in enumerate(s.recorders)) + " : -1"
+    choose = " : ".join(f"warp == {t // 32} ? {r}" for r, t in enumerate(s.recorders)) + " : -1"
     x, y, z = (gen.cexpr(ir.Special(f"blockIdx.{axis}")) for axis in "xyz")
     gen.line(f"// profile: {recorders} recording thread(s) per block, {blocks} block(s) sampled evenly in launch "
              f"order")
     gen.line(f"unsigned long long *{_RECORD} = nullptr;")
+    gen.line(f"const bool {_LEAD} = threadIdx.x % 32 == 0;")
     gen.line(f"unsigned {_COUNT} = 0;")
     gen.line(f"const unsigned {_CAPACITY} = {s.capacity}u;")
     gen.line("{")
@@ -53,6 +56,8 @@ def _emit_ProfileSetup(gen, s: ProfileSetup) -> None:
     gen.indent += 1
     gen.line(f"{_RECORD} = reinterpret_cast<u64 *>({gen.name_of(s.buffer)}) + (slot_ * {recorders}ull + "
              f"recorder_) * {array_words(s.capacity)}ull;")
+    gen.line(f"if ({_LEAD}) {{")
+    gen.indent += 1
     gen.line('unsigned smid_; asm volatile("mov.u32 %0, %%smid;" : "=r"(smid_));')
     gen.line("u64 ns_, clock_;")
     gen.line(_read("ns_", "globaltimer"))
@@ -62,6 +67,8 @@ def _emit_ProfileSetup(gen, s: ProfileSetup) -> None:
              f"(static_cast<u64>({z}) << 42);")
     gen.line(f"{_RECORD}[{START_NS}] = ns_;")
     gen.line(f"{_RECORD}[{START_CLOCK}] = clock_;")
+    gen.indent -= 1
+    gen.line("}")
     gen.indent -= 1
     gen.line("}")
     gen.indent -= 1
@@ -82,8 +89,11 @@ def _emit_ProfileEnd(gen, s: ProfileEnd) -> None:
     gen.indent += 1
     gen.line("u64 wsprof_end_;")
     gen.line(_read("wsprof_end_", "clock64"))
+    # Inside single_thread the one thread that runs the site records it; elsewhere the warp's first thread does,
+    # and every lane of the warp counts it.
+    writer = "" if gen.single_depth else f"{_LEAD} && "
     gen.line(f"if ({_RECORD} != nullptr) {{")
-    gen.line(f"  if ({_COUNT} < {_CAPACITY}) {{  // past the capacity an event is counted, not written")
+    gen.line(f"  if ({writer}{_COUNT} < {_CAPACITY}) {{  // past the capacity an event is counted, not written")
     gen.line(f"    u64 *const wsprof_event_ = {_RECORD} + {HEADER_WORDS} + {EVENT_WORDS} * {_COUNT};")
     gen.line(f"    wsprof_event_[0] = {s.site}ull | (static_cast<u64>(static_cast<unsigned>({index})) << 32);")
     gen.line(f"    wsprof_event_[1] = {_timer(s.site)};")
@@ -95,9 +105,15 @@ def _emit_ProfileEnd(gen, s: ProfileEnd) -> None:
     gen.line("}")
 
 
+@emits(ProfileJoin, TARGET)
+def _emit_ProfileJoin(gen, s: ProfileJoin) -> None:
+    # Lanes agreed before the single thread's body, and only its thread counted since: the maximum is its count.
+    gen.line(f'if ({_RECORD} != nullptr) asm volatile("redux.sync.max.u32 %0, %0, 0xffffffff;" : "+r"({_COUNT}));')
+
+
 @emits(ProfileFinish, TARGET)
 def _emit_ProfileFinish(gen, s: ProfileFinish) -> None:
-    gen.line(f"if ({_RECORD} != nullptr) {{")
+    gen.line(f"if ({_RECORD} != nullptr && {_LEAD}) {{")
     gen.indent += 1
     gen.line("u64 ns_, clock_;")
     gen.line(_read("clock_", "clock64"))
