@@ -165,3 +165,28 @@ def test_a_kernel_parameter_with_the_buffers_name_is_refused():
     clash = replace(kernel, params=(ir.Param(PARAMETER, param.type, param.var),) + kernel.params[1:])
     with pytest.raises(warpspec.CompileError, match=f"kernel parameter '{PARAMETER}' is reserved for profiling"):
         instrument(clash, blocks=1, capacity=1)
+
+
+def test_a_kernel_without_sites_still_builds_instrumented_and_records_nothing():
+    from foundation_kernels import CompileTimeRecursion
+
+    build = instrument(kernel_for(CompileTimeRecursion(), {"depth": 3}), blocks=1, capacity=8)
+    assert build.sites == () and build.recorders == ()
+    source = generate(build.kernel).source
+    assert "const int recorder_ = -1;" in source
+    assert compile_cuda(source).cubin[:4] == b"\x7fELF"
+
+
+def test_tma_stores_and_their_wait_groups_are_sites_of_the_copy_example():
+    from tma_copy import TmaCopy
+
+    build = instrument(kernel_for(TmaCopy(tile_m=64, tile_n=64), {}), blocks=2, capacity=8)
+    assert [(s.kind, s.name, role_name(s.group)) for s in build.sites] == [
+        ("wait", "wait empty[{index}]", "producer (threads 0-31)"),
+        ("tma", "tma src -> buffers[{index}]", "producer (threads 0-31)"),
+        ("wait", "wait full[{index}]", "group (threads 32-63)"),
+        ("tma", "tma buffers[{index}] -> dst", "group (threads 32-63)"),
+        ("tma_wait", "tma.wait_group(0)", "group (threads 32-63)"),
+    ]
+    assert build.recorders == (0, 32)
+    assert compile_cuda(generate(build.kernel).source).cubin[:4] == b"\x7fELF"

@@ -36,7 +36,7 @@ def _read(register: str, what: str) -> str:
 @emits(ProfileSetup, TARGET)
 def _emit_ProfileSetup(gen, s: ProfileSetup) -> None:
     recorders, blocks = len(s.recorders), s.sampled
-    choose = " : ".join(f"warp == {t // 32} ? {r}" for r, t in enumerate(s.recorders)) + " : -1"
+    choose = "".join(f"warp == {t // 32} ? {r} : " for r, t in enumerate(s.recorders)) + "-1"
     x, y, z = (gen.cexpr(ir.Special(f"blockIdx.{axis}")) for axis in "xyz")
     gen.line(f"// profile: {recorders} recording thread(s) per block, {blocks} block(s) sampled evenly in launch "
              f"order")
