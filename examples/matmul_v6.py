@@ -197,9 +197,11 @@ class MatmulWGMMAV6(warpspec.Script):
         self.finish_stores()
 
     def skip_stages(self, pipe, count):
-        """Move the consumer position ``count`` stages on in the ring (over another warpgroup's tile)."""
-        for _ in self.range(count):
-            pipe.consumer_advance()
+        """Move the consumer position ``count`` stages on in the ring (over another warpgroup's tile), flipping the
+        phase once per wrap as ``count`` calls of ``consumer_advance`` would."""
+        position = pipe.consumer_stage + count
+        pipe.consumer_stage = position % self.num_stages
+        pipe.consumer_phase = pipe.consumer_phase ^ uint32(position // self.num_stages & 1)
 
     def epilogue(self, acc, sc, gc, offset_m, offset_n):
         """acc -> float16 -> shared buffer ``sc`` -> one TMA store, left in flight under the next tile."""
