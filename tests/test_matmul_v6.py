@@ -124,6 +124,42 @@ def test_example_runs_as_a_script(monkeypatch):
     assert lines[-1] == "OK"
 
 
+@pytest.mark.parametrize("schedule", [COOPERATIVE, dict(variant="pingpong", num_stages=3, block_m=64, block_n=256)],
+                         ids=["cooperative", "pingpong"])
+def test_nvrtc_builds_without_spills(schedule):
+    """NVRTC compiles each variant at 8192x8192 with no spills, no stack and no ptxas advisory (a serialized WGMMA
+    pipeline would be one), within the 168 registers per thread that 384 threads leave at launch."""
+    from warpspec.cuda.launch import build
+    from warpspec.cuda.sass import parse_ptxas_log
+    from warpspec.runtime import kernel_for
+
+    built = build(kernel_for(MatmulWGMMAV6(**schedule), {"n_size": 8192, "k_size": 8192}))
+    (report,) = parse_ptxas_log(built.module.log).values()
+    assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
+    assert 0 < report.registers <= 168
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("schedule", [pytest.param(s, id=",".join(f"{k}={v}" for k, v in s.items()))
+                                      for s in MatmulWGMMAV6().schedules()])
+def test_every_schedule_on_the_gpu(schedule):
+    """Against torch at ragged shapes, with few blocks (each walks many tiles) and one block per SM."""
+    import torch
+
+    for (m, n, k), num_sms in [((300, 200, 320), 2), ((1000, 392, 1016), 3), ((2048, 2048, 512), 132)]:
+        generator = torch.Generator(device="cuda").manual_seed(0)
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=generator)
+        b = torch.randn(n, k, device="cuda", dtype=torch.float16, generator=generator)
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+        with warpspec.use_backend("cuda"):
+            MatmulWGMMAV6(**schedule)(m, n, k, a, b, c, num_sms)
+        torch.cuda.synchronize()
+        assert not torch.isnan(c).any(), ((m, n, k), num_sms, "some outputs were never written")
+        reference = a.double() @ b.double().T
+        error = (torch.linalg.norm(c.double() - reference) / torch.linalg.norm(reference)).item()
+        assert error < TOLERANCE, ((m, n, k), num_sms, error)
+
+
 # ------------------------------------------------------------------------------------------------ planted bugs
 
 
