@@ -36,6 +36,13 @@ def v5(num_stages=4, size=2048):
                       {"n_size": size, "k_size": size})
 
 
+def v6(size=2048):
+    import matmul_v6
+
+    schedule = dict(variant="cooperative", num_stages=3, block_m=128, block_n=256)
+    return kernel_for(matmul_v6.MatmulWGMMAV6(**schedule), {"n_size": size, "k_size": size})
+
+
 def line_of(path: str, text: str, occurrence: int = 0) -> int:
     """The 1-based line of ``path`` holding ``text`` (its ``occurrence``-th one)."""
     return [n for n, line in enumerate(Path(path).read_text().splitlines(), 1) if text in line][occurrence]
@@ -134,7 +141,21 @@ def test_instrumented_source_reads_the_clocks_and_writes_each_event_with_its_run
     assert "atom" not in body  # recorders own their arrays: plain stores only
 
 
-@pytest.mark.parametrize("make", [v3, v5], ids=["V3", "V5"])
+def test_a_persistent_kernel_gets_an_epilogue_per_tile():
+    build = instrument(v6(), blocks=4, capacity=64)
+    (epilogue,) = [i for i, s in enumerate(build.sites) if s.kind == "epilogue"]
+    consumer = next(s for s in build.kernel.body if isinstance(s, ThreadGroup) and s.begin == 0)
+    tile_loop = next(s for s in consumer.body if isinstance(s, ir.For))
+    starts = [s for s in ir.walk(tile_loop.body) if isinstance(s, ProfileStart) and s.site == epilogue]
+    ends = [s for s in ir.walk(tile_loop.body) if isinstance(s, ProfileEnd) and s.site == epilogue]
+    assert len(starts) == len(ends) == 1
+    # It starts after the tile's last wgmma.wait_group and holds the tile's C store.
+    kinds = [build.sites[s.site].kind for s in ir.walk(tile_loop.body) if isinstance(s, ProfileStart)]
+    assert kinds.index("epilogue") > max(i for i, kind in enumerate(kinds) if kind == "wgmma_wait")
+    assert "tma" in kinds[kinds.index("epilogue"):]
+
+
+@pytest.mark.parametrize("make", [v3, v5, v6], ids=["V3", "V5", "V6"])
 def test_instrumented_builds_compile_within_the_register_budget_and_are_cache_entries_of_their_own(make):
     kernel = make(size=8192)
     plain = compile_cuda(generate(kernel).source)
@@ -148,7 +169,7 @@ def test_instrumented_builds_compile_within_the_register_budget_and_are_cache_en
     assert report.registers <= parse_ptxas_log(plain.log)[kernel.name].registers + 32
 
 
-@pytest.mark.parametrize("make", [v3, v5], ids=["V3", "V5"])
+@pytest.mark.parametrize("make", [v3, v5, v6], ids=["V3", "V5", "V6"])
 def test_plain_builds_are_unchanged_by_the_feature(make):
     kernel = make()
     before = generate(kernel).source

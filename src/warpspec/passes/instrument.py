@@ -8,8 +8,9 @@ roles spend time in, and the table of sites that says what each timestamp pair w
 - every TMA issue, load or store ("tma", "tma ga -> sa[1]"),
 - every run of ``wgmma.mma`` up to its ``commit_group`` ("wgmma"),
 - every ``wgmma.wait_group`` and ``tma.wait_group`` ("wgmma_wait", "tma_wait") and ``self.sync()`` ("sync"),
-- a consumer role's epilogue: from after the role's last statement holding a ``wgmma.wait_group`` to the role's
-  end ("epilogue"),
+- a consumer role's epilogue ("epilogue"): in the statement list holding its K loop (the innermost loop around
+  its last ``wgmma.mma``: the role's body, or a persistent kernel's tile loop body), from after the last statement
+  holding a ``wgmma.wait_group`` to the list's end,
 
 and adds the record buffer as a last ``int64`` pointer parameter, set up at the kernel's start and finished at
 its end. A site's role is its innermost thread group (the whole block for statements outside every group); the
@@ -93,12 +94,18 @@ class _Walker:
 
     def __init__(self):
         self.sites: list[Site] = []
+        self.epilogue = None  # the statement list of the current consumer role whose tail is its epilogue
 
     def site(self, kind: str, name: str, loc: ir.Loc, group: ThreadGroup, shape=(), barrier=None) -> int:
         self.sites.append(Site(kind, name, barrier, loc, group, tuple(shape)))
         return len(self.sites) - 1
 
     def body(self, body: tuple[ir.Stmt, ...], group: ThreadGroup) -> tuple[ir.Stmt, ...]:
+        if body is self.epilogue:
+            self.epilogue = None  # marked once: the lists inside it are walked without it
+            marked = self.epilogue_marked(body, group)
+            if marked is not None:
+                return marked
         out: list[ir.Stmt] = []
         run = None  # (site, position after the run's last mma) of a wgmma run not committed yet
         for stmt in body:
@@ -147,17 +154,44 @@ class _Walker:
         return [replace(stmt, **blocks) if blocks else stmt]
 
     def role(self, group: ThreadGroup) -> tuple[ir.Stmt, ...]:
-        """A thread group's body; a consumer's (one that issues WGMMA) with its epilogue marked."""
-        body = group.body
-        waits = [i for i, stmt in enumerate(body) if any(isinstance(s, WgmmaWait) for s in ir.walk((stmt,)))]
-        consumer = any(isinstance(s, WgmmaMma) for s in ir.walk(body))
-        if not consumer or not waits or waits[-1] == len(body) - 1:
-            return self.body(body, group)
-        head = self.body(body[:waits[-1] + 1], group)
-        tail = body[waits[-1] + 1:]
+        """A thread group's body, with a consumer's (one that issues WGMMA) epilogue marked."""
+        if not _holds(group.body, WgmmaMma):
+            return self.body(group.body, group)
+        saved, self.epilogue = self.epilogue, _k_loop_list(group.body) or group.body
+        try:
+            return self.body(group.body, group)
+        finally:
+            self.epilogue = saved
+
+    def epilogue_marked(self, body: tuple[ir.Stmt, ...], group: ThreadGroup) -> tuple[ir.Stmt, ...] | None:
+        """``body`` with its epilogue marked when it is the list holding the role's K loop: from after its last
+        statement holding a ``wgmma.wait_group`` to its end (None when it has no such tail)."""
+        waits = [i for i, stmt in enumerate(body) if _holds((stmt,), WgmmaWait)]
+        if not waits or waits[-1] == len(body) - 1:
+            return None
+        head, tail = body[:waits[-1] + 1], body[waits[-1] + 1:]
+        out = self.body(head, group)  # sites before the epilogue's are numbered first
         site = self.site("epilogue", "epilogue", tail[0].loc, group)
-        return head + (ProfileStart(tail[0].loc, site),) + self.body(tail, group) + \
+        return out + (ProfileStart(tail[0].loc, site),) + self.body(tail, group) + \
             (ProfileEnd(tail[-1].loc, site, _zero()),)
+
+
+def _holds(body, kind: type) -> bool:
+    return any(isinstance(s, kind) for s in ir.walk(body))
+
+
+def _k_loop_list(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...] | None:
+    """The statement list holding the innermost loop around the last ``wgmma.mma`` of ``body`` (the K loop): the
+    role's body for V3, a persistent kernel's tile loop body for V6; None when no loop holds an mma."""
+    for stmt in reversed(body):
+        if not _holds((stmt,), WgmmaMma):
+            continue
+        for child in ir.children(stmt):
+            found = _k_loop_list(child)
+            if found is not None:
+                return found
+        return body if isinstance(stmt, ir.For) else None
+    return None
 
 
 def _wrapped(stmt: ir.Stmt, site: int, index: ir.Expr) -> list[ir.Stmt]:
