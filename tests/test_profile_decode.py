@@ -30,10 +30,17 @@ def write_array(words, build, slot, recorder, header, events):
         words[base + word] = value
     for i, (site, index, start, end) in enumerate(events):
         at = base + records.HEADER_WORDS + records.EVENT_WORDS * i
-        words[at:at + 3] = [site | index << 32, start, end]
+        words[at:at + 3] = [site | index << 32, start + CLOCK0, end + CLOCK0]
+
+
+EPOCH_NS = 1_764_579_600_000_000_000  # %globaltimer counts from an epoch: 2025-12-01 in ns
+CLOCK0 = 7_000_000_000_000  # and %clock64 from the SM's start
 
 
 def header(count, sm, block, start_ns, start_clock, end_ns, end_clock):
+    """A header with times relative to EPOCH_NS and CLOCK0 (a float of the absolute timer is 256 ns coarse)."""
+    start_ns, end_ns, start_clock, end_clock = (start_ns + EPOCH_NS, end_ns + EPOCH_NS, start_clock + CLOCK0,
+                                                end_clock + CLOCK0)
     x, y, z = block
     return {records.WRITTEN: 1, records.COUNT: count, records.SMID: sm, records.BLOCK: x | y << 21 | z << 42,
             records.START_NS: start_ns, records.START_CLOCK: start_clock, records.END_NS: end_ns,
@@ -80,7 +87,7 @@ def test_a_record_buffer_decodes_into_named_events_on_one_time_axis():
     assert timeline.schedule["num_stages"] == 2 and timeline.schedule["block_k"] == 64
     assert timeline.roles == [CONSUMER, PRODUCER]
     assert timeline.notes == [
-        "2 block(s) sampled evenly in launch order; each role's first thread records",
+        "2 block(s) sampled evenly in launch order; each role's first warp records",
         "block (15, 15, 0), thread 0: 3 of 5 events were past the capacity of 2 and not recorded "
         "(profile(capacity=...) raises it)",
         "1 block(s) ran shorter than 20 us: their cycles were converted at the device clock rate, 1.000 GHz",

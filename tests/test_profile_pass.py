@@ -211,3 +211,26 @@ def test_tma_stores_and_their_wait_groups_are_sites_of_the_copy_example():
     ]
     assert build.recorders == (0, 32)
     assert compile_cuda(generate(build.kernel).source).cubin[:4] == b"\x7fELF"
+
+
+def test_a_wgmma_run_without_its_commit_in_the_same_list_ends_after_its_last_mma():
+    from warpspec.isa.wgmma import WgmmaCommit, WgmmaMma
+
+    kernel = v3()
+    consumer = next(s for s in kernel.body if isinstance(s, ThreadGroup) and s.begin == 0)
+    loop = next(s for s in consumer.body if isinstance(s, ir.For))
+    # The commit moved after the loop: the loop body's run has no commit.
+    body = tuple(s for s in loop.body if not isinstance(s, WgmmaCommit))
+    commit = next(s for s in loop.body if isinstance(s, WgmmaCommit))
+    consumer_body = tuple(replace(loop, body=body) if s is loop else s for s in consumer.body)
+    at = consumer_body.index(next(s for s in consumer_body if isinstance(s, ir.For))) + 1
+    consumer = replace(consumer, body=consumer_body[:at] + (commit,) + consumer_body[at:])
+    kernel = replace(kernel, body=tuple(consumer if isinstance(s, ThreadGroup) and s.begin == 0 else s
+                                        for s in kernel.body))
+    build = instrument(kernel, blocks=1, capacity=8)
+    (run,) = [i for i, s in enumerate(build.sites) if s.kind == "wgmma"]
+    out_loop = next(s for s in next(s for s in build.kernel.body if isinstance(s, ThreadGroup) and s.begin == 0).body
+                    if isinstance(s, ir.For))
+    mma = next(i for i, s in enumerate(out_loop.body) if isinstance(s, WgmmaMma))
+    assert isinstance(out_loop.body[mma - 1], ProfileStart) and out_loop.body[mma - 1].site == run
+    assert isinstance(out_loop.body[mma + 1], ProfileEnd) and out_loop.body[mma + 1].site == run

@@ -107,22 +107,22 @@ class _Walker:
             if marked is not None:
                 return marked
         out: list[ir.Stmt] = []
-        run = None  # (site, position after the run's last mma) of a wgmma run not committed yet
+        run = None  # the site of a wgmma run not committed yet
+        run_end = 0  # where in ``out`` that run's last mma ends
         for stmt in body:
             if isinstance(stmt, WgmmaMma):
                 if run is None:
-                    site = self.site("wgmma", "wgmma", stmt.loc, group)
-                    out.append(ProfileStart(stmt.loc, site))
-                    run = (site, None)
+                    run = self.site("wgmma", "wgmma", stmt.loc, group)
+                    out.append(ProfileStart(stmt.loc, run))
                 out.append(stmt)
-                run = (run[0], len(out))
+                run_end = len(out)
                 continue
             out.extend(self.statement(stmt, group))
             if isinstance(stmt, WgmmaCommit) and run is not None:
-                out.append(ProfileEnd(stmt.loc, run[0], _zero()))
+                out.append(ProfileEnd(stmt.loc, run, _zero()))
                 run = None
         if run is not None:  # mma without a commit in this list: the run ends with its last mma
-            out.insert(run[1], ProfileEnd(body[-1].loc, run[0], _zero()))
+            out.insert(run_end, ProfileEnd(out[run_end - 1].loc, run, _zero()))
         return tuple(out)
 
     def statement(self, stmt: ir.Stmt, group: ThreadGroup) -> list[ir.Stmt]:

@@ -73,7 +73,7 @@ def decode(words: np.ndarray, build: Instrumented, kernel_ns: float, clock_hz: f
     if words.size != buffer_words(build):
         raise ArgumentError(f"a record buffer of {buffer_words(build)} words was expected, got {words.size}")
     arrays: dict[tuple[int, int, int], list[_Array]] = {}
-    notes = [f"{build.blocks} block(s) sampled evenly in launch order; each role's first thread records"]
+    notes = [f"{build.blocks} block(s) sampled evenly in launch order; each role's first warp records"]
     for array in range(build.blocks * len(build.recorders)):
         data = words[array * per_array:(array + 1) * per_array]
         header = data[:records.HEADER_WORDS]
@@ -89,8 +89,10 @@ def decode(words: np.ndarray, build: Instrumented, kernel_ns: float, clock_hz: f
         events = data[records.HEADER_WORDS:records.HEADER_WORDS + records.EVENT_WORDS * written]
         arrays.setdefault(block, []).append(_Array(recorder, header, events.reshape(written, records.EVENT_WORDS)))
     events, measured = [], 0
+    # %globaltimer counts from an epoch (about 1.7e18 ns): only differences fit a float to the nanosecond.
+    origin = min((int(a.header[records.START_NS]) for block in arrays.values() for a in block), default=0)
     for block, block_arrays in sorted(arrays.items()):
-        convert, own_rate = _converter(block_arrays, clock_hz)
+        convert, own_rate = _converter(block_arrays, clock_hz, origin)
         measured += own_rate
         for array in block_arrays:
             sm = int(array.header[records.SMID])
@@ -120,11 +122,13 @@ def _block(word: int) -> tuple[int, int, int]:
     return word & 0x1FFFFF, (word >> 21) & 0x1FFFFF, word >> 42
 
 
-def _converter(arrays: list[_Array], clock_hz: float):
-    """``(cycles -> ns, whether the block's own clock rate was used)`` for one block's arrays: all its recorders
-    read one SM's ``%clock64``, anchored at the earliest recorder's ``%globaltimer``."""
+def _converter(arrays: list[_Array], clock_hz: float, origin: int):
+    """``(cycles -> ns after the timer's ``origin``, whether the block's own clock rate was used)`` for one
+    block's arrays: all its recorders read one SM's ``%clock64``, anchored at the earliest recorder's
+    ``%globaltimer``."""
     anchor = min(arrays, key=lambda a: int(a.header[records.START_NS]))
-    anchor_ns, anchor_clock = int(anchor.header[records.START_NS]), int(anchor.header[records.START_CLOCK])
+    anchor_ns = int(anchor.header[records.START_NS]) - origin
+    anchor_clock = int(anchor.header[records.START_CLOCK])
     longest = max(arrays, key=lambda a: int(a.header[records.END_NS]) - int(a.header[records.START_NS]))
     span_ns = int(longest.header[records.END_NS]) - int(longest.header[records.START_NS])
     span_clock = int(longest.header[records.END_CLOCK]) - int(longest.header[records.START_CLOCK])
