@@ -3,7 +3,8 @@
 Times are ``%clock64`` (the SM's cycle counter, which every warp of a block reads alike, so a block's roles
 compare to the cycle) held in a register per site from start to end; the recording thread writes an event with
 plain 64-bit stores when it ends, and no atomics: each role's first warp owns its array, its first lane writes
-what the whole group runs, and the lane ``single_thread`` elects writes what it runs alone. ``%globaltimer`` (nanoseconds,
+what the whole group runs, and the lane ``single_thread`` elects writes what it runs alone. Only those warps, in
+sampled blocks, read the clock at all: elsewhere a site costs a predicate. ``%globaltimer`` (nanoseconds,
 but updated only every microsecond or so on some parts) is read twice per recorder, at its start and its end,
 so the host converts cycles to nanoseconds with the clock rate the kernel itself ran at and places blocks of
 different SMs on one time axis. Every read is ``asm volatile`` with a memory clobber: the compiler neither drops
@@ -79,28 +80,27 @@ def _emit_ProfileSetup(gen, s: ProfileSetup) -> None:
 
 @emits(ProfileStart, TARGET)
 def _emit_ProfileStart(gen, s: ProfileStart) -> None:
-    gen.line(_read(_timer(s.site), "clock64"))
+    # Only recording warps read the clock: the blocks not sampled pay a predicate per site, nothing more.
+    gen.line(f"if ({_RECORD} != nullptr) {_read(_timer(s.site), 'clock64')}")
 
 
 @emits(ProfileEnd, TARGET)
 def _emit_ProfileEnd(gen, s: ProfileEnd) -> None:
     index = gen.cexpr(s.index)
-    gen.line("{")
-    gen.indent += 1
-    gen.line("u64 wsprof_end_;")
-    gen.line(_read("wsprof_end_", "clock64"))
     # Inside single_thread the one thread that runs the site records it; elsewhere the warp's first thread does,
     # and every lane of the warp counts it.
     writer = "" if gen.single_depth else f"{_LEAD} && "
     gen.line(f"if ({_RECORD} != nullptr) {{")
-    gen.line(f"  if ({writer}{_COUNT} < {_CAPACITY}) {{  // past the capacity an event is counted, not written")
-    gen.line(f"    u64 *const wsprof_event_ = {_RECORD} + {HEADER_WORDS} + {EVENT_WORDS} * {_COUNT};")
-    gen.line(f"    wsprof_event_[0] = {s.site}ull | (static_cast<u64>(static_cast<unsigned>({index})) << 32);")
-    gen.line(f"    wsprof_event_[1] = {_timer(s.site)};")
-    gen.line("    wsprof_event_[2] = wsprof_end_;")
-    gen.line("  }")
-    gen.line(f"  ++{_COUNT};")
+    gen.indent += 1
+    gen.line("u64 wsprof_end_;")
+    gen.line(_read("wsprof_end_", "clock64"))
+    gen.line(f"if ({writer}{_COUNT} < {_CAPACITY}) {{  // past the capacity an event is counted, not written")
+    gen.line(f"  u64 *const wsprof_event_ = {_RECORD} + {HEADER_WORDS} + {EVENT_WORDS} * {_COUNT};")
+    gen.line(f"  wsprof_event_[0] = {s.site}ull | (static_cast<u64>(static_cast<unsigned>({index})) << 32);")
+    gen.line(f"  wsprof_event_[1] = {_timer(s.site)};")
+    gen.line("  wsprof_event_[2] = wsprof_end_;")
     gen.line("}")
+    gen.line(f"++{_COUNT};")
     gen.indent -= 1
     gen.line("}")
 
