@@ -1,9 +1,12 @@
-"""Elementwise operations on register tensors: ``self.cast`` and the arithmetic operators (``acc * 2``,
-``a + b``, ``-x``, ``min``/``max``).
+"""Elementwise operations on register tensors: ``self.cast``, the arithmetic operators (``acc * 2``,
+``a + b``, ``-x``, ``min``/``max``) and the unary functions ``self.exp2/exp/tanh/log2/sqrt``.
 
 Their IR statements and their emulation. Each is executed by the threads holding the tensor, element by element
-in the tensor's register layout (both operands must share it); the CUDA emission is
-``warpspec.cuda.sm90.elementwise`` (``cvt.rn`` conversions and float arithmetic in f32).
+in the tensor's register layout. Binary operators broadcast as numpy does between a 2-D tensor [M, N] and a row
+vector [1, N] or a column vector [M, 1]: the layout pass gives the vector the matching slice of the 2-D tensor's
+layout (each thread holds the columns, or rows, it holds of the tile). The CUDA emission is
+``warpspec.cuda.sm90.elementwise`` (``cvt.rn`` conversions, float arithmetic in f32, ``ex2.approx``,
+``tanh.approx``, ``lg2.approx``, ``sqrt.rn``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ from warpspec.ir import nodes as ir
 TENSOR_OPERATORS = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide, "min": np.minimum,
                     "max": np.maximum}
 
+#: Unary functions on float register tensors (``self.exp2(x)``, ...), computed in float32, with their numpy
+#: function; ``neg`` is unary minus. The GPU's approximations and their error bounds are in docs/language.md.
+UNARY_FUNCTIONS = {"neg": np.negative, "exp2": np.exp2, "exp": np.exp, "tanh": np.tanh, "log2": np.log2,
+                   "sqrt": np.sqrt}
+
 # ------------------------------------------------------------------------------------------------------- IR
 
 
@@ -39,7 +47,8 @@ class Cast(ir.DefineTensor):
 @dataclass(frozen=True, eq=False)
 class Arithmetic(ir.DefineTensor):
     """``decl`` = ``op`` applied elementwise: two operands (TensorRefs or scalar Exprs, at least one a tensor) for
-    a binary operator, one tensor for unary minus (``op`` "neg")."""
+    a binary operator, one tensor for a unary function (``op`` a key of ``UNARY_FUNCTIONS``, "neg" for unary
+    minus). A tensor operand of shape [1, N] or [M, 1] against a [M, N] ``decl`` is broadcast."""
 
     op: str
     operands: tuple
@@ -70,27 +79,88 @@ class Elementwise(LanguageObject):
         b.emit(Cast(b.loc, decl, tensor.ref))
         return TensorValue(ir.TensorRef(decl))
 
+    @language_call
+    def exp2(self, x) -> TensorValue:
+        """2**x elementwise of float register tensor ``x``, computed in float32 and rounded to ``x``'s type.
+        Executed by the threads holding ``x``; PTX ``ex2.approx.ftz.f32``."""
+        return unary(self.b, "exp2", x)
+
+    @language_call
+    def exp(self, x) -> TensorValue:
+        """e**x elementwise of float register tensor ``x`` (float32, rounded to ``x``'s type). Executed by the
+        threads holding ``x``; PTX ``mul.f32`` by log2(e), then ``ex2.approx.ftz.f32``."""
+        return unary(self.b, "exp", x)
+
+    @language_call
+    def tanh(self, x) -> TensorValue:
+        """tanh(x) elementwise of float register tensor ``x`` (float32, rounded to ``x``'s type). Executed by the
+        threads holding ``x``; PTX ``tanh.approx.f32``."""
+        return unary(self.b, "tanh", x)
+
+    @language_call
+    def log2(self, x) -> TensorValue:
+        """log2(x) elementwise of float register tensor ``x`` (float32, rounded to ``x``'s type). Executed by the
+        threads holding ``x``; PTX ``lg2.approx.ftz.f32``."""
+        return unary(self.b, "log2", x)
+
+    @language_call
+    def sqrt(self, x) -> TensorValue:
+        """sqrt(x) elementwise of float register tensor ``x`` (float32, correctly rounded, then rounded to ``x``'s
+        type). Executed by the threads holding ``x``; PTX ``sqrt.rn.f32``."""
+        return unary(self.b, "sqrt", x)
+
+
+def unary(b, function: str, x) -> TensorValue:
+    """``function(x)`` of a float register tensor, emitted at the builder's line."""
+    x = b.to_tensor(x, f"self.{function} x", (ir.REGISTER,))
+    if not x.dtype.is_float:
+        raise b.error(f"self.{function} takes a floating-point tensor; {x.name} is {x.dtype.name}")
+    decl = b.new_register_tensor(function, x.dtype, x.shape)
+    b.emit(Arithmetic(b.loc, decl, function, (x.ref,)))
+    return TensorValue(ir.TensorRef(decl))
+
 
 def binary(b, symbol: str, x, y) -> TensorValue:
-    """``x symbol y`` where at least one side is a register tensor and the other a same-shaped tensor or a
-    scalar; emitted at the builder's line."""
+    """``x symbol y`` where at least one side is a register tensor and the other a tensor of the same shape, a
+    broadcast vector ([1, N] or [M, 1] against [M, N], either side) or a scalar; emitted at the builder's line."""
     if symbol not in TENSOR_OPERATORS:
         raise b.error(f"operator {symbol!r} is not supported on tensors; use one of {', '.join(TENSOR_OPERATORS)}")
     tensors = [v for v in (x, y) if isinstance(v, TensorValue)]
     for t in tensors:
         if t.kind != ir.REGISTER:
             raise b.error(f"arithmetic needs register tensors; {t.name} is a {t.kind} tensor (load it first)")
-    if len(tensors) == 2 and x.shape != y.shape:
-        raise b.error(f"shapes differ: {x.name}{list(x.shape)} {symbol} {y.name}{list(y.shape)}")
+    shape = broadcast_shape(b, symbol, x, y) if len(tensors) == 2 else tensors[0].shape
     first = tensors[0]
     if len(tensors) == 2 and x.dtype != y.dtype:
         raise b.error(f"dtypes differ: {x.name} is {x.dtype.name}, {y.name} is {y.dtype.name}; cast one")
     if symbol == "/" and not first.dtype.is_float:
         raise b.error(f"'/' on {first.dtype.name} tensors is not supported: tensor division is floating-point")
     operands = tuple(v.ref if isinstance(v, TensorValue) else _scalar_operand(b, v, first, symbol) for v in (x, y))
-    decl = b.new_register_tensor("tmp", first.dtype, first.shape)
+    decl = b.new_register_tensor("tmp", first.dtype, shape)
     b.emit(Arithmetic(b.loc, decl, symbol, operands))
     return TensorValue(ir.TensorRef(decl))
+
+
+def broadcast_shape(b, symbol: str, x: TensorValue, y: TensorValue) -> tuple:
+    """The result shape of ``x symbol y``: their common shape, or the 2-D [M, N] side's when the other is a row
+    vector [1, N] or a column vector [M, 1]; a CompileError naming both otherwise."""
+    if x.shape == y.shape:
+        return x.shape
+    for full, vector in ((x, y), (y, x)):
+        if len(full.shape) == 2 == len(vector.shape) and 1 not in full.shape and vector.shape in (
+                (1, full.shape[1]), (full.shape[0], 1)):
+            return full.shape
+    raise b.error(f"shapes do not broadcast: {x.name}{list(x.shape)} {symbol} {y.name}{list(y.shape)}; a 2-D "
+                  f"tensor [M, N] combines with a tensor of its shape, a row vector [1, N] or a column vector "
+                  f"[M, 1]")
+
+
+def broadcast_axis(vector_shape, full_shape) -> int | None:
+    """The axis a tensor operand of ``vector_shape`` is broadcast along against ``full_shape`` (0 for a row vector
+    [1, N], 1 for a column vector [M, 1]), or None when the shapes are equal."""
+    if tuple(vector_shape) == tuple(full_shape):
+        return None
+    return 0 if vector_shape[0] == 1 else 1
 
 
 def _scalar_operand(b, value, tensor: TensorValue, symbol: str):
@@ -126,5 +196,9 @@ def _arithmetic(machine, task, s: Arithmetic):
               for o in s.operands]
     if s.decl.dtype.is_float:
         values = [np.asarray(v, dtype=np.float32) for v in values]  # f32 arithmetic, as the GPU code does
-    result = -values[0] if s.op == "neg" else TENSOR_OPERATORS[s.op](values[0], values[1])
+    with np.errstate(all="ignore"):  # inf and nan results are values here, as on the GPU
+        if len(values) == 1:
+            result = UNARY_FUNCTIONS[s.op](values[0])
+        else:  # numpy broadcasts a [1, N] or [M, 1] operand as the layout pass distributes it
+            result = TENSOR_OPERATORS[s.op](values[0], values[1])
     machine.define_register(task, s.decl, dtypes.round_to(s.decl.dtype, result))
