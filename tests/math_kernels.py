@@ -6,6 +6,9 @@ import warpspec
 from markers import marker_line as _marker_line
 from warpspec import cdiv, float16, float32, int32
 
+#: log2(e): softmax by exp2 scales the logits by it.
+LOG2_E = 1.4426950408889634
+
 
 def marker_line(name: str) -> int:
     """The line of this file carrying ``# <<< name``."""
@@ -75,6 +78,116 @@ class BlockedBias(warpspec.Script):
         self.store_global(out, bias * 2.0 + tile, offsets=[16 * self.blockIdx.x, 0])
 
 
+class RowStatistics(fk._Matmul):
+    """Row maximum and row sum of the float32 accumulator of A·Bᵀ, stored to [m, 1] views (m64 blocks of two
+    warpgroups when ``consumer_threads`` is 256)."""
+
+    def __call__(self, m_size: int32, n_size: int32, k_size: int32, a_ptr: ~float16, b_ptr: ~float16,
+                 max_ptr: ~float32, sum_ptr: ~float32):
+        ga, gb, sa, sb, pipe = self.setup(m_size, n_size, k_size, a_ptr, b_ptr, float16)
+        acc = self.register_tensor(dtype=float32, shape=[self.block_m, self.block_n], init=0.0)
+        with self.thread_group(thread_begin=self.consumer_threads, num_threads=32):
+            self.produce(pipe, ga, gb, sa, sb, k_size)
+        with self.thread_group(thread_begin=0, num_threads=self.consumer_threads):
+            self.consume(pipe, sa, sb, acc, k_size)
+            offsets = [self.block_m * self.blockIdx.x, self.blockIdx.y]
+            maxima = self.global_view(max_ptr, dtype=float32, shape=[m_size, cdiv(n_size, self.block_n)])
+            sums = self.global_view(sum_ptr, dtype=float32, shape=[m_size, cdiv(n_size, self.block_n)])
+            self.store_global(maxima, self.reduce_max(acc), offsets=offsets)
+            self.store_global(sums, self.reduce_sum(acc, axis=1), offsets=offsets)
+
+
+class TwoWarpgroupRowStatistics(RowStatistics):
+    """RowStatistics with two consumer warpgroups, each reducing its 64-row half."""
+
+    consumer_threads = 256
+    warps = 9
+
+
+class ReducedByOneOfTwoWarpgroups(TwoWarpgroupRowStatistics):
+    """A mistake: the first of the two warpgroups holding the accumulator reduces it alone."""
+
+    def __call__(self, m_size: int32, n_size: int32, k_size: int32, a_ptr: ~float16, b_ptr: ~float16,
+                 max_ptr: ~float32, sum_ptr: ~float32):
+        ga, gb, sa, sb, pipe = self.setup(m_size, n_size, k_size, a_ptr, b_ptr, float16)
+        acc = self.register_tensor(dtype=float32, shape=[self.block_m, self.block_n], init=0.0)
+        with self.thread_group(thread_begin=256, num_threads=32):
+            self.produce(pipe, ga, gb, sa, sb, k_size)
+        with self.thread_group(thread_begin=0, num_threads=256):
+            self.consume(pipe, sa, sb, acc, k_size)
+        with self.thread_group(thread_begin=0, num_threads=128):
+            self.reduce_max(acc)  # <<< reduce-by-half
+
+
+class Attention(warpspec.Script):
+    """out = softmax(Q·Kᵀ / sqrt(d)) · V for one head (Q [seq_q, d], K and V [seq_kv, d], float16), FlashAttention
+    style: per block 64 query rows, K/V tiles of ``block_n`` rows through a 2-stage TMA pipeline, the running row
+    maximum and sum as [64, 1] vectors (reduce_max, reduce_sum), the probabilities cast to float16 and fed to the
+    second mma from registers. ``seq_kv`` must be a multiple of ``block_n`` (no masking here)."""
+
+    def __init__(self, head_dim=64, block_n=64):
+        super().__init__()
+        self.head_dim = head_dim
+        self.block_n = block_n
+
+    def __call__(self, seq_q: int32, seq_kv: int32, q_ptr: ~float16, k_ptr: ~float16, v_ptr: ~float16,
+                 out_ptr: ~float16):
+        d, block_n = self.head_dim, self.block_n
+        self.attrs.blocks = [cdiv(seq_q, 64)]
+        self.attrs.warps = 5
+        gq = self.global_view(q_ptr, dtype=float16, shape=[seq_q, d])
+        gk = self.global_view(k_ptr, dtype=float16, shape=[seq_kv, d])
+        gv = self.global_view(v_ptr, dtype=float16, shape=[seq_kv, d])
+        sq = self.shared_tensor(dtype=float16, shape=[64, d])
+        sk = self.shared_tensor(dtype=float16, shape=[2, block_n, d])
+        sv = self.shared_tensor(dtype=float16, shape=[2, block_n, d])
+        q_loaded = self.mbarrier.alloc(counts=[1])
+        pipe = warpspec.Pipeline(2, consumer_arrivals=128)
+        offset_m: int32 = 64 * self.blockIdx.x
+        with self.thread_group(thread_begin=128, num_threads=32):
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(q_loaded[0], sq.nbytes)
+                self.tma.global_to_shared(src=gq, dst=sq, offsets=[offset_m, 0], mbarrier=q_loaded[0])
+            for offset_n in self.range(0, seq_kv, block_n, unroll=2):
+                pipe.producer_acquire()
+                with self.single_thread():
+                    stage = pipe.producer_stage
+                    self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), sk[stage].nbytes + sv[stage].nbytes)
+                    self.tma.global_to_shared(src=gk, dst=sk[stage], offsets=[offset_n, 0],
+                                              mbarrier=pipe.producer_barrier())
+                    self.tma.global_to_shared(src=gv, dst=sv[stage], offsets=[offset_n, 0],
+                                              mbarrier=pipe.producer_barrier())
+                pipe.producer_advance()
+        with self.thread_group(thread_begin=0, num_threads=128):
+            scale = LOG2_E / d ** 0.5
+            row_max = self.register_tensor(dtype=float32, shape=[64, 1], init=float("-inf"))
+            row_sum = self.register_tensor(dtype=float32, shape=[64, 1], init=0.0)
+            acc_o = self.register_tensor(dtype=float32, shape=[64, d], init=0.0)
+            self.mbarrier.wait(q_loaded[0], phase=0)
+            for offset_n in self.range(0, seq_kv, block_n, unroll=2):
+                pipe.consumer_acquire()
+                acc_s = self.register_tensor(dtype=float32, shape=[64, block_n], init=0.0)
+                self.wgmma.fence()
+                self.wgmma.mma(sq, sk[pipe.consumer_stage].transpose(), acc_s)
+                self.wgmma.commit_group()
+                self.wgmma.wait_group(0)
+                new_max = max(row_max, self.reduce_max(acc_s) * scale)  # <<< attention-max
+                p = self.exp2(acc_s * scale - new_max)
+                correction = self.exp2(row_max - new_max)
+                row_sum = row_sum * correction + self.reduce_sum(p)  # <<< attention-sum
+                row_max = max(row_max, new_max)
+                acc_o = acc_o * correction
+                p16 = self.cast(p, float16)  # <<< attention-cast
+                self.wgmma.fence()
+                self.wgmma.mma(p16, sv[pipe.consumer_stage], acc_o)
+                self.wgmma.commit_group()
+                self.wgmma.wait_group(0)
+                pipe.consumer_release()
+                pipe.consumer_advance()
+            gout = self.global_view(out_ptr, dtype=float16, shape=[seq_q, d])
+            self.store_global(gout, self.cast(acc_o / row_sum, float16), offsets=[offset_m, 0])
+
+
 class Misuse(warpspec.Script):
     """One planted mistake per ``case``, each on a line carrying its marker."""
 
@@ -104,6 +217,17 @@ class Misuse(warpspec.Script):
         elif self.case == "outer":
             column = self.load_global(x, offsets=[0, 0], shape=[16, 1])
             tile = column + row  # <<< outer
+        elif self.case == "reduce-axis-0":
+            self.reduce_sum(tile, axis=0)  # <<< reduce-axis-0
+        elif self.case == "reduce-blocked":
+            self.store_global(out, tile - self.reduce_max(tile), offsets=[0, 0])  # <<< reduce-blocked
+        elif self.case == "reduce-int":
+            self.reduce_max(self.register_tensor(dtype=int32, shape=[2, 2], init=0))  # <<< reduce-int
+        elif self.case == "reduce-1d":
+            self.reduce_sum(self.register_tensor(dtype=float32, shape=[4], init=0.0))  # <<< reduce-1d
+        elif self.case == "reduce-single-thread":
+            with self.single_thread():
+                self.reduce_max(tile)  # <<< reduce-single-thread
         elif self.case == "two-layouts":
             taller = self.load_global(x, offsets=[0, 0], shape=[32, 64])
             self.store_global(out, taller - row, offsets=[0, 0])

@@ -22,6 +22,7 @@ from dataclasses import dataclass, fields
 
 from warpspec.errors import CompileError
 from warpspec.isa.elementwise import Arithmetic, Cast, broadcast_axis
+from warpspec.isa.reduction import ReduceRows
 from warpspec.isa.memory import AllocRegister, LoadGlobal, LoadShared, StoreElement, StoreGlobal, StoreShared
 from warpspec.isa.roles import ThreadGroup
 from warpspec.isa.wgmma import WgmmaMma
@@ -227,6 +228,23 @@ def broadcast_register(parent, vector, axis: int, i: int) -> int:
     return vector.parent_register(i)
 
 
+def same_registers(a, b) -> bool:
+    """Whether layouts ``a`` and ``b`` put every element in the same register of the same thread, so that one
+    tensor may be read in the other's layout: equal layouts, or the accumulator of an [M, N] tile and the A
+    fragments of the [M, K = N] tile over the same warpgroups. For m64nNk16 the two fragment figures coincide (PTX
+    ISA 9.7.15.5.1: register i of the accumulator holds the element that A element register i holds, k-step by
+    k-step), which is what lets a softmax's probabilities, cast to 16 bits, feed the next mma from registers."""
+    if a == b:
+        return True
+    if isinstance(b, Accumulator):
+        a, b = b, a
+    if not (isinstance(a, Accumulator) and isinstance(b, AFragment)):
+        return False
+    acc = a.layout
+    return ((acc.m, acc.n, acc.warpgroups, a.begin) == (b.m, b.k, b.warpgroups, b.begin)
+            and acc.instr_n % 16 == 0 and b.warpgroup_threads == 128)
+
+
 def layout_begin(layout) -> int:
     """The first thread of the group a layout is spread over (0 for replicated tensors)."""
     return getattr(layout, "begin", 0)
@@ -256,7 +274,7 @@ def infer_layouts(kernel: ir.Kernel, target: Target) -> dict[int, object]:
         if previous is None:
             layouts[decl.uid] = layout
             return True
-        if previous != layout:
+        if not same_registers(previous, layout):
             raise CompileError(f"register tensor {decl.name} would need two layouts ({_describe(previous)} and "
                                f"{_describe(layout)}); convert through shared memory (store_shared, sync, "
                                f"load_shared)", str(stmt.loc))
@@ -306,6 +324,9 @@ def infer_layouts(kernel: ir.Kernel, target: Target) -> dict[int, object]:
                         changed |= assign(decl, known[0], stmt)
                     for decl, axis in broadcast:
                         changed |= assign(decl, slice_of(known[0], axis, decl.shape), stmt)
+            for stmt, _ in statements:
+                if isinstance(stmt, ReduceRows) and stmt.src.decl.uid in layouts:
+                    changed |= assign(stmt.decl, _row_slice(stmt, layouts[stmt.src.decl.uid]), stmt)
 
     propagate()
     for stmt, group in statements:
@@ -330,6 +351,21 @@ def infer_layouts(kernel: ir.Kernel, target: Target) -> dict[int, object]:
             layouts[stmt.decl.uid] = Replicated(tuple(stmt.decl.shape))
     propagate()  # a vector replicated above must match its replicated 2-D tensor
     return layouts
+
+
+def _row_slice(stmt: ReduceRows, layout) -> Slice:
+    """The layout of a row reduction's result: the row slice of its accumulator operand, which every thread
+    holding the accumulator computes (the quad's shuffles need them all); a CompileError otherwise."""
+    name = stmt.src.decl.name
+    if not isinstance(layout, Accumulator):
+        raise CompileError(f"reduce_{stmt.op} of {name} needs wgmma accumulator fragments (each row held by the four "
+                           f"lanes of a quad), but {name} is {_describe(layout)}", str(stmt.loc))
+    if tuple(stmt.threads) != tuple(layout.owners):
+        begin, count = layout.owners
+        raise CompileError(f"reduce_{stmt.op} of {name} is executed by threads [{stmt.threads[0]}, "
+                           f"{stmt.threads[0] + stmt.threads[1]}), but {name} is held by threads [{begin}, "
+                           f"{begin + count}): every one of those threads must execute it", str(stmt.loc))
+    return Slice(layout, 1)
 
 
 def check_stores(kernel: ir.Kernel, layouts: dict) -> None:

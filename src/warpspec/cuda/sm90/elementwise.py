@@ -12,7 +12,7 @@ from __future__ import annotations
 from warpspec.isa.elementwise import Arithmetic, Cast, broadcast_axis
 from warpspec.ir import nodes as ir
 from warpspec.isa.registry import emits
-from warpspec.passes.layouts import broadcast_register, slice_of
+from warpspec.passes.layouts import broadcast_register, same_registers, slice_of
 from warpspec.target import SM90A
 
 TARGET = SM90A.name
@@ -34,7 +34,7 @@ def _operand(gen, s, o, layout, i) -> str:
     if isinstance(o, ir.TensorRef):
         axis = broadcast_axis(o.decl.shape, s.decl.shape)
         expected = layout if axis is None else slice_of(layout, axis, o.decl.shape)
-        if gen.reg_layouts.get(o.decl.uid) != expected:
+        if not same_registers(gen.reg_layouts.get(o.decl.uid), expected):
             raise gen.error(f"{o.decl.name} and {s.decl.name} have different register layouts", s.loc)
         register = i if axis is None else broadcast_register(layout, expected, axis, i)
         bits = gen.element(o.decl, register)
