@@ -123,12 +123,14 @@ class Attention(warpspec.Script):
     """out = softmax(Q·Kᵀ / sqrt(d)) · V for one head (Q [seq_q, d], K and V [seq_kv, d], float16), FlashAttention
     style: per block 64 query rows, K/V tiles of ``block_n`` rows through a 2-stage TMA pipeline, the running row
     maximum and sum as [64, 1] vectors (reduce_max, reduce_sum), the probabilities cast to float16 and fed to the
-    second mma from registers. ``seq_kv`` must be a multiple of ``block_n`` (no masking here)."""
+    second mma from registers. Columns past ``seq_kv`` (the last tile of a ragged length) are masked with
+    col_index/where, and with ``causal`` so are keys after the query (col + offset_n > row + offset_m)."""
 
-    def __init__(self, head_dim=64, block_n=64):
+    def __init__(self, head_dim=64, block_n=64, causal=False):
         super().__init__()
         self.head_dim = head_dim
         self.block_n = block_n
+        self.causal = causal
 
     def __call__(self, seq_q: int32, seq_kv: int32, q_ptr: ~float16, k_ptr: ~float16, v_ptr: ~float16,
                  out_ptr: ~float16):
@@ -171,8 +173,13 @@ class Attention(warpspec.Script):
                 self.wgmma.mma(sq, sk[pipe.consumer_stage].transpose(), acc_s)
                 self.wgmma.commit_group()
                 self.wgmma.wait_group(0)
-                new_max = max(row_max, self.reduce_max(acc_s) * scale)  # <<< attention-max
-                p = self.exp2(acc_s * scale - new_max)
+                cols = self.col_index(acc_s) + offset_n
+                keep = cols < seq_kv  # <<< attention-tail
+                if self.causal:
+                    keep = keep & (cols <= self.row_index(acc_s) + offset_m)  # <<< attention-causal
+                s = self.where(keep, acc_s, float("-inf"))
+                new_max = max(row_max, self.reduce_max(s) * scale)  # <<< attention-max
+                p = self.exp2(s * scale - new_max)
                 correction = self.exp2(row_max - new_max)
                 row_sum = row_sum * correction + self.reduce_sum(p)  # <<< attention-sum
                 row_max = max(row_max, new_max)
@@ -186,6 +193,78 @@ class Attention(warpspec.Script):
                 pipe.consumer_advance()
             gout = self.global_view(out_ptr, dtype=float16, shape=[seq_q, d])
             self.store_global(gout, self.cast(acc_o / row_sum, float16), offsets=[offset_m, 0])
+
+
+class Masks(warpspec.Script):
+    """For a float32 [m, 64] array by [16, 64] tiles: out = x below the diagonal and left of column ``n_valid``,
+    -inf elsewhere, 0.5 where x > 0.5 (a scalar branch of where); index = 100 * row + col of each element."""
+
+    def __call__(self, m_size: int32, n_valid: int32, x_ptr: ~float32, out_ptr: ~float32, index_ptr: ~int32):
+        self.attrs.blocks = [cdiv(m_size, 16)]
+        self.attrs.warps = 4
+        x = self.global_view(x_ptr, dtype=float32, shape=[m_size, 64])
+        out = self.global_view(out_ptr, dtype=float32, shape=[m_size, 64])
+        index = self.global_view(index_ptr, dtype=int32, shape=[m_size, 64])
+        offsets = [16 * self.blockIdx.x, 0]
+        tile = self.load_global(x, offsets=offsets, shape=[16, 64])
+        rows = self.row_index(tile) + 16 * self.blockIdx.x
+        cols = self.col_index(tile)
+        keep = (cols <= rows) & (cols < n_valid)
+        masked = self.where(keep, tile, float("-inf"))
+        self.store_global(out, self.where(tile > 0.5, 0.5, masked), offsets=offsets)
+        self.store_global(index, rows * 100 + cols, offsets=offsets)
+
+
+class Compare(warpspec.Script):
+    """out = where(x OP y, 1, 0) for float32 [16, 64] tiles x and y, and where(x OP 0.25, 1, 0) in a second row
+    band: each comparison against a tensor and a scalar."""
+
+    def __init__(self, op="<"):
+        super().__init__()
+        self.op = op
+
+    def __call__(self, x_ptr: ~float32, y_ptr: ~float32, out_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        x = self.load_global(self.global_view(x_ptr, dtype=float32, shape=[16, 64]), offsets=[0, 0], shape=[16, 64])
+        y = self.load_global(self.global_view(y_ptr, dtype=float32, shape=[16, 64]), offsets=[0, 0], shape=[16, 64])
+        out = self.global_view(out_ptr, dtype=float32, shape=[32, 64])
+        for band, other in ((0, y), (16, 0.25)):
+            if self.op == "<":
+                mask = x < other
+            elif self.op == "<=":
+                mask = x <= other
+            elif self.op == ">":
+                mask = x > other
+            elif self.op == ">=":
+                mask = x >= other
+            elif self.op == "==":
+                mask = x == other
+            else:
+                mask = x != other
+            self.store_global(out, self.where(mask, 1.0, x * 0.0), offsets=[band, 0])
+
+
+class AccumulatorIndices(fk._Matmul):
+    """index = 1000 * row + col of each element of the accumulator tile (plus the tile's offsets), and C = A·Bᵀ
+    masked to the lower triangle (-inf above) in float32."""
+
+    def __call__(self, m_size: int32, n_size: int32, k_size: int32, a_ptr: ~float16, b_ptr: ~float16,
+                 c_ptr: ~float32, index_ptr: ~int32):
+        ga, gb, sa, sb, pipe = self.setup(m_size, n_size, k_size, a_ptr, b_ptr, float16)
+        acc = self.register_tensor(dtype=float32, shape=[self.block_m, self.block_n], init=0.0)
+        with self.thread_group(thread_begin=128, num_threads=32):
+            self.produce(pipe, ga, gb, sa, sb, k_size)
+        with self.thread_group(thread_begin=0, num_threads=128):
+            self.consume(pipe, sa, sb, acc, k_size)
+            offset_m: int32 = self.block_m * self.blockIdx.x
+            offset_n: int32 = self.block_n * self.blockIdx.y
+            rows = self.row_index(acc) + offset_m
+            cols = self.col_index(acc) + offset_n
+            gc = self.global_view(c_ptr, dtype=float32, shape=[m_size, n_size])
+            gi = self.global_view(index_ptr, dtype=int32, shape=[m_size, n_size])
+            self.store_global(gc, self.where(cols > rows, float("-inf"), acc), offsets=[offset_m, offset_n])
+            self.store_global(gi, rows * 1000 + cols, offsets=[offset_m, offset_n])
 
 
 class Misuse(warpspec.Script):
@@ -228,6 +307,22 @@ class Misuse(warpspec.Script):
         elif self.case == "reduce-single-thread":
             with self.single_thread():
                 self.reduce_max(tile)  # <<< reduce-single-thread
+        elif self.case == "where-float-cond":
+            tile = self.where(tile, tile, 0.0)  # <<< where-float-cond
+        elif self.case == "where-scalars":
+            tile = self.where(tile < 1.0, 1.0, 0.0)  # <<< where-scalars
+        elif self.case == "where-dtypes":
+            tile = self.where(tile < 1.0, tile, self.cast(tile, float16))  # <<< where-dtypes
+        elif self.case == "chained":
+            tile = self.where(0.0 < tile < 1.0, tile, 0.0)  # <<< chained
+        elif self.case == "mask-arithmetic":
+            tile = tile * ((tile < 1.0) + 1)  # <<< mask-arithmetic
+        elif self.case == "and-floats":
+            tile = tile & tile  # <<< and-floats
+        elif self.case == "int-vs-float":
+            tile = self.where(self.col_index(tile) < 2.5, tile, 0.0)  # <<< int-vs-float
+        elif self.case == "index-1d":
+            self.row_index(ints)  # <<< index-1d
         elif self.case == "two-layouts":
             taller = self.load_global(x, offsets=[0, 0], shape=[32, 64])
             self.store_global(out, taller - row, offsets=[0, 0])

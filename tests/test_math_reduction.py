@@ -61,8 +61,11 @@ def test_row_statistics_compile_to_quad_shuffles():
     assert counts["SHFL.BFLY"] == 16 and counts["LDL"] == 0 and counts["STL"] == 0
 
 
-def _attention_reference(q, k, v):
+def _attention_reference(q, k, v, causal=False):
+    """softmax(Q·Kᵀ / sqrt(d)) · V in float64; ``causal``: key j counts for query i when j <= i."""
     s = q.astype(np.float64) @ k.astype(np.float64).T / np.sqrt(q.shape[1])
+    if causal:
+        s = np.where(np.arange(k.shape[0])[None, :] <= np.arange(q.shape[0])[:, None], s, -np.inf)
     p = np.exp(s - s.max(axis=1, keepdims=True))
     return (p / p.sum(axis=1, keepdims=True)) @ v.astype(np.float64)
 
@@ -88,10 +91,11 @@ def test_attention_feeds_the_probabilities_from_registers_and_compiles():
     code has no local memory, and the four shuffles per row statistic and unrolled copy."""
     built = build(kernel_for(mk.Attention(), {}))
     source = built.generated.source
-    rs_form = "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1"
-    assert source.count(rs_form) == 2 * 2 * 4  # two unrolled copies x (QK^T, PV) x 4 k-steps
+    mma = "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1"
+    assert source.count(mma) == 2 * 2 * 4  # two unrolled copies x (QK^T, PV) x 4 k-steps
     assert '"r"(exp2_float16[' in source
-    assert "row_max[i] = static_cast<float>(__uint_as_float(0xff800000u));" in source  # init=float("-inf") as its f32 bits  # p16, the cast of p = self.exp2(...)
+    # init=float("-inf") as its f32 bits
+    assert "row_max[i] = static_cast<float>(__uint_as_float(0xff800000u));" in source
     counts = sass.count_instructions(sass.disassemble(built.module.cubin), ["HGMMA", "SHFL.BFLY", "LDL", "STL"])
     assert counts["HGMMA"] == 16 and counts["LDL"] == 0 and counts["STL"] == 0
     assert counts["SHFL.BFLY"] >= 2 * 2 * 2 * 2  # (max, sum) x 2 rows x 2 masks x 2 copies

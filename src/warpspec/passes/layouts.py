@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from warpspec.errors import CompileError
-from warpspec.isa.elementwise import Arithmetic, Cast, broadcast_axis
+from warpspec.isa.elementwise import Arithmetic, Cast, TileIndex, broadcast_axis
 from warpspec.isa.reduction import ReduceRows
 from warpspec.isa.memory import AllocRegister, LoadGlobal, LoadShared, StoreElement, StoreGlobal, StoreShared
 from warpspec.isa.roles import ThreadGroup
@@ -295,6 +295,8 @@ def infer_layouts(kernel: ir.Kernel, target: Target) -> dict[int, object]:
         """Per elementwise statement, the tensors that share one layout (its result and same-shaped operands),
         and the broadcast vectors among its operands with their axis."""
         for stmt, _ in statements:
+            if isinstance(stmt, TileIndex):
+                yield stmt, [stmt.decl, stmt.like.decl], []
             if isinstance(stmt, (Cast, Arithmetic)):
                 refs = [o for o in ((stmt.src,) if isinstance(stmt, Cast) else stmt.operands)
                         if isinstance(o, ir.TensorRef)]

@@ -9,7 +9,7 @@ is read at the register of its slice layout that holds the element's column (row
 
 from __future__ import annotations
 
-from warpspec.isa.elementwise import Arithmetic, Cast, broadcast_axis
+from warpspec.isa.elementwise import Arithmetic, Cast, TileIndex, broadcast_axis
 from warpspec.ir import nodes as ir
 from warpspec.isa.registry import emits
 from warpspec.passes.layouts import broadcast_register, same_registers, slice_of
@@ -38,7 +38,7 @@ def _operand(gen, s, o, layout, i) -> str:
             raise gen.error(f"{o.decl.name} and {s.decl.name} have different register layouts", s.loc)
         register = i if axis is None else broadcast_register(layout, expected, axis, i)
         bits = gen.element(o.decl, register)
-        return bits if integer and not o.decl.dtype.is_float else gen.to_f32(bits, o.decl.dtype)
+        return gen.to_f32(bits, o.decl.dtype) if o.decl.dtype.is_float else bits  # conditions stay bool
     return gen.cexpr(o) if integer else gen.to_f32(gen.cexpr(o), o.dtype)
 
 
@@ -65,6 +65,8 @@ def _value(gen, s: Arithmetic, values: list[str]) -> str:
     if s.op in ("min", "max"):
         a, b = values
         return f"({a} {'<' if s.op == 'min' else '>'} {b} ? {a} : {b})"
+    if s.op == "where":
+        return f"({values[0]} ? {values[1]} : {values[2]})"
     return f"({values[0]} {s.op} {values[1]})"
 
 
@@ -86,3 +88,13 @@ def _emit_Arithmetic(gen, s: Arithmetic) -> None:
     for i in range(layout.registers):
         value = _value(gen, s, [_operand(gen, s, o, layout, i) for o in s.operands])
         gen.line(gen.set_element(s.decl, i, _stored(gen, s, value)))
+
+
+@emits(TileIndex, TARGET)
+def _emit_TileIndex(gen, s: TileIndex) -> None:
+    gen.declare_registers(s.decl)
+
+    def body(i, row, col, valid):
+        gen.line(gen.set_element(s.decl, i, f"({(row, col)[s.axis]})"))
+
+    gen.element_loop(gen.reg_layouts[s.decl.uid], body)
