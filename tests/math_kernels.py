@@ -267,6 +267,22 @@ class AccumulatorIndices(fk._Matmul):
             self.store_global(gi, rows * 1000 + cols, offsets=[offset_m, offset_n])
 
 
+class RowVectorOfTwoWarpgroups(warpspec.Script):
+    """out = 2 * v for a [1, 64] row vector held by two warpgroups that the emulator runs as two partitions (the
+    nested group splits them)."""
+
+    def __call__(self, v_ptr: ~float32, out_ptr: ~float32, copy_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 8
+        v = self.global_view(v_ptr, dtype=float32, shape=[1, 64])
+        out = self.global_view(out_ptr, dtype=float32, shape=[1, 64])
+        with self.thread_group(thread_begin=0, num_threads=256):
+            self.store_global(out, self.load_global(v, offsets=[0, 0], shape=[1, 64]) * 2.0, offsets=[0, 0])
+            with self.thread_group(thread_begin=0, num_threads=128):
+                copy = self.global_view(copy_ptr, dtype=float32, shape=[1, 64])
+                self.store_global(copy, self.load_global(v, offsets=[0, 0], shape=[1, 64]), offsets=[0, 0])
+
+
 class Misuse(warpspec.Script):
     """One planted mistake per ``case``, each on a line carrying its marker."""
 

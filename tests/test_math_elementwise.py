@@ -6,6 +6,8 @@ Tolerances: the emulator computes in float32 with numpy, so against float64 nump
 rounding (a few ulps, 2**-22 relative here); ``exp`` of x also carries the rounding of x itself through
 exp's slope (|x|·2**-24 relative, x < 4 here). The GPU's approximations (docs/language.md) bound the GPU test."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -23,7 +25,8 @@ FUNCTIONS = ["exp2", "exp", "tanh", "log2", "sqrt"]
 #: The PTX each function becomes.
 PTX = {"exp2": "ex2.approx.ftz.f32", "exp": "ex2.approx.ftz.f32", "tanh": "tanh.approx.f32",
        "log2": "lg2.approx.ftz.f32", "sqrt": "sqrt.rn.f32"}
-#: GPU bounds (relative, absolute) from the PTX ISA's stated maximum errors, plus float32 rounding of the input.
+#: GPU bounds (relative, absolute) for inputs in [0.25, 4): the documented maximum errors (docs/language.md:
+#: exp2 2 ulp, exp 2 + floor(1.173·4) = 6 ulp, tanh 2**-11, log2 2**-22 absolute near 1) with room to spare.
 GPU_TOLERANCE = {"exp2": (2e-6, 0), "exp": (4e-6, 0), "tanh": (1e-3, 1e-6), "log2": (1e-6, 1e-6),
                  "sqrt": (0, 0)}
 
@@ -121,6 +124,28 @@ def test_the_bias_epilogue_loads_each_threads_columns_once_and_compiles():
 
 def test_vectors_against_a_blocked_tile_compile():
     build(kernel_for(mk.BlockedBias(), {}))
+
+
+def test_a_row_vector_stored_by_two_warpgroups_of_two_partitions_is_written():
+    """Each warpgroup holds the whole [1, N] vector: the emulator's row split of a tile among the partitions of
+    its group (one slice of rows per warpgroup) must not give each of them zero rows."""
+    v = np.arange(64, dtype=np.float32).reshape(1, 64)
+    out, copy = np.full_like(v, np.nan), np.full_like(v, np.nan)
+    with warpspec.use_backend("emulator"):
+        mk.RowVectorOfTwoWarpgroups()(v, out, copy)
+    np.testing.assert_array_equal(out, 2 * v)
+    np.testing.assert_array_equal(copy, v)
+
+
+def test_the_messages_docs_language_md_quotes_are_the_real_ones():
+    """Register math's section quotes these messages (up to "..."); they are the ones the misuse tests see."""
+    import test_math_reduction
+
+    text = " ".join((Path(__file__).parents[1] / "docs" / "language.md").read_text().split())
+    quoted = [MISUSES[0][1], MISUSES[2][1], MISUSES[-1][1].split("(")[0] + "(",
+              test_math_reduction.MISUSES[0][1], test_math_reduction.MISUSES[1][1]]
+    for message in quoted:
+        assert f"`{message}" in text, message
 
 
 MISUSES = [
