@@ -1,5 +1,6 @@
 """Elementwise operations on register tensors: ``self.cast``, the arithmetic operators (``acc * 2``,
-``a + b``, ``-x``, ``min``/``max``) and the unary functions ``self.exp2/exp/tanh/log2/sqrt``.
+``a + b``, ``-x``, ``min``/``max``), the unary functions ``self.exp2/exp/tanh/log2/sqrt``, and masks: the
+comparisons (``cols < n_size``), ``&``/``|`` of masks, ``self.where`` and ``self.row_index/col_index``.
 
 Their IR statements and their emulation. Each is executed by the threads holding the tensor, element by element
 in the tensor's register layout. Binary operators broadcast as numpy does between a 2-D tensor [M, N] and a row

@@ -4,7 +4,9 @@ functions element register by element register, in f32 for floats.
 The unary functions are the multi-function unit's approximations (bounds in docs/language.md): ``exp2`` is
 ``ex2.approx.ftz.f32``, ``exp(x)`` is ``ex2.approx.ftz.f32`` of ``x * log2(e)``, ``tanh`` is ``tanh.approx.f32``,
 ``log2`` is ``lg2.approx.ftz.f32``; ``sqrt`` is the correctly rounded ``sqrt.rn.f32``. A broadcast vector operand
-is read at the register of its slice layout that holds the element's column (row).
+is read at the register of its slice layout that holds the element's column (row). Comparisons and ``where``
+are C++ comparisons and selections on the f32 (or integer) values; ``row_index``/``col_index`` are the layout's
+coordinate expressions over the thread index.
 """
 
 from __future__ import annotations
