@@ -127,3 +127,77 @@ def test_the_process_session_writes_each_timeline_and_says_where(monkeypatch, tm
     report(timeline)
     assert capsys.readouterr().err == ("warpspec profile: MatmulWGMMAV3 ran 1.5 us (consumer (threads 0-127): 0 "
                                        "events); the trace writers (warpspec.timeline.write) are not installed\n")
+
+
+class _FakeBuffer:
+    """Device memory as numpy words, for a recorded launch without a GPU."""
+
+    made = []
+
+    def __init__(self, nbytes):
+        self.words, self.device = np.full(nbytes // 8, 0xDEAD, np.uint64), 0
+        _FakeBuffer.made.append(self)
+
+    def array(self, shape, dtype):
+        return ("buffer", shape, dtype.name)
+
+    def upload(self, host):
+        self.words[:] = host
+
+    def download(self, host):
+        host[:] = self.words
+        return host
+
+
+def test_a_gpu_launch_times_the_plain_build_then_records_the_instrumented_one(monkeypatch):
+    """The recorded launch's orchestration, with the device faked: the plain build timed, the instrumented one
+    timed for the overhead, the buffer zeroed, passed as the extra parameter, read back and decoded."""
+    from contextlib import nullcontext
+
+    import matmul_v3
+    import test_profile_decode as decoding
+    from warpspec.cuda import driver, launch
+    from warpspec.passes.instrument import PARAMETER
+
+    calls = []
+
+    def time(kernel, arguments, built):
+        profiled = PARAMETER in arguments
+        calls.append("time instrumented" if profiled else "time plain")
+        return 2.05 if profiled else 2.0
+
+    def launch_planned(kernel, arguments, built=None):
+        (buffer,) = _FakeBuffer.made
+        assert arguments[PARAMETER] == ("buffer", (buffer.words.size,), "int64")
+        assert not buffer.words.any()  # zeroed before the recorded launch
+        build = gpu.instrumented(plain_kernel[0], 4, 64)
+        assert kernel is build.kernel and built is launch.build(build.kernel)
+        calls.append("record")
+        wait = next(i for i, s in enumerate(build.sites) if s.kind == "wait" and s.group.begin == 0)
+        decoding.write_array(buffer.words, build, 0, 0,
+                             decoding.header(1, 3, (0, 0, 0), 0, 0, 100_000, 200_000), [(wait, 1, 100, 300)])
+
+    monkeypatch.setattr(driver, "DeviceBuffer", _FakeBuffer)
+    monkeypatch.setattr(launch, "launch_planned", launch_planned)
+    monkeypatch.setattr(gpu, "_clock_hz", lambda device: 1e9)
+    _FakeBuffer.made = []
+    script = matmul_v3.MatmulWGMMAV3(num_stages=2, block_m=128, block_n=128, block_k=64)
+    plain_kernel = []
+    original = gpu.ProfileSession._record
+
+    def record(self, kernel, arguments):
+        plain_kernel.append(kernel)
+        return original(self, kernel, arguments)
+
+    monkeypatch.setattr(gpu.ProfileSession, "_record", record)
+    a, b = np.zeros((256, 128), np.float16), np.zeros((256, 128), np.float16)
+    c = np.zeros((256, 256), np.float16)
+    session = gpu.ProfileSession(blocks=4, capacity=64, flops=1e9, overhead=True, timing=lambda: nullcontext(time))
+    with warpspec.use_backend("cuda"), session:
+        script(256, 256, 128, a, b, c)
+    assert calls == ["time plain", "time instrumented", "record"]
+    (timeline,) = session.timelines
+    assert (timeline.kernel_ns, timeline.flops) == (2.0e6, 1e9) and session.instrumented_ns == [pytest.approx(2.05e6)]
+    assert [(e.role, e.name, e.start_ns, e.end_ns, e.sm) for e in timeline.events] == [
+        ("consumer (threads 0-127)", "wait consumer_barriers[1]", 0.0, 100.0, 3)]
+    assert timeline.notes[-1] == "instrumented build: 2.0500 ms, +2.5% over the plain build's 2.0000 ms"

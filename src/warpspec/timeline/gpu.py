@@ -230,7 +230,8 @@ def _clock_hz(device: int) -> float:
 
     from warpspec.cuda.driver import check
 
-    return 1e3 * check(cu.cuDeviceGetAttribute(cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_CLOCK_RATE, device),
+    handle = check(cu.cuDeviceGet(device), f"cuDeviceGet({device})")
+    return 1e3 * check(cu.cuDeviceGetAttribute(cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_CLOCK_RATE, handle),
                        "reading the SM clock rate")
 
 
