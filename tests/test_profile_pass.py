@@ -234,3 +234,16 @@ def test_a_wgmma_run_without_its_commit_in_the_same_list_ends_after_its_last_mma
     mma = next(i for i, s in enumerate(out_loop.body) if isinstance(s, WgmmaMma))
     assert isinstance(out_loop.body[mma - 1], ProfileStart) and out_loop.body[mma - 1].site == run
     assert isinstance(out_loop.body[mma + 1], ProfileEnd) and out_loop.body[mma + 1].site == run
+
+
+def test_a_kernel_without_thread_groups_is_one_role_with_its_epilogue():
+    import matmul_v1
+
+    kernel = kernel_for(matmul_v1.MatmulWGMMAV1(block_m=64, block_n=64, block_k=16), {"n_size": 1024, "k_size": 1024})
+    build = instrument(kernel, blocks=4, capacity=64)
+    assert build.recorders == (0,)
+    assert {role_name(s.group) for s in build.sites} == {CONSUMER}
+    kinds = [s.kind for s in build.sites]
+    assert kinds.count("epilogue") == 1 and kinds.index("epilogue") > kinds.index("wgmma_wait")
+    # The epilogue runs to the kernel's end: its end is the last statement before the recorders finish.
+    assert isinstance(build.kernel.body[-2], ProfileEnd) and build.kernel.body[-2].site == kinds.index("epilogue")

@@ -80,7 +80,7 @@ def instrument(kernel: ir.Kernel, blocks: int, capacity: int) -> Instrumented:
                            str(kernel.loc))
     whole_block = ThreadGroup(kernel.loc, 0, kernel.num_threads, kernel.body)
     walker = _Walker()
-    body = walker.body(kernel.body, whole_block)
+    body = walker.role(whole_block)
     buffer = ir.Var(PARAMETER, PointerType(int64))
     recorders = tuple(sorted({site.group.begin for site in walker.sites}))
     setup = ProfileSetup(kernel.loc, buffer, recorders, blocks, capacity, len(walker.sites))
@@ -154,7 +154,8 @@ class _Walker:
         return [replace(stmt, **blocks) if blocks else stmt]
 
     def role(self, group: ThreadGroup) -> tuple[ir.Stmt, ...]:
-        """A thread group's body, with a consumer's (one that issues WGMMA) epilogue marked."""
+        """A thread group's body (the whole block's outside every group), with a consumer's (one that issues WGMMA
+        itself) epilogue marked."""
         if not _holds(group.body, WgmmaMma):
             return self.body(group.body, group)
         saved, self.epilogue = self.epilogue, _k_loop_list(group.body) or group.body
@@ -177,7 +178,13 @@ class _Walker:
 
 
 def _holds(body, kind: type) -> bool:
-    return any(isinstance(s, kind) for s in ir.walk(body))
+    """Whether ``body`` holds a ``kind`` statement of its own role: nested thread groups are roles of their own."""
+    for stmt in body:
+        if isinstance(stmt, kind):
+            return True
+        if not isinstance(stmt, ThreadGroup) and any(_holds(child, kind) for child in ir.children(stmt)):
+            return True
+    return False
 
 
 def _k_loop_list(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...] | None:
