@@ -23,7 +23,8 @@ def profile(blocks: int = 4, capacity: int = 2048, flops: float | None = None, o
     through the CPU timing model when it is installed. ``session.timelines`` holds one
     ``warpspec.timeline.events.Timeline`` per launch, whose ``kernel_ns`` is a plain (uninstrumented) build's
     median time and whose ``flops`` is ``flops``; ``overhead=True`` also times the instrumented build (noted in the
-    Timeline, listed in ``session.instrumented_ns``). docs/cuda.md has the details."""
+    Timeline, listed in ``session.instrumented_ns``). A profiled GPU call runs the kernel several times on its
+    arguments, as tuning does. docs/cuda.md has the details."""
     from warpspec.timeline.gpu import ProfileSession
     from warpspec.tune.bench import CudaBench
 
