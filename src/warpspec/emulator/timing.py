@@ -45,6 +45,8 @@ class Costs:
     tma_issue_ns: float  # issuing one TMA copy
     memory_latency_ns: float  # a copy's last byte lands this long after the SM's memory share delivered it
     memory_bytes_per_ns: float  # this SM's share of the chip's load bandwidth
+    port_bytes_per_ns: float  # the most one SM moves when the others leave it room
+    memory_burst_ns: float  # how much idle time the SM's share may catch up on
     wgmma_issue_ns: float  # issuing one wgmma instruction (m64nNkK) per warpgroup
     wgmma_latency_ns: float  # from a group's last tensor-core cycle to wait_group seeing it
     register_ns_per_element: float  # elementwise work on register tiles, per element per thread
@@ -72,7 +74,7 @@ class _Clock:
     blocked_in: ir.Stmt | None = None
     wgmma_start: float | None = None  # the first mma of the open (uncommitted) group
     wgmma_flops: list = field(default_factory=list)  # (flops, m, n, k, dtype) of the open group's mmas
-    last_wgmma_wait: float | None = None
+    last_wgmma_wait: tuple[float, ir.Loc] | None = None  # when and where the last wgmma.wait_group ended
 
 
 class _NullTile:
@@ -118,13 +120,19 @@ class SmResources:
         self.costs = costs
         self.tensor_free = 0.0
         self.memory_free = 0.0
+        self.port_free = 0.0
         self.tensor_intervals: list[tuple[float, float]] = []
 
     def transfer(self, now: float, nbytes: int) -> float:
-        """When ``nbytes`` requested at ``now`` have all landed."""
-        start = max(now, self.memory_free)
-        self.memory_free = start + nbytes / self.costs.memory_bytes_per_ns
-        return self.memory_free + self.costs.memory_latency_ns
+        """When ``nbytes`` requested at ``now`` have all landed. The SM's port moves them at its own rate, but
+        over time the SM gets only its share of the chip's bandwidth: idle time earns credit for at most
+        ``memory_burst_ns`` (while other SMs idle too, a burst goes faster than the share)."""
+        c = self.costs
+        port = max(now, self.port_free) + nbytes / c.port_bytes_per_ns
+        self.port_free = port
+        share = max(now - c.memory_burst_ns, self.memory_free) + nbytes / c.memory_bytes_per_ns
+        self.memory_free = share
+        return max(port, share) + c.memory_latency_ns
 
     def compute(self, now: float, duration: float) -> float:
         """When a WGMMA group of ``duration`` ns of tensor-core work committed at ``now`` is complete."""
@@ -230,7 +238,7 @@ class TimedMachine(BlockMachine):
                       s.loc)
         elif isinstance(s, WgmmaWait):
             self._add(task, "wgmma_wait", f"wgmma.wait_group({s.n})", start, clock.now, s.loc)
-            clock.last_wgmma_wait = clock.now
+            clock.last_wgmma_wait = (clock.now, s.loc)
         elif isinstance(s, TmaWait):
             self._add(task, "tma_wait", f"tma.wait_group({s.n})", start, clock.now, s.loc)
         elif isinstance(s, Sync):
@@ -243,7 +251,8 @@ class TimedMachine(BlockMachine):
         """``task`` ended: a consumer's epilogue runs from its last wgmma.wait_group to here."""
         clock = self.clocks[task.index]
         if task.index in self.recorded and clock.last_wgmma_wait is not None:
-            self._add(task, "epilogue", "epilogue", clock.last_wgmma_wait, clock.now, self.kernel.loc)
+            at, loc = clock.last_wgmma_wait
+            self._add(task, "epilogue", "epilogue", at, clock.now, loc)
 
     # ---------------------------------------------------------------------------- asynchronous operations, timed
 

@@ -77,6 +77,7 @@ def costs(parameters: dict, memory_bytes_per_ns: float) -> Costs:
     return Costs(statement_ns=p["statement_ns"], arrive_ns=p["arrive_ns"], wait_ns=p["wait_ns"],
                  wake_ns=p["wake_ns"], sync_ns=p["sync_ns"], tma_issue_ns=p["tma_issue_ns"],
                  memory_latency_ns=p["memory_latency_ns"], memory_bytes_per_ns=memory_bytes_per_ns,
+                 port_bytes_per_ns=p["sm_port_gbps"], memory_burst_ns=p["memory_burst_ns"],
                  wgmma_issue_ns=p["wgmma_issue_ns"], wgmma_latency_ns=p["wgmma_latency_ns"],
                  register_ns_per_element=p["register_ns_per_element"], wgmma_flops_per_ns=rate)
 
@@ -102,7 +103,8 @@ def model_launch(kernel: ir.Kernel, arguments: dict, parameters: dict | None = N
     per_sm, limit = occupancy(kernel, p, registers)
     if per_sm == 0:
         raise ArgumentError(f"{kernel.name}: a block needs more {limit} than an SM of {p['device']} has")
-    resident = min(per_sm, total)
+    # The block scheduler spreads blocks over the SMs before it doubles them up.
+    resident = min(per_sm, math.ceil(total / p["sm_count"]))
     running = min(total, per_sm * p["sm_count"])  # blocks running at once over the chip
     share = p["load_bandwidth_gbps"] / running * resident  # GB/s = bytes per ns, for this SM
     blocks = [(i % grid[0], i // grid[0] % grid[1], i // (grid[0] * grid[1])) for i in range(resident)]
