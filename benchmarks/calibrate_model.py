@@ -30,7 +30,8 @@ from warpspec.timeline.model import H200, load_parameters, model_launch  # noqa:
 
 DATA = ROOT / "tests" / "data" / "v3_8192.json"
 #: The parameters --fit searches; the others are datasheet figures or too small to matter at 8192³.
-FITTED = ("load_bandwidth_gbps", "memory_latency_ns", "sm_port_gbps", "memory_burst_ns", "wake_ns", "wgmma_latency_ns", "statement_ns",
+FITTED = ("load_bandwidth_gbps", "memory_latency_ns", "sm_port_gbps", "memory_burst_ns", "wake_ns", "wgmma_latency_ns",
+          "statement_ns", "wgmma_issue_ns",
           ("wgmma_tflops_16bit", "64"), ("wgmma_tflops_16bit", "128"))
 
 

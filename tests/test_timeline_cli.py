@@ -57,3 +57,16 @@ def test_cuda_backend_without_instrumented_builds(capsys, tmp_path, monkeypatch)
     code, _, err = timeline(capsys, V3, *SIZES, "--backend", "cuda", "--out", str(tmp_path))
     assert code == 2
     assert "--backend cuda needs instrumented GPU builds (warpspec.profile)" in err
+
+
+def test_docs_quote_the_command_as_it_prints(capsys, tmp_path, monkeypatch):
+    """docs/timeline.md's example output is what the command prints (with its --out folder)."""
+    doc = (ROOT / "docs" / "timeline.md").read_text()
+    block = doc.split("```\n$ warpspec timeline ", 1)[1].split("```", 1)[0]
+    command, _, expected = block.partition("\n      ")[2].partition("\n")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    argv = ["examples/matmul_v3.py:MatmulWGMMAV3", "m_size=8192", "n_size=8192", "k_size=8192"] + command.split()
+    code, text, err = timeline(capsys, *argv)
+    assert code == 0, err
+    assert text == expected

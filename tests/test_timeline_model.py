@@ -119,6 +119,18 @@ def test_8192_cubed_models_in_seconds():
     assert "4 block(s) per SM" in timeline.notes[0] and "8192 blocks in 16 wave(s)" in timeline.notes[0]
 
 
+def test_a_copy_is_bound_by_hbm():
+    from tma_copy import TmaCopy
+
+    script = TmaCopy().instantiate({"tile_m": 64, "tile_n": 64})
+    runtime, compile_time = bind_arguments(type(script), (16384, 16384, None, None), {})
+    p = load_parameters()
+    timeline = model_launch(kernel_for(script, compile_time), runtime, p)
+    moved = 2 * 16384 * 16384 * 2  # read once, written once
+    assert timeline.kernel_ns == pytest.approx(p["launch_ns"] + moved / p["hbm_bandwidth_gbps"])
+    assert timeline.notes[1].startswith("bound by HBM: the global views hold 1073.7 MB, which take ")
+
+
 def test_missing_argument_is_an_argument_error():
     kernel, runtime = matmul_kernel(MatmulWGMMAV3, 256, num_stages=2, block_m=128, block_n=128, block_k=64)
     del runtime["m_size"]

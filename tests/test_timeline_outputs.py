@@ -105,14 +105,17 @@ def test_an_unblocked_wait_counts_the_stage_full_from_its_copy():
 
 def test_diagnosis_rules_in_order():
     texts = {}
-    for full_wait, empty_wait, busy in ((0.1, 0.6, 0.95), (0.1, 0.6, 0.5), (0.1, 0.1, 0.5)):
+    for full_wait, empty_wait, busy in ((0.1, 0.6, 0.97), (0.1, 0.6, 0.5), (0.1, 0.6, None), (0.1, 0.1, 0.5)):
         summary = summarize(hand_made())
         summary.metrics.update(consumers_full_wait=full_wait, producers_empty_wait=empty_wait, tensor_busy=busy,
                                epilogue_share=0.0)
         texts[(full_wait, empty_wait, busy)] = summary.diagnosis()
-    assert texts[(0.1, 0.6, 0.95)].startswith("producers wait on empty barriers 60% of the time while the tensor "
-                                              "cores are busy 95%: compute-bound")
+    assert texts[(0.1, 0.6, 0.97)].startswith("producers wait on empty barriers 60% of the time while the tensor "
+                                              "cores are busy 97%: compute-bound")
     assert texts[(0.1, 0.6, 0.5)].startswith("producers wait on empty barriers 60% of the time but the tensor cores "
                                              "are busy only 50%: the consumers are the bottleneck")
+    # Without WGMMA the tensor cores are not the question.
+    assert texts[(0.1, 0.6, None)].startswith("producers wait on empty barriers 60% of the time: the roles that "
+                                              "empty the stages set the pace")
     assert texts[(0.1, 0.1, 0.5)].startswith("no stall dominates")
     assert RULES[-1][0] == ()

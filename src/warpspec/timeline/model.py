@@ -3,7 +3,8 @@
 How many blocks an SM holds follows from shared memory, threads and an estimate of registers per thread; those
 blocks are run together on one modeled SM (``warpspec.emulator.timing``), sharing its tensor cores and its share of
 the chip's load bandwidth (the chip's bandwidth over the blocks running at once). The kernel's time is the launch
-overhead plus as many of those SM spans as there are waves of blocks. Every number comes from a parameter file
+overhead plus as many of those SM spans as there are waves of blocks, and never less than the time the global
+views' bytes take to cross the HBM interface once. Every number comes from a parameter file
 (``h200.json`` beside this module: datasheet figures and costs fitted by ``benchmarks/calibrate_model.py``).
 """
 
@@ -13,7 +14,7 @@ import json
 import math
 from pathlib import Path
 
-from warpspec.arguments import launch_grid, scalar_value
+from warpspec.arguments import elements_needed, launch_grid, scalar_value, view_shapes
 from warpspec.dtypes import PointerType
 from warpspec.emulator.timing import Costs, model_sm, role_groups
 from warpspec.errors import ArgumentError
@@ -111,6 +112,11 @@ def model_launch(kernel: ir.Kernel, arguments: dict, parameters: dict | None = N
     machines, _ = model_sm(kernel, env, grid, blocks, costs(p, share))
     span = max(clock.now for m in machines for clock in m.clocks.values())
     waves = math.ceil(total / (per_sm * p["sm_count"]))
+    kernel_ns = p["launch_ns"] + waves * span
+    # Whatever the blocks' overlap, every byte of the global views crosses the HBM interface at least once.
+    compulsory = sum(elements_needed(shape, strides) * stmt.decl.dtype.nbytes
+                     for stmt, shape, strides in view_shapes(kernel, env))
+    floor_ns = p["launch_ns"] + compulsory / p["hbm_bandwidth_gbps"]
     events, roles = [], []
     for machine in machines:
         groups = role_groups(kernel, machine.tasks)
@@ -125,5 +131,9 @@ def model_launch(kernel: ir.Kernel, arguments: dict, parameters: dict | None = N
     flops = sum(m.flops for m in machines) / resident * total
     notes = [f"modeled on {p['device']}: {per_sm} block(s) per SM (limited by {limit}), {total} blocks in {waves} "
              f"wave(s); {resident} block(s) simulated together on SM 0, {span / 1e3:.2f} us per wave"]
-    return Timeline(kernel.name, "model", dict(kernel.constants), p["launch_ns"] + waves * span, events, roles,
-                    flops or None, notes)
+    if floor_ns > kernel_ns:
+        notes.append(f"bound by HBM: the global views hold {compulsory / 1e6:.1f} MB, which take "
+                     f"{floor_ns / 1e3:.1f} us at {p['hbm_bandwidth_gbps']:.0f} GB/s (the waves take "
+                     f"{kernel_ns / 1e3:.1f} us)")
+        kernel_ns = floor_ns
+    return Timeline(kernel.name, "model", dict(kernel.constants), kernel_ns, events, roles, flops or None, notes)

@@ -36,14 +36,17 @@ RULES = (
     ((("consumers_full_wait", ">", 0.20),),
      "consumers wait on full barriers {consumers_full_wait:.0%} of the time: the producers can't keep up; try more "
      "stages or larger K tiles"),
-    ((("producers_empty_wait", ">", 0.50), ("tensor_busy", ">", 0.90)),
+    ((("producers_empty_wait", ">", 0.50), ("tensor_busy", ">", 0.95)),
      "producers wait on empty barriers {producers_empty_wait:.0%} of the time while the tensor cores are busy "
      "{tensor_busy:.0%}: compute-bound, as a matmul should be; only a faster WGMMA shape (larger N) or fewer "
      "instructions per tile gain more"),
-    ((("producers_empty_wait", ">", 0.50),),
+    ((("producers_empty_wait", ">", 0.50), ("tensor_busy", "<=", 0.95)),
      "producers wait on empty barriers {producers_empty_wait:.0%} of the time but the tensor cores are busy only "
      "{tensor_busy:.0%}: the consumers are the bottleneck outside WGMMA; keep a WGMMA group in flight "
      "(wgmma.wait_group(1)), add a consumer warpgroup, or fit a second block per SM (fewer stages)"),
+    ((("producers_empty_wait", ">", 0.50),),
+     "producers wait on empty barriers {producers_empty_wait:.0%} of the time: the roles that empty the stages set "
+     "the pace; make their work per stage cheaper, or split it over more threads"),
     ((("epilogue_share", ">", 0.20),),
      "the epilogue takes {epilogue_share:.0%} of the consumers' time: give each block more K per output tile, or "
      "overlap the store with the next tile's loads"),
@@ -102,7 +105,8 @@ class Summary:
         if self.occupancy is not None:
             lines.append(f"stage occupancy: {self.occupancy:.2f} of {self.stages} stages full on average")
         if self.tensor_busy is not None:
-            lines.append(f"tensor cores busy: {self.tensor_busy:.0%} of the time (the sampled blocks of one SM together)")
+            lines.append(f"tensor cores busy: {self.tensor_busy:.0%} of the time (the sampled blocks of one SM "
+                         f"together)")
         lines.append(f"diagnosis: {self.diagnosis()}")
         lines += [f"note: {note}" for note in t.notes]
         return "\n".join(lines) + "\n"
