@@ -1,6 +1,7 @@
 """``warpspec timeline`` through ``warpspec.cli.main``: the files it writes, the summary it prints, its errors."""
 
 import json
+import sys
 from pathlib import Path
 
 import warpspec
@@ -70,3 +71,10 @@ def test_docs_quote_the_command_as_it_prints(capsys, tmp_path, monkeypatch):
     code, text, err = timeline(capsys, *argv)
     assert code == 0, err
     assert text == expected
+
+
+def test_without_matplotlib_the_chart_is_a_usage_error(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    code, _, err = timeline(capsys, V3, *SIZES, "--out", str(tmp_path))
+    assert code == 2
+    assert "the timeline chart needs matplotlib: pip install 'warpspec[timeline]'" in err

@@ -9,7 +9,7 @@ import pytest
 
 from matmul_v3 import MatmulWGMMAV3
 from timeline_support import LoadThenMultiply, matmul_kernel, modeled_matmul
-from warpspec.errors import ArgumentError
+from warpspec.errors import ArgumentError, DeadlockError
 from warpspec.frontend.kernel import bind_arguments
 from warpspec.runtime import kernel_for
 from warpspec.timeline.model import estimated_registers, load_parameters, model_launch, occupancy
@@ -129,6 +129,20 @@ def test_a_copy_is_bound_by_hbm():
     moved = 2 * 16384 * 16384 * 2  # read once, written once
     assert timeline.kernel_ns == pytest.approx(p["launch_ns"] + moved / p["hbm_bandwidth_gbps"])
     assert timeline.notes[1].startswith("bound by HBM: the global views hold 1073.7 MB, which take ")
+
+
+def test_a_deadlock_is_reported_as_the_emulator_reports_it():
+    import buggy_kernels as bk
+
+    script = bk.ConsumerNeverReleases()
+    runtime, compile_time = bind_arguments(type(script), (128, 64, 256, None, None, None), {})
+    with pytest.raises(DeadlockError) as caught:
+        model_launch(kernel_for(script, compile_time), runtime)
+    line = f"buggy_kernels.py:{bk.marker_line('never-release-wait')}"
+    assert caught.value.location.endswith(line)
+    assert (f"threads 0-127: blocked at {bk.__file__}:" in caught.value.tasks and
+            f"ConsumerNeverReleases.consume at {bk.__file__}:{bk.marker_line('never-release-wait')} in mbarrier.wait "
+            f"on consumer_barriers[0]" in caught.value.tasks)
 
 
 def test_missing_argument_is_an_argument_error():

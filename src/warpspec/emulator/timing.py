@@ -150,7 +150,7 @@ class TimedMachine(BlockMachine):
         super().__init__(kernel, memory, env, specials, None)
         self.sm, self.costs, self.block = sm, sm.costs, block
         self.clocks = {task.index: _Clock() for task in self.tasks}
-        self.done_at: dict[int, float] = {}  # event id -> completion time
+        self.done_at: dict = {}  # async operation in flight -> its completion time
         self.intervals: list[Interval] = []
         self.flops = 0.0
         self.recorded = role_groups(kernel, self.tasks)
@@ -219,7 +219,7 @@ class TimedMachine(BlockMachine):
             group = clock.wgmma_flops
             duration = sum(f / self.costs.wgmma_flops_per_ns(m, n, k, dt) for f, m, n, k, dt in group)
             self.flops += sum(f for f, *_ in group)
-            self.done_at[id(task.wgmma_groups[-1])] = self.sm.compute(clock.now, duration)
+            self.done_at[task.wgmma_groups[-1]] = self.sm.compute(clock.now, duration)
             if task.index in self.recorded:
                 self._add(task, "wgmma", "wgmma", clock.wgmma_start if group else start, clock.now, s.loc)
             clock.wgmma_start, clock.wgmma_flops = None, []
@@ -261,9 +261,9 @@ class TimedMachine(BlockMachine):
         event = super().new_event(kind, task, loc, complete, text, retire)
         stmt = self.clocks[task.index].blocked_in
         if isinstance(stmt, TmaLoad):
-            self.done_at[id(event)] = self.sm.transfer(self.clocks[task.index].now, stmt.dst.nbytes)
+            self.done_at[event] = self.sm.transfer(self.clocks[task.index].now, stmt.dst.nbytes)
         elif isinstance(stmt, TmaStore):
-            self.done_at[id(event)] = self.sm.transfer(self.clocks[task.index].now, stmt.src.nbytes)
+            self.done_at[event] = self.sm.transfer(self.clocks[task.index].now, stmt.src.nbytes)
         # A WGMMA group's time is known once its commit has been charged: ``_record`` sets it.
         return event
 
@@ -303,38 +303,35 @@ class SmModel:
 
     def __init__(self, machines: list[TimedMachine]):
         self.machines = machines
+        self.tasks = [(m, t) for m in machines for t in m.tasks]
 
     def run(self) -> None:
-        """Run every block to its end; KernelError (deadlock, misuse) as the emulator reports it."""
-        tasks = [(m, t) for m in self.machines for t in m.tasks]
-        for machine, task in tasks:
+        """Run every block to its end; KernelError (deadlock, misuse) as the emulator reports it, with the
+        location and thread partitions of the block it happened in."""
+        for machine, task in self.tasks:
             task.generator = machine.exec_body(task, machine.kernel.body)
-        blocks: dict = {}  # (machine, task) -> the Block it waits on
-        current = self.machines[0]
+        current = self.machines[0]  # the block whose statement or async operation runs now
         try:
             while True:
                 event_at, event_owner, event = self._earliest_event()
-                task_at, runner = math.inf, None
-                for machine, task in tasks:
-                    clock = machine.clocks[task.index].now
-                    if task.state == "ready" and clock < task_at:
-                        task_at, runner = clock, (machine, task)
+                ready = [(m.clocks[t.index].now, i) for i, (m, t) in enumerate(self.tasks) if t.state == "ready"]
+                task_at, index = min(ready, default=(math.inf, None))
                 if event is not None and event_at <= task_at:
                     current = event_owner
+                    event_owner.done_at.pop(event)
                     event_owner._complete_event(event)
-                    self._wake(tasks, blocks, event_at)
-                    continue
-                if runner is None:
-                    if all(t.state == "finished" for _, t in tasks):
-                        return
-                    current = self.machines[0]
-                    blocked = next((m for m, t in tasks if t.state == "blocked"), current)
+                    self._wake(event_at)
+                elif index is not None:
+                    current, task = self.tasks[index]
+                    self._step(current, task)
+                    self._wake(current.clocks[task.index].now)
+                elif all(t.state == "finished" for _, t in self.tasks):
+                    return
+                else:
+                    current = next(m for m, t in self.tasks if t.state == "blocked")
                     raise DeadlockError("deadlock: every unfinished thread partition is blocked and no "
-                                        "asynchronous operation is in flight", blocked._first_blocked_loc(),
-                                        blocked.describe_tasks())
-                current = runner[0]
-                self._step(*runner, blocks)
-                self._wake(tasks, blocks, runner[0].clocks[runner[1].index].now)
+                                        "asynchronous operation is in flight", current._first_blocked_loc(),
+                                        current.describe_tasks())
         except KernelError as error:
             if error.location is None and error.tasks is None:
                 loc = current.current.loc if current.current else None
@@ -345,12 +342,13 @@ class SmModel:
         best = (math.inf, None, None)
         for machine in self.machines:
             for event in machine.events:
-                at = machine.done_at.get(id(event))
+                at = machine.done_at.get(event)
                 if at is not None and at < best[0]:
                     best = (at, machine, event)
         return best
 
-    def _step(self, machine: TimedMachine, task: Task, blocks: dict) -> None:
+    def _step(self, machine: TimedMachine, task: Task) -> None:
+        """Run ``task`` for one statement (or until it blocks or ends)."""
         machine.current = task
         while True:
             try:
@@ -364,16 +362,15 @@ class SmModel:
             if block.check():
                 continue
             task.state, task.waiting_for, task.ready_check, task.woken = "blocked", block.text, block.check, False
-            blocks[(machine, task)] = block
             return
 
-    def _wake(self, tasks, blocks: dict, now: float) -> None:
-        for machine, task in tasks:
+    def _wake(self, now: float) -> None:
+        """Let every blocked task whose wait is satisfied at ``now`` go on, after its wake-up cost."""
+        for machine, task in self.tasks:
             if task.state == "blocked" and (task.woken or task.ready_check()):
                 task.state, task.woken = "ready", False
                 clock = machine.clocks[task.index]
                 clock.now = max(clock.now, now + machine.wake_cost(task))
-                blocks.pop((machine, task), None)
 
 
 def model_sm(kernel: ir.Kernel, env: dict, grid: tuple[int, int, int], blocks: list[tuple[int, int, int]],
