@@ -110,3 +110,18 @@ def test_instrumented_builds_are_made_once_per_kernel_and_settings():
     build = v3_build()
     assert v3_build() is build and v3_build(capacity=3) is not build
     assert buffer_words(build) == 2 * 2 * (records.HEADER_WORDS + records.EVENT_WORDS * 2)
+
+
+def test_a_decoded_timeline_goes_through_the_timeline_writers(tmp_path):
+    import json
+
+    from warpspec.timeline import write
+
+    build = v3_build()
+    words, _ = synthetic_buffer(build)
+    timeline = decode(words, build, kernel_ns=123_456.0, clock_hz=1e9, flops=2.0 * 2048 ** 3)
+    summary = write(timeline, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.txt", "timeline.png", "trace.json"]
+    assert "(GPU)" in summary.splitlines()[0] and "measured kernel time: 123.5 us (139 TFLOP/s)" in summary
+    trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert sorted(e["name"] for e in trace if e.get("ph") == "X") == sorted(e.name for e in timeline.events)

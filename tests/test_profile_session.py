@@ -201,3 +201,13 @@ def test_a_gpu_launch_times_the_plain_build_then_records_the_instrumented_one(mo
     assert [(e.role, e.name, e.start_ns, e.end_ns, e.sm) for e in timeline.events] == [
         ("consumer (threads 0-127)", "wait consumer_barriers[1]", 0.0, 100.0, 3)]
     assert timeline.notes[-1] == "instrumented build: 2.0500 ms, +2.5% over the plain build's 2.0000 ms"
+
+
+def test_an_emulator_session_keeps_the_timing_models_timeline():
+    source, destination = copy_arrays()
+    with warpspec.use_backend("emulator"), warpspec.profile() as session:
+        TmaCopy(tile_m=64, tile_n=64)(64, 128, source, destination)
+    np.testing.assert_array_equal(destination, source)
+    (timeline,) = session.timelines
+    assert (timeline.source, timeline.kernel) == ("model", "TmaCopy") and timeline.kernel_ns > 0
+    assert {e.kind for e in timeline.events} >= {"wait", "tma"}
