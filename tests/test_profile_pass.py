@@ -80,7 +80,9 @@ def test_the_pass_brackets_each_site_and_adds_the_buffer_parameter():
     assert repr(out.params[-1].type) == "~int64"
     setup = out.body[0]
     assert isinstance(setup, ProfileSetup) and setup.buffer is out.params[-1].var
-    assert (setup.recorders, setup.sampled, setup.capacity, setup.sites) == ((0, 128), 2, 16, len(build.sites))
+    assert (setup.recorders, setup.sampled, setup.capacity, setup.sites, setup.sm) == \
+        ((0, 128), 2, 16, len(build.sites), 0)
+    assert (instrument(kernel, blocks=2, capacity=16, sm=7).kernel.body[0].sm, build.sm) == (7, 0)
     stmts = list(ir.walk(out.body))
     starts = [s.site for s in stmts if isinstance(s, ProfileStart)]
     ends = [s.site for s in stmts if isinstance(s, ProfileEnd)]
@@ -138,7 +140,21 @@ def test_instrumented_source_reads_the_clocks_and_writes_each_event_with_its_run
     assert writers.count("wsprof_lead_ && ") == len(recorded) - 4
     assert body.count('redux.sync.max.u32 %0, %0, 0xffffffff;" : "+r"(wsprof_n_)') == 2  # one per unrolled copy
     assert "const int recorder_ = warp == 0 ? 0 : warp == 4 ? 1 : -1;" in body
-    assert "atom" not in body  # recorders own their arrays: plain stores only
+
+
+def test_only_blocks_on_the_chosen_sm_take_a_slot_with_one_atomic_at_their_start():
+    body = generate(instrument(v3(), blocks=4, capacity=64, sm=3).kernel).source.split('extern "C" __global__')[1]
+    # The block's SM against the chosen one, then one atomicAdd per recording warp (its first lane's, shared with
+    # the warp), before any loop: the hot loop holds plain stores only.
+    assert "if (recorder_ >= 0 && smid_ == 3u) {" in body
+    assert body.count("atomicAdd(") == body.count("atomicCAS(") == 1 and body.count("%%gridid") == 1
+    # A counter tagged with another launch's %gridid is claimed for this one, counting this block as slot 0.
+    assert "const u64 seen_ = atomicCAS(counter_, old_, (grid_ << 24) | 1ull);" in body
+    assert "slot_ = (old_ >> 24) == grid_ ? atomicAdd(counter_, 1ull) & 0xffffffull : 0ull;" in body
+    assert "slot_ = __shfl_sync(0xffffffffu, slot_, 0);" in body and "if (slot_ < 4ull) {" in body
+    assert body.index("atomicAdd") < body.index("for (")
+    # The arrays follow the two recorders' counters.
+    assert "wsprof_rec_ = counters_ + 2ull + (slot_ * 2ull + recorder_) * 200ull;" in body
 
 
 def test_a_persistent_kernel_gets_an_epilogue_per_tile():

@@ -15,7 +15,7 @@ import warpspec
 from tma_copy import TmaCopy
 from warpspec import runtime
 from warpspec.timeline import gpu
-from warpspec.timeline.events import Timeline
+from warpspec.timeline.events import Occupancy, Timeline
 
 ROOT = Path(__file__).parents[1]
 
@@ -25,6 +25,8 @@ ROOT = Path(__file__).parents[1]
     ({"blocks": 2.0}, "profile blocks must be an integer in [1, 2^20), got 2.0"),
     ({"capacity": True}, "profile capacity must be an integer in [1, 2^20), got True"),
     ({"flops": -1}, "profile flops must be a positive number of floating-point operations, got -1"),
+    ({"sm": -1}, "profile sm must be an SM number, an integer in [0, 2^16), got -1"),
+    ({"sm": "0"}, "profile sm must be an SM number, an integer in [0, 2^16), got '0'"),
 ])
 def test_profile_refuses_bad_arguments(arguments, message):
     with pytest.raises(warpspec.ArgumentError) as error:
@@ -105,7 +107,7 @@ def test_the_environment_variable_profiles_the_whole_process():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "WARPSPEC_PROFILE": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["ProfileSession", "4"]
+    assert done.stdout.split() == ["ProfileSession", "64"]
 
 
 def test_the_process_session_writes_each_timeline_and_says_where(monkeypatch, tmp_path, capsys):
@@ -170,16 +172,19 @@ def test_a_gpu_launch_times_the_plain_build_then_records_the_instrumented_one(mo
         (buffer,) = _FakeBuffer.made
         assert arguments[PARAMETER] == ("buffer", (buffer.words.size,), "int64")
         assert not buffer.words.any()  # zeroed before the recorded launch
-        build = gpu.instrumented(plain_kernel[0], 4, 64)
+        build = gpu.instrumented(plain_kernel[0], 4, 64, 2)
         assert kernel is build.kernel and built is launch.build(build.kernel)
         calls.append("record")
+        buffer.words[:2] = 1
         wait = next(i for i, s in enumerate(build.sites) if s.kind == "wait" and s.group.begin == 0)
         decoding.write_array(buffer.words, build, 0, 0,
                              decoding.header(1, 3, (0, 0, 0), 0, 0, 100_000, 200_000), [(wait, 1, 100, 300)])
 
     monkeypatch.setattr(driver, "DeviceBuffer", _FakeBuffer)
     monkeypatch.setattr(launch, "launch_planned", launch_planned)
-    monkeypatch.setattr(gpu, "_clock_hz", lambda device: 1e9)
+    occupancy = Occupancy(2, "registers", 66560, 168, 160, "the driver's occupancy query")
+    monkeypatch.setattr(gpu, "_device_limits", lambda device: {"sm_count": 132, "clock_hz": 1e9})
+    monkeypatch.setattr(gpu, "_occupancy", lambda kernel, plain, device, limits: occupancy)
     _FakeBuffer.made = []
     script = matmul_v3.MatmulWGMMAV3(num_stages=2, block_m=128, block_n=128, block_k=64)
     plain_kernel = []
@@ -192,7 +197,8 @@ def test_a_gpu_launch_times_the_plain_build_then_records_the_instrumented_one(mo
     monkeypatch.setattr(gpu.ProfileSession, "_record", record)
     a, b = np.zeros((256, 128), np.float16), np.zeros((256, 128), np.float16)
     c = np.zeros((256, 256), np.float16)
-    session = gpu.ProfileSession(blocks=4, capacity=64, flops=1e9, overhead=True, timing=lambda: nullcontext(time))
+    session = gpu.ProfileSession(blocks=4, capacity=64, flops=1e9, overhead=True, timing=lambda: nullcontext(time),
+                                 sm=2)
     with warpspec.use_backend("cuda"), session:
         script(256, 256, 128, a, b, c)
     assert calls == ["time plain", "time instrumented", "record"]
@@ -201,6 +207,13 @@ def test_a_gpu_launch_times_the_plain_build_then_records_the_instrumented_one(mo
     assert [(e.role, e.name, e.start_ns, e.end_ns, e.sm) for e in timeline.events] == [
         ("consumer (threads 0-127)", "wait consumer_barriers[1]", 0.0, 100.0, 3)]
     assert timeline.notes[-1] == "instrumented build: 2.0500 ms, +2.5% over the plain build's 2.0000 ms"
+    assert (timeline.sm, timeline.occupancy) == (2, occupancy)
+    # An SM the device does not have is refused before anything is recorded.
+    calls.clear()
+    with warpspec.use_backend("cuda"), gpu.ProfileSession(sm=132, timing=lambda: nullcontext(time)):
+        with pytest.raises(warpspec.ArgumentError, match=r"profile sm=132: the device has 132 SMs \(0-131\)"):
+            script(256, 256, 128, a, b, c)
+    assert "record" not in calls
 
 
 def test_an_emulator_session_keeps_the_timing_models_timeline():

@@ -179,8 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
                           help="emulator: the CPU timing model (no GPU needed); cuda: measure on the GPU")
     timeline.add_argument("--out", metavar="DIR", default="timeline",
                           help="the folder to write trace.json, timeline.png and summary.txt to (default: timeline)")
-    timeline.add_argument("--blocks", type=_non_negative_int, default=4, metavar="N",
-                          help="with --backend cuda: how many blocks to record (default: 4)")
+    timeline.add_argument("--blocks", type=_non_negative_int, default=64, metavar="N",
+                          help="with --backend cuda: record at most the first N blocks that run on the SM "
+                               "(default: 64)")
+    timeline.add_argument("--sm", type=_non_negative_int, default=0, metavar="S",
+                          help="with --backend cuda: record the blocks that run on SM S (default: 0)")
     timeline.set_defaults(handler=timeline_command)
     # Further subcommands register here: commands.add_parser(...) and set_defaults(handler=<name>_command).
     return parser
@@ -541,7 +544,8 @@ def timeline_command(args) -> int:
         label, text = errors[0]
         raise KernelFailure(label if len(errors) == 1 else f"{script_cls.__name__}, every schedule", text)
     modeled = model_launch(kernel, runtime)
-    timeline = modeled if args.backend == "emulator" else _gpu_timeline(script, params, scalars, args.blocks)
+    timeline = modeled if args.backend == "emulator" else _gpu_timeline(script, params, scalars, args.blocks,
+                                                                        args.sm)
     if timeline.flops is None:
         timeline.flops = modeled.flops  # the model counts the launch's WGMMA work exactly
     try:
@@ -554,7 +558,7 @@ def timeline_command(args) -> int:
     return EXIT_OK
 
 
-def _gpu_timeline(script, params, scalars: dict, blocks: int):
+def _gpu_timeline(script, params, scalars: dict, blocks: int, sm: int):
     """The timeline an instrumented GPU launch of ``script`` records (``warpspec.profile``), with random inputs."""
     profile = getattr(warpspec, "profile", None)
     if profile is None:
@@ -566,7 +570,7 @@ def _gpu_timeline(script, params, scalars: dict, blocks: int):
         raise UsageError("--backend cuda passes the inputs as torch tensors: install torch") from None
     arrays = {name: dtypes.numpy_to_torch(array).cuda() for name, array in pointer_arrays(script, params,
                                                                                           scalars).items()}
-    with warpspec.use_backend("cuda"), profile(blocks=blocks) as session:
+    with warpspec.use_backend("cuda"), profile(blocks=blocks, sm=sm) as session:
         script(**scalars, **arrays)
         torch.cuda.synchronize()
     if not session.timelines:

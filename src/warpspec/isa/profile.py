@@ -5,8 +5,14 @@ of the kernel, and only that copy is compiled for profiling, so plain builds nev
 runs them as no-ops (the CPU timing model, ``warpspec.timeline.model``, times kernels its own way). The CUDA
 emission is ``warpspec.cuda.sm90.profile``; ``warpspec.timeline.gpu`` decodes what they write.
 
-The buffer they write (the kernel's extra ``int64`` parameter) holds one record array per recording thread of
-every sampled block: array ``slot * recorders + recorder`` starts at word ``array * array_words(capacity)``:
+Which blocks record: every block that runs on one chosen SM (``%smid`` compared at the block's start), up to a
+cap. The buffer they write (the kernel's extra ``int64`` parameter) starts with one counter word per recording
+thread: each recording warp of a block on that SM takes its record slot with one atomic on its counter at the
+block's start (never later), so after the launch a counter holds how many blocks ran on the SM (its low
+``COUNT_BITS`` bits; the bits above tag it with the launch's ``%gridid``, so that every launch on one buffer, the
+timed ones too, counts from zero), and slots at or past the cap are counted, not written. Then one record array per slot and recording thread: array
+``slot * recorders + recorder`` starts at word ``recorders + array * array_words(capacity)`` (the recorders of one
+block may hold different slots; the header says which block an array is):
 
 - a header of ``HEADER_WORDS`` words: written (1 once the recorder finished), events attempted (more than
   ``capacity`` means overflow; those were counted, not written), ``%smid``, the block as the kernel sees it
@@ -25,6 +31,15 @@ HEADER_WORDS = 8
 EVENT_WORDS = 3
 #: Header words, by name.
 WRITTEN, COUNT, SMID, BLOCK, START_NS, START_CLOCK, END_NS, END_CLOCK = range(HEADER_WORDS)
+#: A slot counter: blocks counted in its low bits, the launch's tag (low bits of ``%gridid``) above them.
+COUNT_BITS = 24
+COUNT_MASK = (1 << COUNT_BITS) - 1
+GRID_TAG_MASK = (1 << (64 - COUNT_BITS)) - 1
+
+
+def blocks_counted(counter: int) -> int:
+    """How many blocks a slot counter read back after a launch counted."""
+    return int(counter) & COUNT_MASK
 
 
 def array_words(capacity: int) -> int:
@@ -32,24 +47,31 @@ def array_words(capacity: int) -> int:
     return HEADER_WORDS + EVENT_WORDS * capacity
 
 
+def array_start(slot: int, recorder: int, recorders: int, capacity: int) -> int:
+    """The first word of recorder ``recorder``'s array in record slot ``slot`` (after the counters)."""
+    return recorders + (slot * recorders + recorder) * array_words(capacity)
+
+
 # ------------------------------------------------------------------------------------------------------- IR
 
 
 @dataclass(frozen=True, eq=False)
 class ProfileSetup(ir.Stmt):
-    """At the kernel's start, on every thread: in a sampled block (one whose launch-order index is one of
-    ``sampled`` evenly spaced ones) the warp of thread ``recorders[r]`` finds record array ``r`` in ``buffer``, and
-    that thread writes its header's start; ``sites`` timers are declared."""
+    """At the kernel's start, on every thread: in a block running on SM ``sm``, the warp of thread
+    ``recorders[r]`` takes the next record slot of recorder ``r`` (one atomicAdd on its counter) and, when the slot
+    is below ``sampled``, finds its array in ``buffer`` there, and that thread writes its header's start; ``sites``
+    timers are declared."""
 
     buffer: ir.Var
     recorders: tuple[int, ...]
-    sampled: int  # blocks sampled (the name ``blocks`` is Stmt's, for nested statement lists)
+    sampled: int  # the most blocks recorded (the name ``blocks`` is Stmt's, for nested statement lists)
     capacity: int
     sites: int
+    sm: int = 0
 
     def text(self, f) -> str:
-        return (f"profile.setup(buffer={self.buffer.name}, recorders={list(self.recorders)}, sampled={self.sampled}, "
-                f"capacity={self.capacity})")
+        return (f"profile.setup(buffer={self.buffer.name}, recorders={list(self.recorders)}, sm={self.sm}, "
+                f"sampled={self.sampled}, capacity={self.capacity})")
 
 
 @dataclass(frozen=True, eq=False)

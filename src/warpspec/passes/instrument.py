@@ -63,18 +63,20 @@ class Site:
 @dataclass(frozen=True)
 class Instrumented:
     """An instrumented build's kernel and what decoding its records needs: the sites (by site id), the recording
-    threads (by recorder number), how many blocks it samples and the events each recorder has room for."""
+    threads (by recorder number), the most blocks it records, the events each recorder has room for and the SM
+    whose blocks record."""
 
     kernel: ir.Kernel
     sites: tuple[Site, ...]
     recorders: tuple[int, ...]
     blocks: int
     capacity: int
+    sm: int = 0
 
 
-def instrument(kernel: ir.Kernel, blocks: int, capacity: int) -> Instrumented:
-    """``kernel`` with timestamps around its sites (see the module docstring), recording ``blocks`` sampled
-    blocks with room for ``capacity`` events per recording thread."""
+def instrument(kernel: ir.Kernel, blocks: int, capacity: int, sm: int = 0) -> Instrumented:
+    """``kernel`` with timestamps around its sites (see the module docstring), recording the first ``blocks``
+    blocks that run on SM ``sm`` with room for ``capacity`` events per recording thread."""
     if any(p.name == PARAMETER for p in kernel.params):
         raise CompileError(f"kernel parameter {PARAMETER!r} is reserved for profiling builds: rename it",
                            str(kernel.loc))
@@ -83,10 +85,10 @@ def instrument(kernel: ir.Kernel, blocks: int, capacity: int) -> Instrumented:
     body = walker.role(whole_block)
     buffer = ir.Var(PARAMETER, PointerType(int64))
     recorders = tuple(sorted({site.group.begin for site in walker.sites}))
-    setup = ProfileSetup(kernel.loc, buffer, recorders, blocks, capacity, len(walker.sites))
+    setup = ProfileSetup(kernel.loc, buffer, recorders, blocks, capacity, len(walker.sites), sm)
     instrumented = replace(kernel, params=kernel.params + (ir.Param(PARAMETER, buffer.type, buffer),),
                            body=(setup,) + body + (ProfileFinish(kernel.loc),))
-    return Instrumented(instrumented, tuple(walker.sites), recorders, blocks, capacity)
+    return Instrumented(instrumented, tuple(walker.sites), recorders, blocks, capacity, sm)
 
 
 class _Walker:

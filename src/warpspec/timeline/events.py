@@ -41,6 +41,42 @@ class Event:
         return self.end_ns - self.start_ns
 
 
+@dataclass(frozen=True)
+class Occupancy:
+    """How many blocks of the kernel one SM holds at once (``blocks``), the resource that limits it (``limit``:
+    "shared memory", "registers", "threads" or "blocks"; None when unknown), what one block takes (shared memory
+    in bytes, registers per thread, threads) and where the count comes from (``source``)."""
+
+    blocks: int
+    limit: str | None
+    shared_bytes: int
+    registers: int | None
+    threads: int
+    source: str
+
+    def text(self) -> str:
+        """"1 (limited by shared memory; a block takes 197 KB of shared memory, 168 registers x 160 threads)"."""
+        limit = f"limited by {self.limit}; " if self.limit else ""
+        registers = f"{self.registers} registers x " if self.registers else ""
+        return (f"{self.blocks} ({limit}a block takes {self.shared_bytes / 1024:.0f} KB of shared memory, "
+                f"{registers}{self.threads} threads; {self.source})")
+
+
+def resident_blocks(shared_bytes: int, registers: int, threads: int, device: dict) -> tuple[int, str]:
+    """How many blocks taking ``shared_bytes`` of shared memory and ``threads`` threads of ``registers`` registers
+    each fit one SM of ``device`` (the keys ``shared_bytes_per_sm``, ``shared_reserved_per_block``,
+    ``registers_per_sm``, ``max_threads_per_sm``, ``max_blocks_per_sm``), and the resource that limits it."""
+    warps_threads = -(-threads // 32) * 32  # registers are allocated per warp
+    limits = {
+        "shared memory": device["shared_bytes_per_sm"] // (shared_bytes + device["shared_reserved_per_block"]),
+        "registers": device["registers_per_sm"] // (registers * warps_threads),
+        "threads": device["max_threads_per_sm"] // threads,
+        "blocks": device["max_blocks_per_sm"],
+    }
+    limit = min(limits, key=limits.get)
+    return limits[limit], limit
+
+
 @dataclass
 class Timeline:
     """The events of one launch of ``kernel`` (its class name) with ``schedule`` (compile-time values), from
@@ -48,7 +84,8 @@ class Timeline:
 
     ``kernel_ns``: the whole launch's time, measured (an uninstrumented run) or modeled; ``flops``: the useful
     floating-point operations of the launch when known (for TFLOP/s); ``roles``: every role's name in block order,
-    so a role with no events still gets a track."""
+    so a role with no events still gets a track; ``sm``: the SM whose blocks the events are (every block that ran
+    there, up to the recording's cap); ``occupancy``: how many blocks an SM holds, when known."""
 
     kernel: str
     source: str
@@ -58,6 +95,8 @@ class Timeline:
     roles: list[str] = field(default_factory=list)
     flops: float | None = None
     notes: list[str] = field(default_factory=list)
+    sm: int | None = None
+    occupancy: Occupancy | None = None
 
 
 def role_name(group: ir.Stmt) -> str:

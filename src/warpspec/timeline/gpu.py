@@ -7,9 +7,10 @@ of the real kernel); optionally the instrumented build, timed the same way (the 
 one recorded run of the instrumented build, decoded. On the emulator the kernel runs as usual and, when the CPU
 timing model (``warpspec.timeline.model``) is installed, its modeled timeline is kept instead.
 
-Which blocks: ``blocks`` evenly spaced ones in launch order (linear block index ``floor(s * total / blocks)``
-for ``s < blocks``), so the first block of the first wave is always among them and the others spread over the
-waves. Times: ``%clock64`` cycles around each site; per block, the recorder that started first anchors them to
+Which blocks: every block that runs on one SM (``sm``, default 0), up to the first ``blocks`` of them, so the
+timeline is that of a real SM with its co-resident blocks: their tensor-core busy share and stage occupancy are
+the SM's. Each recording warp takes its slot at its block's start (one atomicAdd on a counter per recorder); the
+counters say how many blocks ran there, and those past the cap are noted. Times: ``%clock64`` cycles around each site; per block, the recorder that started first anchors them to
 its ``%globaltimer`` reading, and cycles become nanoseconds at the clock rate the block ran at (cycles against
 ``%globaltimer`` over the block's longest recorder), or the device's clock rate when that span is too short for
 the timer's resolution. Blocks on different SMs are placed by their anchors.
@@ -30,7 +31,7 @@ from warpspec.errors import ArgumentError
 from warpspec.isa import profile as records
 from warpspec.ir import nodes as ir
 from warpspec.passes.instrument import PARAMETER, Instrumented, instrument
-from warpspec.timeline.events import Event, Timeline, role_name
+from warpspec.timeline.events import Event, Occupancy, Timeline, resident_blocks, role_name
 
 #: Below this span of ``%globaltimer`` (ns) a block's own clock rate is not trusted: the timer may tick only
 #: every microsecond, so the rate would be off by more than a few percent.
@@ -39,19 +40,19 @@ MIN_RATE_SPAN_NS = 20_000
 _instrumented: dict[tuple, tuple[ir.Kernel, Instrumented]] = {}
 
 
-def instrumented(kernel: ir.Kernel, blocks: int, capacity: int) -> Instrumented:
+def instrumented(kernel: ir.Kernel, blocks: int, capacity: int, sm: int = 0) -> Instrumented:
     """The instrumented build's IR of ``kernel`` for these settings, made once (and kept with ``kernel``, so its
     compiled build is cached like the plain one's)."""
-    key = (id(kernel), blocks, capacity)
+    key = (id(kernel), blocks, capacity, sm)
     entry = _instrumented.get(key)
     if entry is None or entry[0] is not kernel:
-        entry = _instrumented[key] = (kernel, instrument(kernel, blocks, capacity))
+        entry = _instrumented[key] = (kernel, instrument(kernel, blocks, capacity, sm))
     return entry[1]
 
 
 def buffer_words(build: Instrumented) -> int:
-    """The 64-bit words of ``build``'s record buffer."""
-    return build.blocks * len(build.recorders) * records.array_words(build.capacity)
+    """The 64-bit words of ``build``'s record buffer: a counter per recorder, then the arrays."""
+    return records.array_start(build.blocks, 0, len(build.recorders), build.capacity)
 
 
 @dataclass(frozen=True)
@@ -64,30 +65,46 @@ class _Array:
 
 
 def decode(words: np.ndarray, build: Instrumented, kernel_ns: float, clock_hz: float,
-           flops: float | None = None) -> Timeline:
+           flops: float | None = None, occupancy: Occupancy | None = None) -> Timeline:
     """The Timeline of one recorded launch of ``build``: ``words`` is its record buffer as read back (uint64),
     ``kernel_ns`` the plain build's time, ``clock_hz`` the SM clock rate to use where a block's own cannot be
-    measured (see the module docstring)."""
+    measured (see the module docstring), ``occupancy`` the blocks an SM holds when known."""
     words = np.asarray(words, dtype=np.uint64)
     per_array = records.array_words(build.capacity)
     if words.size != buffer_words(build):
         raise ArgumentError(f"a record buffer of {buffer_words(build)} words was expected, got {words.size}")
+    recorders = len(build.recorders)
+    # Every block on the SM counts once on each recorder's counter.
+    ran = max((records.blocks_counted(counter) for counter in words[:recorders]), default=0)
     arrays: dict[tuple[int, int, int], list[_Array]] = {}
-    notes = [f"{build.blocks} block(s) sampled evenly in launch order; each role's first warp records"]
-    for array in range(build.blocks * len(build.recorders)):
-        data = words[array * per_array:(array + 1) * per_array]
+    notes = [f"every block that ran on SM {build.sm} recorded ({ran}), each role's first warp"]
+    if ran > build.blocks:
+        notes[0] = (f"the first {build.blocks} of the {ran} blocks that ran on SM {build.sm} recorded, each role's "
+                    f"first warp (profile(blocks=...) raises the cap)")
+    elif ran == 0:
+        notes[0] = f"no block ran on SM {build.sm}: nothing was recorded"
+    for array in range(build.blocks * recorders):
+        start = recorders + array * per_array
+        data = words[start:start + per_array]
         header = data[:records.HEADER_WORDS]
         if header[records.WRITTEN] != 1:
-            continue  # a slot no block took (more slots than blocks), or a recorder that never finished
+            continue  # a slot no block took (fewer blocks on the SM than slots), or a recorder that never finished
         count = int(header[records.COUNT])
         written = min(count, build.capacity)
         block = _block(int(header[records.BLOCK]))
-        recorder = build.recorders[array % len(build.recorders)]
+        recorder = build.recorders[array % recorders]
         if count > build.capacity:
             notes.append(f"block {block}, thread {recorder}: {count - build.capacity} of {count} events were past "
                          f"the capacity of {build.capacity} and not recorded (profile(capacity=...) raises it)")
         events = data[records.HEADER_WORDS:records.HEADER_WORDS + records.EVENT_WORDS * written]
         arrays.setdefault(block, []).append(_Array(recorder, header, events.reshape(written, records.EVENT_WORDS)))
+    # At the cap the recorders of one block may race for the last slots: a block some of whose recorders got none
+    # is left out rather than shown with roles missing.
+    partial = [b for b, block_arrays in arrays.items() if len(block_arrays) < recorders and ran > build.blocks]
+    if partial:
+        notes.append(f"{len(partial)} block(s) at the cap got a slot for only some of their roles and are left out")
+        for block in partial:
+            del arrays[block]
     events, measured = [], 0
     # %globaltimer counts from an epoch (about 1.7e18 ns): only differences fit a float to the nanosecond.
     origin = min((int(a.header[records.START_NS]) for block in arrays.values() for a in block), default=0)
@@ -115,7 +132,7 @@ def decode(words: np.ndarray, build: Instrumented, kernel_ns: float, clock_hz: f
     kernel = build.kernel
     groups = sorted({(s.group.begin, s.group.count): s.group for s in build.sites}.items())
     return Timeline(kernel.name, "gpu", dict(kernel.constants), kernel_ns, events,
-                    list(dict.fromkeys(role_name(group) for _, group in groups)), flops, notes)
+                    list(dict.fromkeys(role_name(group) for _, group in groups)), flops, notes, build.sm, occupancy)
 
 
 def _block(word: int) -> tuple[int, int, int]:
@@ -144,22 +161,24 @@ class ProfileSession:
     """What ``with warpspec.profile(...) as session:`` yields: every Script launch inside it records, and
     ``session.timelines`` holds one Timeline per launch, in order.
 
-    ``blocks``: blocks sampled per launch; ``capacity``: events each recording thread has room for (more are
+    ``blocks``: the most blocks recorded per launch (the first that ran on SM ``sm``); ``capacity``: events each recording thread has room for (more are
     counted and reported in the Timeline's notes); ``flops``: the useful floating-point operations of each launch,
     for TFLOP/s (None: unknown); ``overhead``: also time the instrumented build, noting its time against the
     plain build's (``session.instrumented_ns`` gets one entry per GPU launch); ``timing``: a context manager
     factory yielding ``time(kernel, arguments, built) -> median ms`` (``warpspec.tune.bench.CudaBench.timing``);
     ``report``: called with each new Timeline."""
 
-    def __init__(self, blocks: int = 4, capacity: int = 2048, flops: float | None = None, overhead: bool = False,
-                 timing=None, report=None):
+    def __init__(self, blocks: int = 64, capacity: int = 2048, flops: float | None = None, overhead: bool = False,
+                 timing=None, report=None, sm: int = 0):
         for name, value in (("blocks", blocks), ("capacity", capacity)):
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**20:
                 raise ArgumentError(f"profile {name} must be an integer in [1, 2^20), got {value!r}")
+        if isinstance(sm, bool) or not isinstance(sm, int) or not 0 <= sm < 2**16:
+            raise ArgumentError(f"profile sm must be an SM number, an integer in [0, 2^16), got {sm!r}")
         if flops is not None and (isinstance(flops, bool) or not isinstance(flops, (int, float)) or flops <= 0):
             raise ArgumentError(f"profile flops must be a positive number of floating-point operations, got "
                                 f"{flops!r}")
-        self.blocks, self.capacity, self.flops, self.overhead = blocks, capacity, flops, overhead
+        self.blocks, self.capacity, self.flops, self.overhead, self.sm = blocks, capacity, flops, overhead, sm
         self.timing, self.report = timing, report
         self.timelines: list[Timeline] = []
         self.instrumented_ns: list[float] = []
@@ -203,11 +222,16 @@ class ProfileSession:
         from warpspec.cuda.driver import DeviceBuffer
         from warpspec.cuda.launch import build, launch_planned
 
-        kernel_ms = self._time(kernel, arguments, build(kernel))
-        instrumented_build = instrumented(kernel, self.blocks, self.capacity)
+        plain = build(kernel)
+        kernel_ms = self._time(kernel, arguments, plain)
+        instrumented_build = instrumented(kernel, self.blocks, self.capacity, self.sm)
         built = build(instrumented_build.kernel)
         words = buffer_words(instrumented_build)
         buffer = DeviceBuffer(8 * words)
+        device = _device_limits(buffer.device)
+        if self.sm >= device["sm_count"]:
+            raise ArgumentError(f"profile sm={self.sm}: the device has {device['sm_count']} SMs (0-"
+                                f"{device['sm_count'] - 1})")
         recorded = dict(arguments, **{PARAMETER: buffer.array((words,), int64)})
         notes = []
         if self.overhead:
@@ -219,20 +243,53 @@ class ProfileSession:
         buffer.upload(np.zeros(words, np.uint64))
         launch_planned(instrumented_build.kernel, recorded, built=built)
         timeline = decode(buffer.download(np.empty(words, np.uint64)), instrumented_build, kernel_ms * 1e6,
-                          _clock_hz(buffer.device), self.flops)
+                          device["clock_hz"], self.flops, _occupancy(kernel, plain, buffer.device, device))
         timeline.notes += notes
         return timeline
 
 
-def _clock_hz(device: int) -> float:
-    """The device's peak SM clock rate in Hz (the driver reports kHz)."""
+#: What ``_device_limits`` reads, by the key ``warpspec.timeline.events.resident_blocks`` (and h200.json) uses.
+_LIMITS = {"sm_count": "MULTIPROCESSOR_COUNT", "shared_bytes_per_sm": "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR",
+           "shared_reserved_per_block": "RESERVED_SHARED_MEMORY_PER_BLOCK",
+           "registers_per_sm": "MAX_REGISTERS_PER_MULTIPROCESSOR",
+           "max_threads_per_sm": "MAX_THREADS_PER_MULTIPROCESSOR", "max_blocks_per_sm": "MAX_BLOCKS_PER_MULTIPROCESSOR"}
+
+
+def _device_limits(device: int) -> dict:
+    """The device's SM count, per-SM limits (the keys of ``_LIMITS``) and peak SM clock rate (``clock_hz``, Hz;
+    the driver reports kHz)."""
     from cuda.bindings import driver as cu
 
     from warpspec.cuda.driver import check
 
     handle = check(cu.cuDeviceGet(device), f"cuDeviceGet({device})")
-    return 1e3 * check(cu.cuDeviceGetAttribute(cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_CLOCK_RATE, handle),
-                       "reading the SM clock rate")
+
+    def attribute(name: str) -> int:
+        return check(cu.cuDeviceGetAttribute(getattr(cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}"), handle),
+                     f"reading the device's {name.lower()}")
+
+    limits = {key: attribute(name) for key, name in _LIMITS.items()}
+    limits["clock_hz"] = 1e3 * attribute("CLOCK_RATE")
+    return limits
+
+
+def _occupancy(kernel: ir.Kernel, plain, device: int, limits: dict) -> Occupancy:
+    """How many blocks of the plain build ``plain`` (already loaded, so its dynamic shared memory is allowed) an
+    SM holds: the driver's occupancy query; the limiting resource is the one whose limit gives the same count."""
+    from cuda.bindings import driver as cu
+
+    from warpspec.cuda.driver import check, load_module
+
+    function = load_module(plain.module.cubin, device).function(plain.generated.name)
+    dynamic = plain.generated.shared_bytes
+    blocks = check(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(function.handle, kernel.num_threads, dynamic),
+                   "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+    attributes = function.attributes
+    shared = dynamic + attributes.get("shared_size_bytes", 0)
+    registers = attributes["num_regs"]
+    count, limit = resident_blocks(shared, registers, kernel.num_threads, limits)
+    return Occupancy(blocks, limit if count == blocks else None, shared, registers, kernel.num_threads,
+                     "the driver's occupancy query")
 
 
 def report_to(folder: str):

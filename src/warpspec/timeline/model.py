@@ -20,7 +20,7 @@ from warpspec.emulator.timing import Costs, model_sm, role_groups
 from warpspec.errors import ArgumentError
 from warpspec.ir import nodes as ir
 from warpspec.isa.wgmma import WgmmaMma
-from warpspec.timeline.events import Event, Timeline, role_name
+from warpspec.timeline.events import Event, Occupancy, Timeline, resident_blocks, role_name
 
 #: The H200's parameters, the default of every function here.
 H200 = Path(__file__).with_name("h200.json")
@@ -44,20 +44,15 @@ def estimated_registers(kernel: ir.Kernel, parameters: dict) -> int:
     return math.ceil((words + parameters["register_overhead"]) / granule) * granule
 
 
+def shared_bytes(kernel: ir.Kernel) -> int:
+    """The shared memory one block of ``kernel`` asks for: its plan's bytes and the alignment reserve."""
+    return kernel.facts.shared.total_bytes + kernel.facts.target.shared_alignment
+
+
 def occupancy(kernel: ir.Kernel, parameters: dict, registers: int | None = None) -> tuple[int, str]:
     """How many blocks of ``kernel`` one SM holds, and the resource that limits it."""
-    p = parameters
-    threads = kernel.num_threads
-    registers = registers or estimated_registers(kernel, p)
-    shared = kernel.facts.shared.total_bytes + kernel.facts.target.shared_alignment + p["shared_reserved_per_block"]
-    limits = {
-        "shared memory": p["shared_bytes_per_sm"] // shared,
-        "registers": p["registers_per_sm"] // (registers * math.ceil(threads / 32) * 32),
-        "threads": p["max_threads_per_sm"] // threads,
-        "blocks": p["max_blocks_per_sm"],
-    }
-    limit = min(limits, key=limits.get)
-    return limits[limit], limit
+    registers = registers or estimated_registers(kernel, parameters)
+    return resident_blocks(shared_bytes(kernel), registers, kernel.num_threads, parameters)
 
 
 def costs(parameters: dict, memory_bytes_per_ns: float) -> Costs:
@@ -136,4 +131,8 @@ def model_launch(kernel: ir.Kernel, arguments: dict, parameters: dict | None = N
                      f"{floor_ns / 1e3:.1f} us at {p['hbm_bandwidth_gbps']:.0f} GB/s (the waves take "
                      f"{kernel_ns / 1e3:.1f} us)")
         kernel_ns = floor_ns
-    return Timeline(kernel.name, "model", dict(kernel.constants), kernel_ns, events, roles, flops or None, notes)
+    resident_per_sm = Occupancy(per_sm, limit, shared_bytes(kernel), registers or estimated_registers(kernel, p),
+                                kernel.num_threads, "the model's count" + ("" if registers else
+                                                                           ", registers estimated"))
+    return Timeline(kernel.name, "model", dict(kernel.constants), kernel_ns, events, roles, flops or None, notes,
+                    sm=0, occupancy=resident_per_sm)

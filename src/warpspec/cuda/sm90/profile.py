@@ -2,9 +2,12 @@
 
 Times are ``%clock64`` (the SM's cycle counter, which every warp of a block reads alike, so a block's roles
 compare to the cycle) held in a register per site from start to end; the recording thread writes an event with
-plain 64-bit stores when it ends, and no atomics: each role's first warp owns its array, its first lane writes
-what the whole group runs, and the lane ``single_thread`` elects writes what it runs alone. Only those warps, in
-sampled blocks, read the clock at all: elsewhere a site costs a predicate. ``%globaltimer`` (nanoseconds,
+plain 64-bit stores when it ends: each role's first warp owns its array, its first lane writes what the whole
+group runs, and the lane ``single_thread`` elects writes what it runs alone. The one atomic is the slot: at the
+block's start, a recording warp of a block on the recorded SM (``%smid``) takes its array with one atomic on its
+recorder's counter (an add; a compare-and-swap for the launch's first block there, which tags the counter with
+the launch's ``%gridid``, so repeated launches on one buffer each count from zero). Only those warps, in recorded blocks, read the clock at all: elsewhere a site costs a
+predicate. ``%globaltimer`` (nanoseconds,
 but updated only every microsecond or so on some parts) is read twice per recorder, at its start and its end,
 so the host converts cycles to nanoseconds with the clock rate the kernel itself ran at and places blocks of
 different SMs on one time axis. Every read is ``asm volatile`` with a memory clobber: the compiler neither drops
@@ -13,9 +16,9 @@ it nor moves the instrumented instruction's memory accesses across it.
 
 from __future__ import annotations
 
-from warpspec.isa.profile import (BLOCK, COUNT, END_CLOCK, END_NS, EVENT_WORDS, HEADER_WORDS, SMID, START_CLOCK,
-                                  START_NS, WRITTEN, ProfileEnd, ProfileFinish, ProfileJoin, ProfileSetup, ProfileStart,
-                                  array_words)
+from warpspec.isa.profile import (BLOCK, COUNT, COUNT_BITS, COUNT_MASK, END_CLOCK, END_NS, EVENT_WORDS,
+                                  GRID_TAG_MASK, HEADER_WORDS, SMID, START_CLOCK, START_NS, WRITTEN, ProfileEnd,
+                                  ProfileFinish, ProfileJoin, ProfileSetup, ProfileStart, array_words)
 from warpspec.isa.registry import emits
 from warpspec.ir import nodes as ir
 from warpspec.target import SM90A
@@ -39,27 +42,45 @@ def _emit_ProfileSetup(gen, s: ProfileSetup) -> None:
     recorders, blocks = len(s.recorders), s.sampled
     choose = "".join(f"warp == {t // 32} ? {r} : " for r, t in enumerate(s.recorders)) + "-1"
     x, y, z = (gen.cexpr(ir.Special(f"blockIdx.{axis}")) for axis in "xyz")
-    gen.line(f"// profile: {recorders} recording thread(s) per block, {blocks} block(s) sampled evenly in launch "
-             f"order")
+    gen.line(f"// profile: {recorders} recording thread(s) per block, the first {blocks} block(s) that run on SM "
+             f"{s.sm}")
     gen.line(f"unsigned long long *{_RECORD} = nullptr;")
     gen.line(f"const bool {_LEAD} = threadIdx.x % 32 == 0;")
     gen.line(f"unsigned {_COUNT} = 0;")
     gen.line(f"const unsigned {_CAPACITY} = {s.capacity}u;")
     gen.line("{")
     gen.indent += 1
-    gen.line("const u64 count_ = static_cast<u64>(gridDim.x) * gridDim.y * gridDim.z;")
-    gen.line("const u64 linear_ = blockIdx.x + static_cast<u64>(gridDim.x) * (blockIdx.y + static_cast<u64>("
-             "gridDim.y) * blockIdx.z);")
-    gen.line(f"const u64 slot_ = (linear_ * {blocks}ull + count_ - 1) / count_;  // the first sample at or after "
-             f"this block")
     gen.line(f"const int recorder_ = {choose};")
-    gen.line(f"if (recorder_ >= 0 && slot_ < {blocks}ull && slot_ * count_ / {blocks}ull == linear_) {{")
+    gen.line('unsigned smid_; asm volatile("mov.u32 %0, %%smid;" : "=r"(smid_));')
+    # The whole recording warp runs this at the block's start; its first lane takes the slot for all of it.
+    gen.line(f"if (recorder_ >= 0 && smid_ == {s.sm}u) {{")
     gen.indent += 1
-    gen.line(f"{_RECORD} = reinterpret_cast<u64 *>({gen.name_of(s.buffer)}) + (slot_ * {recorders}ull + "
-             f"recorder_) * {array_words(s.capacity)}ull;")
+    gen.line(f"u64 *const counters_ = reinterpret_cast<u64 *>({gen.name_of(s.buffer)});")
+    gen.line("u64 slot_ = 0;")
+    # A counter is this launch's when its tag is the launch's %gridid: the launch's first block on the SM claims
+    # it with a compare-and-swap, the others add to it, so every launch (timed ones too) records from slot 0.
     gen.line(f"if ({_LEAD}) {{")
     gen.indent += 1
-    gen.line('unsigned smid_; asm volatile("mov.u32 %0, %%smid;" : "=r"(smid_));')
+    gen.line("u64 grid_;")
+    gen.line(_read("grid_", "gridid"))
+    gen.line(f"grid_ &= {hex(GRID_TAG_MASK)}ull;")
+    gen.line("u64 *const counter_ = counters_ + recorder_;")
+    gen.line("u64 old_ = *reinterpret_cast<volatile u64 *>(counter_);")
+    gen.line(f"while ((old_ >> {COUNT_BITS}) != grid_) {{")
+    gen.line(f"  const u64 seen_ = atomicCAS(counter_, old_, (grid_ << {COUNT_BITS}) | 1ull);")
+    gen.line("  if (seen_ == old_) break;")
+    gen.line("  old_ = seen_;")
+    gen.line("}")
+    gen.line(f"slot_ = (old_ >> {COUNT_BITS}) == grid_ ? atomicAdd(counter_, 1ull) & {hex(COUNT_MASK)}ull : 0ull;")
+    gen.indent -= 1
+    gen.line("}")
+    gen.line("slot_ = __shfl_sync(0xffffffffu, slot_, 0);")
+    gen.line(f"if (slot_ < {blocks}ull) {{")
+    gen.indent += 1
+    gen.line(f"{_RECORD} = counters_ + {recorders}ull + (slot_ * {recorders}ull + recorder_) * "
+             f"{array_words(s.capacity)}ull;")
+    gen.line(f"if ({_LEAD}) {{")
+    gen.indent += 1
     gen.line("u64 ns_, clock_;")
     gen.line(_read("ns_", "globaltimer"))
     gen.line(_read("clock_", "clock64"))
@@ -68,10 +89,9 @@ def _emit_ProfileSetup(gen, s: ProfileSetup) -> None:
              f"(static_cast<u64>({z}) << 42);")
     gen.line(f"{_RECORD}[{START_NS}] = ns_;")
     gen.line(f"{_RECORD}[{START_CLOCK}] = clock_;")
-    gen.indent -= 1
-    gen.line("}")
-    gen.indent -= 1
-    gen.line("}")
+    for _ in range(3):
+        gen.indent -= 1
+        gen.line("}")
     gen.indent -= 1
     gen.line("}")
     if s.sites:
