@@ -1,5 +1,7 @@
 """What warpspec.profile()'s instrumentation costs: V3 at 8192^3 (fp16, 128 x 128 x 64 tiles, 2 and 6 stages), the
-plain build against the instrumented build (4 sampled blocks), timed in one process.
+plain build against the instrumented build (every block that runs on SM --sm records, up to --blocks; the others
+pay a comparison at their start and a predicate per site), timed in one process. Each timed launch records: the
+slot counters carry the launch's tag, so every launch counts from zero.
 
 Each time is the house protocol of docs/performance.md (``warpspec.tune.bench.time_ms``: about 100 ms of warm-up,
 then about 500 ms of calls, each after an L2 flush, the median), taken in three alternating rounds (plain,
@@ -7,7 +9,7 @@ instrumented, plain, ...) of which the median is kept, so clock drift over the r
 profiled call per schedule makes its timeline, written with ``warpspec.timeline.write`` (trace, chart, summary)
 under --out when the writers are installed. Exits non-zero when an overhead is above 5%.
 
-    python benchmarks/profile_overhead.py [--size 8192] [--rounds 3] [--out profile-overhead]
+    python benchmarks/profile_overhead.py [--size 8192] [--rounds 3] [--blocks 64] [--sm 0] [--out profile-overhead]
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=8192)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--blocks", type=int, default=4)
+    parser.add_argument("--blocks", type=int, default=64)
+    parser.add_argument("--sm", type=int, default=0)
     parser.add_argument("--out", default="profile-overhead")
     options = parser.parse_args()
 
@@ -55,7 +58,7 @@ def main() -> None:
         script = MatmulWGMMAV3(num_stages=num_stages, block_m=128, block_n=128, block_k=64)
         runtime, compile_time = bind_arguments(type(script), args, {})
         kernel = kernel_for(script, compile_time)
-        profiled = instrumented(kernel, options.blocks, 2048)
+        profiled = instrumented(kernel, options.blocks, 2048, options.sm)
         words = buffer_words(profiled)
         buffer = DeviceBuffer(8 * words)
         buffer.upload(np.zeros(words, np.uint64))
@@ -71,7 +74,8 @@ def main() -> None:
         rows.append(row)
         print(f"{num_stages} stages: plain {row['plain']:.4f} ms, instrumented {row['instrumented']:.4f} ms "
               f"({100 * row['overhead']:+.2f}%)", flush=True)
-        with warpspec.use_backend("cuda"), warpspec.profile(blocks=options.blocks, flops=flops) as session:
+        with warpspec.use_backend("cuda"), warpspec.profile(blocks=options.blocks, flops=flops,
+                                                                  sm=options.sm) as session:
             script(*args)
         timeline = session.timelines[-1]
         try:
@@ -83,8 +87,8 @@ def main() -> None:
             write(timeline, out)
             print(f"  {len(timeline.events)} events, trace and summary written to {out}")
 
-    print(f"\n{torch.cuda.get_device_name()}, V3 at {size}^3 fp16, 128x128x64, {options.blocks} sampled blocks, "
-          f"median of {options.rounds} rounds")
+    print(f"\n{torch.cuda.get_device_name()}, V3 at {size}^3 fp16, 128x128x64, up to {options.blocks} blocks recorded "
+          f"on SM {options.sm}, median of {options.rounds} rounds")
     print(f"{'stages':>6} {'plain ms':>9} {'instr. ms':>9} {'overhead':>8} {'TFLOP/s':>8}")
     for row in rows:
         print(f"{row['num_stages']:6d} {row['plain']:9.4f} {row['instrumented']:9.4f} {100 * row['overhead']:+7.2f}% "

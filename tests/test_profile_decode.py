@@ -150,3 +150,31 @@ def test_a_decoded_timeline_goes_through_the_timeline_writers(tmp_path):
     assert "(GPU)" in summary.splitlines()[0] and "measured kernel time: 123.5 us (139 TFLOP/s)" in summary
     trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
     assert sorted(e["name"] for e in trace if e.get("ph") == "X") == sorted(e.name for e in timeline.events)
+
+
+def fields(text: str) -> list[str]:
+    """A summary's field names in order: each unindented line's text before its colon, past the kernel line
+    (role lines and notes vary with the timeline; "measured"/"modeled" name the source)."""
+    lines = [line for line in text.splitlines()[1:] if not line.startswith(("  ", "note: "))]
+    return [line.split(":")[0].removeprefix("measured ").removeprefix("modeled ") for line in lines]
+
+
+def test_measured_and_modeled_summaries_print_the_same_fields():
+    from timeline_support import modeled_matmul
+    from warpspec.timeline.events import Occupancy
+    from warpspec.timeline.summary import summarize
+
+    build = v3_build()
+    words, _ = synthetic_buffer(build)
+    occupancy = Occupancy(2, "registers", 66560, 168, 160, "the driver's occupancy query")
+    measured = summarize(decode(words, build, kernel_ns=123_456.0, clock_hz=1e9, flops=1e9, occupancy=occupancy))
+    modeled = summarize(modeled_matmul(matmul_v3.MatmulWGMMAV3, 512, num_stages=2, block_m=128, block_n=128,
+                                       block_k=64))
+    expected = ["kernel time", "blocks per SM", "2 block(s) of SM 0; waits as a share of each role's active time",
+                "stage occupancy", "tensor cores busy", "diagnosis"]
+    assert fields(measured.text()) == expected
+    assert fields(modeled.text())[:2] + fields(modeled.text())[3:] == expected[:2] + expected[3:]
+    assert fields(modeled.text())[2] == "1 block(s) of SM 0; waits as a share of each role's active time"
+    assert "blocks per SM: 2 (limited by registers; 65 KB of shared memory, 168 registers x 160 threads each; the " \
+           "driver's occupancy query)" in measured.text()
+    assert (measured.metrics.keys(), measured.metrics["blocks_per_sm"]) == (modeled.metrics.keys(), 2)

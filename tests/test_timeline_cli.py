@@ -78,3 +78,11 @@ def test_without_matplotlib_the_chart_is_a_usage_error(capsys, tmp_path, monkeyp
     code, _, err = timeline(capsys, V3, *SIZES, "--out", str(tmp_path))
     assert code == 2
     assert "the timeline chart needs matplotlib: pip install 'warpspec[timeline]'" in err
+
+
+def test_a_bad_window_is_a_usage_error_naming_the_option(capsys, tmp_path):
+    code, _, err = timeline(capsys, V3, *SIZES, "--window", "5:2", "--out", str(tmp_path))
+    assert code == 2
+    assert "--window must be 'all', a number of waves (1, 2, ...) or START:END in microseconds with START < END, " \
+           "got '5:2'" in err
+    assert not (tmp_path / "trace.json").exists()

@@ -119,3 +119,87 @@ def test_diagnosis_rules_in_order():
                                               "empty the stages set the pace")
     assert texts[(0.1, 0.1, 0.5)].startswith("no stall dominates")
     assert RULES[-1][0] == ()
+
+
+def waves_of_blocks(count=6, at_once=2, block_us=80.0) -> Timeline:
+    """``count`` blocks on SM 0, ``at_once`` of them at a time, each a consumer wait then a WGMMA group."""
+    c = "consumer (threads 0-127)"
+    events = []
+    for i in range(count):
+        start = (i // at_once) * block_us * 1e3
+        events += [Event((i, 0, 0), c, "wait", "wait full[0]", start, start + 10e3, "k.py:1", 0, "full[0]"),
+                   Event((i, 0, 0), c, "wgmma", "wgmma", start + 10e3, start + 20e3, "k.py:2", 0),
+                   Event((i, 0, 0), c, "wgmma_wait", "wgmma.wait_group(0)", start + 20e3, start + block_us * 1e3,
+                         "k.py:3", 0)]
+    return Timeline("Waves", "gpu", {}, 1e6, events, [c], sm=0)
+
+
+def test_the_chart_window_holds_the_first_two_waves_of_the_sm_by_default():
+    from warpspec.timeline.chart import window
+
+    timeline = waves_of_blocks()
+    shown = window(timeline)
+    assert (shown.start_ns, shown.end_ns, shown.blocks) == (0.0, 160e3, [(i, 0, 0) for i in range(4)])
+    assert shown.note == ("window 0-160 us: the first 4 of the 6 blocks (2 wave(s) of 2 at once); trace.json has "
+                          "every event")
+    assert window(timeline, 1).blocks == [(0, 0, 0), (1, 0, 0)] and window(timeline, 1).end_ns == 80e3
+    # Microseconds: every block overlapping 100-170 us; all: everything, no note; waves past the end: all too.
+    explicit = window(timeline, (100.0, 170.0))
+    assert explicit.blocks == [(2, 0, 0), (3, 0, 0), (4, 0, 0), (5, 0, 0)] and explicit.start_ns == 100e3
+    assert explicit.note == "window 100-170 us: 4 of the 6 blocks; trace.json has every event"
+    for spec in (None, 3):
+        assert (window(timeline, spec).blocks, window(timeline, spec).note) == ([(i, 0, 0) for i in range(6)], None)
+
+
+def test_the_chart_draws_only_the_windows_blocks_and_the_trace_keeps_every_event(tmp_path):
+    from matplotlib import image
+
+    timeline = waves_of_blocks()
+    write(timeline, tmp_path / "two")
+    write(timeline, tmp_path / "all", window=None)
+    # One 45-pixel row per block and role over a 160-pixel frame: 4 rows, then 6.
+    heights = [image.imread(tmp_path / name / "timeline.png").shape[0] for name in ("two", "all")]
+    assert heights == [160 + 45 * 4, 160 + 45 * 6]
+    trace = json.loads((tmp_path / "two" / "trace.json").read_text())["traceEvents"]
+    assert sum(e["ph"] == "X" for e in trace) == len(timeline.events) == 18
+
+
+def test_window_values_are_parsed_and_bad_ones_refused():
+    import warpspec
+    from warpspec.timeline.chart import parse_window
+
+    assert (parse_window("all"), parse_window("3"), parse_window("10:20.5")) == (None, 3, (10.0, 20.5))
+    for bad in ("0", "5:2", "x", "1:2:3", "-1:4"):
+        with pytest.raises(warpspec.ArgumentError, match="--window must be 'all', a number of waves"):
+            parse_window(bad)
+
+
+def test_blocks_per_sm_come_from_the_timeline_else_from_the_blocks_seen_at_once():
+    from warpspec.timeline.events import Occupancy
+
+    assert summarize(hand_made()).metrics["blocks_per_sm"] == 2 and summarize(hand_made()).at_once == 2
+    timeline = hand_made()
+    timeline.occupancy = Occupancy(1, "shared memory", 197 * 1024, 168, 160, "the driver's occupancy query")
+    summary = summarize(timeline)
+    assert summary.metrics["blocks_per_sm"] == 1
+    assert ("blocks per SM: 1 (limited by shared memory; 197 KB of shared memory, 168 registers x 160 threads each; "
+            "the driver's occupancy query); 2 at once on one SM") in summary.text()
+    assert summarize(waves_of_blocks(count=5, at_once=3)).at_once == 3
+
+
+def test_one_block_per_sm_with_idle_tensor_cores_says_so_after_the_producer_rule():
+    def diagnosis(**metrics):
+        summary = summarize(hand_made())
+        summary.metrics.update(dict(consumers_full_wait=0.1, producers_empty_wait=0.1, epilogue_share=0.0), **metrics)
+        return summary.diagnosis()
+
+    assert diagnosis(blocks_per_sm=1, tensor_busy=0.55).startswith(
+        "one block per SM and the tensor cores busy only 55%: the pipeline is deep enough, but one block cannot keep "
+        "the tensor cores busy")
+    assert "fewer stages or smaller tiles so that 2-3 blocks share the SM, or a persistent kernel with two " \
+           "consumer warpgroups" in diagnosis(blocks_per_sm=1, tensor_busy=0.55)
+    for metrics in (dict(blocks_per_sm=2, tensor_busy=0.55), dict(blocks_per_sm=1, tensor_busy=0.75),
+                    dict(blocks_per_sm=None, tensor_busy=0.55)):
+        assert diagnosis(**metrics).startswith("no stall dominates"), metrics
+    # Producers that can't keep up come first: the pipeline is not deep enough then.
+    assert diagnosis(blocks_per_sm=1, tensor_busy=0.55, consumers_full_wait=0.3).startswith("consumers wait on full")

@@ -15,7 +15,8 @@ SASS. Schedules
 are pruned and built as the autotuner does (``warpspec.tune.tuner``): in parallel, one process per core, each
 reported on stderr as it finishes.
 
-``warpspec timeline FILE.py:CLASS [NAME=VALUE ...] [--schedule K=V,...] [--backend emulator|cuda] [--out DIR]``
+``warpspec timeline FILE.py:CLASS [NAME=VALUE ...] [--schedule K=V,...] [--backend emulator|cuda] [--out DIR]
+[--window all|N|A:B] [--sm S] [--blocks N]``
 writes a timeline of one schedule's launch, from the CPU timing model or an instrumented GPU run, as
 DIR/trace.json (Perfetto), DIR/timeline.png and DIR/summary.txt, and prints the summary.
 
@@ -184,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
                                "(default: 64)")
     timeline.add_argument("--sm", type=_non_negative_int, default=0, metavar="S",
                           help="with --backend cuda: record the blocks that run on SM S (default: 0)")
+    timeline.add_argument("--window", default="2", metavar="all|N|A:B",
+                          help="what timeline.png shows: the first N waves of blocks (default: 2), A:B microseconds, "
+                               "or all; trace.json always has every event")
     timeline.set_defaults(handler=timeline_command)
     # Further subcommands register here: commands.add_parser(...) and set_defaults(handler=<name>_command).
     return parser
@@ -528,8 +532,13 @@ def timeline_command(args) -> int:
     """``warpspec timeline``: model (or, with ``--backend cuda``, record) one schedule's launch, write its trace,
     chart and summary into ``--out`` and print the summary."""
     from warpspec.timeline import write
+    from warpspec.timeline.chart import parse_window
     from warpspec.timeline.model import model_launch
 
+    try:
+        window = parse_window(args.window)
+    except ArgumentError as error:
+        raise UsageError(str(error)) from None
     script_cls = load_script_class(args.target)
     params = kernel_parameters(script_cls)
     scalars = scalar_arguments(script_cls.__name__, params, args.arguments)
@@ -549,7 +558,7 @@ def timeline_command(args) -> int:
     if timeline.flops is None:
         timeline.flops = modeled.flops  # the model counts the launch's WGMMA work exactly
     try:
-        text = write(timeline, args.out)
+        text = write(timeline, args.out, window)
     except ImportError as error:
         raise UsageError(str(error)) from None
     print(text, end="")

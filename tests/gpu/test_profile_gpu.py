@@ -1,5 +1,5 @@
-"""warpspec.profile() on a Hopper GPU: V3's instrumented build records every role of the sampled blocks with
-times in order, the output is still right, and at 8192^3 the instrumentation's overhead is measured and printed
+"""warpspec.profile() on a Hopper GPU: V3's instrumented build records every role of every block that ran on SM 0
+with times in order, the output is still right, and at 8192^3 the instrumentation's overhead is measured and printed
 (benchmarks/profile_overhead.py holds it to 5%)."""
 
 import pytest
@@ -23,10 +23,10 @@ def _v3_case(size):
     return MatmulWGMMAV3(num_stages=2, block_m=128, block_n=128, block_k=64), a, b, c
 
 
-def test_v3_at_2048_records_every_role_of_the_sampled_blocks_in_order():
+def test_v3_at_2048_records_every_role_of_every_block_on_sm_0_in_order():
     size = 2048
     kernel, a, b, c = _v3_case(size)
-    with warpspec.use_backend("cuda"), warpspec.profile(blocks=4, flops=2.0 * size ** 3) as session:
+    with warpspec.use_backend("cuda"), warpspec.profile(flops=2.0 * size ** 3) as session:
         kernel(size, size, size, a, b, c)
     torch.cuda.synchronize()
     reference = a.double() @ b.double().T
@@ -35,8 +35,11 @@ def test_v3_at_2048_records_every_role_of_the_sampled_blocks_in_order():
     assert (timeline.source, timeline.kernel, timeline.flops) == ("gpu", "MatmulWGMMAV3", 2.0 * size ** 3)
     assert 0 < timeline.kernel_ns < 1e6 and timeline.roles == [CONSUMER, PRODUCER]
     assert not any("past the capacity" in note for note in timeline.notes), timeline.notes
-    # 16 x 16 blocks, 4 sampled evenly in launch order: linear indices 0, 64, 128 and 192.
-    assert {e.block for e in timeline.events} == {(0, 0, 0), (0, 4, 0), (0, 8, 0), (0, 12, 0)}
+    # 16 x 16 blocks over 132 SMs: SM 0 runs one or two of them (more if the scheduler gives it more), all recorded.
+    recorded = {e.block for e in timeline.events}
+    assert 1 <= len(recorded) <= 8 and {e.sm for e in timeline.events} == {0} and timeline.sm == 0
+    assert timeline.notes[0] == f"every block that ran on SM 0 recorded ({len(recorded)}), each role's first warp"
+    assert timeline.occupancy.blocks == 2 and timeline.occupancy.source == "the driver's occupancy query"
     k_tiles = size // 64
     for block in {e.block for e in timeline.events}:
         mine = [e for e in timeline.events if e.block == block]
@@ -49,7 +52,6 @@ def test_v3_at_2048_records_every_role_of_the_sampled_blocks_in_order():
         assert {e.name for e in producer if e.kind == "tma"} == {"tma ga -> sa[0]", "tma ga -> sa[1]",
                                                                  "tma gb -> sb[0]", "tma gb -> sb[1]"}
         assert {e.barrier for e in consumer if e.kind == "wait"} == {"consumer_barriers[0]", "consumer_barriers[1]"}
-        assert len({e.sm for e in mine}) == 1 and 0 <= mine[0].sm < 132
         for events in (producer, [e for e in consumer if e.kind != "epilogue"]):
             # One thread records a role's events one after another: each ends before the next starts.
             for before, after in zip(events, events[1:]):
@@ -71,4 +73,5 @@ def test_v3_at_8192_overhead_is_measured():
     print(f"V3 8192^3, 2 stages: plain {timeline.kernel_ns / 1e6:.4f} ms, instrumented {instrumented_ns / 1e6:.4f} ms "
           f"({100 * overhead:+.1f}%)")
     assert any(note.startswith("instrumented build: ") for note in timeline.notes)
-    assert len({e.block for e in timeline.events}) == 4
+    # About 31 blocks run on SM 0; the first 4 recorded.
+    assert len({e.block for e in timeline.events}) == 4 and timeline.notes[0].startswith("the first 4 of the ")

@@ -5,14 +5,14 @@ of the kernel, and only that copy is compiled for profiling, so plain builds nev
 runs them as no-ops (the CPU timing model, ``warpspec.timeline.model``, times kernels its own way). The CUDA
 emission is ``warpspec.cuda.sm90.profile``; ``warpspec.timeline.gpu`` decodes what they write.
 
-Which blocks record: every block that runs on one chosen SM (``%smid`` compared at the block's start), up to a
-cap. The buffer they write (the kernel's extra ``int64`` parameter) starts with one counter word per recording
-thread: each recording warp of a block on that SM takes its record slot with one atomic on its counter at the
-block's start (never later), so after the launch a counter holds how many blocks ran on the SM (its low
-``COUNT_BITS`` bits; the bits above tag it with the launch's ``%gridid``, so that every launch on one buffer, the
-timed ones too, counts from zero), and slots at or past the cap are counted, not written. Then one record array per slot and recording thread: array
-``slot * recorders + recorder`` starts at word ``recorders + array * array_words(capacity)`` (the recorders of one
-block may hold different slots; the header says which block an array is):
+Which blocks record: every block that runs on one chosen SM (``%smid`` compared at the block's start), up to a cap.
+The buffer they write (the kernel's extra ``int64`` parameter) starts with one counter word per recording thread:
+each recording warp of a block on that SM takes its record slot with one atomic on its counter at the block's start
+(never later), so after the launch a counter holds how many blocks ran on the SM (its low ``COUNT_BITS`` bits; the
+bits above tag it with the launch's ``%gridid``, so that every launch on one buffer, the timed ones too, counts from
+zero), and slots at or past the cap are counted, not written. Then one record array per slot and recording thread:
+array ``slot * recorders + recorder`` starts at word ``recorders + array * array_words(capacity)`` (the recorders of
+one block may hold different slots; the header says which block an array is):
 
 - a header of ``HEADER_WORDS`` words: written (1 once the recorder finished), events attempted (more than
   ``capacity`` means overflow; those were counted, not written), ``%smid``, the block as the kernel sees it

@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def write(timeline, out_dir) -> str:
-    """Write ``out_dir``/trace.json, timeline.png and summary.txt for ``timeline`` (creating the folder) and return
-    the summary's text."""
+def write(timeline, out_dir, window=2) -> str:
+    """Write ``out_dir``/trace.json (every event), timeline.png (the chart of ``window``: a number of waves, a
+    (start, end) pair in microseconds or None for all; ``warpspec.timeline.chart.window``) and summary.txt for
+    ``timeline`` (creating the folder) and return the summary's text."""
     from warpspec.timeline.chart import write_chart
     from warpspec.timeline.summary import summarize
     from warpspec.timeline.trace import write_trace
@@ -20,7 +21,7 @@ def write(timeline, out_dir) -> str:
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
     write_trace(timeline, folder / "trace.json")
-    write_chart(timeline, folder / "timeline.png")
+    write_chart(timeline, folder / "timeline.png", window)
     text = summarize(timeline).text()
     (folder / "summary.txt").write_text(text)
     return text

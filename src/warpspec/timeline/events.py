@@ -55,11 +55,12 @@ class Occupancy:
     source: str
 
     def text(self) -> str:
-        """"1 (limited by shared memory; a block takes 197 KB of shared memory, 168 registers x 160 threads)"."""
+        """"1 (limited by shared memory; 193 KB of shared memory, 168 registers x 160 threads each; the driver's
+        occupancy query)"."""
         limit = f"limited by {self.limit}; " if self.limit else ""
         registers = f"{self.registers} registers x " if self.registers else ""
-        return (f"{self.blocks} ({limit}a block takes {self.shared_bytes / 1024:.0f} KB of shared memory, "
-                f"{registers}{self.threads} threads; {self.source})")
+        return (f"{self.blocks} ({limit}{self.shared_bytes / 1024:.0f} KB of shared memory, {registers}"
+                f"{self.threads} threads each; {self.source})")
 
 
 def resident_blocks(shared_bytes: int, registers: int, threads: int, device: dict) -> tuple[int, str]:

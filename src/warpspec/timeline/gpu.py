@@ -8,12 +8,13 @@ one recorded run of the instrumented build, decoded. On the emulator the kernel 
 timing model (``warpspec.timeline.model``) is installed, its modeled timeline is kept instead.
 
 Which blocks: every block that runs on one SM (``sm``, default 0), up to the first ``blocks`` of them, so the
-timeline is that of a real SM with its co-resident blocks: their tensor-core busy share and stage occupancy are
-the SM's. Each recording warp takes its slot at its block's start (one atomicAdd on a counter per recorder); the
-counters say how many blocks ran there, and those past the cap are noted. Times: ``%clock64`` cycles around each site; per block, the recorder that started first anchors them to
-its ``%globaltimer`` reading, and cycles become nanoseconds at the clock rate the block ran at (cycles against
-``%globaltimer`` over the block's longest recorder), or the device's clock rate when that span is too short for
-the timer's resolution. Blocks on different SMs are placed by their anchors.
+timeline is that of a real SM with its co-resident blocks: their tensor-core busy share and stage occupancy are the
+SM's. Each recording warp takes its slot at its block's start (one atomic on a counter per recorder); the
+counters say how many blocks ran there, and those past the cap are noted. Times: ``%clock64`` cycles around each
+site; per block, the recorder that started first anchors them to its ``%globaltimer`` reading, and cycles become
+nanoseconds at the clock rate the block ran at (cycles against ``%globaltimer`` over the block's longest recorder),
+or the device's clock rate when that span is too short for the timer's resolution. Blocks on different SMs are
+placed by their anchors.
 """
 
 from __future__ import annotations
@@ -161,12 +162,12 @@ class ProfileSession:
     """What ``with warpspec.profile(...) as session:`` yields: every Script launch inside it records, and
     ``session.timelines`` holds one Timeline per launch, in order.
 
-    ``blocks``: the most blocks recorded per launch (the first that ran on SM ``sm``); ``capacity``: events each recording thread has room for (more are
-    counted and reported in the Timeline's notes); ``flops``: the useful floating-point operations of each launch,
-    for TFLOP/s (None: unknown); ``overhead``: also time the instrumented build, noting its time against the
-    plain build's (``session.instrumented_ns`` gets one entry per GPU launch); ``timing``: a context manager
-    factory yielding ``time(kernel, arguments, built) -> median ms`` (``warpspec.tune.bench.CudaBench.timing``);
-    ``report``: called with each new Timeline."""
+    ``blocks``: the most blocks recorded per launch (the first that ran on SM ``sm``); ``capacity``: events each
+    recording thread has room for (more are counted and reported in the Timeline's notes); ``flops``: the useful
+    floating-point operations of each launch, for TFLOP/s (None: unknown); ``overhead``: also time the instrumented
+    build, noting its time against the plain build's (``session.instrumented_ns`` gets one entry per GPU launch);
+    ``timing``: a context manager factory yielding ``time(kernel, arguments, built) -> median ms``
+    (``warpspec.tune.bench.CudaBench.timing``); ``report``: called with each new Timeline."""
 
     def __init__(self, blocks: int = 64, capacity: int = 2048, flops: float | None = None, overhead: bool = False,
                  timing=None, report=None, sm: int = 0):

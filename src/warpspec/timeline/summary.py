@@ -14,8 +14,10 @@ Everything is computed from the events alone, so GPU and modeled timelines read 
   stages over the consumers' span;
 - the tensor cores count as busy from a WGMMA group's commit (the ``wgmma`` event's end) to the end of the issuing
   role's next ``wgmma_wait``: the group runs (or queues behind another block's) in between. The busy share is the
-  union of those intervals over the sampled blocks of one SM (all blocks of the model's SM; on the GPU, the
-  sampled blocks that ran on it) over their span, averaged over SMs weighted by span.
+  union of those intervals over the blocks of one SM (all blocks of the model's SM; on the GPU, every block
+  recorded on the profiled SM) over their span, averaged over SMs weighted by span;
+- blocks per SM: what the timeline knows of the launch (the model's count, or the driver's occupancy query on
+  the GPU), and beside it the most recorded blocks whose spans (first event to last) overlap.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ RULES = (
     ((("consumers_full_wait", ">", 0.20),),
      "consumers wait on full barriers {consumers_full_wait:.0%} of the time: the producers can't keep up; try more "
      "stages or larger K tiles"),
+    ((("blocks_per_sm", "==", 1), ("tensor_busy", "<", 0.70)),
+     "one block per SM and the tensor cores busy only {tensor_busy:.0%}: the pipeline is deep enough, but one "
+     "block cannot keep the tensor cores busy (they idle while its consumers wait for each WGMMA group); use fewer "
+     "stages or smaller tiles so that 2-3 blocks share the SM, or a persistent kernel with two consumer "
+     "warpgroups (V3 at 8192^3 on the H200: 6 stages, one block per SM, 473 TFLOP/s; 2 stages, two blocks, 595)"),
     ((("producers_empty_wait", ">", 0.50), ("tensor_busy", ">", 0.95)),
      "producers wait on empty barriers {producers_empty_wait:.0%} of the time while the tensor cores are busy "
      "{tensor_busy:.0%}: compute-bound, as a matmul should be; only a faster WGMMA shape (larger N) or fewer "
@@ -55,7 +62,7 @@ RULES = (
      "barriers {producers_empty_wait:.0%} of the time"),
 )
 
-_COMPARE = {">": operator.gt, "<": operator.lt, ">=": operator.ge, "<=": operator.le}
+_COMPARE = {">": operator.gt, "<": operator.lt, ">=": operator.ge, "<=": operator.le, "==": operator.eq}
 
 
 @dataclass
@@ -69,6 +76,7 @@ class Summary:
     occupancy: float | None = None
     stages: int | None = None
     tensor_busy: float | None = None
+    at_once: int | None = None
     metrics: dict = field(default_factory=dict)
 
     @property
@@ -87,14 +95,19 @@ class Summary:
         raise AssertionError("the last rule has no conditions")
 
     def text(self) -> str:
-        """The summary as ``warpspec timeline`` prints it."""
+        """The summary as ``warpspec timeline`` prints it: the same lines for measured and modeled timelines."""
         t = self.timeline
         schedule = " ".join(f"{k}={v}" for k, v in t.schedule.items())
         what = "modeled" if t.source == "model" else "measured"
         rate = f" ({self.tflops:.0f} TFLOP/s)" if self.tflops else ""
+        where = f"SM {t.sm}" if t.sm is not None else "one SM"
+        blocks = len({e.block for e in t.events})
+        per_sm = t.occupancy.text() if t.occupancy is not None else "unknown"
+        seen = f"; {self.at_once} at once on {where}" if self.at_once else ""
         lines = [f"{t.kernel} {schedule} ({'CPU timing model' if t.source == 'model' else 'GPU'})",
                  f"{what} kernel time: {t.kernel_ns / 1e3:.1f} us{rate}",
-                 f"{len({e.block for e in t.events})} block(s) sampled; waits as a share of each role's active time:"]
+                 f"blocks per SM: {per_sm}{seen}",
+                 f"{blocks} block(s) of {where}; waits as a share of each role's active time:"]
         width = max((len(r) for r in t.roles), default=0)
         for role in t.roles:
             mine = [(b, s) for (r, b), s in self.waits.items() if r == role]
@@ -102,11 +115,10 @@ class Summary:
                 lines.append(f"  {role:<{width}}  no barrier waits")
             for barrier, share in sorted(mine):
                 lines.append(f"  {role:<{width}}  waits on {barrier} ({self.kinds[barrier]}) {share:6.1%}")
-        if self.occupancy is not None:
-            lines.append(f"stage occupancy: {self.occupancy:.2f} of {self.stages} stages full on average")
-        if self.tensor_busy is not None:
-            lines.append(f"tensor cores busy: {self.tensor_busy:.0%} of the time (the sampled blocks of one SM "
-                         f"together)")
+        lines.append(f"stage occupancy: {self.occupancy:.2f} of {self.stages} stages full on average"
+                     if self.occupancy is not None else "stage occupancy: unknown (no consumer waits on full barriers)")
+        lines.append(f"tensor cores busy: {self.tensor_busy:.0%} of the time (the {blocks} block(s) of {where} "
+                     f"together)" if self.tensor_busy is not None else "tensor cores busy: unknown (no WGMMA)")
         lines.append(f"diagnosis: {self.diagnosis()}")
         lines += [f"note: {note}" for note in t.notes]
         return "\n".join(lines) + "\n"
@@ -162,6 +174,7 @@ def summarize(timeline: Timeline) -> Summary:
         return sum(t for (r, a), t in waited.items() if _role_kind(r) == role_kind and kinds[a] == barrier_kind) / span
 
     summary.tensor_busy = _tensor_busy(timeline.events)
+    summary.at_once = at_once(timeline.events)
     full = [a for a, k in kinds.items() if k == "full"]
     if full and consumer_span:
         held, summary.stages = _stage_time(by_block, set(full))
@@ -172,8 +185,29 @@ def summarize(timeline: Timeline) -> Summary:
         "tensor_busy": summary.tensor_busy,
         "epilogue_share": epilogue / consumer_span if consumer_span else None,
         "occupancy": summary.occupancy,
+        "blocks_per_sm": timeline.occupancy.blocks if timeline.occupancy is not None else summary.at_once,
     }
     return summary
+
+
+def block_spans(events) -> dict:
+    """Each block's span: ``block -> (first event's start, last event's end)``."""
+    spans = {}
+    for e in events:
+        start, end = spans.get(e.block, (e.start_ns, e.end_ns))
+        spans[e.block] = (min(start, e.start_ns), max(end, e.end_ns))
+    return spans
+
+
+def at_once(events) -> int | None:
+    """The most blocks whose spans overlap (those recorded on one SM: how many it held at once); None without
+    events."""
+    edges = sorted((t, step) for start, end in block_spans(events).values() for t, step in ((start, 1), (end, -1)))
+    most = running = 0
+    for _, step in edges:  # at a tie the end (-1) sorts first: a block that starts as another ends replaces it
+        running += step
+        most = max(most, running)
+    return most or None
 
 
 def _tensor_busy(events: list) -> float | None:

@@ -1,5 +1,5 @@
-"""A timeline as a Chrome trace (the JSON "trace event format" that Perfetto and chrome://tracing load): one
-process per sampled block, named "block (x, y, z)", one thread (track) per role, one complete ("X") event per
+"""A timeline as a Chrome trace (the JSON "trace event format" that Perfetto and chrome://tracing load), with every
+event of the timeline whatever the chart's window: one process per block, named "block (x, y, z)", one thread (track) per role, one complete ("X") event per
 interval with its kernel line and barrier in ``args``."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from warpspec.timeline.events import Timeline
 
 
 def blocks(timeline: Timeline) -> list[tuple[int, int, int]]:
-    """The sampled blocks, in launch order (x fastest)."""
+    """The timeline's blocks, in launch order (x fastest)."""
     return sorted({e.block for e in timeline.events}, key=lambda b: (b[2], b[1], b[0]))
 
 
@@ -39,7 +39,7 @@ def trace_events(timeline: Timeline) -> dict:
     return {"traceEvents": out, "displayTimeUnit": "ns",
             "otherData": {"kernel": timeline.kernel, "source": timeline.source,
                           "schedule": {k: str(v) for k, v in timeline.schedule.items()},
-                          "kernel_ns": timeline.kernel_ns, "notes": timeline.notes}}
+                          "kernel_ns": timeline.kernel_ns, "sm": timeline.sm, "notes": timeline.notes}}
 
 
 def write_trace(timeline: Timeline, path: str | Path) -> Path:

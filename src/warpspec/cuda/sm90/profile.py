@@ -1,17 +1,17 @@
 """sm_90a emission of profile timestamps (``warpspec.isa.profile``), in instrumented builds only.
 
-Times are ``%clock64`` (the SM's cycle counter, which every warp of a block reads alike, so a block's roles
-compare to the cycle) held in a register per site from start to end; the recording thread writes an event with
-plain 64-bit stores when it ends: each role's first warp owns its array, its first lane writes what the whole
-group runs, and the lane ``single_thread`` elects writes what it runs alone. The one atomic is the slot: at the
-block's start, a recording warp of a block on the recorded SM (``%smid``) takes its array with one atomic on its
-recorder's counter (an add; a compare-and-swap for the launch's first block there, which tags the counter with
-the launch's ``%gridid``, so repeated launches on one buffer each count from zero). Only those warps, in recorded blocks, read the clock at all: elsewhere a site costs a
-predicate. ``%globaltimer`` (nanoseconds,
-but updated only every microsecond or so on some parts) is read twice per recorder, at its start and its end,
-so the host converts cycles to nanoseconds with the clock rate the kernel itself ran at and places blocks of
-different SMs on one time axis. Every read is ``asm volatile`` with a memory clobber: the compiler neither drops
-it nor moves the instrumented instruction's memory accesses across it.
+Times are ``%clock64`` (the SM's cycle counter, which every warp of a block reads alike, so a block's roles compare
+to the cycle) held in a register per site from start to end; the recording thread writes an event with plain 64-bit
+stores when it ends: each role's first warp owns its array, its first lane writes what the whole group runs, and the
+lane ``single_thread`` elects writes what it runs alone. The one atomic is the slot: at the block's start, a
+recording warp of a block on the recorded SM (``%smid``) takes its array with one atomic on its recorder's counter
+(an add; a compare-and-swap for the launch's first block there, which tags the counter with the launch's
+``%gridid``, so repeated launches on one buffer each count from zero). Only those warps, in recorded blocks, read
+the clock at all: elsewhere a site costs a predicate. ``%globaltimer`` (nanoseconds, but updated only every
+microsecond or so on some parts) is read twice per recorder, at its start and its end, so the host converts cycles
+to nanoseconds with the clock rate the kernel itself ran at and places blocks of different SMs on one time axis.
+Every read is ``asm volatile`` with a memory clobber: the compiler neither drops it nor moves the instrumented
+instruction's memory accesses across it.
 """
 
 from __future__ import annotations
