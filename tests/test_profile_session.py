@@ -224,3 +224,35 @@ def test_an_emulator_session_keeps_the_timing_models_timeline():
     (timeline,) = session.timelines
     assert (timeline.source, timeline.kernel) == ("model", "TmaCopy") and timeline.kernel_ns > 0
     assert {e.kind for e in timeline.events} >= {"wait", "tma"}
+
+
+def test_blocks_per_sm_on_the_gpu_are_the_drivers_count_with_the_limit_that_explains_it(monkeypatch):
+    """``_occupancy`` with the driver faked: its count is kept, and the limiting resource is named only when the
+    per-resource limits (the model's formula over the device's limits) give the same count."""
+    cu = pytest.importorskip("cuda.bindings.driver")
+    from warpspec.cuda import driver
+
+    import matmul_v3
+    from warpspec.runtime import kernel_for
+
+    function = types.SimpleNamespace(handle="fn", attributes={"num_regs": 182, "shared_size_bytes": 0})
+    monkeypatch.setattr(driver, "load_module", lambda cubin, device: types.SimpleNamespace(
+        function=lambda name: function))
+    asked, count = [], 1
+
+    def occupancy_query(handle, threads, dynamic):
+        asked.append((handle, threads, dynamic))
+        return cu.CUresult.CUDA_SUCCESS, count
+
+    monkeypatch.setattr(cu, "cuOccupancyMaxActiveBlocksPerMultiprocessor", occupancy_query)
+    kernel = kernel_for(matmul_v3.MatmulWGMMAV3(num_stages=6, block_m=128, block_n=128, block_k=64),
+                        {"n_size": 8192, "k_size": 8192})
+    plain = types.SimpleNamespace(module=types.SimpleNamespace(cubin=b""),
+                                  generated=types.SimpleNamespace(name="k", shared_bytes=197_632))
+    h200 = {"shared_bytes_per_sm": 233472, "shared_reserved_per_block": 1024, "registers_per_sm": 65536,
+            "max_threads_per_sm": 2048, "max_blocks_per_sm": 32}
+    got = gpu._occupancy(kernel, plain, 0, h200)
+    assert asked == [("fn", 160, 197_632)]
+    assert got == Occupancy(1, "shared memory", 197_632, 182, 160, "the driver's occupancy query")
+    count = 2  # a count the limits do not explain: no resource is named
+    assert gpu._occupancy(kernel, plain, 0, h200).limit is None
