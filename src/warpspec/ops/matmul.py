@@ -82,19 +82,40 @@ def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_
             raise ArgumentError(f"{name} is {_describe_kind(value)} but a is {_describe_kind(a)}: pass numpy arrays "
                                 f"or torch tensors, not a mix")
     if kind == "torch":
-        _same_device(a, b=b, bias=bias, out=out, scale_a=scale_a, scale_b=scale_b)
-    problem = _problem(a, b, bias, activation, out, out_dtype, scale_a, scale_b)
+        return _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b)
+    problem = validate(a, b, bias, activation, out, out_dtype)
+    _check_scales(problem.in_dtype, scale_a, scale_b)
     if out is None:
-        out = _allocate(a, problem)
-    if problem.m == 0 or problem.n == 0:
-        return out
-    if kind == "torch":
-        scale = _torch_scale(a, scale_a, scale_b) if problem.in_dtype == float8_e4m3 else None
-        _torch_op()(a, b, out, bias, scale, problem.activation or "")
-    else:
+        out = np.empty((problem.m, problem.n), dtype=problem.out_dtype.numpy)
+    if problem.m and problem.n:
         scale = _numpy_scale(scale_a, scale_b) if problem.in_dtype == float8_e4m3 else None
         with runtime.use_backend("emulator"):
             launch(a, b, out, bias, scale, problem)
+    return out
+
+
+def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
+    """torch tensors: allocate the output, fold the scales on the device, call the custom op. Under
+    ``torch.compile`` this function is traced, so it does only what the graph needs; the op's fake
+    implementation validates there (as the real one does at run time)."""
+    torch = sys.modules["torch"]
+    _same_device(a, b=b, bias=bias, out=out, scale_a=scale_a, scale_b=scale_b)
+    if torch.compiler.is_compiling():
+        for name, value in (("a", a), ("b", b)):
+            if value.dim() != 2:
+                raise ArgumentError(f"{name} must be 2-D, got shape {tuple(value.shape)}")
+        in_dtype = dtype_of(a)
+        if in_dtype not in OUT_DTYPES:
+            raise ArgumentError(f"a has dtype {a.dtype}; ops.matmul takes float16, bfloat16 or float8_e4m3")
+        m, n, result_dtype = a.shape[0], b.shape[1], _out_dtype(in_dtype, out, out_dtype)
+    else:  # eager: every error at the call, before anything is allocated
+        problem = validate(a, b, bias, activation, out, out_dtype)
+        m, n, in_dtype, result_dtype = problem.m, problem.n, problem.in_dtype, problem.out_dtype
+    _check_scales(in_dtype, scale_a, scale_b)
+    if out is None:
+        out = torch.empty((m, n), dtype=_torch_dtype(result_dtype), device=a.device)
+    scale = _torch_scale(a, scale_a, scale_b) if in_dtype == float8_e4m3 else None
+    _torch_op()(a, b, out, bias, scale, activation or "")
     return out
 
 
@@ -164,8 +185,9 @@ def _pitch(name: str, value, dtype: DType, layout: str) -> int:
     return stride
 
 
-def _problem(a, b, bias, activation, out, out_dtype, scale_a, scale_b) -> Problem:
-    """Every check of the arguments; the validated problem."""
+def validate(a, b, bias, activation, out, out_dtype) -> Problem:
+    """Every check of the operands (``ArgumentError`` naming the argument); the validated problem. The scales
+    are checked by ``_check_scales``."""
     for name, value in (("a", a), ("b", b)):
         if len(value.shape) != 2:
             raise ArgumentError(f"{name} must be 2-D, got shape {tuple(value.shape)}")
@@ -200,7 +222,6 @@ def _problem(a, b, bias, activation, out, out_dtype, scale_a, scale_b) -> Proble
         raise ArgumentError("b: float8 b must be the transposed view of a K-major [N, K] tensor (w.T), as "
                             "torch._scaled_mm requires; a row-major [K, N] b is not supported for float8")
     _pitch("b", b.T if b_k_major else b, in_dtype, "b.T (the [N, K] tensor b views)" if b_k_major else "b")
-    _check_scales(in_dtype, scale_a, scale_b)
     result_dtype = _out_dtype(in_dtype, out, out_dtype)
     if out is not None:
         if tuple(out.shape) != (m, n):
@@ -268,13 +289,6 @@ def _kind_or_none(value) -> str | None:
     return "torch" if torch is not None and isinstance(value, torch.Tensor) else None
 
 
-def _allocate(a, problem: Problem):
-    if isinstance(a, np.ndarray):
-        return np.empty((problem.m, problem.n), dtype=problem.out_dtype.numpy)
-    torch = sys.modules["torch"]
-    return torch.empty((problem.m, problem.n), dtype=_torch_dtype(problem.out_dtype), device=a.device)
-
-
 def _torch_dtype(dtype: DType):
     torch = sys.modules["torch"]
     return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[dtype.name]
@@ -300,13 +314,6 @@ def _torch_scale(a, scale_a, scale_b):
 
 
 # ------------------------------------------------------------------------------------------------ launch
-
-
-def problem_of(a, b, out, bias, activation: str | None) -> Problem:
-    """The problem of already validated operands (what the custom op's implementation receives)."""
-    b_k_major = strides_of(b)[1] != 1 and b.shape[1] != 1
-    return Problem(int(a.shape[0]), int(b.shape[1]), int(a.shape[1]), dtype_of(a), dtype_of(out), b_k_major,
-                   bias is not None, activation or None)
 
 
 def launch(a, b, out, bias, scale, problem: Problem) -> None:
@@ -379,6 +386,19 @@ def script_for(problem: Problem, args: tuple):
     return script
 
 
+def forget_choices() -> None:
+    """Forget the schedules this process chose (after a tuning run, the next call of each shape looks again)."""
+    _chosen.clear()
+
+
+def chosen_schedule(problem: Problem) -> dict | None:
+    """The schedule this process runs for calls like ``problem``, once one has run (None before)."""
+    for (cls, variant, sizes, _, _), script in _chosen.items():
+        if (cls, variant, sizes) == (kernel_class(problem), problem.variant, buckets(problem)):
+            return script.schedule()
+    return None
+
+
 def buckets(problem: Problem) -> tuple[int, int, int]:
     """The size buckets of M, N and K (``warpspec.tune.cache.size_bucket``), as the tuner keys winners."""
     return size_bucket(problem.m), size_bucket(problem.n), size_bucket(problem.k)
@@ -436,8 +456,10 @@ _op = None
 
 
 def _torch_op():
-    """The custom op ``warpspec::matmul(a, b, out!, bias?, scale?, activation)``, registered at the first torch
-    call (torch stays optional)."""
+    """The custom op ``warpspec::matmul(a, b, out!, bias?, scale?, activation)``: registered when this module is
+    imported after torch, else at the first call with torch tensors (torch stays optional). Registering is not
+    something ``torch.compile`` can trace, so import torch before warpspec.ops, or call once eagerly, before
+    compiling."""
     global _op
     if _op is None:
         from warpspec.torch_ops import custom_op
@@ -449,11 +471,14 @@ def _torch_op():
 
 
 def _op_implementation(a, b, out, bias, scale, activation):
-    """The op's real and fake implementation: validated tensors in, ``out`` written. Fake or meta tensors
-    (torch.compile tracing) only describe the call: the output already exists, so nothing happens."""
-    if runtime.shape_only((a, b, out)):
-        return
-    launch(a, b, out, bias, scale, problem_of(a, b, out, bias, activation))
+    """The op's real and fake implementation: the operands are validated (``ArgumentError``), then ``out`` is
+    written. Fake or meta tensors (torch.compile tracing) only describe the call: the output exists already, so
+    nothing runs."""
+    problem = validate(a, b, bias, activation or None, out, None)
+    if problem.in_dtype == float8_e4m3 and (scale is None or dtype_of(scale) != float32 or scale.numel() != 1):
+        raise ArgumentError("scale: float8 inputs need the one-element float32 scale tensor (scale_a * scale_b)")
+    if problem.m and problem.n and not runtime.shape_only((a, b, out)):
+        launch(a, b, out, bias, scale, problem)
 
 
 # ------------------------------------------------------------------------------------------------ tuning
@@ -503,7 +528,7 @@ def tune_matmul(shapes, dtype="float16", *, b_layout="k-major", out_dtype=None, 
             driver.synchronize()
             winner = tuned.last_report.winner
             table.setdefault(in_dtype.name, {})[bucket_name(buckets(problem))] = dict(winner.schedule)
-            _chosen.clear()  # calls made before this run chose without the new winner
+            forget_choices()  # calls made before this run chose without the new winner
             if progress is not None:
                 progress(f"{in_dtype.name} {m}x{n}x{k}: {tuned.last_report.summary()}; winner {winner.label}, "
                          f"{winner.time_ms:.3f} ms ({time.perf_counter() - started:.1f} s)")
@@ -546,3 +571,7 @@ def write_defaults(table: dict, path: pathlib.Path = DEFAULTS_FILE) -> None:
         current["schedules"].setdefault(dtype_name, {}).update(schedules)
     path.write_text(json.dumps(current, indent=1, sort_keys=True) + "\n")
     _defaults = None
+
+
+if "torch" in sys.modules:
+    _torch_op()
