@@ -2,7 +2,8 @@
 # One batch on a Hopper machine: the GPU tests, the main job and the benchmarks, each step's log under $OUT (or
 # ./h200-logs), then a short table of what passed and how long each step took. Steps run in the order given:
 #
-#   bash benchmarks/h200_session.sh [gpu-tests] [main] [tutorial] [launch] [matmul]   (default: all)
+#   bash benchmarks/h200_session.sh [gpu-tests] [main] [tutorial] [launch] [matmul] [schedules]
+#   (default: the first five)
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-h200-logs}"
@@ -20,8 +21,9 @@ for step in "${steps[@]}"; do
     gpu-tests) cmd=(python3 -m pytest -q -m gpu tests -p no:cacheprovider) ;;
     main) cmd=(python3 examples/main.py) ;;
     tutorial) cmd=(python3 benchmarks/tutorial.py) ;;
-    launch) cmd=(python3 benchmarks/launch.py) ;;
+    launch) cmd=(python3 benchmarks/launch.py --breakdown --json "$out/launch.json") ;;
     matmul) cmd=(python3 benchmarks/matmul.py --schedules quick) ;;
+    schedules) cmd=(python3 benchmarks/v3_schedules.py --json "$out/v3_8192.json") ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
   echo "=== $step: ${cmd[*]}"

@@ -5,7 +5,10 @@ called eagerly and under torch.compile, warpspec.ops.matmul when it exists, torc
 Each host time is the median of 25 loops of 200 calls at 128 x 128 x 64 (fp16): what a call costs before the GPU sees
 it (``warpspec.tune.bench.host_us_per_call``; a loop short enough never to fill the GPU's launch queue).
 
-    python benchmarks/launch.py [--calls 200] [--json out.json]
+    python benchmarks/launch.py [--calls 200] [--json out.json] [--breakdown]
+
+``--breakdown`` also times the parts of the pinned call one by one (the Script call's dispatch, the plan entry,
+the torch tensor reads, the device/stream/context queries and the driver's launch alone).
 
 Prints a Markdown table last (the form docs/performance.md uses); writes every number to the JSON file.
 """
@@ -58,6 +61,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--breakdown", action="store_true", help="time the parts of the pinned call too")
     options = parser.parse_args()
     warpspec.set_backend("cuda")
     a = torch.randn(M, K, device="cuda", dtype=torch.float16)
@@ -85,7 +89,9 @@ def main() -> None:
         ops_matmul = None
     if ops_matmul is not None:
         rows.append(("warpspec.ops.matmul", lambda: ops_matmul(a, b)))
-    rows += [("torch.mm(a, b.T, out=c)", lambda: torch.mm(a, b.T, out=c)), ("torch a @ b.T", lambda: a @ b.T)]
+    compiled_torch = torch.compile(lambda x, y: x @ y.T, fullgraph=True)
+    rows += [("torch.mm(a, b.T, out=c)", lambda: torch.mm(a, b.T, out=c)), ("torch a @ b.T", lambda: a @ b.T),
+             ("torch a @ b.T, torch.compile(fullgraph=True)", lambda: compiled_torch(a, b))]
     trivial = triton_trivial()
     if trivial is not None:
         rows.append(("Triton, a trivial one-block kernel", trivial))
@@ -93,6 +99,10 @@ def main() -> None:
     for label, call in rows:
         results[label] = host_us(call, options.calls)
         print(f"{label}: {results[label]:.1f} us", flush=True)
+    if options.breakdown:
+        for label, value in breakdown(pinned, (M, N, K, a, b, c), options.calls).items():
+            results[f"pinned call part: {label}"] = value
+            print(f"pinned call part: {label}: {value:.2f} us", flush=True)
     eager, graph = eager_and_graph()
     print(f"\nHost time per call, {options.calls} calls in a loop, median of 25 loops, fp16 {M}x{N}x{K}:\n")
     print("| call | host us per call |\n|---|---:|")
@@ -104,6 +114,30 @@ def main() -> None:
     if options.json:
         with open(options.json, "w") as out:
             json.dump({"host_us": results, "v4_2048_eager_ms": eager, "v4_2048_graph_ms": graph}, out, indent=1)
+
+
+def breakdown(script, args: tuple, calls: int) -> dict[str, float]:
+    """Host microseconds per call of the parts of ``script(*args)`` through its plan entry, each timed alone."""
+    entry = script.__dict__["_warpspec_calls"][0]
+    space = entry.__globals__  # the plan's namespace: what the generated entry calls
+    tensors = [value for value in args if isinstance(value, torch.Tensor)]
+    launch, config, function, params = space["_launch"], space["_CFG"], space["_FN"], space["_PARAMS"]
+    ctx_get, ctx_ref = space["_ctx_get"], space["_ctx_ref"]
+    get_device, get_stream = space["_get_device"], space["_get_stream"]
+
+    def reads():
+        for t in tensors:
+            t.__class__, t.dtype, t.get_device(), t.shape, t.stride(), t.data_ptr()
+
+    parts = {
+        "the whole call": lambda: script(*args),
+        "the plan entry alone": lambda: entry(args),
+        "torch tensor reads (class, dtype, device, shape, strides, pointer)": reads,
+        "current device and stream": lambda: get_stream(get_device()),
+        "cuCtxGetCurrent": lambda: ctx_get(ctx_ref),
+        "cuLaunchKernelEx alone": lambda: launch(config, function, params, None),
+    }
+    return {label: host_us(part, calls) for label, part in parts.items()}
 
 
 def eager_and_graph(size: int = 2048, calls: int = 200) -> tuple[float, float]:
