@@ -1,7 +1,7 @@
 """The library GEMM behind ``warpspec.ops.matmul``: C = epilogue(A @ B) as one warp-specialized Script.
 
-The structure is examples/matmul_v5.py's: one TMA producer warp fills a ring of shared-memory stages, one or two
-consumer warpgroups multiply them with WGMMA keeping one group in flight, and the epilogue works on the float32
+The structure is examples/matmul_v5.py's: a TMA producer (one elected thread of a producer warpgroup) fills a ring of
+shared-memory stages, one or two consumer warpgroups multiply them with WGMMA keeping one group in flight, and the epilogue works on the float32
 accumulators in registers before a ``store_global`` that clips the ragged edges. What V5 fixes, this kernel takes
 as compile-time choices:
 
@@ -31,7 +31,12 @@ from warpspec.script import Script, autotune
 #: The epilogue activations, by the name ``ops.matmul`` takes (None: none).
 ACTIVATIONS = (None, "relu", "gelu", "silu")
 WARPGROUP = 128
-PRODUCER_THREADS = 32
+#: The producer is a whole warpgroup so that ``setmaxnreg`` can move registers to the consumers: ptxas allots a
+#: WGMMA kernel's registers per warpgroup, so without budgets a 288-thread block gets 168 per thread (65536 / 384)
+#: and a 256-row tile's epilogue spills. 40 + 2 · 232 per warpgroup lane fits the 65536 of an SM.
+PRODUCER_THREADS = WARPGROUP
+PRODUCER_REGISTERS = 40
+CONSUMER_REGISTERS = 232
 
 
 class _Gemm(Script):
@@ -74,21 +79,22 @@ class _Gemm(Script):
         acc = self.register_tensor(dtype=float32, shape=[block_m, block_n], init=0.0)
         pipe = Pipeline(stages, producer_arrivals=1, consumer_arrivals=self.consumer_threads)
 
-        with self.thread_group(thread_begin=self.consumer_threads, num_threads=PRODUCER_THREADS):
+        with self.thread_group(thread_begin=self.consumer_threads, num_threads=PRODUCER_THREADS,
+                               max_registers=PRODUCER_REGISTERS):
             for offset_k in self.range(0, k_size, block_k, unroll=stages):
                 pipe.producer_acquire()
                 stage = pipe.producer_stage
                 with self.single_thread():
                     self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(),
                                                        transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
-                self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k],
-                                          mbarrier=pipe.producer_barrier())
-                if self.b_k_major:
-                    self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k],
+                    self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k],
                                               mbarrier=pipe.producer_barrier())
-                else:
-                    self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_k, offset_n],
-                                              mbarrier=pipe.producer_barrier())
+                    if self.b_k_major:
+                        self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k],
+                                                  mbarrier=pipe.producer_barrier())
+                    else:
+                        self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_k, offset_n],
+                                                  mbarrier=pipe.producer_barrier())
                 pipe.producer_advance()
             # Stay until the consumers released every stage that was filled, so their arrivals never target a
             # barrier whose waiter has exited.
@@ -96,7 +102,7 @@ class _Gemm(Script):
                 pipe.producer_acquire()
                 pipe.producer_advance()
 
-        with self.thread_group(thread_begin=0, num_threads=self.consumer_threads):
+        with self.thread_group(thread_begin=0, num_threads=self.consumer_threads, max_registers=CONSUMER_REGISTERS):
             for offset_k in self.range(0, k_size, block_k, unroll=stages):
                 pipe.consumer_acquire()
                 self.wgmma.fence()
