@@ -23,7 +23,7 @@ BF16, E4M3 = ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn
 SHAPES = [(96, 80, 64), (72, 40, 48)]  # the second: no size a multiple of any tile
 #: Input dtype -> output dtypes (the default first).
 OUTPUTS = {np.float16: [np.float16, np.float32], BF16: [BF16, np.float32], E4M3: [BF16, np.float16, np.float32]}
-EPILOGUES = [(False, None), (True, None), (False, "relu"), (True, "relu")]
+EPILOGUES = [(False, None), (True, None), (False, "relu"), (True, "relu"), (True, "gelu"), (False, "silu")]
 #: Relative precision of each output dtype (one unit in the last place at 1.0).
 PRECISION = {np.dtype(np.float16): 2.0 ** -10, np.dtype(BF16): 2.0 ** -7, np.dtype(np.float32): 2.0 ** -20}
 
@@ -46,6 +46,10 @@ def reference(a, b, bias=None, activation=None, scale=1.0):
         result = result + f32(bias)
     if activation == "relu":
         result = np.maximum(result, 0)
+    elif activation == "gelu":  # the tanh approximation
+        result = 0.5 * result * (1 + np.tanh(np.sqrt(2 / np.pi) * (result + 0.044715 * result ** 3)))
+    elif activation == "silu":
+        result = result / (1 + np.exp(-result))
     return result
 
 
@@ -191,23 +195,24 @@ def test_misaligned_base_address_is_refused():
 
 
 def problem(m, n, k, dtype=warpspec.float16, has_bias=False):
-    return ops_matmul.Problem(m, n, k, dtype, dtype, True, has_bias, None)
+    return ops_matmul.Problem(m, n, k, dtype, ops_matmul.OUT_DTYPES[dtype][0], True, has_bias, None)
 
 
 def test_heuristic_uses_small_tiles_for_small_problems_and_v5_tiles_for_large():
     assert ops_matmul.heuristic_schedule(problem(96, 80, 64)) == \
-        {"num_stages": 2, "block_m": 64, "block_n": 64, "block_k": 64}
+        {"num_stages": 2, "block_m": 64, "block_n": 64, "persistent": False}
     assert ops_matmul.heuristic_schedule(problem(8192, 8192, 8192)) == \
-        {"num_stages": 4, "block_m": 256, "block_n": 128, "block_k": 64}
-    assert ops_matmul.heuristic_schedule(problem(8192, 8192, 8192, warpspec.float8_e4m3))["block_k"] == 128
+        {"num_stages": 4, "block_m": 256, "block_n": 128, "persistent": False}
+    assert ops_matmul.heuristic_schedule(problem(300, 100, 8192, warpspec.float8_e4m3)) == \
+        {"num_stages": 4, "block_m": 128, "block_n": 64, "persistent": False}
 
 
 def test_shipped_defaults_win_over_the_heuristic(monkeypatch, tmp_path):
-    table = {"float16": {"128x128x64": {"num_stages": 3, "block_m": 64, "block_n": 128, "block_k": 32}}}
+    table = {"float16": {"128x128x64": {"num_stages": 3, "block_m": 64, "block_n": 128, "persistent": True}}}
     path = tmp_path / "defaults.json"
     ops_matmul.write_defaults(table, path)
     ops_matmul.write_defaults({"bfloat16": {"1x1x1": {"num_stages": 2, "block_m": 64, "block_n": 64,
-                                                      "block_k": 32}}}, path)
+                                                      "persistent": False}}}, path)
     monkeypatch.setattr(ops_matmul, "DEFAULTS_FILE", path)
     monkeypatch.setattr(ops_matmul, "_defaults", None)
     assert set(ops_matmul.shipped_defaults()) == {"float16", "bfloat16"}  # merged, not replaced
@@ -221,6 +226,7 @@ def test_the_shipped_defaults_file_holds_valid_schedules():
     for dtype_name, schedules in ops_matmul.shipped_defaults().items():
         kernel = next(cls for (name, _), cls in ops_matmul.GEMM_KERNELS.items() if name == dtype_name)
         valid = kernel(b_k_major=True, has_bias=False, activation=None).schedules()
+        assert valid and all(set(s) == {"num_stages", "block_m", "block_n", "persistent"} for s in valid)
         for bucket, schedule in schedules.items():
             assert len(bucket.split("x")) == 3 and schedule in valid, (dtype_name, bucket, schedule)
 
@@ -242,3 +248,39 @@ def test_tune_command_refuses_bad_shapes_and_a_missing_gpu(capsys):
     assert "tuning needs a Hopper GPU" in capsys.readouterr().err
     assert main(["tune", "--shapes", "256x256x256", "--dtype", "float32"]) == 2
     assert "invalid choice: 'float32'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype, layout", [(np.float16, "w.T"), (BF16, "row-major"), (E4M3, "w.T")],
+                         ids=["float16", "bfloat16-row-major", "float8"])
+def test_every_schedule_matches_numpy_with_blocks_walking_several_tiles(dtype, layout):
+    """Each schedule pinned, with 3 SMs' worth of blocks: persistent blocks walk several tiles (ragged ones
+    included) and store through the shared buffer; the others take one tile each."""
+    m, n, k = 200, 136, 96
+    a, w = operands(m, n, k, dtype)
+    b = w.T if layout == "w.T" else np.ascontiguousarray(w.T)
+    out_dtype = OUTPUTS[dtype][0]
+    bias = np.random.default_rng(3).standard_normal(n).astype(out_dtype)
+    scale = np.array([0.5], np.float32) if dtype == E4M3 else None
+    out = np.zeros((m, n), out_dtype)
+    problem = ops_matmul.validate(a, b, bias, "gelu", out, None)
+    expected = reference(a, b, bias, "gelu", scale=0.5 if dtype == E4M3 else 1.0)
+    tuned = ops_matmul.tuned_script(problem)
+    ran = 0
+    with warpspec.use_backend("emulator"):
+        for schedule in tuned.schedules():
+            out[:] = np.nan
+            try:
+                tuned.instantiate(schedule)(*ops_matmul.arguments(a, b, out, bias, scale, problem)[:-1], 3)
+            except warpspec.CompileError as error:
+                assert "fit in a block" in str(error), (schedule, error)  # too many stages of large tiles
+                continue
+            assert_close(out, expected, out_dtype)
+            ran += 1
+    assert ran >= 30
+
+
+def test_a_repeated_call_reuses_its_validation_and_a_bad_one_is_still_refused():
+    first = ops_matmul.validate(A, W.T, None, "relu", None, None)
+    assert ops_matmul.validate(A, W.T, None, "relu", None, None) is first
+    assert "bias must have shape (80,)" in errors_of(lambda: ops.matmul(A, W.T, bias=np.zeros(79, np.float16)))
+    assert "activation must be one of" in errors_of(lambda: ops.matmul(A, W.T, activation=["relu"]))

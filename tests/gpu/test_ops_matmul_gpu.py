@@ -8,10 +8,16 @@ import warpspec
 
 torch = pytest.importorskip("torch")
 
+import importlib  # noqa: E402
+
 from warpspec import ops  # noqa: E402
+
+ops_matmul = importlib.import_module("warpspec.ops.matmul")
 
 pytestmark = pytest.mark.gpu
 SHAPES = [(512, 384, 256), (1000, 520, 328), (72, 40, 48)]
+ACTIVATIONS = {None: lambda x: x, "relu": torch.relu, "gelu": lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+               "silu": torch.nn.functional.silu}
 
 
 @pytest.fixture(autouse=True)
@@ -34,15 +40,13 @@ def relative_error(c, expected) -> float:
 @pytest.mark.parametrize("m, n, k", SHAPES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("layout", ["w.T", "row-major"])
-@pytest.mark.parametrize("activation", [None, "relu"])
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "silu"])
 def test_sixteen_bit_inputs_match_torch(m, n, k, dtype, layout, activation):
     a, w = operands(m, n, k, dtype)
     b = w.T if layout == "w.T" else w.T.contiguous()
     bias = torch.randn(n, device="cuda").to(dtype)
     c = ops.matmul(a, b, bias=bias, activation=activation)
-    expected = a.float() @ b.float() + bias.float()
-    if activation == "relu":
-        expected = torch.relu(expected)
+    expected = ACTIVATIONS[activation](a.float() @ b.float() + bias.float())
     assert c.dtype == dtype and c.device == a.device
     assert relative_error(c, expected) < 1e-2
     wide = ops.matmul(a, b, out_dtype=torch.float32)
@@ -93,3 +97,30 @@ def test_torch_compile_fullgraph_with_inductor():
 
     compiled = torch.compile(f, fullgraph=True)
     assert torch.equal(compiled(a, w, bias), f(a, w, bias))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float8_e4m3fn])
+def test_every_schedule_at_a_ragged_shape_with_few_sms(dtype):
+    """Each schedule pinned, with a grid bound of 7 SMs: persistent blocks walk several ragged tiles and store
+    through TMA; the others take one tile each."""
+    m, n, k = 1000, 520, 328
+    a, w = operands(m, n, k, torch.float16)
+    a, w = a.to(dtype), w.to(dtype)
+    out_dtype = torch.bfloat16 if dtype == torch.float8_e4m3fn else dtype
+    bias = torch.randn(n, device="cuda").to(out_dtype)
+    scale = torch.tensor([0.5], device="cuda") if dtype == torch.float8_e4m3fn else None
+    out = torch.empty(m, n, device="cuda", dtype=out_dtype)
+    problem = ops_matmul.validate(a, w.T, bias, "gelu", out, None)
+    expected = ACTIVATIONS["gelu"]((0.5 if scale is not None else 1.0) * (a.float() @ w.float().T) + bias.float())
+    tuned = ops_matmul.tuned_script(problem)
+    ran = 0
+    for schedule in tuned.schedules():
+        out.fill_(float("nan"))
+        try:
+            tuned.instantiate(schedule)(*ops_matmul.arguments(a, w.T, out, bias, scale, problem)[:-1], 7)
+        except warpspec.CompileError as error:
+            assert "fit in a block" in str(error), (schedule, error)
+            continue
+        assert relative_error(out, expected) < 1e-2, schedule
+        ran += 1
+    assert ran >= 30

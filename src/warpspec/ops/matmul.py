@@ -29,7 +29,7 @@ import numpy as np
 from warpspec import dtypes, runtime
 from warpspec.dtypes import DType, bfloat16, float8_e4m3, float16, float32
 from warpspec.errors import ArgumentError
-from warpspec.ops.kernels import ACTIVATIONS, GEMM_KERNELS
+from warpspec.ops.kernels import ACTIVATIONS, GEMM_KERNELS, NUM_SMS
 from warpspec.tune.cache import size_bucket
 
 #: Input dtype -> the output dtypes allowed (the first is the default).
@@ -185,9 +185,40 @@ def _pitch(name: str, value, dtype: DType, layout: str) -> int:
     return stride
 
 
+#: Validated problems by the operands' description (dtypes, shapes, strides, epilogue): a call like an earlier
+#: one costs a dictionary lookup instead of the checks (small GEMMs are bound by host time). Bounded.
+_validated: dict = {}
+MAX_VALIDATED = 256
+
+
 def validate(a, b, bias, activation, out, out_dtype) -> Problem:
     """Every check of the operands (``ArgumentError`` naming the argument); the validated problem. The scales
     are checked by ``_check_scales``."""
+    try:
+        key = (_describe(a), _describe(b), _describe(bias), _describe(out), activation, out_dtype)
+        found = _validated.get(key)
+    except TypeError:  # an unhashable out_dtype or activation: the checks below say what is wrong
+        key = found = None
+    if found is not None:
+        return found
+    problem = _validate(a, b, bias, activation, out, out_dtype)
+    if key is not None:
+        if len(_validated) >= MAX_VALIDATED:
+            _validated.clear()
+        _validated[key] = problem
+    return problem
+
+
+def _describe(value):
+    """What validation reads of an array or tensor: kind, dtype, shape and strides (None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, np.ndarray):
+        return (np.ndarray, value.dtype, value.shape, value.strides)
+    return (type(value), value.dtype, tuple(value.shape), value.stride())
+
+
+def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
     for name, value in (("a", a), ("b", b)):
         if len(value.shape) != 2:
             raise ArgumentError(f"{name} must be 2-D, got shape {tuple(value.shape)}")
@@ -334,15 +365,41 @@ def arguments(a, b, out, bias, scale, problem: Problem) -> tuple:
     b_view = b.T if problem.b_k_major else b
     args = (problem.m, problem.n, problem.k, strides_of(a)[0], strides_of(b_view)[0], strides_of(out)[0],
             span(a), span(b_view), span(out), span(bias if bias is not None else out))
-    return args + (scale,) if problem.in_dtype == float8_e4m3 else args
+    return args + ((scale,) if problem.in_dtype == float8_e4m3 else ()) + (sm_count(),)
+
+
+_sm_counts: dict[int, int] = {}
+
+
+def sm_count() -> int:
+    """The number of SMs of the GPU launches go to (the persistent schedules' grid bound); on the emulator the
+    kernels' default, the H200's."""
+    if runtime.get_backend() != "cuda":
+        return NUM_SMS
+    from cuda.bindings import driver as cu
+
+    from warpspec.cuda.driver import check, context, default_device
+
+    device = default_device()
+    if device not in _sm_counts:
+        context()
+        attribute = cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+        _sm_counts[device] = check(cu.cuDeviceGetAttribute(attribute, check(cu.cuCtxGetDevice(), "cuCtxGetDevice")),
+                                   "cuDeviceGetAttribute")
+    return _sm_counts[device]
 
 
 def span(value):
-    """The contiguous 1-D view of the memory from ``value``'s first element to its last (a strided 2-D slice
-    of a wider array included): what both back ends take for a kernel view with row pitches."""
-    needed = sum((extent - 1) * stride for extent, stride in zip(value.shape, strides_of(value))) + 1
+    """``value`` itself when contiguous, else the contiguous 1-D view of the memory from its first element to its
+    last (a strided 2-D slice of a wider array): what both back ends take for a kernel view with row pitches."""
     if isinstance(value, np.ndarray):
+        if value.flags.c_contiguous:
+            return value
+        needed = sum((extent - 1) * stride for extent, stride in zip(value.shape, strides_of(value))) + 1
         return np.lib.stride_tricks.as_strided(value, shape=(needed,), strides=(value.itemsize,))
+    if value.is_contiguous():
+        return value
+    needed = sum((extent - 1) * stride for extent, stride in zip(value.shape, value.stride())) + 1
     return value.as_strided((needed,), (1,))
 
 
@@ -439,15 +496,14 @@ def shipped_defaults() -> dict:
 
 def heuristic_schedule(problem: Problem) -> dict:
     """A schedule by problem size when nothing was tuned or shipped: 64-row/column tiles for small problems (few
-    blocks otherwise), examples/matmul_v5.py's winning 256×128 tiles with 4 stages for large ones. K per stage is
-    64 bytes' worth of elements doubled for float8."""
-    block_k = 128 if problem.in_dtype == float8_e4m3 else 64
+    blocks otherwise), examples/matmul_v5.py's winning 4 stages of 256×128 tiles for large ones; one tile per
+    block (the schedules the tuner has measured most)."""
     if problem.m >= 2048 and problem.n >= 2048:
-        return {"num_stages": 4, "block_m": 256, "block_n": 128, "block_k": block_k}
+        return {"num_stages": 4, "block_m": 256, "block_n": 128, "persistent": False}
     block_m = 64 if problem.m <= 128 else 128
     block_n = 64 if problem.n <= 128 else 128
-    return {"num_stages": 2 if problem.k <= 2 * block_k else 4, "block_m": block_m, "block_n": block_n,
-            "block_k": block_k}
+    k_tiles = -(-problem.k // kernel_class(problem).block_k)
+    return {"num_stages": 2 if k_tiles <= 2 else 4, "block_m": block_m, "block_n": block_n, "persistent": False}
 
 
 # --------------------------------------------------------------------------------------------- torch op
@@ -560,7 +616,7 @@ def tuning_arguments(problem: Problem) -> tuple[tuple, list]:
         scale = device((1,), float32, random=False)
         buffers[-1].upload(np.ones(1, np.float32))
         args += (scale,)
-    return args, buffers
+    return args + (sm_count(),), buffers
 
 
 def write_defaults(table: dict, path: pathlib.Path = DEFAULTS_FILE) -> None:
