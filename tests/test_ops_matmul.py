@@ -198,11 +198,11 @@ def problem(m, n, k, dtype=warpspec.float16, has_bias=False):
     return ops_matmul.Problem(m, n, k, dtype, ops_matmul.OUT_DTYPES[dtype][0], True, has_bias, None)
 
 
-def test_heuristic_uses_small_tiles_for_small_problems_and_v5_tiles_for_large():
+def test_heuristic_uses_small_tiles_for_small_problems_and_v6_tiles_for_large():
     assert ops_matmul.heuristic_schedule(problem(96, 80, 64)) == \
         {"num_stages": 2, "block_m": 64, "block_n": 64, "persistent": False}
     assert ops_matmul.heuristic_schedule(problem(8192, 8192, 8192)) == \
-        {"num_stages": 4, "block_m": 256, "block_n": 128, "persistent": False}
+        {"num_stages": 3, "block_m": 128, "block_n": 256, "persistent": True}
     assert ops_matmul.heuristic_schedule(problem(300, 100, 8192, warpspec.float8_e4m3)) == \
         {"num_stages": 4, "block_m": 128, "block_n": 64, "persistent": False}
 
@@ -284,3 +284,14 @@ def test_a_repeated_call_reuses_its_validation_and_a_bad_one_is_still_refused():
     assert ops_matmul.validate(A, W.T, None, "relu", None, None) is first
     assert "bias must have shape (80,)" in errors_of(lambda: ops.matmul(A, W.T, bias=np.zeros(79, np.float16)))
     assert "activation must be one of" in errors_of(lambda: ops.matmul(A, W.T, activation=["relu"]))
+
+
+@pytest.mark.parametrize("dtype, out_dtype", [(warpspec.float16, warpspec.float16),
+                                              (warpspec.bfloat16, warpspec.float32),
+                                              (warpspec.float8_e4m3, warpspec.bfloat16)])
+def test_the_heuristic_schedule_of_a_large_problem_builds(dtype, out_dtype):
+    """Its shared memory fits (a float32 output's epilogue buffer included) for every dtype."""
+    big = ops_matmul.Problem(8192, 8192, 8192, dtype, out_dtype, True, True, "gelu")
+    script = ops_matmul.tuned_script(big).instantiate(ops_matmul.heuristic_schedule(big))
+    kernel = warpspec.runtime.kernel_for(script, {})
+    assert kernel.facts is not None

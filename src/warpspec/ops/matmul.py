@@ -496,10 +496,12 @@ def shipped_defaults() -> dict:
 
 def heuristic_schedule(problem: Problem) -> dict:
     """A schedule by problem size when nothing was tuned or shipped: 64-row/column tiles for small problems (few
-    blocks otherwise), examples/matmul_v5.py's winning 4 stages of 256×128 tiles for large ones; one tile per
-    block (the schedules the tuner has measured most)."""
+    blocks otherwise), one tile per block; for large ones examples/matmul_v6.py's fastest, persistent 128×256
+    tiles in 3 stages (1.015× cuBLAS at 8192³ fp16, docs/performance.md), 2 for a float32 output, whose epilogue
+    buffer takes twice the shared memory."""
     if problem.m >= 2048 and problem.n >= 2048:
-        return {"num_stages": 4, "block_m": 256, "block_n": 128, "persistent": False}
+        return {"num_stages": 2 if problem.out_dtype == float32 else 3, "block_m": 128, "block_n": 256,
+                "persistent": True}
     block_m = 64 if problem.m <= 128 else 128
     block_n = 64 if problem.n <= 128 else 128
     k_tiles = -(-problem.k // kernel_class(problem).block_k)
