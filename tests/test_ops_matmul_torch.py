@@ -2,6 +2,10 @@
 ``warpspec::matmul`` runs them on the emulator, returns torch tensors, traces under torch.compile(fullgraph=True)
 without a graph break, describes its output on fake tensors and passes torch's opcheck."""
 
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -83,3 +87,23 @@ def test_mixing_kinds_and_devices_is_refused():
     with pytest.raises(ArgumentError, match="out must have shape"):
         ops.matmul(a, w.T, out=torch.empty(80, 96, dtype=torch.float16))
     assert isinstance(ops.matmul(a.numpy(), w.T.numpy()), np.ndarray)
+
+
+def test_compiling_before_the_op_exists_says_what_to_do():
+    """warpspec.ops imported before torch: the op is registered at the first eager call, which fullgraph
+    compilation cannot trace; the error says so, and after one eager call compiling works."""
+    code = textwrap.dedent("""
+        from warpspec import ops
+        import torch
+        a, w = torch.randn(64, 32).half(), torch.randn(64, 32).half()
+        f = torch.compile(lambda a, w: ops.matmul(a, w.T) * 2, fullgraph=True, backend="aot_eager")
+        try:
+            f(a, w)
+        except Exception as error:
+            print("import torch before warpspec.ops" in str(error))
+        ops.matmul(a, w.T)
+        torch._dynamo.reset()
+        print(torch.equal(f(a, w), ops.matmul(a, w.T) * 2))
+    """)
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert found.stdout.split() == ["True", "True"], found.stderr[-2000:]

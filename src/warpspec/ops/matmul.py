@@ -101,6 +101,11 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
     torch = sys.modules["torch"]
     _same_device(a, b=b, bias=bias, out=out, scale_a=scale_a, scale_b=scale_b)
     if torch.compiler.is_compiling():
+        if _op is None:
+            raise ArgumentError("ops.matmul's custom op warpspec::matmul is registered at the first eager call with "
+                                "torch tensors (or when warpspec.ops is imported after torch), which torch.compile "
+                                "cannot trace: import torch before warpspec.ops, or call ops.matmul once eagerly "
+                                "before compiling")
         for name, value in (("a", a), ("b", b)):
             if value.dim() != 2:
                 raise ArgumentError(f"{name} must be 2-D, got shape {tuple(value.shape)}")
