@@ -295,3 +295,39 @@ def test_the_heuristic_schedule_of_a_large_problem_builds(dtype, out_dtype):
     script = ops_matmul.tuned_script(big).instantiate(ops_matmul.heuristic_schedule(big))
     kernel = warpspec.runtime.kernel_for(script, {})
     assert kernel.facts is not None
+
+
+class StoredWinnerBench:
+    """The GPU's identity for tuning keys, without a GPU (nothing is timed or launched here)."""
+
+    def identity(self):
+        return {"gpu": "Fake H200", "compute_capability": "9.0", "driver": 13000}
+
+
+def test_a_stored_winner_wins_on_the_gpu_and_serves_the_epilogue_variants(tmp_path, monkeypatch):
+    from dataclasses import asdict
+
+    from warpspec.frontend.kernel import bind_arguments
+    from warpspec.tune import cache, tuner
+
+    monkeypatch.setenv("WARPSPEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(tuner.settings, "bench", StoredWinnerBench())
+    plain = ops_matmul.validate(A, W.T, None, None, None, None)
+    out = np.zeros((96, 80), np.float16)
+    args = ops_matmul.arguments(A, W.T, out, None, None, plain)
+    tuned = ops_matmul.tuned_script(plain)
+    assert tuner.stored_schedule(tuned, args, {}) is None
+    assert ops_matmul.choose_schedule(plain, args, on_gpu=True) == ops_matmul.heuristic_schedule(plain)
+    winner = {"num_stages": 3, "block_m": 128, "block_n": 64, "persistent": True}
+    runtime_args, compile_time = bind_arguments(tuned.cls, args, {})
+    material = tuner.tuning_material(tuned, runtime_args, compile_time, StoredWinnerBench().identity())
+    fate = tuner.ScheduleFate(winner, "winner", time_ms=1.0)
+    cache.store(cache.entry_key(material), material, {"kernel": tuned.cls.__name__, "seconds": 1.0,
+                                                       "fates": [asdict(fate)]})
+    assert tuner.stored_schedule(tuned, args, {}) == winner
+    assert ops_matmul.choose_schedule(plain, args, on_gpu=True) == winner
+    bias = np.zeros(80, np.float16)
+    with_bias = ops_matmul.validate(A, W.T, bias, "gelu", None, None)
+    bias_args = ops_matmul.arguments(A, W.T, out, bias, None, with_bias)
+    assert ops_matmul.choose_schedule(with_bias, bias_args, on_gpu=True) == winner  # the plain kernel's winner
+    assert ops_matmul.choose_schedule(with_bias, bias_args, on_gpu=False) == ops_matmul.heuristic_schedule(plain)
