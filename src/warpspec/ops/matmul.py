@@ -536,11 +536,11 @@ def _torch_op():
 def _op_implementation(a, b, out, bias, scale, activation):
     """The op's real and fake implementation: the operands are validated (``ArgumentError``), then ``out`` is
     written. Fake or meta tensors (torch.compile tracing) only describe the call: the output exists already, so
-    nothing runs."""
+    nothing runs (a fake call's tensors are all fake: looking at ``out`` says which call this is)."""
     problem = validate(a, b, bias, activation or None, out, None)
     if problem.in_dtype == float8_e4m3 and (scale is None or dtype_of(scale) != float32 or scale.numel() != 1):
         raise ArgumentError("scale: float8 inputs need the one-element float32 scale tensor (scale_a * scale_b)")
-    if problem.m and problem.n and not runtime.shape_only((a, b, out)):
+    if problem.m and problem.n and not runtime.shape_only((out,)):
         launch(a, b, out, bias, scale, problem)
 
 
