@@ -331,3 +331,18 @@ def test_a_stored_winner_wins_on_the_gpu_and_serves_the_epilogue_variants(tmp_pa
     bias_args = ops_matmul.arguments(A, W.T, out, bias, None, with_bias)
     assert ops_matmul.choose_schedule(with_bias, bias_args, on_gpu=True) == winner  # the plain kernel's winner
     assert ops_matmul.choose_schedule(with_bias, bias_args, on_gpu=False) == ops_matmul.heuristic_schedule(plain)
+
+
+def test_a_shipped_default_that_cannot_build_for_the_output_dtype_falls_back(monkeypatch):
+    """A float16 default whose stages leave no room for a float32 output's epilogue buffer (128 KB): the size
+    rule's schedule runs instead, and the result is right."""
+    too_big = {"num_stages": 3, "block_m": 128, "block_n": 256, "persistent": True}
+    monkeypatch.setattr(ops_matmul, "_defaults", {"float16": {"128x128x64": too_big}})
+    monkeypatch.setattr(ops_matmul, "_chosen", {})
+    wide = ops_matmul.validate(A, W.T, None, None, None, np.float32)
+    assert ops_matmul.choose_schedule(wide, (), on_gpu=False) == too_big
+    with pytest.raises(warpspec.CompileError, match="shared memory"):
+        warpspec.runtime.kernel_for(ops_matmul.tuned_script(wide).instantiate(too_big), {})
+    result = ops.matmul(A, W.T, out_dtype=np.float32)
+    assert_close(result, reference(A, W.T), np.float32)
+    assert ops_matmul.chosen_schedule(wide) == ops_matmul.heuristic_schedule(wide)

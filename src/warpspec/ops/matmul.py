@@ -28,7 +28,7 @@ import numpy as np
 
 from warpspec import dtypes, runtime
 from warpspec.dtypes import DType, bfloat16, float8_e4m3, float16, float32
-from warpspec.errors import ArgumentError
+from warpspec.errors import ArgumentError, CompileError
 from warpspec.ops.kernels import ACTIVATIONS, GEMM_KERNELS, NUM_SMS
 from warpspec.tune.cache import size_bucket
 
@@ -443,9 +443,23 @@ def script_for(problem: Problem, args: tuple):
     key = (kernel_class(problem), problem.variant, buckets(problem), backend, device)
     script = _chosen.get(key)
     if script is None:
-        tuned = tuned_script(problem)
-        script = _chosen[key] = tuned.instantiate(choose_schedule(problem, args, backend == "cuda"))
+        script = _chosen[key] = _buildable(problem, choose_schedule(problem, args, backend == "cuda"), args)
     return script
+
+
+def _buildable(problem: Problem, schedule: dict, args: tuple):
+    """The Script pinned to ``schedule`` when its kernel builds for ``problem``, else to the size rule's schedule,
+    else to the first that builds: a shipped default is keyed by the input dtype alone, and a float32 output's
+    epilogue buffer may not fit in the shared memory its schedule leaves."""
+    tuned = tuned_script(problem)
+    for candidate in (schedule, heuristic_schedule(problem)):
+        script = tuned.instantiate(candidate)
+        try:
+            runtime.kernel_for(script, {})
+            return script
+        except CompileError:
+            continue
+    return tuned.first_valid(args, {})
 
 
 def forget_choices() -> None:
