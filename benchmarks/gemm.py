@@ -137,10 +137,10 @@ def tune_on(matmul_module, a, w, out, scale_a) -> None:
 
 
 def schedule_of(matmul_module, a, w, out) -> str:
-    """The schedule ops.matmul runs for this call, as ``stages/MxNxK`` of its tile."""
+    """The schedule ops.matmul runs for this call, as ``name=value`` pairs."""
     problem = matmul_module.validate(a, w.T, None, None, out, None)
     s = matmul_module.chosen_schedule(problem)
-    return f"{s['num_stages']}/{s['block_m']}x{s['block_n']}x{s['block_k']}" if s else "?"
+    return " ".join(f"{name}={value}" for name, value in s.items()) if s else "?"
 
 
 if __name__ == "__main__":

@@ -63,7 +63,9 @@ def test_float8_matches_scaled_mm(m, n, k):
     expected = torch._scaled_mm(a8, w8.T, scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
     assert c.dtype == torch.bfloat16 and relative_error(c, expected) < 1e-2
     floats = ops.matmul(a8, w8.T, scale_a=0.5, scale_b=2.0, out_dtype=torch.float32)
-    assert relative_error(floats, a8.float() @ w8.float().T) < 1e-5
+    # FP8 WGMMA adds its products with fewer mantissa bits than float32 addition keeps (a relative error of about
+    # 2e-4 was measured here at K = 256), so the float32 output is held to 1e-3, not to float32 rounding.
+    assert relative_error(floats, a8.float() @ w8.float().T) < 1e-3
 
 
 def test_cuda_graph_capture_and_replay():
