@@ -13,11 +13,12 @@ plan) only when no entry takes its arguments.
 from __future__ import annotations
 
 import sys
+import warnings
 from contextlib import contextmanager
 
 from warpspec.cuda.plan import MISS
 from warpspec.environment import environment
-from warpspec.errors import ArgumentError
+from warpspec.errors import ArgumentError, UnwrittenOutputWarning
 
 BACKENDS = ("emulator", "cuda", "auto")
 MAX_CALL_ENTRIES = 8  # plan entries kept per Script instance; the oldest goes first
@@ -135,7 +136,9 @@ def run_script(script, args: tuple, kwargs: dict):
     if get_backend() == "emulator":
         from warpspec.emulator.run import run_kernel
 
-        return run_kernel(kernel, runtime)
+        for finding in run_kernel(kernel, runtime):
+            warnings.warn(finding.message(), UnwrittenOutputWarning, stacklevel=3)
+        return None
     if _debugging:
         from warpspec.cuda.debug import run_debug
 

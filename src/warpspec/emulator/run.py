@@ -10,7 +10,7 @@ from threadpoolctl import threadpool_limits
 
 from warpspec.arguments import check_view, launch_grid, scalar_value, view_shapes
 from warpspec.dtypes import PointerType
-from warpspec.emulator.global_memory import GlobalMemory
+from warpspec.emulator.global_memory import GlobalMemory, UnwrittenOutput
 from warpspec.emulator.host import HostArray
 from warpspec.emulator.machine import BlockMachine
 from warpspec.errors import ArgumentError
@@ -36,10 +36,11 @@ def emulator_seed() -> int | None:
 Progress = Callable[[int, int, tuple[int, int, int]], None]
 
 
-def run_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None = None) -> None:
+def run_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None = None) -> list[UnwrittenOutput]:
     """Run ``kernel`` with runtime ``arguments`` (by parameter name) on the emulator, block after block, calling
     ``progress`` (if given) before each block: a caller can show how far a long run is, or say which block it
-    was in when it was interrupted."""
+    was in when it was interrupted. Returns, per view the kernel wrote through, the elements no block wrote
+    (empty when every written view was written whole)."""
     env, memory = {}, {}
     for param in kernel.params:
         value = arguments[param.name]
@@ -51,7 +52,8 @@ def run_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None = N
             env[param.var.uid] = scalar_value(param, value)
     grid = launch_grid(kernel, env)
     names = {p.var.uid: p.name for p in kernel.params}
-    for stmt, shape, strides in view_shapes(kernel, env):
+    views = list(view_shapes(kernel, env))
+    for stmt, shape, strides in views:
         check_view(names[stmt.pointer.uid], stmt, shape, strides, memory[stmt.pointer.uid].size)
     global_memory = GlobalMemory(memory, names)
     seed = emulator_seed()
@@ -68,3 +70,4 @@ def run_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None = N
                     specials = {"blockIdx.x": x, "blockIdx.y": y, "blockIdx.z": z,
                                 "gridDim.x": grid[0], "gridDim.y": grid[1], "gridDim.z": grid[2]}
                     BlockMachine(kernel, global_memory.block((x, y, z)), env, specials, rng).run()
+    return global_memory.unwritten(views)
