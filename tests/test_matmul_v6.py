@@ -180,6 +180,23 @@ def test_nvrtc_builds_without_spills(schedule):
     assert 0 < report.registers <= 168
 
 
+def test_the_chunked_epilogue_stores_as_the_whole_tile_does():
+    """The column window of each chunk's store_shared folds at compile time: the chunked build stores the same
+    128 float16 values per thread as the whole-tile one, with no predicated shared store."""
+    from warpspec.cuda import sass
+    from warpspec.cuda.launch import build
+    from warpspec.runtime import kernel_for
+
+    whole = dict(CHUNKED, num_stages=3, epilogue_n=256)
+    stores = {}
+    for name, schedule in [("chunked", CHUNKED), ("whole", whole)]:
+        listing = sass.disassemble(build(kernel_for(MatmulWGMMAV6(**schedule), {"n_size": 8192, "k_size": 8192}))
+                                   .module.cubin)
+        stores[name] = re.findall(r"(@!?U?P\w+\s+)?STS", listing)
+    assert len(stores["chunked"]) == len(stores["whole"]) == 128
+    assert not any(stores["chunked"])
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("schedule", [pytest.param(s, id=",".join(f"{k}={v}" for k, v in s.items()))
                                       for s in MatmulWGMMAV6().schedules()])
