@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import random
+import sys
+import warnings
 from collections.abc import Callable
+from pathlib import Path
 
 from threadpoolctl import threadpool_limits
 
@@ -13,7 +16,7 @@ from warpspec.dtypes import PointerType
 from warpspec.emulator.global_memory import GlobalMemory, UnwrittenOutput
 from warpspec.emulator.host import HostArray
 from warpspec.emulator.machine import BlockMachine
-from warpspec.errors import ArgumentError
+from warpspec.errors import ArgumentError, UnwrittenOutputWarning
 from warpspec.ir import nodes as ir
 
 SEED_VARIABLE = "WARPSPEC_EMULATOR_SEED"
@@ -71,3 +74,20 @@ def run_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None = N
                                 "gridDim.x": grid[0], "gridDim.y": grid[1], "gridDim.z": grid[2]}
                     BlockMachine(kernel, global_memory.block((x, y, z)), env, specials, rng).run()
     return global_memory.unwritten(views)
+
+
+_PACKAGE = str(Path(__file__).resolve().parents[1])  # src/warpspec: frames inside it are not the caller's
+
+
+def call_on_emulator(kernel: ir.Kernel, arguments: dict) -> None:
+    """A kernel call's run on the emulator (the Python API): ``run_kernel``, each unwritten-output finding warned
+    as an ``UnwrittenOutputWarning`` at the caller's line, the first frame outside warpspec whatever path led
+    here (a plain call, an autotuned one, a profile session)."""
+    findings = run_kernel(kernel, arguments)
+    if not findings:
+        return
+    level, frame = 2, sys._getframe(1)
+    while frame is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(_PACKAGE):
+        level, frame = level + 1, frame.f_back
+    for finding in findings:
+        warnings.warn(finding.message(), UnwrittenOutputWarning, stacklevel=level)
