@@ -45,8 +45,9 @@ def main() -> None:
     kernels = [("V3 pinned 2/128/128/64", MatmulWGMMAV3(num_stages=2, block_m=128, block_n=128, block_k=64)),
                ("V3 autotuned", MatmulWGMMAV3()), ("V4 autotuned", MatmulWGMMAV4()),
                ("V5 autotuned", MatmulWGMMAV5()), ("V6 autotuned", MatmulWGMMAV6()),
-               ("V6 cooperative 3/128/256", MatmulWGMMAV6("cooperative", 3, 128, 256)),
-               ("V6 ping-pong 4/128/128", MatmulWGMMAV6("pingpong", 4, 128, 128))]
+               ("V6 cooperative 3/128/256", MatmulWGMMAV6("cooperative", 3, 128, 256, 256)),
+               ("V6 cooperative 4/128/256, 64-column epilogue", MatmulWGMMAV6("cooperative", 4, 128, 256, 64)),
+               ("V6 ping-pong 4/128/128", MatmulWGMMAV6("pingpong", 4, 128, 128, 128))]
     with warpspec.use_backend("cuda"):
         for name, kernel in kernels:
             c = torch.full((size, size), float("nan"), device="cuda", dtype=torch.float16)

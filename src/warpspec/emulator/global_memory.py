@@ -13,6 +13,10 @@ A) is one buffer with one shadow, each argument at its byte offset in it.
 Within a block, a TMA store's destination must not be read back (``load_global``, a TMA load) before the store's
 bulk group is observed by ``tma.wait_group`` and that wait is ordered before the reader (vector clocks, as for
 shared memory).
+
+After the launch, the same writer ids say which elements of each view the kernel wrote through were never written
+by any block (``GlobalMemory.unwritten``): a tile scheduler that skips tiles breaks no instruction's rule, and this
+is how it is found.
 """
 
 from __future__ import annotations
@@ -42,6 +46,25 @@ class Access:
     def text(self) -> str:
         """The instruction, view, argument and line, as race messages name the other access."""
         return f"{self.what} of {self.view}, argument {self.argument!r}, at {self.loc}"
+
+
+@dataclass(frozen=True)
+class UnwrittenOutput:
+    """Elements of a global view that the kernel writes through (``store_global``, a TMA store) which no block
+    wrote: a finding of the launch, not an error of one instruction (a kernel may write part of an output by
+    design)."""
+
+    argument: str  # the pointer parameter
+    view: str
+    shape: tuple[int, ...]
+    count: int  # elements never written
+    first: tuple[int, ...]  # the view index of the first of them, in row-major order
+    loc: ir.Loc  # the global_view line
+
+    def message(self) -> str:
+        """``file:line: c_ptr: 8800 elements of view gc [300, 200] were never written ...``."""
+        return (f"{self.loc}: {self.argument}: {self.count} elements of view {self.view} {list(self.shape)} were "
+                f"never written by any block; the first is {self.view}{list(self.first)}")
 
 
 class Buffer:
@@ -90,10 +113,30 @@ class GlobalMemory:
         """``memory``: pointer uid -> flat numpy array; ``names``: pointer uid -> parameter name."""
         self.arguments = _arguments(memory, names)
         self.accesses: list[Access] = []
+        self.written: set[tuple[str, str]] = set()  # (argument, view) of every write, for ``unwritten``
 
     def block(self, block: tuple[int, int, int]) -> "BlockMemory":
         """Global memory as the block at ``blockIdx`` ``block`` (run after every block before it) accesses it."""
         return BlockMemory(self, block)
+
+    def unwritten(self, views) -> list[UnwrittenOutput]:
+        """For each view the launch wrote through (``views``: ``(GlobalView statement, shape, strides)`` as
+        ``warpspec.arguments.view_shapes`` gives them), its elements that no block wrote, read off the writer
+        shadow of the race checks: one boolean mask per view, after the last block."""
+        found = []
+        for stmt, shape, strides in views:
+            argument = self.arguments[stmt.pointer.uid]
+            if (argument.name, stmt.decl.name) not in self.written or 0 in shape:
+                continue
+            whole = GlobalTile(argument, -1, shape, strides, [0] * len(shape), shape, None)
+            never = whole.shadow("writer") == NOBODY
+            if argument.scale > 1:  # an element of several shadow units is written when all of them are
+                never = never.any(axis=-1)
+            count = int(np.count_nonzero(never))
+            if count:
+                first = tuple(int(i) for i in np.argwhere(never)[0])
+                found.append(UnwrittenOutput(argument.name, stmt.decl.name, tuple(shape), count, first, stmt.loc))
+        return found
 
 
 class GlobalTile:
@@ -179,6 +222,8 @@ class BlockMemory:
 
     def write(self, task, tile: GlobalTile, values: np.ndarray) -> None:
         """Write ``values`` (tile-shaped) into the tile's elements; RaceError if another block wrote or read any."""
+        access = self.access(tile)
+        self.memory.written.add((access.argument, access.view))
         if tile.empty:
             return
         writers = tile.shadow("writer")

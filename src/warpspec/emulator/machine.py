@@ -21,16 +21,23 @@ from warpspec.emulator.shared import Region, SharedTensor
 from warpspec.errors import BarrierError, BoundsError, DeadlockError, KernelError, RaceError
 from warpspec.isa import registry
 from warpspec.isa.roles import ThreadGroup
+from warpspec.isa.wgmma import WgmmaMma
 from warpspec.ir import nodes as ir
 from warpspec.ir.evaluate import ExprCompiler, check_element_index, wrap
 
 
 def partitions(kernel: ir.Kernel) -> list[tuple[int, int]]:
-    """The block's thread ranges that always run the same code: split at every thread-group boundary."""
+    """The block's thread ranges that always run the same code: split at every thread-group boundary, and at
+    every warpgroup boundary inside a group issuing WGMMAs, whose completion and ``wgmma.wait_group`` are each
+    warpgroup's own (one warpgroup's wait says nothing of the other's WGMMAs)."""
     cuts = {0, kernel.num_threads}
+    warpgroup = kernel.facts.target.warpgroup_threads
     for stmt in ir.walk(kernel.body):
         if isinstance(stmt, ThreadGroup):
             cuts.update((stmt.begin, stmt.begin + stmt.count))
+        elif isinstance(stmt, WgmmaMma):
+            begin, count = stmt.threads
+            cuts.update(range(begin, begin + count, warpgroup))
     ordered = sorted(cuts)
     return list(zip(ordered[:-1], ordered[1:]))
 

@@ -192,12 +192,16 @@ def _tma_commit(machine, task, s: TmaCommit):
 @emulates(TmaWait)
 def _tma_wait(machine, task, s: TmaWait):
     def ready():
-        return len([g for g in task.tma_groups if not all(e.done for e in g)]) <= s.n
+        # PTX: every group but the newest n is complete. Bulk groups may complete out of order (a seeded run
+        # completes them at random), so counting the incomplete ones is not enough: an older one may be among them.
+        older = len(task.tma_groups) - s.n
+        return all(all(e.done for e in group) for group in list(task.tma_groups)[:max(older, 0)])
 
     def observe():
         # Only now does the program know the stores have read their sources: until then a write into them
-        # races, however early the copy engine actually finished.
-        while task.tma_groups and all(e.done for e in task.tma_groups[0]):
+        # races, however early the copy engine actually finished. It knows it of the groups older than the newest
+        # n only: those may have finished too, but wait_group(n) does not say so.
+        while len(task.tma_groups) > s.n:
             for event in task.tma_groups.popleft():
                 event.retire()
 
