@@ -125,7 +125,7 @@ class Mbarrier(LanguageObject):
 
 @emulates(AllocBarriers)
 def _alloc_barriers(machine, task, s: AllocBarriers):
-    machine.create_barriers(s.decl, s.counts)
+    machine.create_barriers(task, s.decl, s.counts)
     # Initialisation is visible to all threads only after a block-wide barrier, which the CUDA back end emits
     # right after init: model it as a sync of the whole block.
     return machine.sync(task, 0, machine.kernel.num_threads,
