@@ -65,7 +65,8 @@ class Cluster:
         if machine is not task.machine:
             init = machine.barrier_inits.get(ref.decl.uid)
             if init is None or task.clock[init[0]] < init[1]:
-                raise BarrierError(f"{what} by {task.name} signals {ref.decl.name} of block rank {rank}, but that "
+                name = f"{ref.decl.name}[{task.machine.ev(task, ref.index[0])}]"
+                raise BarrierError(f"{what} by {task.name} signals {name} of block rank {rank}, but that "
                                    f"block's mbarrier.alloc is not ordered before it (not run there yet, or no "
                                    f"cluster barrier in between): call self.cluster_sync() after mbarrier.alloc so "
                                    f"that every block's barriers are initialised before another block signals "
