@@ -15,6 +15,7 @@ index is known, and a runtime index into a register array becomes a select chain
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 
@@ -385,7 +386,10 @@ def _register_core_emitters(target: str) -> None:
 
 def _literal(value, dtype: DType) -> str:
     if dtype.is_float:
-        return f"{float(value)!r}f".replace("inf", "__int_as_float(0x7f800000)")
+        value = float(value)
+        if value != value or value in (math.inf, -math.inf):  # no C++ literal spells these: their f32 bits
+            return f"__uint_as_float({ {math.inf: 0x7F800000, -math.inf: 0xFF800000}.get(value, 0x7FC00000):#x}u)"
+        return f"{value!r}f"
     if dtype is boolean:
         return "true" if value else "false"
     if dtype is uint32:

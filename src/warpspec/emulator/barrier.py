@@ -25,7 +25,7 @@ class Mbarrier:
         self.clock = [0] * num_tasks  # releases gathered for the current phase
         self.released = [0] * num_tasks  # the clock published by the last completed phase
         self.observed = True  # some wait has seen the last completed phase (vacuously true before the first)
-        self.seen: dict[int, int] = {}  # task -> `completed` at its last passing wait
+        self.seen: dict[int, tuple[int, int]] = {}  # task -> (`completed`, its own epoch) at its last passing wait
         self.waiters: list = []  # (task, parity) blocked on this barrier
 
     def describe(self) -> str:
@@ -85,8 +85,8 @@ class Mbarrier:
     def try_wait(self, task, parity: int) -> bool:
         """True (and the task acquires the phase's releases) if the wait passes now; else the task is queued."""
         if self.passes(parity):
-            last = self.seen.get(task.index)
-            if last is not None and self.completed - last >= 2:
+            last = self.seen.get(task.index, (None,))[0]
+            if last is not None and self.completed - last >= 2 and self.completed - self.known_phases(task) != 1:
                 raise BarrierError(f"wait on {self.name} with parity {parity} by a task that last saw "
                                    f"{last} completed phase(s): it is {self.completed - last} phases behind, so "
                                    f"parity alone cannot tell which phase it waits for ({self.describe()})")
@@ -95,8 +95,17 @@ class Mbarrier:
         self.waiters.append((task, parity))
         return False
 
+    def known_phases(self, task) -> int:
+        """How many completed phases ``task`` knows of: those its own last passing wait saw, or a wait of another
+        task ordered before it saw. A waiter two or more phases behind its own last wait is still unambiguous when
+        this puts it exactly one phase behind: it waits for the phase after those it knows of, as a ping-pong
+        warpgroup does after the other warpgroup consumed the phases between (their ordering barrier orders its
+        wait after the other's)."""
+        return max(completed for other, (completed, epoch) in self.seen.items()
+                   if other == task.index or task.clock[other] >= epoch)
+
     def _observe(self, task) -> None:
-        self.seen[task.index] = self.completed
+        self.seen[task.index] = (self.completed, task.clock[task.index])
         if self.completed:
             self.observed = True
         join(task.clock, self.released)

@@ -376,6 +376,8 @@ class BlockMachine:
             return (0, rows)
         size = self.kernel.facts.target.warpgroup_threads
         groups = max(count // size, 1)
+        if rows % groups:  # a row vector [1, N] (or too few rows to split): every warpgroup holds all of it
+            return (0, rows)
         per = rows // groups
         first = (task.begin - begin) // size
         last = (task.end - begin + size - 1) // size

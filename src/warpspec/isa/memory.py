@@ -138,7 +138,9 @@ class Memory(LanguageObject):
             strides, running = [], 1
             for size in reversed(shape):  # row-major; folds to constants where the sizes are
                 strides.append(running)
-                running = running * size if not isinstance(size, ir.Expr) else b.scalar_binary("*", running, size)
+                # a runtime extent makes every outer stride runtime ([1, n_size]: n_size, then n_size * 1)
+                runtime = isinstance(size, ir.Expr) or isinstance(running, ir.Expr)
+                running = b.scalar_binary("*", running, size) if runtime else running * size
             strides = strides[::-1]
         strides = list(strides) if isinstance(strides, (list, tuple)) else [strides]
         if len(strides) != len(sizes):

@@ -6,6 +6,8 @@ not do, the CUDA back end to generate the per-thread code).
 - ``AFragment``: WGMMA A-from-registers fragments (m64k16 per warpgroup and k-step).
 - ``Blocked``: the row-major elements dealt to the threads of a group in 16-byte chunks (loads and stores).
 - ``Replicated``: every thread holds the whole (small) tensor, e.g. a ring's phase array.
+- ``Slice``: a row vector [1, N] or column vector [M, 1] broadcast against a 2-D layout: each thread holds the
+  columns (rows) it holds of the 2-D tensor (a bias added to an accumulator, a row maximum subtracted from it).
 
 Each layout says which threads hold it (``owners``) and, for register ``i`` of a thread, which element (row, col)
 it holds, written as expressions over ``g_`` (warpgroup of the thread within its group), ``w_`` (warp within the
@@ -19,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from warpspec.errors import CompileError
-from warpspec.isa.elementwise import Arithmetic, Cast
+from warpspec.isa.elementwise import Arithmetic, Cast, TileIndex, broadcast_axis
+from warpspec.isa.reduction import ReduceRows
 from warpspec.isa.memory import AllocRegister, LoadGlobal, LoadShared, StoreElement, StoreGlobal, StoreShared
 from warpspec.isa.roles import ThreadGroup
 from warpspec.isa.wgmma import WgmmaMma
@@ -159,6 +162,89 @@ class Replicated:
         return None
 
 
+@dataclass(frozen=True)
+class Slice:
+    """The vector a 2-D ``parent`` layout broadcasts along ``axis`` (0: a row vector [1, N], one value per column;
+    1: a column vector [M, 1], one value per row): each thread holds the columns (rows) it holds of the parent.
+    Against accumulator fragments a thread holds each of its distinct columns (rows) once: n/4 columns, or 2 rows
+    per m64 block; against other layouts one register per parent register (the parent's column or row)."""
+
+    parent: object
+    axis: int
+
+    @property
+    def owners(self) -> tuple[int, int]:
+        return self.parent.owners
+
+    @property
+    def begin(self) -> int:
+        return layout_begin(self.parent)
+
+    @property
+    def registers(self) -> int:
+        if isinstance(self.parent, Accumulator):
+            acc = self.parent.layout
+            return acc.n // 4 if self.axis == 0 else acc.m_blocks * 2
+        return self.parent.registers
+
+    def coords(self, i: int) -> tuple[str, str]:
+        if isinstance(self.parent, Accumulator):
+            acc = self.parent.layout
+            if self.axis == 0:
+                ni, r = divmod(i, acc.instr_n // 4)
+                return "0", f"{ni * acc.instr_n + 8 * (r >> 1) + (r & 1)} + 2 * (lane_ & 3)"
+            mb, h = divmod(i, 2)
+            return f"g_ * {acc.m // acc.warpgroups} + {mb * 64 + 8 * h} + 16 * w_ + (lane_ >> 2)", "0"
+        row, col = self.parent.coords(i)
+        return ("0", col) if self.axis == 0 else (row, "0")
+
+    def valid(self, i: int) -> str | None:
+        return None if isinstance(self.parent, Accumulator) else self.parent.valid(i)
+
+    def parent_register(self, i: int) -> int:
+        """The register of this vector that parent register ``i``'s element is combined with."""
+        if not isinstance(self.parent, Accumulator):
+            return i
+        acc = self.parent.layout
+        block, ii = divmod(i, acc.instr_n // 2)
+        mb, ni = divmod(block, acc.n_instructions)
+        if self.axis == 0:
+            return ni * (acc.instr_n // 4) + (ii >> 2) * 2 + (ii & 1)
+        return mb * 2 + ((ii >> 1) & 1)
+
+
+def slice_of(parent, axis: int, shape) -> object:
+    """The layout of a vector of ``shape`` broadcast along ``axis`` against a tensor in ``parent``: a ``Slice``,
+    or ``Replicated`` when every thread holds the whole parent."""
+    return Replicated(tuple(shape)) if isinstance(parent, Replicated) else Slice(parent, axis)
+
+
+def broadcast_register(parent, vector, axis: int, i: int) -> int:
+    """The register of a broadcast vector (layout ``vector``, its ``slice_of`` ``parent``) combined with parent
+    register ``i``."""
+    if isinstance(vector, Replicated):
+        row, col = parent.coords(i)
+        return int(col) if axis == 0 else int(row)
+    return vector.parent_register(i)
+
+
+def same_registers(a, b) -> bool:
+    """Whether layouts ``a`` and ``b`` put every element in the same register of the same thread, so that one
+    tensor may be read in the other's layout: equal layouts, or the accumulator of an [M, N] tile and the A
+    fragments of the [M, K = N] tile over the same warpgroups. For m64nNk16 the two fragment figures coincide (PTX
+    ISA 9.7.15.5.1: register i of the accumulator holds the element that A element register i holds, k-step by
+    k-step), which is what lets a softmax's probabilities, cast to 16 bits, feed the next mma from registers."""
+    if a == b:
+        return True
+    if isinstance(b, Accumulator):
+        a, b = b, a
+    if not (isinstance(a, Accumulator) and isinstance(b, AFragment)):
+        return False
+    acc = a.layout
+    return ((acc.m, acc.n, acc.warpgroups, a.begin) == (b.m, b.k, b.warpgroups, b.begin)
+            and acc.instr_n % 16 == 0 and b.warpgroup_threads == 128)
+
+
 def layout_begin(layout) -> int:
     """The first thread of the group a layout is spread over (0 for replicated tensors)."""
     return getattr(layout, "begin", 0)
@@ -188,7 +274,7 @@ def infer_layouts(kernel: ir.Kernel, target: Target) -> dict[int, object]:
         if previous is None:
             layouts[decl.uid] = layout
             return True
-        if previous != layout:
+        if not same_registers(previous, layout):
             raise CompileError(f"register tensor {decl.name} would need two layouts ({_describe(previous)} and "
                                f"{_describe(layout)}); convert through shared memory (store_shared, sync, "
                                f"load_shared)", str(stmt.loc))
@@ -205,23 +291,48 @@ def infer_layouts(kernel: ir.Kernel, target: Target) -> dict[int, object]:
                 assign(stmt.a.decl, AFragment(m, stmt.a.shape[1], warpgroups, stmt.threads[0],
                                               target.warpgroup_threads), stmt)
 
+    def same_layout_sets():
+        """Per elementwise statement, the tensors that share one layout (its result and same-shaped operands),
+        and the broadcast vectors among its operands with their axis."""
+        for stmt, _ in statements:
+            if isinstance(stmt, TileIndex):
+                yield stmt, [stmt.decl, stmt.like.decl], []
+            if isinstance(stmt, (Cast, Arithmetic)):
+                refs = [o for o in ((stmt.src,) if isinstance(stmt, Cast) else stmt.operands)
+                        if isinstance(o, ir.TensorRef)]
+                yield (stmt, [stmt.decl] + [o.decl for o in refs if o.decl.shape == stmt.decl.shape],
+                       [(o.decl, broadcast_axis(o.decl.shape, stmt.decl.shape)) for o in refs
+                        if o.decl.shape != stmt.decl.shape])
+
+    # Broadcast vectors, and the tensors computed with them, take their layout from the 2-D tensor they are
+    # combined with (or are replicated with it), never a load's default Blocked layout.
+    vectors = {decl.uid for _, _, broadcast in same_layout_sets() for decl, _ in broadcast}
+    grown = True
+    while grown:
+        grown = False
+        for _, shared, _ in same_layout_sets():
+            if any(d.uid in vectors for d in shared) and not all(d.uid in vectors for d in shared):
+                vectors |= {d.uid for d in shared}
+                grown = True
+
     def propagate():
         changed = True
         while changed:
             changed = False
-            for stmt, _ in statements:
-                if not isinstance(stmt, (Cast, Arithmetic)):
-                    continue
-                operands = (stmt.src,) if isinstance(stmt, Cast) else stmt.operands
-                tensors = [stmt.decl] + [o.decl for o in operands if isinstance(o, ir.TensorRef)]
+            for stmt, tensors, broadcast in same_layout_sets():
                 known = [layouts[d.uid] for d in tensors if d.uid in layouts]
                 if known:
                     for decl in tensors:
                         changed |= assign(decl, known[0], stmt)
+                    for decl, axis in broadcast:
+                        changed |= assign(decl, slice_of(known[0], axis, decl.shape), stmt)
+            for stmt, _ in statements:
+                if isinstance(stmt, ReduceRows) and stmt.src.decl.uid in layouts:
+                    changed |= assign(stmt.decl, _row_slice(stmt, layouts[stmt.src.decl.uid]), stmt)
 
     propagate()
     for stmt, group in statements:
-        if isinstance(stmt, (LoadGlobal, LoadShared)) and stmt.decl.uid not in layouts:
+        if isinstance(stmt, (LoadGlobal, LoadShared)) and stmt.decl.uid not in layouts.keys() | vectors:
             shape = stmt.decl.shape
             if len(shape) > 2:
                 what = "load_global" if isinstance(stmt, LoadGlobal) else "load_shared"
@@ -240,7 +351,23 @@ def infer_layouts(kernel: ir.Kernel, target: Target) -> dict[int, object]:
                                    f"not loaded, and too large to replicate in every thread (at most "
                                    f"{MAX_REPLICATED} elements)", str(stmt.loc))
             layouts[stmt.decl.uid] = Replicated(tuple(stmt.decl.shape))
+    propagate()  # a vector replicated above must match its replicated 2-D tensor
     return layouts
+
+
+def _row_slice(stmt: ReduceRows, layout) -> Slice:
+    """The layout of a row reduction's result: the row slice of its accumulator operand, which every thread
+    holding the accumulator computes (the quad's shuffles need them all); a CompileError otherwise."""
+    name = stmt.src.decl.name
+    if not isinstance(layout, Accumulator):
+        raise CompileError(f"reduce_{stmt.op} of {name} needs wgmma accumulator fragments (each row held by the four "
+                           f"lanes of a quad), but {name} is {_describe(layout)}", str(stmt.loc))
+    if tuple(stmt.threads) != tuple(layout.owners):
+        begin, count = layout.owners
+        raise CompileError(f"reduce_{stmt.op} of {name} is executed by threads [{stmt.threads[0]}, "
+                           f"{stmt.threads[0] + stmt.threads[1]}), but {name} is held by threads [{begin}, "
+                           f"{begin + count}): every one of those threads must execute it", str(stmt.loc))
+    return Slice(layout, 1)
 
 
 def check_stores(kernel: ir.Kernel, layouts: dict) -> None:
@@ -293,7 +420,8 @@ def packed(decl: ir.TensorDecl) -> bool:
 
 def _describe(layout) -> str:
     return {Accumulator: "wgmma accumulator fragments", AFragment: "wgmma A fragments",
-            Blocked: "blocked over a thread group", Replicated: "replicated"}[type(layout)]
+            Blocked: "blocked over a thread group", Replicated: "replicated"}.get(type(layout)) or \
+        f"the {'column' if layout.axis == 0 else 'row'} slice of {_describe(layout.parent)}"
 
 
 def _size(shape) -> int:

@@ -1,50 +1,102 @@
-"""sm_90a emission of the elementwise family (``warpspec.isa.elementwise``): conversions and arithmetic
-element register by element register, in f32 for floats."""
+"""sm_90a emission of the elementwise family (``warpspec.isa.elementwise``): conversions, arithmetic and unary
+functions element register by element register, in f32 for floats.
+
+The unary functions are the multi-function unit's approximations (bounds in docs/language.md): ``exp2`` is
+``ex2.approx.ftz.f32``, ``exp(x)`` is ``ex2.approx.ftz.f32`` of ``x * log2(e)``, ``tanh`` is ``tanh.approx.f32``,
+``log2`` is ``lg2.approx.ftz.f32``; ``sqrt`` is the correctly rounded ``sqrt.rn.f32``. A broadcast vector operand
+is read at the register of its slice layout that holds the element's column (row). Comparisons and ``where``
+are C++ comparisons and selections on the f32 (or integer) values; ``row_index``/``col_index`` are the layout's
+coordinate expressions over the thread index.
+"""
 
 from __future__ import annotations
 
-from warpspec.isa.elementwise import Arithmetic, Cast
+from warpspec.isa.elementwise import Arithmetic, Cast, TileIndex, broadcast_axis
 from warpspec.ir import nodes as ir
 from warpspec.isa.registry import emits
+from warpspec.passes.layouts import broadcast_register, same_registers, slice_of
 from warpspec.target import SM90A
 
 TARGET = SM90A.name
 
+#: PTX of each unary function on an f32 register ``%0`` (in place); exp scales by log2(e) first.
+_UNARY_PTX = {
+    "exp2": "ex2.approx.ftz.f32 %0, %0;",
+    "exp": "mul.f32 %0, %0, 0f3FB8AA3B; ex2.approx.ftz.f32 %0, %0;",  # 0f3FB8AA3B = log2(e) in f32
+    "tanh": "tanh.approx.f32 %0, %0;",
+    "log2": "lg2.approx.ftz.f32 %0, %0;",
+    "sqrt": "sqrt.rn.f32 %0, %0;",
+}
 
-def _operand(gen, s, o, layout) -> str:
-    """C++ for element register ``i`` of a tensor operand (floats as f32), or for a scalar operand."""
+
+def _operand(gen, s, o, layout, i) -> str:
+    """C++ for element register ``i`` (an int or the C++ loop index) of a tensor operand (floats as f32), or for a
+    scalar operand."""
     integer = not s.decl.dtype.is_float
     if isinstance(o, ir.TensorRef):
-        if gen.reg_layouts.get(o.decl.uid) != layout:
+        axis = broadcast_axis(o.decl.shape, s.decl.shape)
+        expected = layout if axis is None else slice_of(layout, axis, o.decl.shape)
+        if not same_registers(gen.reg_layouts.get(o.decl.uid), expected):
             raise gen.error(f"{o.decl.name} and {s.decl.name} have different register layouts", s.loc)
-        bits = gen.element(o.decl, "i")
-        return bits if integer and not o.decl.dtype.is_float else gen.to_f32(bits, o.decl.dtype)
+        register = i if axis is None else broadcast_register(layout, expected, axis, i)
+        bits = gen.element(o.decl, register)
+        return gen.to_f32(bits, o.decl.dtype) if o.decl.dtype.is_float else bits  # conditions stay bool
     return gen.cexpr(o) if integer else gen.to_f32(gen.cexpr(o), o.dtype)
 
 
+def _stored(gen, s, value: str) -> str:
+    return value if not s.decl.dtype.is_float else gen.to_storage(value, s.decl.dtype)
+
+
 def _store_elements(gen, s, value: str, layout) -> None:
-    stored = value if not s.decl.dtype.is_float else gen.to_storage(value, s.decl.dtype)
+    store = gen.set_element(s.decl, "i", _stored(gen, s, value))
     gen.line("#pragma unroll")
-    gen.line(f"for (int i = 0; i < {layout.registers}; ++i) {{ {gen.set_element(s.decl, 'i', stored)} }}")
+    gen.line(f"for (int i = 0; i < {layout.registers}; ++i) {{ {store} }}")
 
 
 @emits(Cast, TARGET)
 def _emit_Cast(gen, s: Cast) -> None:
     layout = gen.reg_layouts[s.decl.uid]
     gen.declare_registers(s.decl)
-    _store_elements(gen, s, _operand(gen, s, s.src, layout), layout)
+    _store_elements(gen, s, _operand(gen, s, s.src, layout, "i"), layout)
+
+
+def _value(gen, s: Arithmetic, values: list[str]) -> str:
+    if s.op == "neg":
+        return f"(-{values[0]})"
+    if s.op in ("min", "max"):
+        a, b = values
+        return f"({a} {'<' if s.op == 'min' else '>'} {b} ? {a} : {b})"
+    if s.op == "where":
+        return f"({values[0]} ? {values[1]} : {values[2]})"
+    return f"({values[0]} {s.op} {values[1]})"
 
 
 @emits(Arithmetic, TARGET)
 def _emit_Arithmetic(gen, s: Arithmetic) -> None:
     layout = gen.reg_layouts[s.decl.uid]
     gen.declare_registers(s.decl)
-    values = [_operand(gen, s, o, layout) for o in s.operands]
-    if s.op == "neg":
-        value = f"(-{values[0]})"
-    elif s.op in ("min", "max"):
-        a, b = values
-        value = f"({a} {'<' if s.op == 'min' else '>'} {b} ? {a} : {b})"
-    else:
-        value = f"({values[0]} {s.op} {values[1]})"
-    _store_elements(gen, s, value, layout)
+    if s.op in _UNARY_PTX:
+        operand = _operand(gen, s, s.operands[0], layout, "i")
+        gen.line("#pragma unroll")
+        gen.line(f"for (int i = 0; i < {layout.registers}; ++i) {{ float v_ = {operand}; "
+                 f'asm("{_UNARY_PTX[s.op]}" : "+f"(v_)); {gen.set_element(s.decl, "i", _stored(gen, s, "v_"))} }}')
+        return
+    broadcast = any(isinstance(o, ir.TensorRef) and o.decl.shape != s.decl.shape for o in s.operands)
+    if not broadcast:
+        _store_elements(gen, s, _value(gen, s, [_operand(gen, s, o, layout, "i") for o in s.operands]), layout)
+        return
+    # A vector operand's register depends on the element's place in the layout: one line per register.
+    for i in range(layout.registers):
+        value = _value(gen, s, [_operand(gen, s, o, layout, i) for o in s.operands])
+        gen.line(gen.set_element(s.decl, i, _stored(gen, s, value)))
+
+
+@emits(TileIndex, TARGET)
+def _emit_TileIndex(gen, s: TileIndex) -> None:
+    gen.declare_registers(s.decl)
+
+    def body(i, row, col, valid):
+        gen.line(gen.set_element(s.decl, i, f"({(row, col)[s.axis]})"))
+
+    gen.element_loop(gen.reg_layouts[s.decl.uid], body)

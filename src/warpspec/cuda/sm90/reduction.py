@@ -1,0 +1,39 @@
+"""sm_90a emission of the row reductions (``warpspec.isa.reduction``).
+
+Each thread reduces the registers it holds of each of its rows (``max.f32``/``add.f32``, via ``fmaxf`` and ``+``),
+then the four lanes of a quad, which hold the rest of those rows (lanes 4r..4r+3 hold row r's columns
+2·(lane & 3) + {0, 1} of every 8), combine theirs with two butterfly shuffles,
+``shfl.sync.bfly.b32 d, v, 1, 0x1f, 0xffffffff`` and ``... 2 ...``: afterwards every lane of the quad holds the
+row's result, as the row slice layout says.
+"""
+
+from __future__ import annotations
+
+from warpspec.isa.reduction import ReduceRows
+from warpspec.isa.registry import emits
+from warpspec.target import SM90A
+
+TARGET = SM90A.name
+
+
+def _combine(op: str, a: str, b: str) -> str:
+    return f"fmaxf({a}, {b})" if op == "max" else f"({a} + {b})"
+
+
+@emits(ReduceRows, TARGET)
+def _emit_ReduceRows(gen, s: ReduceRows) -> None:
+    result = gen.reg_layouts[s.decl.uid]  # the row slice of the accumulator (passes.layouts refuses others)
+    gen.declare_registers(s.decl)
+    parts: dict[int, list[int]] = {}
+    for i in range(result.parent.registers):
+        parts.setdefault(result.parent_register(i), []).append(i)
+    for j, registers in sorted(parts.items()):
+        value = gen.element(s.src.decl, registers[0])
+        for i in registers[1:]:
+            value = _combine(s.op, value, gen.element(s.src.decl, i))
+        gen.line(gen.set_element(s.decl, j, value))
+    for j in sorted(parts):
+        own = gen.element(s.decl, j)
+        for mask in (1, 2):
+            gen.line(f'{{ float other_; asm volatile("shfl.sync.bfly.b32 %0, %1, {mask}, 0x1f, 0xffffffff;" '
+                     f': "=f"(other_) : "f"({own})); {gen.set_element(s.decl, j, _combine(s.op, own, "other_"))} }}')

@@ -1,0 +1,88 @@
+"""Row reductions of register tensors: ``self.reduce_max(x, axis=1)`` and ``self.reduce_sum(x, axis=1)``.
+
+The row maximum and row sum of a float32 WGMMA accumulator tile [M, N] (FlashAttention's softmax statistics),
+giving a column vector [M, 1] in the accumulator's row slice (``warpspec.passes.layouts.Slice``), ready to be
+broadcast back against the tile. A thread holds each of its rows' values in N/4 registers, and the four lanes of a
+quad hold the rest of those rows, so the reduction runs in the thread, then across the quad with two butterfly
+shuffles; the CUDA emission is ``warpspec.cuda.sm90.reduction``. The layout pass refuses any other layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from warpspec.dtypes import float32
+from warpspec.isa.base import LanguageObject, language_call
+from warpspec.isa.registry import emulates
+from warpspec.isa.values import TensorValue
+from warpspec.ir import nodes as ir
+
+#: The reductions, with their numpy function.
+REDUCTIONS = {"max": np.max, "sum": np.sum}
+
+# ------------------------------------------------------------------------------------------------------- IR
+
+
+@dataclass(frozen=True, eq=False)
+class ReduceRows(ir.DefineTensor):
+    """``decl`` [M, 1] = ``op`` over each row of ``src`` [M, N], executed by threads ``threads`` (begin, count)."""
+
+    op: str
+    src: ir.TensorRef
+    threads: tuple[int, int]
+
+    def text(self, f) -> str:
+        return f"{self.decl.name} = reduce_{self.op}({f(self.src)}, axis=1)"
+
+
+# ------------------------------------------------------------------------------------------------ language
+
+
+class Reductions(LanguageObject):
+    """``self.reduce_max`` and ``self.reduce_sum``."""
+
+    @language_call
+    def reduce_max(self, x, axis=1) -> TensorValue:
+        """The maximum of each row of float32 register tensor ``x`` [M, N] held as WGMMA accumulator fragments:
+        a [M, 1] column vector in the accumulator's row slice. Executed by all the threads holding ``x`` (whole
+        warpgroups); PTX ``max.f32`` in each thread, then ``shfl.sync.bfly.b32`` with lane masks 1 and 2 across
+        each quad of lanes."""
+        return _reduce(self.b, "max", x, axis)
+
+    @language_call
+    def reduce_sum(self, x, axis=1) -> TensorValue:
+        """The sum of each row of float32 register tensor ``x`` [M, N] held as WGMMA accumulator fragments: a
+        [M, 1] column vector in the accumulator's row slice. Executed by all the threads holding ``x``; PTX
+        ``add.f32`` in each thread, then ``shfl.sync.bfly.b32`` with lane masks 1 and 2 across each quad."""
+        return _reduce(self.b, "sum", x, axis)
+
+
+def _reduce(b, op: str, x, axis) -> TensorValue:
+    what = f"self.reduce_{op}"
+    x = b.to_tensor(x, f"{what} x", (ir.REGISTER,))
+    axis = b.to_int(axis, f"{what} axis")
+    if len(x.shape) != 2:
+        raise b.error(f"{what} takes a 2-D tensor; {x.name} has shape {list(x.shape)}")
+    if axis != 1:
+        raise b.error(f"{what} reduces along rows only (axis=1, the columns of each row, held by one quad of "
+                      f"lanes); axis={axis} is not supported")
+    if x.dtype != float32:
+        raise b.error(f"{what} takes a float32 tensor (an accumulator); {x.name} is {x.dtype.name}")
+    begin, count, single = b.group
+    if single:
+        raise b.error(f"{what} inside single_thread: the threads holding {x.name} exchange values with shfl.sync, "
+                      f"so all of them must execute it")
+    decl = b.new_register_tensor(f"{x.name}_{op}", float32, (x.shape[0], 1))
+    b.emit(ReduceRows(b.loc, decl, op, x.ref, (begin, count)))
+    return TensorValue(ir.TensorRef(decl))
+
+
+# ----------------------------------------------------------------------------------------------- emulation
+
+
+@emulates(ReduceRows)
+def _reduce_rows(machine, task, s: ReduceRows):
+    src = machine.register(task, s.src, f"reduce_{s.op}").astype(np.float32)
+    machine.define_register(task, s.decl, REDUCTIONS[s.op](src, axis=1, keepdims=True))

@@ -1,0 +1,234 @@
+"""examples/matmul_v6.py on the emulator: every schedule against numpy at a ragged shape with blocks walking several
+tiles, under random interleavings, through ``warpspec check``; and the planted bugs of tests/v6_bug_kernels.py,
+each with its exact error class, message and line."""
+
+import re
+import runpy
+import sys
+from io import StringIO
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import v6_bug_kernels as bk
+import warpspec
+from matmul_v6 import MatmulWGMMAV6
+from warpspec import RaceError
+from warpspec.cli import main
+from warpspec.emulator.run import SEED_VARIABLE
+
+M, N, K = 300, 200, 320  # no dimension a multiple of any tile; 5 K-tiles of 64, more than the deepest ring
+TOLERANCE = 1e-2  # relative Frobenius error: fp16 inputs and output, fp32 accumulation
+V6_FILE = str(Path(__file__).resolve().parents[1] / "examples" / "matmul_v6.py")
+BUG_FILE = bk.__file__
+COOPERATIVE = dict(variant="cooperative", num_stages=4, block_m=128, block_n=128)
+PINGPONG = dict(variant="pingpong", num_stages=4, block_m=128, block_n=128)
+
+
+@pytest.fixture(autouse=True)
+def emulator(monkeypatch):
+    """Run on the emulator with its deterministic schedule unless a test sets a seed."""
+    monkeypatch.delenv(SEED_VARIABLE, raising=False)
+    with warpspec.use_backend("emulator"):
+        yield
+
+
+@pytest.fixture(scope="module")
+def operands():
+    """A [M, K], B [N, K] in float16 and the float32 reference A @ B^T."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal((N, K)).astype(np.float16)
+    return a, b, a.astype(np.float32) @ b.astype(np.float32).T
+
+
+def run(kernel, operands, num_sms):
+    """C from ``kernel`` on a grid of at most ``num_sms`` blocks; C starts as NaN so unwritten tiles show."""
+    a, b, _ = operands
+    c = np.full((M, N), np.nan, dtype=np.float16)
+    kernel(M, N, K, a, b, c, num_sms)
+    return c
+
+
+def relative_error(c, operands) -> float:
+    reference = operands[2]
+    return float(np.linalg.norm(c.astype(np.float32) - reference) / np.linalg.norm(reference))
+
+
+def line_of(path: str, text: str) -> int:
+    """The 1-based line of ``path`` holding ``text`` (exactly one must)."""
+    found = [n for n, line in enumerate(Path(path).read_text().splitlines(), 1) if text in line]
+    assert len(found) == 1, (text, found)
+    return found[0]
+
+
+def test_the_schedule_space():
+    """Cooperative and ping-pong, each at three or four stage/tile points: at most 12, so tuning stays quick."""
+    space = MatmulWGMMAV6().schedules()
+    assert len(space) == 8
+    assert {s["variant"] for s in space} == {"cooperative", "pingpong"}
+
+
+@pytest.mark.parametrize("schedule", [pytest.param(s, id=",".join(f"{k}={v}" for k, v in s.items()))
+                                      for s in MatmulWGMMAV6().schedules()])
+@pytest.mark.parametrize("num_sms", [1, 2, 132])
+def test_every_schedule(schedule, num_sms, operands):
+    """One block walking every tile, two blocks sharing them (ping-pong's warpgroups get unequal counts), and one
+    tile per block."""
+    assert relative_error(run(MatmulWGMMAV6(**schedule), operands, num_sms), operands) < TOLERANCE
+
+
+@pytest.mark.parametrize("schedule", [COOPERATIVE, PINGPONG], ids=["cooperative", "pingpong"])
+def test_under_random_schedules(schedule, operands, monkeypatch):
+    """Random interleavings and early async completions: still no error and the right result."""
+    for seed in range(10):
+        monkeypatch.setenv(SEED_VARIABLE, str(seed))
+        error = relative_error(run(MatmulWGMMAV6(**schedule), operands, 2), operands)
+        assert error < TOLERANCE, f"seed {seed}: relative error {error}"
+
+
+@pytest.mark.parametrize("schedule", [COOPERATIVE, PINGPONG], ids=["cooperative", "pingpong"])
+def test_rasterization_with_a_short_last_band(schedule):
+    """1100 rows are 9 tile rows: one band of GROUP_M = 8 and a last band of one row, which the scheduler walks
+    with a shorter period. Three blocks over 18 tiles: every C element written once, right."""
+    m, n, k = 1100, 200, 64
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((m, k)).astype(np.float16)
+    b = rng.standard_normal((n, k)).astype(np.float16)
+    c = np.full((m, n), np.nan, dtype=np.float16)
+    MatmulWGMMAV6(**schedule)(m, n, k, a, b, c, 3)
+    reference = a.astype(np.float32) @ b.astype(np.float32).T
+    assert np.linalg.norm(c.astype(np.float32) - reference) / np.linalg.norm(reference) < TOLERANCE
+
+
+def test_check_cli_every_schedule_with_seeds(capsys):
+    """``warpspec check`` at the ragged shape, two blocks, every schedule, random interleavings."""
+    code = main(["check", f"{V6_FILE}:MatmulWGMMAV6", f"m_size={M}", f"n_size={N}", f"k_size={K}", "num_sms=2",
+                 "--all-schedules", "--seeds", "3"])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0, lines
+    assert len(lines) == 9
+    assert all(re.fullmatch(r"ok    variant=\w+ num_stages=\d block_m=\d+ block_n=\d+  \(\d+\.\d\d s, 1\+3 runs\)",
+                            line) for line in lines[:-1]), lines
+    assert lines[-1] == "8 ok, 0 failed, 0 skipped"
+
+
+def test_example_runs_as_a_script(monkeypatch):
+    """``python examples/matmul_v6.py`` checks itself at a ragged shape and prints its error, then OK."""
+    output = StringIO()
+    monkeypatch.setattr(sys, "stdout", output)
+    runpy.run_path(V6_FILE, run_name="__main__")
+    lines = output.getvalue().splitlines()
+    assert lines[0].startswith("emulator: max abs error ")
+    assert lines[-1] == "OK"
+
+
+@pytest.mark.parametrize("schedule", [COOPERATIVE, dict(variant="pingpong", num_stages=3, block_m=64, block_n=256)],
+                         ids=["cooperative", "pingpong"])
+def test_nvrtc_builds_without_spills(schedule):
+    """NVRTC compiles each variant at 8192x8192 with no spills, no stack and no ptxas advisory (a serialized WGMMA
+    pipeline would be one), within the 168 registers per thread that 384 threads leave at launch."""
+    from warpspec.cuda.launch import build
+    from warpspec.cuda.sass import parse_ptxas_log
+    from warpspec.runtime import kernel_for
+
+    built = build(kernel_for(MatmulWGMMAV6(**schedule), {"n_size": 8192, "k_size": 8192}))
+    (report,) = parse_ptxas_log(built.module.log).values()
+    assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
+    assert 0 < report.registers <= 168
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("schedule", [pytest.param(s, id=",".join(f"{k}={v}" for k, v in s.items()))
+                                      for s in MatmulWGMMAV6().schedules()])
+def test_every_schedule_on_the_gpu(schedule):
+    """Against torch at ragged shapes, with few blocks (each walks many tiles) and one block per SM."""
+    import torch
+
+    for (m, n, k), num_sms in [((300, 200, 320), 2), ((1000, 392, 1016), 3), ((2048, 2048, 512), 132)]:
+        generator = torch.Generator(device="cuda").manual_seed(0)
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=generator)
+        b = torch.randn(n, k, device="cuda", dtype=torch.float16, generator=generator)
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+        with warpspec.use_backend("cuda"):
+            MatmulWGMMAV6(**schedule)(m, n, k, a, b, c, num_sms)
+        torch.cuda.synchronize()
+        assert not torch.isnan(c).any(), ((m, n, k), num_sms, "some outputs were never written")
+        reference = a.double() @ b.double().T
+        error = (torch.linalg.norm(c.double() - reference) / torch.linalg.norm(reference)).item()
+        assert error < TOLERANCE, ((m, n, k), num_sms, error)
+
+
+# ------------------------------------------------------------------------------------------------ planted bugs
+
+
+def caught(kernel, operands, num_sms):
+    with pytest.raises(warpspec.KernelError) as info:
+        run(kernel, operands, num_sms)
+    return info.value
+
+
+def test_a_repeated_tile_is_a_cross_block_race(operands):
+    """Three blocks stepping by two: block 2's tiles 2 and 4 are blocks 0's too. The second block's TMA store into
+    the same C elements is the race, at the epilogue's store line."""
+    error = caught(bk.SchedulerRepeatsTiles(**COOPERATIVE), operands, 3)
+    assert type(error) is RaceError
+    store = f"{V6_FILE}:{line_of(V6_FILE, 'self.tma.shared_to_global(')}"
+    assert error.location == f"{V6_FILE}:{line_of(V6_FILE, 'self.epilogue(acc, sc[0]')} -> " \
+                             f"MatmulWGMMAV6.epilogue at {store}"
+    assert ("tma.shared_to_global in block (2, 0, 0) writes gc[256, 0] (argument 'c_ptr'), which block (0, 0, 0) "
+            "also wrote (tma.shared_to_global of gc") in str(error)
+
+
+def test_a_skipped_tile_leaves_its_output_unwritten(operands):
+    """Two blocks stepping by three skip tiles 2 and 5: no instruction misbehaves, so the emulator raises nothing;
+    the comparison with the reference finds exactly those tiles unwritten (C starts as NaN)."""
+    c = run(bk.SchedulerSkipsTiles(**COOPERATIVE), operands, 2)
+    unwritten = np.zeros((M, N), dtype=bool)
+    unwritten[256:300, 0:128] = True  # tile 2: the third tile row of the first column band
+    unwritten[256:300, 128:200] = True  # tile 5: the third tile row of the second band
+    np.testing.assert_array_equal(np.isnan(c), unwritten)
+    written = ~unwritten
+    assert relative_error(np.where(written, c, 0), (None, None, np.where(written, operands[2], 0))) < TOLERANCE
+
+
+@pytest.mark.parametrize("schedule, num_sms, inlined_at", [
+    (COOPERATIVE, 2, "self.epilogue(acc, sc[0]"),
+    (PINGPONG, 1, "self.epilogue(acc, sc, gc"),
+], ids=["cooperative", "pingpong"])
+def test_an_epilogue_reusing_its_buffer_before_the_store_read_it(schedule, num_sms, inlined_at, operands):
+    """Without tma.wait_group before store_shared, the next tile's epilogue writes the buffer the previous TMA store
+    is still reading: the async proxy's read is tracked until the wait observes it."""
+    error = caught(bk.EpilogueReusesBuffer(**schedule), operands, num_sms)
+    assert type(error) is RaceError
+    assert error.location.endswith(f"{V6_FILE}:{line_of(V6_FILE, inlined_at)} -> EpilogueReusesBuffer.epilogue at "
+                                   f"{BUG_FILE}:{bk.marker_line('reuse-store')}")
+    assert str(error).startswith(f"{error.location}: store_shared writes sc[0] while an asynchronous read of it (a "
+                                 f"wgmma or a TMA store) is still in flight")
+
+
+def test_an_epilogue_without_the_proxy_fence(operands):
+    error = caught(bk.EpilogueWithoutFence(**COOPERATIVE), operands, 2)
+    assert type(error) is RaceError
+    assert error.location.endswith(f"EpilogueWithoutFence.epilogue at {BUG_FILE}:{bk.marker_line('unfenced-store')}")
+    assert "tma.shared_to_global reads sc[0] through the async proxy after ordinary stores to it with no " \
+           "fence_proxy_async() in between" in str(error)
+
+
+def test_pingpong_without_its_ordering_barrier(operands):
+    """Warpgroup 1's first wait is a lap ahead of a "full" barrier no load has completed yet: its parity passes at
+    once and its WGMMA reads a stage still being filled."""
+    error = caught(bk.PingPongWithoutOrder(**PINGPONG), operands, 1)
+    assert type(error) is RaceError
+    frames = error.location.split(" -> ")
+    assert frames[1] == f"PingPongWithoutOrder.consume_pingpong at {BUG_FILE}:{bk.marker_line('unordered-mainloop')}"
+    assert frames[2] == f"MatmulWGMMAV6.mainloop at {V6_FILE}:{line_of(V6_FILE, 'self.wgmma.mma(')}"
+    assert "wgmma.mma operand a reads sa[1], which holds elements that no completed write has filled" in str(error)
+
+
+def test_pingpong_knows_the_phases_the_other_warpgroup_saw(operands):
+    """Ping-pong's warpgroup 0 waits on a "full" barrier two phases after its own last wait (warpgroup 1 consumed
+    the phase between); the ordering barrier orders that wait after warpgroup 1's, so the wait is not ambiguous
+    and the emulator accepts it. With one block walking six tiles, every stage is passed over this way."""
+    assert relative_error(run(MatmulWGMMAV6(**PINGPONG), operands, 1), operands) < TOLERANCE
