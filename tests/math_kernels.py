@@ -212,7 +212,8 @@ class Masks(warpspec.Script):
         keep = (cols <= rows) & (cols < n_valid)
         masked = self.where(keep, tile, float("-inf"))
         self.store_global(out, self.where(tile > 0.5, 0.5, masked), offsets=offsets)
-        self.store_global(index, rows * 100 + cols, offsets=offsets)
+        if index is not None:  # `is` stays a compile-time comparison of tensors
+            self.store_global(index, rows * 100 + cols, offsets=offsets)
 
 
 class Compare(warpspec.Script):

@@ -767,8 +767,8 @@ class Builder:
         for op, right_node in zip(node.ops, node.comparators):
             right = self.eval(right_node)
             symbol, python_op = _PY_COMPARE[type(op)]
-            if isinstance(left, TensorValue) or isinstance(right, TensorValue):
-                if symbol is None or len(node.ops) > 1:
+            if symbol is not None and (isinstance(left, TensorValue) or isinstance(right, TensorValue)):
+                if len(node.ops) > 1:
                     raise self.error("tensors compare with one of < <= > >= == != at a time (combine masks with "
                                      "& and |)")
                 return elementwise.binary(self, symbol, left, right)
