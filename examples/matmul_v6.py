@@ -170,13 +170,17 @@ class MatmulWGMMAV6(warpspec.Script):
             self.wgmma.commit_group()
             self.wgmma.wait_group(1)  # the previous K-tile's group is done reading its stage: release that one
             if offset_k > 0:
-                self.mbarrier.arrive(pipe.empty_barriers[self.previous(pipe.consumer_stage)])
+                self.release(pipe, self.previous(pipe.consumer_stage))
             pipe.consumer_advance()
         if turn is not None:
             self.mbarrier.arrive(turn)  # the tensor cores have this tile's work queued: the other may issue
         self.wgmma.wait_group(0)  # the last group; consumer_advance moved past its stage
-        self.mbarrier.arrive(pipe.empty_barriers[self.previous(pipe.consumer_stage)])
+        self.release(pipe, self.previous(pipe.consumer_stage))
         return acc
+
+    def release(self, pipe, stage):
+        """Every executing consumer thread frees ``stage`` of the ring."""
+        self.mbarrier.arrive(pipe.empty_barriers[stage])
 
     def consume_pingpong(self, wg, pipe, turns, sa, sb, sc, gc, k_size, num_tiles, tiles_m, tiles_n):
         """Consumer warpgroup ``wg`` of ping-pong: the block's tiles ``wg, wg + 2, ...`` of its sequence, skipping
