@@ -14,8 +14,8 @@ Everything else is V6's cooperative schedule (it is a subclass: persistent block
 - **Full stages** expect the bytes of both tiles on each block's own barrier: its A and the multicast B (rank 0's
   multicast completes B's bytes on the "full" barrier of each destination).
 - **Empty stages** count the consumers of both blocks: rank 0 refills B in both, so a stage is free only when both
-  blocks are done with it. Each consumer thread releases a stage in both blocks (``cta=rank``, a remote arrival
-  through distributed shared memory).
+  blocks are done with it. One thread of each consumer warpgroup releases a stage in both blocks (``cta=rank``, a
+  remote arrival through distributed shared memory), so an empty barrier counts four arrivals.
 - **Two cluster barriers.** ``cluster_sync()`` after the barriers are created (no block signals its partner's
   barriers before they exist) and at the end (no block exits, freeing its barriers, while its partner may still
   arrive on them), which replaces V6's producer drain.
@@ -34,6 +34,7 @@ from matmul_v6 import (CONSUMER_REGISTERS, CONSUMER_THREADS, NUM_SMS, PRODUCER_B
                        MatmulWGMMAV6)
 
 CLUSTER = 2  # blocks per cluster, along M
+CONSUMER_WARPGROUPS = CONSUMER_THREADS // WARPGROUP
 
 
 @warpspec.autotune("num_stages, block_m, block_n", [[3, 128, 256], [3, 256, 128], [4, 128, 128], [5, 128, 128]])
@@ -67,9 +68,10 @@ class MatmulWGMMAV7(MatmulWGMMAV6):
         sa = self.shared_tensor(dtype=float16, shape=[self.num_stages, block_m, block_k])
         sb = self.shared_tensor(dtype=float16, shape=[self.num_stages, block_n, block_k])
         sc = self.shared_tensor(dtype=float16, shape=[block_m, block_n])
-        # Full: this block's arrive_and_expect_tx plus its A bytes and the multicast B bytes. Empty: every consumer
-        # thread of both blocks, because rank 0 refills B in both.
-        pipe = warpspec.Pipeline(self.num_stages, producer_arrivals=1, consumer_arrivals=CLUSTER * CONSUMER_THREADS)
+        # Full: this block's arrive_and_expect_tx plus its A bytes and the multicast B bytes. Empty: one arrival per
+        # consumer warpgroup of both blocks, because rank 0 refills B in both.
+        pipe = warpspec.Pipeline(self.num_stages, producer_arrivals=1,
+                                 consumer_arrivals=CLUSTER * CONSUMER_WARPGROUPS)
         self.cluster_sync()  # the partner's barriers exist before any block signals them
 
         with self.thread_group(thread_begin=PRODUCER_BEGIN, num_threads=WARPGROUP, max_registers=PRODUCER_REGISTERS):
@@ -120,9 +122,14 @@ class MatmulWGMMAV7(MatmulWGMMAV6):
                 pipe.producer_advance()
 
     def release(self, pipe, stage):
-        """Every consumer thread frees ``stage`` in both blocks of the cluster."""
-        for rank in range(CLUSTER):
-            self.mbarrier.arrive(pipe.empty_barriers[stage], cta=rank)
+        """One thread of each consumer warpgroup frees ``stage`` in both blocks of the cluster: the warpgroup's
+        ``wgmma.wait_group`` has seen its WGMMAs that read the stage complete (they are warpgroup-wide), so one
+        arrival speaks for all its threads, and a stage costs 4 remote arrivals instead of 512."""
+        for warpgroup in range(CONSUMER_WARPGROUPS):
+            with self.thread_group(thread_begin=warpgroup * WARPGROUP, num_threads=WARPGROUP):
+                with self.single_thread():
+                    for rank in range(CLUSTER):
+                        self.mbarrier.arrive(pipe.empty_barriers[stage], cta=rank)
 
 
 if __name__ == "__main__":

@@ -172,3 +172,25 @@ class LeavingPartner(Script):
                 self.tma.shared_to_global(src=tile, dst=y, offsets=[0, 0])
                 self.tma.commit_group()
                 self.tma.wait_group(0)
+
+
+class SplitGroupStore(Script):
+    """Y = X through shared memory, stored by a 256-thread group that a nested group splits into two partitions, as
+    V7's per-warpgroup release splits its consumers: each partition stores its own rows of the tile."""
+
+    def __call__(self, x_ptr: ~float16, y_ptr: ~float16):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 8
+        x = self.global_view(x_ptr, dtype=float16, shape=[128, 64])
+        y = self.global_view(y_ptr, dtype=float16, shape=[128, 64])
+        tile = self.shared_tensor(dtype=float16, shape=[128, 64])
+        with self.thread_group(thread_begin=0, num_threads=256):
+            self.store_shared(tile, self.load_global(x, offsets=[0, 0], shape=[128, 64]))
+            with self.thread_group(thread_begin=128, num_threads=128):
+                self.sync()
+            self.fence_proxy_async()
+            self.sync()
+            with self.single_thread():
+                self.tma.shared_to_global(src=tile, dst=y, offsets=[0, 0])
+                self.tma.commit_group()
+                self.tma.wait_group(0)

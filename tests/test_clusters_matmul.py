@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import warpspec
-from matmul_v7 import CLUSTER, CONSUMER_THREADS, WARPGROUP, MatmulWGMMAV7
+from matmul_v7 import CLUSTER, CONSUMER_THREADS, CONSUMER_WARPGROUPS, WARPGROUP, MatmulWGMMAV7
 from warpspec import DeadlockError
 from warpspec.cuda import sass
 from warpspec.cuda.launch import build
@@ -62,11 +62,14 @@ def test_v7_under_random_interleavings(schedule, seed, operands, monkeypatch):
 
 
 class ReleasesOnlyItsOwnStage(MatmulWGMMAV7):
-    """Each consumer frees a stage in its own block only: rank 0's producer, which refills B in both blocks,
-    waits for the partner's consumers forever."""
+    """Each consumer warpgroup frees a stage in its own block only: rank 0's producer, which refills B in both
+    blocks, waits for the partner's consumers forever."""
 
     def release(self, pipe, stage):
-        self.mbarrier.arrive(pipe.empty_barriers[stage])
+        for warpgroup in range(CONSUMER_WARPGROUPS):
+            with self.thread_group(thread_begin=warpgroup * WARPGROUP, num_threads=WARPGROUP):
+                with self.single_thread():
+                    self.mbarrier.arrive(pipe.empty_barriers[stage])
 
 
 def test_a_stage_released_in_one_block_only_deadlocks_at_the_producers_acquire(operands):
@@ -78,7 +81,7 @@ def test_a_stage_released_in_one_block_only_deadlocks_at_the_producers_acquire(o
         assert (f"in mbarrier.wait on empty_barriers[0] of block rank {rank} for phase parity 0") in text
         # Only this block's consumers released the stage: half the arrivals are still pending.
         assert (f"empty_barriers[0] of block rank {rank}: 0 phase(s) completed, current phase parity 0, "
-                f"{CONSUMER_THREADS}/{CLUSTER * CONSUMER_THREADS} arrivals pending") in text
+                f"{CONSUMER_WARPGROUPS}/{CLUSTER * CONSUMER_WARPGROUPS} arrivals pending") in text
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)

@@ -304,11 +304,11 @@ def _load_shared(machine, task, s: LoadShared):
 @emulates(StoreShared)
 def _store_shared(machine, task, s: StoreShared):
     region = machine.region(task, s.dst)
-    region.check_writable(task, "store_shared")
     src = machine.register(task, s.src, "store_shared")
     rows = machine.row_share(task, s.threads, src.shape[0])
-    region.view("data")[rows[0]:rows[1]] = src[rows[0]:rows[1]]
-    part = region.part(rows)
+    part = region.part(rows)  # a group over several partitions: each writes its own rows, checked as such
+    part.check_writable(task, "store_shared")
+    part.view("data")[...] = src[rows[0]:rows[1]]
     part.record_write(task.index, task.clock[task.index], unfenced=True)
     return machine.preempt()
 
