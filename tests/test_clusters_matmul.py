@@ -4,12 +4,16 @@ deterministic and under random interleavings; its sm_90a build at every schedule
 arrivals, cluster barriers, no local memory, registers within the block's budget); on a Hopper GPU against
 torch."""
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import warpspec
 from matmul_v7 import CLUSTER, CONSUMER_THREADS, CONSUMER_WARPGROUPS, WARPGROUP, MatmulWGMMAV7
 from warpspec import DeadlockError
+from warpspec.cli import main
 from warpspec.cuda import sass
 from warpspec.cuda.launch import build
 from warpspec.emulator.run import SEED_VARIABLE
@@ -59,6 +63,18 @@ def test_v7_against_numpy(schedule, num_sms, operands):
 def test_v7_under_random_interleavings(schedule, seed, operands, monkeypatch):
     monkeypatch.setenv(SEED_VARIABLE, str(seed))
     assert matmul_error(MatmulWGMMAV7(**schedule), operands, num_sms=2) < TOLERANCE
+
+
+@pytest.mark.parametrize("num_sms", [132, 2])
+def test_warpspec_check_passes_every_schedule_with_random_interleavings(num_sms, capsys):
+    v7 = Path(__file__).resolve().parents[1] / "examples" / "matmul_v7.py"
+    code = main(["check", f"{v7}:MatmulWGMMAV7", f"m_size={M}", f"n_size={N}", f"k_size={K}", f"num_sms={num_sms}",
+                 "--all-schedules", "--seeds", "2"])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0, lines
+    assert lines[-1] == "4 ok, 0 failed, 0 skipped"
+    assert all(re.match(r"ok +num_stages=\d block_m=\d+ block_n=\d+ +\(.* s, 1\+2 runs\)$", line)
+               for line in lines[:-1]), lines
 
 
 class ReleasesOnlyItsOwnStage(MatmulWGMMAV7):
