@@ -2,7 +2,7 @@
 # One batch on a Hopper machine: the GPU tests, the main job and the benchmarks, each step's log under $OUT (or
 # ./h200-logs), then a short table of what passed and how long each step took. Steps run in the order given:
 #
-#   bash benchmarks/h200_session.sh [gpu-tests] [main] [tutorial] [launch] [matmul] [schedules] [v6]
+#   bash benchmarks/h200_session.sh [gpu-tests] [main] [tutorial] [launch] [matmul] [schedules] [v6] [v7]
 #   (default: the first five)
 set -u
 cd "$(dirname "$0")/.."
@@ -24,6 +24,7 @@ for step in "${steps[@]}"; do
     launch) cmd=(python3 benchmarks/launch.py --breakdown --json "$out/launch.json") ;;
     matmul) cmd=(python3 benchmarks/matmul.py --schedules quick) ;;
     v6) cmd=(python3 benchmarks/every_schedule.py matmul_v6:MatmulWGMMAV6 --json "$out/v6_8192.json") ;;
+    v7) cmd=(python3 benchmarks/every_schedule.py matmul_v7:MatmulWGMMAV7 --json "$out/v7_8192.json") ;;
     schedules) cmd=(python3 benchmarks/v3_schedules.py --json "$out/v3_8192.json") ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
