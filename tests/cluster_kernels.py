@@ -22,6 +22,7 @@ class ClusterStream(Script):
         self.tile_m = tile_m
         self.tile_n = tile_n
         self.num_buffers = num_buffers
+        self.empty_arrivals = 2  # the consumers of both blocks release each buffer
 
     def __call__(self, m_size: int32, n_size: int32, x_ptr: ~float16, y0_ptr: ~float16, y1_ptr: ~float16):
         self.attrs.blocks = [self.grid_x(m_size)]
@@ -35,7 +36,7 @@ class ClusterStream(Script):
         y1 = self.global_view(y1_ptr, dtype=float16, shape=[m_size, n_size])
         buffers = self.shared_tensor(dtype=float16, shape=[num_buffers, tile_m, tile_n])
         full = self.mbarrier.alloc(counts=[1 for _ in range(num_buffers)])
-        empty = self.mbarrier.alloc(counts=[2 for _ in range(num_buffers)])  # the consumers of both blocks
+        empty = self.mbarrier.alloc(counts=[self.empty_arrivals for _ in range(num_buffers)])
         self.after_init()
         with self.thread_group(thread_begin=0, num_threads=32):  # producer warp
             for tile in self.range(num_tiles):
@@ -100,6 +101,18 @@ class NoSyncBeforeExit(ClusterStream):
 
     def before_exit(self):
         pass
+
+
+class ReleasesOnlyLocally(ClusterStream):
+    """Each consumer frees the buffer in its own block only, and the empty barriers count one arrival: rank 0
+    refills rank 1's buffer while rank 1's consumer may still be storing it out."""
+
+    def __init__(self):
+        super().__init__(num_buffers=1)
+        self.empty_arrivals = 1
+
+    def release(self, barrier):
+        self.mbarrier.arrive(barrier)
 
 
 class ExpectsHalf(ClusterStream):

@@ -65,6 +65,9 @@ KERNEL_BUGS = [
     pytest.param(ck.NoSyncBeforeExit, RaceError, "release",
                  ["mbarrier.arrive(cta=0) by threads 32-63 of block rank 1 reaches block rank 0, which may have "
                   "exited by then", "end the kernel with self.cluster_sync()"], id="no-cluster-sync-before-exit"),
+    pytest.param(ck.ReleasesOnlyLocally, RaceError, "multicast",
+                 ["tma.global_to_shared multicast to ranks [0, 1] writes buffers[0] of block rank 1 while an "
+                  "asynchronous read of it (a wgmma or a TMA store) is still in flight"], id="release-in-one-block"),
     pytest.param(ck.ExpectsHalf, BarrierError, "multicast",
                  ["tma.global_to_shared multicast to ranks [0, 1] delivered 4096 bytes to full[0] of block rank 1 "
                   "after every arrival of its phase was in, driving its transaction count to -2048"],
@@ -92,8 +95,9 @@ def test_kernel_error(kernel, error_class, marker, fragments):
 @pytest.mark.parametrize("kernel, error_class, marker", [
     pytest.param(ck.NoSyncAfterInit, BarrierError, "multicast", id="no-cluster-sync-after-init"),
     pytest.param(ck.NoSyncBeforeExit, RaceError, "release", id="no-cluster-sync-before-exit"),
+    pytest.param(ck.ReleasesOnlyLocally, RaceError, "multicast", id="release-in-one-block"),
 ])
-def test_cluster_sync_mistakes_are_caught_under_every_seed(kernel, error_class, marker, seed, monkeypatch):
+def test_cluster_mistakes_are_caught_under_every_seed(kernel, error_class, marker, seed, monkeypatch):
     monkeypatch.setenv(SEED_VARIABLE, str(seed))
     with pytest.raises(error_class) as caught:
         run_stream(kernel())
