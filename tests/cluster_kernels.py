@@ -207,3 +207,23 @@ class SplitGroupStore(Script):
                 self.tma.shared_to_global(src=tile, dst=y, offsets=[0, 0])
                 self.tma.commit_group()
                 self.tma.wait_group(0)
+
+
+class WithoutClusters(Script):
+    """Y = X by blocks of 64 rows with no cluster shape: every block is rank 0 of a cluster of one, and
+    cluster_sync() is a barrier of its own block."""
+
+    def __call__(self, m_size: int32, x_ptr: ~float16, y_ptr: ~float16):
+        self.attrs.blocks = [cdiv(m_size, 64)]
+        self.attrs.warps = 4
+        x = self.global_view(x_ptr, dtype=float16, shape=[m_size, 64])
+        y = self.global_view(y_ptr, dtype=float16, shape=[m_size, 64])
+        tile = self.shared_tensor(dtype=float16, shape=[64, 64])
+        self.store_shared(tile, self.load_global(x, offsets=[64 * self.blockIdx.x, 0], shape=[64, 64]))
+        self.fence_proxy_async()
+        self.cluster_sync()
+        if self.cluster_rank == 0:
+            with self.single_thread():
+                self.tma.shared_to_global(src=tile, dst=y, offsets=[64 * self.blockIdx.x, 0])
+                self.tma.commit_group()
+                self.tma.wait_group(0)

@@ -169,3 +169,14 @@ def test_a_group_split_into_partitions_stores_its_rows_to_shared_memory():
     y = np.full_like(x, np.nan)
     ck.SplitGroupStore()(x, y)
     assert np.array_equal(y, x)
+
+
+def test_without_clusters_every_block_is_rank_0_and_cluster_sync_compiles_to_the_cluster_barrier():
+    x = np.random.default_rng(0).standard_normal((200, 64)).astype(np.float16)
+    y = np.full_like(x, np.nan)
+    ck.WithoutClusters()(200, x, y)
+    assert np.array_equal(y, x)
+    source = generate(kernel_for(ck.WithoutClusters(), {})).source
+    assert "barrier.cluster.arrive.release.aligned;" in source and "if ((cluster_ctarank() == 0))" in source
+    assert sass.count_instructions(sass.disassemble(build(kernel_for(ck.WithoutClusters(), {})).module.cubin),
+                                   ["UCGABAR_ARV"])["UCGABAR_ARV"] == 1
