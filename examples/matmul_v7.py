@@ -14,8 +14,9 @@ Everything else is V6's cooperative schedule (it is a subclass: persistent block
 - **Full stages** expect the bytes of both tiles on each block's own barrier: its A and the multicast B (rank 0's
   multicast completes B's bytes on the "full" barrier of each destination).
 - **Empty stages** count the consumers of both blocks: rank 0 refills B in both, so a stage is free only when both
-  blocks are done with it. One thread of each consumer warpgroup releases a stage in both blocks (``cta=rank``, a
-  remote arrival through distributed shared memory), so an empty barrier counts four arrivals.
+  blocks are done with it. One thread of each consumer warpgroup releases a stage in its own block and in its
+  partner (``cta=rank``, a remote arrival through distributed shared memory), so an empty barrier counts four
+  arrivals.
 - **Two cluster barriers.** ``cluster_sync()`` after the barriers are created (no block signals its partner's
   barriers before they exist) and at the end (no block exits, freeing its barriers, while its partner may still
   arrive on them), which replaces V6's producer drain.
@@ -124,12 +125,13 @@ class MatmulWGMMAV7(MatmulWGMMAV6):
     def release(self, pipe, stage):
         """One thread of each consumer warpgroup frees ``stage`` in both blocks of the cluster: the warpgroup's
         ``wgmma.wait_group`` has seen its WGMMAs that read the stage complete (they are warpgroup-wide), so one
-        arrival speaks for all its threads, and a stage costs 4 remote arrivals instead of 512."""
+        arrival speaks for all its threads, and a stage costs 2 remote arrivals instead of 256."""
         for warpgroup in range(CONSUMER_WARPGROUPS):
             with self.thread_group(thread_begin=warpgroup * WARPGROUP, num_threads=WARPGROUP):
                 with self.single_thread():
-                    for rank in range(CLUSTER):
-                        self.mbarrier.arrive(pipe.empty_barriers[stage], cta=rank)
+                    self.mbarrier.arrive(pipe.empty_barriers[stage])  # this block's: a CTA-scope arrive
+                    for other in range(1, CLUSTER):  # the partners': remote arrivals
+                        self.mbarrier.arrive(pipe.empty_barriers[stage], cta=(self.cluster_rank + other) % CLUSTER)
 
 
 if __name__ == "__main__":
