@@ -12,7 +12,7 @@ import pytest
 
 import warpspec
 from matmul_v7 import CLUSTER, CONSUMER_THREADS, CONSUMER_WARPGROUPS, WARPGROUP, MatmulWGMMAV7
-from warpspec import DeadlockError
+from warpspec import CompileError, DeadlockError
 from warpspec.cli import main
 from warpspec.cuda import sass
 from warpspec.cuda.launch import build
@@ -75,6 +75,17 @@ def test_warpspec_check_passes_every_schedule_with_random_interleavings(num_sms,
     assert lines[-1] == "4 ok, 0 failed, 0 skipped"
     assert all(re.match(r"ok +num_stages=\d block_m=\d+ block_n=\d+ +\(.* s, 1\+2 runs\)$", line)
                for line in lines[:-1]), lines
+
+
+def test_the_timing_model_refuses_clusters_with_a_compile_error():
+    from warpspec.timeline.model import model_launch
+
+    kernel = kernel_for(MatmulWGMMAV7(num_stages=4, block_m=128, block_n=128), {"n_size": N, "k_size": K})
+    with pytest.raises(CompileError, match=r"the timing model runs the blocks of one SM and does not model "
+                                           r"thread-block clusters yet: MatmulWGMMAV7 sets self.attrs.cluster_blocks "
+                                           r"to \[2, 1, 1\]") as caught:
+        model_launch(kernel, {"m_size": M, "num_sms": 132})
+    assert caught.value.location == str(kernel.loc)
 
 
 class ReleasesOnlyItsOwnStage(MatmulWGMMAV7):
