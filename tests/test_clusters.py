@@ -22,6 +22,7 @@ M, N = 100, 300  # ragged: the last band and the last tile of each band are part
 
 @pytest.fixture(autouse=True)
 def emulator(monkeypatch):
+    """Run on the emulator with its deterministic schedule unless a test sets a seed."""
     monkeypatch.delenv(SEED_VARIABLE, raising=False)
     with warpspec.use_backend("emulator"):
         yield

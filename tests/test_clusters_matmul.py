@@ -19,13 +19,14 @@ from warpspec.cuda.launch import build
 from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.runtime import kernel_for
 
-M, N, K = 300, 200, 320  # no multiple of any tile: TMA zero fill, clipped stores, a cluster half past M
+M, N, K = 300, 200, 320  # no multiple of any tile: TMA zero fill, clipped stores, blocks past M
 TOLERANCE = 1e-2  # relative Frobenius error: fp16 inputs and output, fp32 accumulation
 SCHEDULES = [pytest.param(s, id="-".join(map(str, s.values()))) for s in MatmulWGMMAV7().schedules()]
 
 
 @pytest.fixture(autouse=True)
 def emulator(monkeypatch):
+    """Run on the emulator with its deterministic schedule unless a test sets a seed."""
     monkeypatch.delenv(SEED_VARIABLE, raising=False)
     with warpspec.use_backend("emulator"):
         yield
@@ -33,6 +34,7 @@ def emulator(monkeypatch):
 
 @pytest.fixture(scope="module")
 def operands():
+    """A [M, K], B [N, K] in float16 and the float32 reference A @ B^T."""
     rng = np.random.default_rng(0)
     a = rng.standard_normal((M, K)).astype(np.float16)
     b = rng.standard_normal((N, K)).astype(np.float16)
@@ -40,6 +42,7 @@ def operands():
 
 
 def matmul_error(kernel, operands, num_sms=132) -> float:
+    """Run ``kernel`` with at most ``num_sms`` blocks and return its relative error."""
     a, b, reference = operands
     c = np.full((M, N), np.nan, dtype=np.float16)  # NaN shows any tile left unwritten
     kernel(M, N, K, a, b, c, num_sms)
