@@ -3,7 +3,7 @@
 # ./h200-logs), then a short table of what passed and how long each step took. Steps run in the order given:
 #
 #   bash benchmarks/h200_session.sh [gpu-tests] [main] [tutorial] [launch] [matmul] [schedules] [v6] [v7] [timeline]
-#   [timeline-cli]
+#   [timeline-cli] [gemm] [ops-tests]
 #   (default: the first five)
 set -u
 cd "$(dirname "$0")/.."
@@ -30,6 +30,8 @@ for step in "${steps[@]}"; do
     timeline-cli) cmd=(python3 -m warpspec.cli timeline examples/matmul_v3.py:MatmulWGMMAV3 m_size=2048 n_size=2048
                        k_size=2048 --schedule num_stages=2,block_m=128,block_n=128,block_k=64 --backend cuda
                        --out /tmp/timeline-cli) ;;
+    gemm) cmd=(python3 benchmarks/gemm.py --no-tune --json "$out/gemm.json") ;;
+    ops-tests) cmd=(python3 -m pytest -q -x -m gpu tests/gpu/test_ops_matmul_gpu.py -p no:cacheprovider) ;;
     schedules) cmd=(python3 benchmarks/v3_schedules.py --json "$out/v3_8192.json") ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac

@@ -22,6 +22,10 @@ DIR/trace.json (Perfetto), DIR/timeline.png and DIR/summary.txt, and prints the 
 ``warpspec cache info`` shows the cache folder and its entries; ``warpspec cache clear [--tuning] [--cubins]``
 deletes tuning winners, compiled kernels, or (with neither option) both.
 
+``warpspec tune --op matmul --shapes MxNxK,... [--dtype D] [--b-layout k-major|n-major] [--out-dtype D]
+[--write-defaults]`` tunes ``warpspec.ops.matmul``'s kernel on the GPU for each shape, stores the winners in the
+tuning cache and prints them as the shipped defaults' table (docs/ops.md).
+
 Each subcommand is a subparser registered in ``build_parser`` with a ``<name>_command(args) -> int`` handler.
 Whatever a handler raises ends in one line, never a traceback: a usage error (exit code 2), a compile error of the
 kernel itself (a ``FAIL`` line), another warpspec error, an exception from the kernel's own Python code or an
@@ -164,6 +168,22 @@ def build_parser() -> argparse.ArgumentParser:
     clear.add_argument("--tuning", action="store_true", help="delete the tuning winners")
     clear.add_argument("--cubins", action="store_true", help="delete the compiled kernels")
     cache.set_defaults(handler=cache_command)
+
+    tune = commands.add_parser(
+        "tune", help="tune a library operation (warpspec.ops) on the GPU for a list of shapes ahead of time",
+        description="Tune warpspec.ops.matmul's kernel for each MxNxK of --shapes on the GPU and store the winners "
+                    "in the tuning cache, where later calls find them; print the winners as the shipped defaults' "
+                    "table (JSON), or merge them into the shipped defaults with --write-defaults.")
+    tune.add_argument("--op", choices=["matmul"], default="matmul", help="the operation (default: matmul)")
+    tune.add_argument("--shapes", required=True, metavar="MxNxK,...", help="e.g. 8192x8192x8192,4096x14336x4096")
+    tune.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float8_e4m3"],
+                      help="the input dtype (default: float16)")
+    tune.add_argument("--b-layout", default="k-major", choices=["k-major", "n-major"],
+                      help="b as w.T of an [N, K] tensor (k-major, default) or row-major [K, N] (n-major)")
+    tune.add_argument("--out-dtype", default=None, help="the output dtype (default: the input's; bf16 for fp8)")
+    tune.add_argument("--write-defaults", action="store_true",
+                      help="merge the winners into warpspec/ops/defaults.json (the shipped defaults)")
+    tune.set_defaults(handler=tune_command)
 
     timeline = commands.add_parser(
         "timeline", help="write a kernel's timeline: a Perfetto trace, a Gantt chart and a summary with a diagnosis",
@@ -516,6 +536,35 @@ def cache_command(args) -> int:
         left = f" ({failures - before} could not be removed)" if failures > before else ""
         print(f"{option}: removed {removed} files from {root / CACHE_KINDS[option]}{left}")
     return EXIT_FAILURE if failures else EXIT_OK
+
+
+# -------------------------------------------------------------------------------------------------------- tune
+
+
+def tune_command(args) -> int:
+    """``warpspec tune --op matmul --shapes MxNxK,... [--dtype D] [--b-layout L] [--out-dtype D]
+    [--write-defaults]``: one progress line per shape on stderr (and the build progress of each tuning run), the
+    winners' table as JSON on stdout last."""
+    import json
+
+    from warpspec import runtime
+    from warpspec.ops.matmul import DEFAULTS_FILE, parse_shapes, tune_matmul, write_defaults
+    from warpspec.tune.tuner import configure
+
+    try:
+        shapes = parse_shapes(args.shapes)
+    except WarpspecError as error:
+        raise UsageError(str(error)) from None
+    if runtime.get_backend() != "cuda":
+        raise UsageError("tuning needs a Hopper GPU (the CUDA back end); none is selected or present")
+    configure(verbose=True)
+    table = tune_matmul(shapes, args.dtype, b_layout=args.b_layout, out_dtype=args.out_dtype,
+                        progress=lambda line: print(line, file=sys.stderr, flush=True))
+    if args.write_defaults:
+        write_defaults(table)
+        print(f"merged {sum(len(v) for v in table.values())} schedules into {DEFAULTS_FILE}", file=sys.stderr)
+    print(json.dumps(table, indent=1, sort_keys=True))
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------------------------------------------- timeline
