@@ -5,7 +5,10 @@ An element written by one block and read or written by another therefore holds w
 happens to give: a race, reported at the second access. Reads by several blocks of an element nobody writes are
 fine. Because blocks run one after another, the first conflicting access is always seen by the later block, and two
 numbers per element suffice: the id of its last write and of its first read (ids grow over the launch, so "by an
-earlier block" is ``id < block.start``).
+earlier block" is ``id < block.start``). The blocks of one cluster run together: from the cluster's first access
+on, an id is another block's when its access says so. A cluster barrier orders its blocks, but global memory is
+not tracked through it: any conflicting access between two blocks is reported. Only the first read is kept, so a
+block's write after its own read of an element misses a read of it by another block of its cluster in between.
 
 The shadow is kept per piece of memory, not per argument: the same numpy array passed for two pointers (C passed as
 A) is one buffer with one shadow, each argument at its byte offset in it.
@@ -115,9 +118,14 @@ class GlobalMemory:
         self.accesses: list[Access] = []
         self.written: set[tuple[str, str]] = set()  # (argument, view) of every write, for ``unwritten``
 
-    def block(self, block: tuple[int, int, int]) -> "BlockMemory":
-        """Global memory as the block at ``blockIdx`` ``block`` (run after every block before it) accesses it."""
-        return BlockMemory(self, block)
+    def start(self) -> int:
+        """The id the next access will get: every access below it was made before now."""
+        return len(self.accesses)
+
+    def block(self, block: tuple[int, int, int], start: int | None = None) -> "BlockMemory":
+        """Global memory as the block at ``blockIdx`` ``block`` (run after every block before it) accesses it.
+        ``start``: the blocks of a cluster run together from access id ``start`` on (None: this block alone)."""
+        return BlockMemory(self, block, start)
 
     def unwritten(self, views) -> list[UnwrittenOutput]:
         """For each view the launch wrote through (``views``: ``(GlobalView statement, shape, strides)`` as
@@ -188,9 +196,10 @@ class PendingStore:
 class BlockMemory:
     """Global memory as one block accesses it: the race checks and shadow updates of its loads and stores."""
 
-    def __init__(self, memory: GlobalMemory, block: tuple[int, int, int]):
+    def __init__(self, memory: GlobalMemory, block: tuple[int, int, int], start: int | None = None):
         self.memory, self.block = memory, block
-        self.start = len(memory.accesses)  # every access id below this is an earlier block's
+        self.together = start is not None  # accesses from `start` on may be this block's or its cluster's
+        self.start = memory.start() if start is None else start  # every access id below this is an earlier block's
         self.stores: dict[int, PendingStore] = {}  # by the TMA store's access id
 
     def tile(self, task, pointer: int, view: str, shape, strides, offsets, tile_shape, what: str,
@@ -232,8 +241,18 @@ class BlockMemory:
         writers[...] = tile.id
         tile.data[...] = values[tile.slices]
 
+    def _other_blocks(self, ids: np.ndarray) -> np.ndarray:
+        """Which of the access ``ids`` another block made: an earlier one, or one of this block's cluster."""
+        others = ids < self.start
+        if self.together:
+            recent = (ids >= self.start) & (ids != NOBODY)
+            for access_id in np.unique(ids[recent]):
+                if self.memory.accesses[access_id].block != self.block:
+                    others |= ids == access_id
+        return others
+
     def _check_blocks(self, task, tile: GlobalTile, ids: np.ndarray, verb: str, other_verb: str) -> None:
-        earlier = ids < self.start
+        earlier = self._other_blocks(ids)
         if not earlier.any():
             return
         position = tuple(np.argwhere(earlier)[0])
@@ -264,7 +283,9 @@ class BlockMemory:
         if not ours.any():
             return
         for store_id in np.unique(marks[ours]):
-            store = self.stores[int(store_id)]
+            store = self.stores.get(int(store_id))
+            if store is None:  # another block of the cluster stored there: a race its write reports
+                continue
             issuer, observed = store.issuer, store.observed
             if observed is not None and (issuer is task or task.clock[issuer.index] >= observed):
                 continue
