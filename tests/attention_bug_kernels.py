@@ -6,6 +6,7 @@ marker comment ``# <<< name``; ``marker_line(name)`` finds its number.
 """
 
 from markers import markers_of
+
 from warpspec.ops.attention_kernel import AttentionF16
 
 marker_line = markers_of(__file__)

@@ -8,13 +8,13 @@ import sys
 from io import StringIO
 from pathlib import Path
 
+import attention_bug_kernels as bk
 import ml_dtypes
 import numpy as np
 import pytest
-
-import attention_bug_kernels as bk
-import warpspec
 from attention_fwd import reference
+
+import warpspec
 from warpspec import ArgumentError, BarrierError, RaceError
 from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.ops import attention
@@ -80,7 +80,7 @@ def test_head_dims_and_tiles_narrower_than_the_head(head_dim, block_n, num_stage
     q, k, v = operands(1, 2, 1, 150, 170, head_dim, np.float16, seed=1)
     problem = validate(q, k, v, True, None)
     out = np.full_like(q, np.nan)
-    launch(q, k, v, out, problem, dict(block_n=block_n, num_stages=num_stages))
+    launch(q, k, v, out, problem, {"block_n": block_n, "num_stages": num_stages})
     assert np.abs(out.astype(np.float32) - expected(q, k, v, True)).max() < 2e-3
 
 
@@ -106,8 +106,7 @@ def _cases():
     strided = np.zeros((1, 4, 16, 128), np.float16)[..., ::2]
     return {
         "rank": ((q[0], k, v), {}, "q must be 4-D [batch, heads, seq, head_dim], got shape (4, 16, 64)"),
-        "head-dim": ((q96, q96[:, :2], q96[:, :2]), {}, "head_dim (q.shape[3]) is 96; ops.attention supports 64, "
-                                                       "128, 256"),
+        "head-dim": ((q96, q96[:, :2], q96[:, :2]), {}, "head_dim (q.shape[3]) is 96; ops.attention supports 64, 128, 256"),
         "dtype": ((q.astype(np.float32), k, v), {}, "q has dtype float32; ops.attention takes float16 or bfloat16"),
         "mixed-dtype": ((q, bf, v), {}, "k has dtype bfloat16 but q has float16"),
         "heads": ((q, k[:, :1].repeat(3, 1), v[:, :1].repeat(3, 1)), {},
