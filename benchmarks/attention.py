@@ -11,7 +11,7 @@ included).
     python benchmarks/attention.py                                  # the full table (~4 minutes on an H200)
     python benchmarks/attention.py --head-dims 128 --seqs 8192 --causal both --dtypes fp16,bf16
     python benchmarks/attention.py --head-dims 128 --seqs 8192 --schedules all   # every schedule of the space
-    python benchmarks/attention.py --schedule block_n=96,num_stages=2 --head-dims 128 --seqs 4096
+    python benchmarks/attention.py --schedule block_n=96,num_stages=2,unroll=1 --head-dims 128 --seqs 4096
 
 Prints one line per config as it goes and a table last; ``--json`` writes every number.
 """
@@ -46,7 +46,7 @@ def _build_one(job):
 
 
 def parse_schedule(text: str) -> dict:
-    """``"block_n=96,num_stages=2"`` -> {"block_n": 96, "num_stages": 2}."""
+    """``"block_n=96,num_stages=2,unroll=1"`` -> {"block_n": 96, "num_stages": 2, "unroll": 1}."""
     pairs = [part.split("=") for part in text.split(",")]
     return {name.strip(): int(value) for name, value in pairs}
 
@@ -59,7 +59,8 @@ def main(argv=None) -> int:
     parser.add_argument("--dtypes", default="fp16", help="comma-separated: fp16, bf16")
     parser.add_argument("--schedules", choices=("default", "all"), default="default",
                         help="default: each head dim's shipped schedule; all: every schedule of the space")
-    parser.add_argument("--schedule", default=None, help="one schedule for every head dim, e.g. block_n=96,num_stages=2")
+    parser.add_argument("--schedule", default=None,
+                        help="one schedule for every head dim, e.g. block_n=96,num_stages=2,unroll=1")
     parser.add_argument("--backends", default="cudnn,flash", help="SDPA back ends to time: cudnn, flash")
     parser.add_argument("--warmup", type=int, default=25)
     parser.add_argument("--rep", type=int, default=100)

@@ -73,14 +73,15 @@ def test_matches_numpy_at_ragged_grouped_query_shapes(dtype, causal, seq_q, seq_
     assert error < TOLERANCE[dtype]
 
 
-@pytest.mark.parametrize("head_dim, block_n, num_stages", [(128, 128, 2), (128, 64, 3), (256, 80, 2), (64, 96, 2)])
-def test_head_dims_and_tiles_narrower_than_the_head(head_dim, block_n, num_stages):
+@pytest.mark.parametrize("head_dim, block_n, num_stages, unroll", [(128, 128, 2, 2), (128, 64, 3, 1), (256, 80, 2, 1),
+                                                                   (64, 96, 2, 1), (64, 128, 3, 3)])
+def test_head_dims_and_tiles_narrower_than_the_head(head_dim, block_n, num_stages, unroll):
     """Every head dim, and K/V tiles of another width than D: the [64, 1] row statistics of the [64, block_n]
     scores also scale the [64, D] output (the layout pass takes the two row slices as one)."""
     q, k, v = operands(1, 2, 1, 150, 170, head_dim, np.float16, seed=1)
     problem = validate(q, k, v, True, None)
     out = np.full_like(q, np.nan)
-    launch(q, k, v, out, problem, {"block_n": block_n, "num_stages": num_stages})
+    launch(q, k, v, out, problem, {"block_n": block_n, "num_stages": num_stages, "unroll": unroll})
     assert np.abs(out.astype(np.float32) - expected(q, k, v, True)).max() < 2e-3
 
 
@@ -132,7 +133,7 @@ def test_argument_errors(case):
 def _run_bug(cls):
     q, k, v = operands(1, 1, 1, 200, 300, 64, np.float16)
     out = np.zeros_like(q)
-    kernel = cls(head_dim=64, causal=False, block_n=64, num_stages=2)
+    kernel = cls(head_dim=64, causal=False, block_n=64, num_stages=2, unroll=1)
     kernel(200, 300, 1, 1, 1, 64 ** -0.5 * ak.LOG2_E, q, k, v, out)
 
 

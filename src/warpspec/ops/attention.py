@@ -26,9 +26,9 @@ DTYPES = (float16, bfloat16)
 #: D=256 takes 80-row tiles in 2 stages (64 KB of Q + 160 KB of K/V), D=128 128-row tiles in 2 stages (FA3's
 #: 128 x 128 tile), D=64 128-row tiles in 3.
 DEFAULT_SCHEDULES = {
-    64: {"block_n": 128, "num_stages": 3},
-    128: {"block_n": 128, "num_stages": 2},
-    256: {"block_n": 80, "num_stages": 2},
+    64: {"block_n": 128, "num_stages": 3, "unroll": 1},
+    128: {"block_n": 128, "num_stages": 2, "unroll": 1},
+    256: {"block_n": 80, "num_stages": 2, "unroll": 1},
 }
 MAX_GRID_Y = 65535  # the grid's y extent (one row of blocks per batch and head)
 MAX_INT32 = 2**31 - 1
@@ -162,7 +162,7 @@ _scripts: dict = {}  # (dtype name, head_dim, causal, schedule items) -> pinned 
 
 def script_for(problem: Problem, schedule: dict | None = None):
     """The pinned kernel Script of the problem's dtype, head dim and causality, with ``schedule`` (block_n,
-    num_stages) or the head dim's shipped default."""
+    num_stages, unroll) or the head dim's shipped default."""
     schedule = dict(DEFAULT_SCHEDULES[problem.head_dim] if schedule is None else schedule)
     key = (problem.dtype.name, problem.head_dim, problem.causal, tuple(sorted(schedule.items())))
     script = _scripts.get(key)

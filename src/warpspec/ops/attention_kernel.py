@@ -31,7 +31,7 @@ query head ``bh`` to K/V head ``bh // H · H_kv + bh % H // (H / H_kv)`` at run 
 memory (the Q buffer, free once the last QKᵀ read it) with one TMA store per warpgroup.
 
 Pointer parameters carry their dtype, so each element type has its own Script class: ``AttentionF16`` and
-``AttentionBF16`` (``ATTENTION_KERNELS`` by dtype name). The schedule (``block_n``, ``num_stages``) is autotuned.
+``AttentionBF16`` (``ATTENTION_KERNELS`` by dtype name). The schedule (``block_n``, ``num_stages``, ``unroll``) is autotuned.
 """
 
 from __future__ import annotations
@@ -61,13 +61,14 @@ class _Attention(Script):
     #: Only the sizes and the head counts choose the schedule.
     tune_key = ("seq_q", "seq_k", "batch_heads")
 
-    def __init__(self, head_dim, causal, block_n, num_stages):
+    def __init__(self, head_dim, causal, block_n, num_stages, unroll):
         super().__init__()
         assert head_dim in HEAD_DIMS, f"head_dim must be one of {HEAD_DIMS}, got {head_dim}"
         self.head_dim = head_dim
         self.causal = causal
         self.block_n = block_n
         self.num_stages = num_stages
+        self.unroll = unroll
 
     def attention(self, seq_q, seq_k, batch_heads, heads, group, scale_log2, q_ptr, k_ptr, v_ptr, o_ptr):
         """The kernel: O[bh] = softmax(scale · Q[bh]·K[kv(bh)]ᵀ) · V[kv(bh)] for query rows
@@ -137,6 +138,12 @@ class _Attention(Script):
         """Consumer warpgroup ``wg``: rows ``offset_m + 64·wg ...``, the online softmax over the block's K/V tiles
         with S_j's QKᵀ issued before P_{j-1}'s PV, taking turns with the other warpgroup to issue them."""
         d, block_n, dtype = self.head_dim, self.block_n, self.dtype
+        # Both warpgroups walk both rings from the first stage, each thread holding its own position. Saying so
+        # keeps the stages compile-time constants in the unrolled loop of the second warpgroup too (after the
+        # first warpgroup's code the code generator no longer knows them).
+        for pipe in (pipe_k, pipe_v):
+            pipe.consumer_stage = 0
+            pipe.consumer_phase = self.mbarrier.consumer_initial_phase
         row_max = self.register_tensor(dtype=float32, shape=[64, 1], init=float("-inf"))
         row_sum = self.register_tensor(dtype=float32, shape=[64, 1], init=0.0)
         acc_o = self.register_tensor(dtype=float32, shape=[64, d], init=0.0)
@@ -166,7 +173,7 @@ class _Attention(Script):
             row_sum = row_sum + self.reduce_sum(first_p)
             row_max = max(row_max, first_max)
             p = self.cast(first_p, dtype)
-            for j in self.range(1, n_tiles):
+            for j in self.range(1, n_tiles, unroll=self.unroll):
                 pipe_k.consumer_acquire()
                 self.wait_turn(turns[wg], turn_phase)
                 turn_phase = turn_phase ^ 1
@@ -244,8 +251,13 @@ class _Attention(Script):
 
 
 def _schedules(cls):
-    """The schedule space: K/V tiles of 64 to 128 rows, 2 or 3 stages per ring (shared memory allowing)."""
-    return autotune("block_n, num_stages", [[128, 2], [64, 3], [64, 2], [128, 3], [80, 2], [96, 2]])(cls)
+    """The schedule space: K/V tiles of 48 to 128 rows, 2 or 3 stages per ring (where shared memory allows: D=256
+    fits 80 rows in 2 stages, 48 in 3), and the main loop as it is or unrolled once per stage (``unroll``: every
+    stage index a constant, for two or three times the code; only D <= 128 unrolled, D=256 would spill)."""
+    return autotune("block_n, num_stages, unroll", [
+        [128, 2, 1], [128, 2, 2], [128, 3, 1], [128, 3, 3], [96, 2, 1], [80, 2, 1], [64, 2, 1], [64, 3, 1],
+        [48, 3, 1],
+    ])(cls)
 
 
 @_schedules
