@@ -2,7 +2,8 @@
 # One batch on a Hopper machine: the GPU tests, the main job and the benchmarks, each step's log under $OUT (or
 # ./h200-logs), then a short table of what passed and how long each step took. Steps run in the order given:
 #
-#   bash benchmarks/h200_session.sh [gpu-tests] [main] [tutorial] [launch] [matmul] [schedules] [v6]
+#   bash benchmarks/h200_session.sh [gpu-tests] [main] [tutorial] [launch] [matmul] [schedules] [v6] [timeline]
+#   [timeline-cli]
 #   (default: the first five)
 set -u
 cd "$(dirname "$0")/.."
@@ -24,6 +25,10 @@ for step in "${steps[@]}"; do
     launch) cmd=(python3 benchmarks/launch.py --breakdown --json "$out/launch.json") ;;
     matmul) cmd=(python3 benchmarks/matmul.py --schedules quick) ;;
     v6) cmd=(python3 benchmarks/every_schedule.py matmul_v6:MatmulWGMMAV6 --json "$out/v6_8192.json") ;;
+    timeline) cmd=(python3 benchmarks/profile_overhead.py --out "$out/prof") ;;
+    timeline-cli) cmd=(python3 -m warpspec.cli timeline examples/matmul_v3.py:MatmulWGMMAV3 m_size=2048 n_size=2048
+                       k_size=2048 --schedule num_stages=2,block_m=128,block_n=128,block_k=64 --backend cuda
+                       --out /tmp/timeline-cli) ;;
     schedules) cmd=(python3 benchmarks/v3_schedules.py --json "$out/v3_8192.json") ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac

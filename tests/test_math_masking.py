@@ -85,6 +85,12 @@ def test_accumulator_indices_compile():
     built = build(kernel_for(mk.AccumulatorIndices(**SCHEDULE), {}))
     counts = sass.count_instructions(sass.disassemble(built.module.cubin), ["HGMMA", "LDL", "STL"])
     assert counts["HGMMA"] > 0 and counts["LDL"] == 0 and counts["STL"] == 0
+    # The int32 index tile is stored in pairs of its own bits: through __float_as_uint each int was converted to
+    # float first, and the GPU wrote 1065353216 (1.0f) for index 1.
+    index_stores = [line for line in built.generated.source.splitlines() if "reinterpret_cast<u64 *>" in line
+                    and "gi_size1" in line]
+    assert index_stores and all("__float_as_uint" not in line for line in index_stores)
+    assert all("static_cast<u64>(static_cast<unsigned>(" in line for line in index_stores)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["ragged", "causal"])

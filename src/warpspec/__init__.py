@@ -12,11 +12,38 @@ from warpspec.errors import (ArgumentError, BarrierError, BarrierTimeoutError, B
 from warpspec.frontend.builder import cdiv
 from warpspec.pipeline import Pipeline
 from warpspec.script import Class, Script, autotune
+from warpspec.environment import environment
 from warpspec.runtime import debug, get_backend, set_backend, set_debug, use_backend
+
+
+def profile(blocks: int = 4, capacity: int = 2048, flops: float | None = None, overhead: bool = False):
+    """``with warpspec.profile(blocks=4) as session:`` records every Script launch inside it: on the GPU through
+    an instrumented build that timestamps each role's barrier waits, TMA issues, WGMMA and epilogue in ``blocks``
+    sampled blocks (``capacity`` events per role and block; more are counted, not recorded); on the emulator
+    through the CPU timing model when it is installed. ``session.timelines`` holds one
+    ``warpspec.timeline.events.Timeline`` per launch, whose ``kernel_ns`` is a plain (uninstrumented) build's
+    median time and whose ``flops`` is ``flops``; ``overhead=True`` also times the instrumented build (noted in the
+    Timeline, listed in ``session.instrumented_ns``). A profiled GPU call runs the kernel several times on its
+    arguments, as tuning does. docs/cuda.md has the details."""
+    from warpspec.timeline.gpu import ProfileSession
+    from warpspec.tune.bench import CudaBench
+
+    return ProfileSession(blocks, capacity, flops, overhead, timing=CudaBench().timing)
+
+
+# WARPSPEC_PROFILE=1 when warpspec is imported: the whole process is one profile session, and each launch's
+# timeline is written under WARPSPEC_PROFILE_DIR (default ./warpspec-profile), saying where on stderr.
+if environment("WARPSPEC_PROFILE", "").strip().lower() in ("1", "true", "yes", "on"):
+    from warpspec.timeline.gpu import report_to
+
+    _process_profile = profile()
+    _process_profile.report = report_to(environment("WARPSPEC_PROFILE_DIR", "warpspec-profile"))
+    _process_profile.__enter__()
 
 __all__ = [
     "Script", "Class", "autotune", "cdiv", "Pipeline",
     "float16", "bfloat16", "float32", "float8_e4m3", "float8_e5m2", "int8", "int32", "int64", "uint32", "boolean",
     "WarpspecError", "CompileError", "ArgumentError", "KernelError", "DeadlockError", "RaceError", "BarrierError",
     "BoundsError", "BarrierTimeoutError", "get_backend", "set_backend", "use_backend", "set_debug", "debug",
+    "profile",
 ]

@@ -15,8 +15,16 @@ SASS. Schedules
 are pruned and built as the autotuner does (``warpspec.tune.tuner``): in parallel, one process per core, each
 reported on stderr as it finishes.
 
+``warpspec timeline FILE.py:CLASS [NAME=VALUE ...] [--schedule K=V,...] [--backend emulator|cuda] [--out DIR]``
+writes a timeline of one schedule's launch, from the CPU timing model or an instrumented GPU run, as
+DIR/trace.json (Perfetto), DIR/timeline.png and DIR/summary.txt, and prints the summary.
+
 ``warpspec cache info`` shows the cache folder and its entries; ``warpspec cache clear [--tuning] [--cubins]``
 deletes tuning winners, compiled kernels, or (with neither option) both.
+
+``warpspec tune --op matmul --shapes MxNxK,... [--dtype D] [--b-layout k-major|n-major] [--out-dtype D]
+[--write-defaults]`` tunes ``warpspec.ops.matmul``'s kernel on the GPU for each shape, stores the winners in the
+tuning cache and prints them as the shipped defaults' table (docs/ops.md).
 
 Each subcommand is a subparser registered in ``build_parser`` with a ``<name>_command(args) -> int`` handler.
 Whatever a handler raises ends in one line, never a traceback: a usage error (exit code 2), a compile error of the
@@ -160,6 +168,40 @@ def build_parser() -> argparse.ArgumentParser:
     clear.add_argument("--tuning", action="store_true", help="delete the tuning winners")
     clear.add_argument("--cubins", action="store_true", help="delete the compiled kernels")
     cache.set_defaults(handler=cache_command)
+
+    tune = commands.add_parser(
+        "tune", help="tune a library operation (warpspec.ops) on the GPU for a list of shapes ahead of time",
+        description="Tune warpspec.ops.matmul's kernel for each MxNxK of --shapes on the GPU and store the winners "
+                    "in the tuning cache, where later calls find them; print the winners as the shipped defaults' "
+                    "table (JSON), or merge them into the shipped defaults with --write-defaults.")
+    tune.add_argument("--op", choices=["matmul"], default="matmul", help="the operation (default: matmul)")
+    tune.add_argument("--shapes", required=True, metavar="MxNxK,...", help="e.g. 8192x8192x8192,4096x14336x4096")
+    tune.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float8_e4m3"],
+                      help="the input dtype (default: float16)")
+    tune.add_argument("--b-layout", default="k-major", choices=["k-major", "n-major"],
+                      help="b as w.T of an [N, K] tensor (k-major, default) or row-major [K, N] (n-major)")
+    tune.add_argument("--out-dtype", default=None, help="the output dtype (default: the input's; bf16 for fp8)")
+    tune.add_argument("--write-defaults", action="store_true",
+                      help="merge the winners into warpspec/ops/defaults.json (the shipped defaults)")
+    tune.set_defaults(handler=tune_command)
+
+    timeline = commands.add_parser(
+        "timeline", help="write a kernel's timeline: a Perfetto trace, a Gantt chart and a summary with a diagnosis",
+        description="Run FILE.py's Script CLASS on the CPU timing model (--backend emulator, the default) or on "
+                    "the GPU with an instrumented build (--backend cuda, random inputs as warpspec check makes "
+                    "them) and write DIR/trace.json, DIR/timeline.png and DIR/summary.txt; the summary is printed.")
+    timeline.add_argument("target", metavar="FILE.py:CLASS", help="the file defining the kernel and its Script class")
+    timeline.add_argument("arguments", nargs="*", metavar="NAME=VALUE",
+                          help="a scalar kernel argument (runtime or compile-time), e.g. m_size=8192")
+    timeline.add_argument("--schedule", metavar="K=V,...",
+                          help="pin one schedule of an autotuned kernel (default: the first that compiles)")
+    timeline.add_argument("--backend", choices=("emulator", "cuda"), default="emulator",
+                          help="emulator: the CPU timing model (no GPU needed); cuda: measure on the GPU")
+    timeline.add_argument("--out", metavar="DIR", default="timeline",
+                          help="the folder to write trace.json, timeline.png and summary.txt to (default: timeline)")
+    timeline.add_argument("--blocks", type=_non_negative_int, default=4, metavar="N",
+                          help="with --backend cuda: how many blocks to record (default: 4)")
+    timeline.set_defaults(handler=timeline_command)
     # Further subcommands register here: commands.add_parser(...) and set_defaults(handler=<name>_command).
     return parser
 
@@ -496,6 +538,91 @@ def cache_command(args) -> int:
     return EXIT_FAILURE if failures else EXIT_OK
 
 
+# -------------------------------------------------------------------------------------------------------- tune
+
+
+def tune_command(args) -> int:
+    """``warpspec tune --op matmul --shapes MxNxK,... [--dtype D] [--b-layout L] [--out-dtype D]
+    [--write-defaults]``: one progress line per shape on stderr (and the build progress of each tuning run), the
+    winners' table as JSON on stdout last."""
+    import json
+
+    from warpspec import runtime
+    from warpspec.ops.matmul import DEFAULTS_FILE, parse_shapes, tune_matmul, write_defaults
+    from warpspec.tune.tuner import configure
+
+    try:
+        shapes = parse_shapes(args.shapes)
+    except WarpspecError as error:
+        raise UsageError(str(error)) from None
+    if runtime.get_backend() != "cuda":
+        raise UsageError("tuning needs a Hopper GPU (the CUDA back end); none is selected or present")
+    configure(verbose=True)
+    table = tune_matmul(shapes, args.dtype, b_layout=args.b_layout, out_dtype=args.out_dtype,
+                        progress=lambda line: print(line, file=sys.stderr, flush=True))
+    if args.write_defaults:
+        write_defaults(table)
+        print(f"merged {sum(len(v) for v in table.values())} schedules into {DEFAULTS_FILE}", file=sys.stderr)
+    print(json.dumps(table, indent=1, sort_keys=True))
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------------- timeline
+
+
+def timeline_command(args) -> int:
+    """``warpspec timeline``: model (or, with ``--backend cuda``, record) one schedule's launch, write its trace,
+    chart and summary into ``--out`` and print the summary."""
+    from warpspec.timeline import write
+    from warpspec.timeline.model import model_launch
+
+    script_cls = load_script_class(args.target)
+    params = kernel_parameters(script_cls)
+    scalars = scalar_arguments(script_cls.__name__, params, args.arguments)
+    errors = []
+    for label, script in selected_scripts(script_cls, args.schedule):
+        try:
+            kernel, runtime = bound_kernel(script, params, scalars)
+            break
+        except CompileError as error:
+            errors.append((label, error_text(error)))
+    else:
+        label, text = errors[0]
+        raise KernelFailure(label if len(errors) == 1 else f"{script_cls.__name__}, every schedule", text)
+    modeled = model_launch(kernel, runtime)
+    timeline = modeled if args.backend == "emulator" else _gpu_timeline(script, params, scalars, args.blocks)
+    if timeline.flops is None:
+        timeline.flops = modeled.flops  # the model counts the launch's WGMMA work exactly
+    try:
+        text = write(timeline, args.out)
+    except ImportError as error:
+        raise UsageError(str(error)) from None
+    print(text, end="")
+    print(f"wrote {Path(args.out) / 'trace.json'}, {Path(args.out) / 'timeline.png'} and "
+          f"{Path(args.out) / 'summary.txt'}")
+    return EXIT_OK
+
+
+def _gpu_timeline(script, params, scalars: dict, blocks: int):
+    """The timeline an instrumented GPU launch of ``script`` records (``warpspec.profile``), with random inputs."""
+    profile = getattr(warpspec, "profile", None)
+    if profile is None:
+        raise UsageError("--backend cuda needs instrumented GPU builds (warpspec.profile), which this warpspec lacks")
+    check_input_memory(script, params, pointer_sizes(script, params, scalars), DEFAULT_MAX_MEMORY)
+    try:
+        import torch
+    except ImportError:
+        raise UsageError("--backend cuda passes the inputs as torch tensors: install torch") from None
+    arrays = {name: dtypes.numpy_to_torch(array).cuda() for name, array in pointer_arrays(script, params,
+                                                                                          scalars).items()}
+    with warpspec.use_backend("cuda"), profile(blocks=blocks) as session:
+        script(**scalars, **arrays)
+        torch.cuda.synchronize()
+    if not session.timelines:
+        raise UsageError("the profiled call recorded no launch")
+    return session.timelines[-1]
+
+
 # ------------------------------------------------------------------------------------------- shared helpers
 
 
@@ -637,19 +764,28 @@ def selected_scripts(script_cls, schedule_text: str | None) -> list[tuple[str, o
     return [(_schedule_label(ordered), instance.instantiate(ordered))]
 
 
-def pointer_sizes(script, params, scalars: dict) -> dict[str, int]:
-    """How many elements each pointer parameter's array needs: as many as the kernel's global views of it reach.
-    Builds the kernel IR for these arguments: raises CompileError when it does not compile."""
-    from warpspec.arguments import elements_needed, view_shapes
+def bound_kernel(script, params, scalars: dict):
+    """``(kernel IR, runtime arguments by name)`` of ``script`` for the scalar arguments ``scalars``, pointers
+    given as None. Raises CompileError when the kernel does not compile for them, UsageError when it cannot take
+    them."""
     from warpspec.frontend.kernel import bind_arguments
     from warpspec.runtime import kernel_for
 
-    pointers = {p.name: p.annotation.dtype for p in params if isinstance(p.annotation, PointerType)}
+    pointers = [p.name for p in params if isinstance(p.annotation, PointerType)]
     try:
         runtime, compile_time = bind_arguments(type(script), (), {**scalars, **dict.fromkeys(pointers)})
     except ArgumentError as error:
         raise UsageError(str(error)) from None
-    kernel = kernel_for(script, compile_time)
+    return kernel_for(script, compile_time), runtime
+
+
+def pointer_sizes(script, params, scalars: dict) -> dict[str, int]:
+    """How many elements each pointer parameter's array needs: as many as the kernel's global views of it reach.
+    Builds the kernel IR for these arguments: raises CompileError when it does not compile."""
+    from warpspec.arguments import elements_needed, view_shapes
+
+    pointers = {p.name: p.annotation.dtype for p in params if isinstance(p.annotation, PointerType)}
+    kernel, runtime = bound_kernel(script, params, scalars)
     env = {param.var.uid: 0 if param.name in pointers else runtime[param.name] for param in kernel.params}
     # Views are sized as the launch checks them.
     sizes = dict.fromkeys(pointers, 1)

@@ -95,6 +95,19 @@ def debug(enabled: bool = True):
         _debugging = saved
 
 
+#: Where launches go while profiling (``warpspec.profile``): an object whose ``launch(kernel, arguments, backend)``
+#: runs the kernel and keeps its timeline (``warpspec.timeline.gpu.ProfileSession``); None: launches run plainly.
+_profiler = None
+
+
+def set_profiler(profiler):
+    """Send the launches made from now on to ``profiler.launch(kernel, arguments, backend)`` (None: run them
+    plainly); returns the profiler that was set before."""
+    global _profiler
+    previous, _profiler = _profiler, profiler
+    return previous
+
+
 def kernel_for(script, compile_time: dict):
     """The IR of ``script`` for these compile-time values, built once per instance and specialisation."""
     from warpspec.frontend.kernel import build_kernel
@@ -120,7 +133,7 @@ def shape_only(values) -> bool:
 def run_script(script, args: tuple, kwargs: dict):
     """Bind the arguments, build (or reuse) the kernel and run it on the selected back end."""
     entries = script.__dict__.get("_warpspec_calls")
-    if entries and not kwargs and not _debugging and mode() != "emulator":
+    if entries and not kwargs and not _debugging and _profiler is None and mode() != "emulator":
         # A plan entry exists only for a device where a CUDA launch worked out, so under ``auto`` it is a Hopper
         # GPU; each entry checks the current device itself.
         for call in entries:
@@ -132,6 +145,8 @@ def run_script(script, args: tuple, kwargs: dict):
 
     runtime, compile_time = bind_arguments(type(script), args, kwargs)
     kernel = kernel_for(script, compile_time)
+    if _profiler is not None:
+        return _profiler.launch(kernel, runtime, get_backend())
     if get_backend() == "emulator":
         from warpspec.emulator.run import run_kernel
 

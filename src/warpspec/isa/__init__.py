@@ -2,7 +2,7 @@
 and the PTX they become), their checks, their IR statements and their emulation. docs/architecture.md says how to
 add one."""
 
-from warpspec.isa import elementwise, fence, mbarrier, memory, reduction, roles, tma, wgmma
+from warpspec.isa import elementwise, fence, mbarrier, memory, profile, reduction, roles, tma, wgmma  # noqa: F401
 
 #: The families in the order ``self`` offers them; a family with a ``namespace`` is ``self.<namespace>``.
 FAMILIES = (memory.Memory, roles.Roles, fence.Fences, elementwise.Elementwise, reduction.Reductions,

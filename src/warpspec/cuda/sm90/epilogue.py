@@ -23,6 +23,9 @@ def store_pairs(gen, s: StoreGlobal, layout: Accumulator, view: str, row: str, c
     ctype = C_TYPES[src.dtype.name]
     nbytes = src.dtype.nbytes
     pair = "unsigned" if nbytes == 2 else "u64"
+    # A 4-byte element's bits as an unsigned word: a float's through __float_as_uint, an integer's as they are
+    # (__float_as_uint of an int would convert the value to float first).
+    bits = (lambda e: f"__float_as_uint({e})") if src.dtype.is_float else (lambda e: f"static_cast<unsigned>({e})")
     gen.line("{")
     gen.indent += 1
     _store_head(gen, layout, view, row, f"{col} + 2 * (lane_ & 3)")
@@ -36,8 +39,8 @@ def store_pairs(gen, s: StoreGlobal, layout: Accumulator, view: str, row: str, c
                     if packed(src):
                         both = f"{gen.tensor_name(src)}[{reg // 2}]"
                     else:
-                        both = (f"(static_cast<u64>(__float_as_uint({gen.element(src, reg)})) | "
-                                f"(static_cast<u64>(__float_as_uint({gen.element(src, reg + 1)})) << 32))")
+                        both = (f"(static_cast<u64>({bits(gen.element(src, reg))}) | "
+                                f"(static_cast<u64>({bits(gen.element(src, reg + 1))}) << 32))")
                     gen.line(f"{{ const int r = row0_ + {mb * 64 + 8 * h}, c = col0_ + "
                               f"{ni * acc.instr_n + 8 * j};")
                     gen.line(f"  if (r < {view}_size0) {{ const long long e = static_cast<long long>(r) * "

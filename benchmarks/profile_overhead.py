@@ -1,0 +1,98 @@
+"""What warpspec.profile()'s instrumentation costs: V3 at 8192^3 (fp16, 128 x 128 x 64 tiles, 2 and 6 stages), the
+plain build against the instrumented build (4 sampled blocks), timed in one process.
+
+Each time is the house protocol of docs/performance.md (``warpspec.tune.bench.time_ms``: about 100 ms of warm-up,
+then about 500 ms of calls, each after an L2 flush, the median), taken in three alternating rounds (plain,
+instrumented, plain, ...) of which the median is kept, so clock drift over the run weighs on both alike. Then one
+profiled call per schedule makes its timeline, written with ``warpspec.timeline.write`` (trace, chart, summary)
+under --out when the writers are installed. Exits non-zero when an overhead is above 5%.
+
+    python benchmarks/profile_overhead.py [--size 8192] [--rounds 3] [--out profile-overhead]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+
+LIMIT = 0.05  # the instrumentation may cost at most 5% of the plain kernel's time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=8192)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--blocks", type=int, default=4)
+    parser.add_argument("--out", default="profile-overhead")
+    options = parser.parse_args()
+
+    import numpy as np
+    import torch
+
+    import warpspec
+    from matmul_v3 import MatmulWGMMAV3
+    from warpspec.cuda.driver import DeviceBuffer
+    from warpspec.cuda.launch import build, run_kernel
+    from warpspec.dtypes import int64
+    from warpspec.frontend.kernel import bind_arguments
+    from warpspec.passes.instrument import PARAMETER
+    from warpspec.runtime import kernel_for
+    from warpspec.timeline.gpu import buffer_words, instrumented
+    from warpspec.tune.bench import time_ms
+
+    size = options.size
+    a = torch.randn(size, size, device="cuda", dtype=torch.float16)
+    b = torch.randn(size, size, device="cuda", dtype=torch.float16)
+    c = torch.empty(size, size, device="cuda", dtype=torch.float16)
+    args = (size, size, size, a, b, c)
+    flops = 2.0 * size ** 3
+    rows = []
+    for num_stages in (2, 6):
+        script = MatmulWGMMAV3(num_stages=num_stages, block_m=128, block_n=128, block_k=64)
+        runtime, compile_time = bind_arguments(type(script), args, {})
+        kernel = kernel_for(script, compile_time)
+        profiled = instrumented(kernel, options.blocks, 2048)
+        words = buffer_words(profiled)
+        buffer = DeviceBuffer(8 * words)
+        buffer.upload(np.zeros(words, np.uint64))
+        recorded = dict(runtime, **{PARAMETER: buffer.array((words,), int64)})
+        plain_built, profiled_built = build(kernel), build(profiled.kernel)
+        plain, instrumented_ms = [], []
+        for _ in range(options.rounds):
+            plain.append(time_ms(lambda: run_kernel(kernel, runtime, built=plain_built)))
+            instrumented_ms.append(time_ms(lambda: run_kernel(profiled.kernel, recorded, built=profiled_built)))
+        row = dict(num_stages=num_stages, plain=statistics.median(plain),
+                   instrumented=statistics.median(instrumented_ms))
+        row["overhead"] = row["instrumented"] / row["plain"] - 1
+        rows.append(row)
+        print(f"{num_stages} stages: plain {row['plain']:.4f} ms, instrumented {row['instrumented']:.4f} ms "
+              f"({100 * row['overhead']:+.2f}%)", flush=True)
+        with warpspec.use_backend("cuda"), warpspec.profile(blocks=options.blocks, flops=flops) as session:
+            script(*args)
+        timeline = session.timelines[-1]
+        try:
+            from warpspec.timeline import write
+        except ImportError:
+            print(f"  {len(timeline.events)} events; warpspec.timeline.write is not installed: no trace written")
+        else:
+            out = os.path.join(options.out, f"v3-{num_stages}-stages")
+            write(timeline, out)
+            print(f"  {len(timeline.events)} events, trace and summary written to {out}")
+
+    print(f"\n{torch.cuda.get_device_name()}, V3 at {size}^3 fp16, 128x128x64, {options.blocks} sampled blocks, "
+          f"median of {options.rounds} rounds")
+    print(f"{'stages':>6} {'plain ms':>9} {'instr. ms':>9} {'overhead':>8} {'TFLOP/s':>8}")
+    for row in rows:
+        print(f"{row['num_stages']:6d} {row['plain']:9.4f} {row['instrumented']:9.4f} {100 * row['overhead']:+7.2f}% "
+              f"{flops / row['plain'] / 1e9:8.0f}")
+    worst = max(row["overhead"] for row in rows)
+    if worst > LIMIT:
+        sys.exit(f"the instrumentation costs {100 * worst:.1f}%, above the {100 * LIMIT:.0f}% limit")
+
+
+if __name__ == "__main__":
+    main()

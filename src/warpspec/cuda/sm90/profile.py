@@ -1,0 +1,126 @@
+"""sm_90a emission of profile timestamps (``warpspec.isa.profile``), in instrumented builds only.
+
+Times are ``%clock64`` (the SM's cycle counter, which every warp of a block reads alike, so a block's roles
+compare to the cycle) held in a register per site from start to end; the recording thread writes an event with
+plain 64-bit stores when it ends, and no atomics: each role's first warp owns its array, its first lane writes
+what the whole group runs, and the lane ``single_thread`` elects writes what it runs alone. Only those warps, in
+sampled blocks, read the clock at all: elsewhere a site costs a predicate. ``%globaltimer`` (nanoseconds,
+but updated only every microsecond or so on some parts) is read twice per recorder, at its start and its end,
+so the host converts cycles to nanoseconds with the clock rate the kernel itself ran at and places blocks of
+different SMs on one time axis. Every read is ``asm volatile`` with a memory clobber: the compiler neither drops
+it nor moves the instrumented instruction's memory accesses across it.
+"""
+
+from __future__ import annotations
+
+from warpspec.isa.profile import (BLOCK, COUNT, END_CLOCK, END_NS, EVENT_WORDS, HEADER_WORDS, SMID, START_CLOCK,
+                                  START_NS, WRITTEN, ProfileEnd, ProfileFinish, ProfileJoin, ProfileSetup, ProfileStart,
+                                  array_words)
+from warpspec.isa.registry import emits
+from warpspec.ir import nodes as ir
+from warpspec.target import SM90A
+
+TARGET = SM90A.name
+# The record array of this thread's warp (null: the warp does not record), whether this thread is the warp's first
+# (it writes the events of the whole group and the header), the role's events so far and the room in the array.
+_RECORD, _LEAD, _COUNT, _CAPACITY = "wsprof_rec_", "wsprof_lead_", "wsprof_n_", "wsprof_capacity_"
+
+
+def _timer(site: int) -> str:
+    return f"wsprof_t{site}_"
+
+
+def _read(register: str, what: str) -> str:
+    return f'asm volatile("mov.u64 %0, %%{what};" : "=l"({register}) :: "memory");'
+
+
+@emits(ProfileSetup, TARGET)
+def _emit_ProfileSetup(gen, s: ProfileSetup) -> None:
+    recorders, blocks = len(s.recorders), s.sampled
+    choose = "".join(f"warp == {t // 32} ? {r} : " for r, t in enumerate(s.recorders)) + "-1"
+    x, y, z = (gen.cexpr(ir.Special(f"blockIdx.{axis}")) for axis in "xyz")
+    gen.line(f"// profile: {recorders} recording thread(s) per block, {blocks} block(s) sampled evenly in launch "
+             f"order")
+    gen.line(f"unsigned long long *{_RECORD} = nullptr;")
+    gen.line(f"const bool {_LEAD} = threadIdx.x % 32 == 0;")
+    gen.line(f"unsigned {_COUNT} = 0;")
+    gen.line(f"const unsigned {_CAPACITY} = {s.capacity}u;")
+    gen.line("{")
+    gen.indent += 1
+    gen.line("const u64 count_ = static_cast<u64>(gridDim.x) * gridDim.y * gridDim.z;")
+    gen.line("const u64 linear_ = blockIdx.x + static_cast<u64>(gridDim.x) * (blockIdx.y + static_cast<u64>("
+             "gridDim.y) * blockIdx.z);")
+    gen.line(f"const u64 slot_ = (linear_ * {blocks}ull + count_ - 1) / count_;  // the first sample at or after "
+             f"this block")
+    gen.line(f"const int recorder_ = {choose};")
+    gen.line(f"if (recorder_ >= 0 && slot_ < {blocks}ull && slot_ * count_ / {blocks}ull == linear_) {{")
+    gen.indent += 1
+    gen.line(f"{_RECORD} = reinterpret_cast<u64 *>({gen.name_of(s.buffer)}) + (slot_ * {recorders}ull + "
+             f"recorder_) * {array_words(s.capacity)}ull;")
+    gen.line(f"if ({_LEAD}) {{")
+    gen.indent += 1
+    gen.line('unsigned smid_; asm volatile("mov.u32 %0, %%smid;" : "=r"(smid_));')
+    gen.line("u64 ns_, clock_;")
+    gen.line(_read("ns_", "globaltimer"))
+    gen.line(_read("clock_", "clock64"))
+    gen.line(f"{_RECORD}[{SMID}] = smid_;")
+    gen.line(f"{_RECORD}[{BLOCK}] = static_cast<u64>({x}) | (static_cast<u64>({y}) << 21) | "
+             f"(static_cast<u64>({z}) << 42);")
+    gen.line(f"{_RECORD}[{START_NS}] = ns_;")
+    gen.line(f"{_RECORD}[{START_CLOCK}] = clock_;")
+    gen.indent -= 1
+    gen.line("}")
+    gen.indent -= 1
+    gen.line("}")
+    gen.indent -= 1
+    gen.line("}")
+    if s.sites:
+        gen.line(f"u64 {', '.join(f'{_timer(i)} = 0' for i in range(s.sites))};")
+
+
+@emits(ProfileStart, TARGET)
+def _emit_ProfileStart(gen, s: ProfileStart) -> None:
+    # Only recording warps read the clock: the blocks not sampled pay a predicate per site, nothing more.
+    gen.line(f"if ({_RECORD} != nullptr) {_read(_timer(s.site), 'clock64')}")
+
+
+@emits(ProfileEnd, TARGET)
+def _emit_ProfileEnd(gen, s: ProfileEnd) -> None:
+    index = gen.cexpr(s.index)
+    # Inside single_thread the one thread that runs the site records it; elsewhere the warp's first thread does,
+    # and every lane of the warp counts it.
+    writer = "" if gen.single_depth else f"{_LEAD} && "
+    gen.line(f"if ({_RECORD} != nullptr) {{")
+    gen.indent += 1
+    gen.line("u64 wsprof_end_;")
+    gen.line(_read("wsprof_end_", "clock64"))
+    gen.line(f"if ({writer}{_COUNT} < {_CAPACITY}) {{  // past the capacity an event is counted, not written")
+    gen.line(f"  u64 *const wsprof_event_ = {_RECORD} + {HEADER_WORDS} + {EVENT_WORDS} * {_COUNT};")
+    gen.line(f"  wsprof_event_[0] = {s.site}ull | (static_cast<u64>(static_cast<unsigned>({index})) << 32);")
+    gen.line(f"  wsprof_event_[1] = {_timer(s.site)};")
+    gen.line("  wsprof_event_[2] = wsprof_end_;")
+    gen.line("}")
+    gen.line(f"++{_COUNT};")
+    gen.indent -= 1
+    gen.line("}")
+
+
+@emits(ProfileJoin, TARGET)
+def _emit_ProfileJoin(gen, s: ProfileJoin) -> None:
+    # Lanes agreed before the single thread's body, and only its thread counted since: the maximum is its count.
+    gen.line(f'if ({_RECORD} != nullptr) asm volatile("redux.sync.max.u32 %0, %0, 0xffffffff;" : "+r"({_COUNT}));')
+
+
+@emits(ProfileFinish, TARGET)
+def _emit_ProfileFinish(gen, s: ProfileFinish) -> None:
+    gen.line(f"if ({_RECORD} != nullptr && {_LEAD}) {{")
+    gen.indent += 1
+    gen.line("u64 ns_, clock_;")
+    gen.line(_read("clock_", "clock64"))
+    gen.line(_read("ns_", "globaltimer"))
+    gen.line(f"{_RECORD}[{COUNT}] = {_COUNT};")
+    gen.line(f"{_RECORD}[{END_NS}] = ns_;")
+    gen.line(f"{_RECORD}[{END_CLOCK}] = clock_;")
+    gen.line(f"{_RECORD}[{WRITTEN}] = 1;")
+    gen.indent -= 1
+    gen.line("}")

@@ -1,0 +1,390 @@
+"""A modeled clock for the emulator: the blocks resident on one SM run the real kernel IR with a time per task.
+
+``model_sm`` runs a few blocks together, as one SM holds them, under a timed scheduler: the task (thread partition)
+whose clock is earliest always goes next, one statement at a time, and each statement costs time from ``Costs``.
+Asynchronous operations complete at modeled times instead of "when every task is blocked": a TMA copy queues on the
+SM's share of the chip's memory bandwidth and lands a latency later; a WGMMA group queues on the SM's one set of
+tensor cores at a rate per shape; a wait ends when its barrier's phase completes, plus a wake-up latency. Every
+check of the emulator still runs (a deadlock or barrier misuse is reported as usual), but global memory is not
+read or written and WGMMA products are not computed: data values do not change timing, and skipping them makes an
+8192³ matmul model in about a second. The plain emulator (``BlockMachine``) is untouched by all of this.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from warpspec.dtypes import PointerType
+from warpspec.emulator.machine import BlockMachine, Task
+from warpspec.errors import DeadlockError, KernelError
+from warpspec.isa import registry
+from warpspec.isa.elementwise import Arithmetic, Cast
+from warpspec.isa.mbarrier import AllocBarriers, MbarrierArrive, MbarrierArriveExpectTx, MbarrierWait
+from warpspec.isa.memory import LoadGlobal, LoadShared, StoreGlobal, StoreShared
+from warpspec.isa.roles import Sync, ThreadGroup
+from warpspec.isa.tma import TmaLoad, TmaStore, TmaWait
+from warpspec.isa.wgmma import WgmmaCommit, WgmmaMma, WgmmaWait
+from warpspec.ir import nodes as ir
+from warpspec.ir.printer import format_expr
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What each thing costs on one SM, in nanoseconds (``warpspec.timeline.model`` fills it from a device's
+    parameter file)."""
+
+    statement_ns: float  # a scalar statement, a loop iteration or a branch
+    arrive_ns: float  # an mbarrier arrive
+    wait_ns: float  # an mbarrier wait that passes at once (one try_wait)
+    wake_ns: float  # from a barrier phase's completion to its waiters running again
+    sync_ns: float  # a block or named barrier once every member arrived
+    tma_issue_ns: float  # issuing one TMA copy
+    memory_latency_ns: float  # a copy's last byte lands this long after the SM's memory share delivered it
+    memory_bytes_per_ns: float  # this SM's share of the chip's load bandwidth
+    port_bytes_per_ns: float  # the most one SM moves when the others leave it room
+    memory_burst_ns: float  # how much idle time the SM's share may catch up on
+    wgmma_issue_ns: float  # issuing one wgmma instruction (m64nNkK) per warpgroup
+    wgmma_latency_ns: float  # from a group's last tensor-core cycle to wait_group seeing it
+    register_ns_per_element: float  # elementwise work on register tiles, per element per thread
+    wgmma_flops_per_ns: Callable[[int, int, int, object], float]  # the SM's tensor-core rate for (m, n, k, dtype)
+
+
+@dataclass
+class Interval:
+    """One thing a task did, from ``start_ns`` to ``end_ns``: ``kind`` as ``warpspec.timeline.events.KINDS``."""
+
+    task: Task
+    kind: str
+    name: str
+    start_ns: float
+    end_ns: float
+    loc: ir.Loc
+    barrier: str | None = None
+
+
+@dataclass
+class _Clock:
+    """A task's modeled time and what it is in the middle of."""
+
+    now: float = 0.0
+    blocked_in: ir.Stmt | None = None
+    wgmma_start: float | None = None  # the first mma of the open (uncommitted) group
+    wgmma_flops: list = field(default_factory=list)  # (flops, m, n, k, dtype) of the open group's mmas
+    last_wgmma_wait: tuple[float, ir.Loc] | None = None  # when and where the last wgmma.wait_group ended
+
+
+class _NullTile:
+    """A global tile as the model sees it: its shape only."""
+
+    def __init__(self, tile_shape, dtype):
+        self.tile_shape, self.dtype, self.empty = tuple(tile_shape), dtype, False
+
+
+class NullMemory:
+    """Global memory for the model: accesses are not checked or performed (a tile reads as zeros), so arrays of any
+    size cost nothing. ``dtypes``: pointer parameter uid -> numpy dtype."""
+
+    def __init__(self, dtypes: dict):
+        self.dtypes = dtypes
+
+    def tile(self, task, pointer, view, shape, strides, offsets, tile_shape, what, rows=None) -> _NullTile:
+        """The tile's shape and element type (the machine's ``global_tile`` service)."""
+        return _NullTile(tile_shape, self.dtypes[pointer])
+
+    def read(self, task, tile: _NullTile) -> np.ndarray:
+        """Zeros of the tile's shape: the model does not carry data."""
+        return np.zeros(tile.tile_shape, dtype=tile.dtype)
+
+    def write(self, task, tile, values) -> None:
+        """Dropped: the model does not carry data."""
+
+    def check_stores_waited(self, task, tile) -> None:
+        """No race checks in the model (``warpspec check`` makes them)."""
+
+    def store_issued(self, task, tile) -> None:
+        """No race checks in the model."""
+
+    def store_observed(self, task, tile) -> None:
+        """No race checks in the model."""
+
+
+class SmResources:
+    """What the blocks resident on one SM share: the tensor cores and the SM's share of memory bandwidth, each a
+    queue that is free again at ``*_free`` ns."""
+
+    def __init__(self, costs: Costs):
+        self.costs = costs
+        self.tensor_free = 0.0
+        self.memory_free = 0.0
+        self.port_free = 0.0
+        self.tensor_intervals: list[tuple[float, float]] = []
+
+    def transfer(self, now: float, nbytes: int) -> float:
+        """When ``nbytes`` requested at ``now`` have all landed. The SM's port moves them at its own rate, but
+        over time the SM gets only its share of the chip's bandwidth: idle time earns credit for at most
+        ``memory_burst_ns`` (while other SMs idle too, a burst goes faster than the share)."""
+        c = self.costs
+        port = max(now, self.port_free) + nbytes / c.port_bytes_per_ns
+        self.port_free = port
+        share = max(now - c.memory_burst_ns, self.memory_free) + nbytes / c.memory_bytes_per_ns
+        self.memory_free = share
+        return max(port, share) + c.memory_latency_ns
+
+    def compute(self, now: float, duration: float) -> float:
+        """When a WGMMA group of ``duration`` ns of tensor-core work committed at ``now`` is complete."""
+        start = max(now, self.tensor_free)
+        self.tensor_free = start + duration
+        self.tensor_intervals.append((start, self.tensor_free))
+        return self.tensor_free + self.costs.wgmma_latency_ns
+
+
+class TimedMachine(BlockMachine):
+    """One block under the model: the emulator's machine with a clock per task, run by ``SmModel``."""
+
+    def __init__(self, kernel: ir.Kernel, memory: NullMemory, env: dict, specials: dict, sm: SmResources,
+                 block: tuple[int, int, int]):
+        super().__init__(kernel, memory, env, specials, None)
+        self.sm, self.costs, self.block = sm, sm.costs, block
+        self.clocks = {task.index: _Clock() for task in self.tasks}
+        self.done_at: dict = {}  # async operation in flight -> its completion time
+        self.intervals: list[Interval] = []
+        self.flops = 0.0
+        self.recorded = role_groups(kernel, self.tasks)
+
+    # ------------------------------------------------------------------------------------ one statement at a time
+
+    def exec_body(self, task: Task, body):
+        """Run ``body`` in ``task`` one leaf statement per step, each charged to the task's clock, yielding to the
+        scheduler after each so that tasks advance in modeled-time order."""
+        clock = self.clocks[task.index]
+        clock.now += self.costs.statement_ns  # a loop iteration or a branch taken
+        for stmt in body:
+            task.loc = stmt.loc
+            if type(stmt).blocks:  # loops, branches, thread groups: their bodies' statements are the steps
+                result = registry.emulation(type(stmt))(self, task, stmt)
+                if result is not None:
+                    yield from result
+                continue
+            start = clock.now
+            clock.now += self._cost(task, stmt)
+            clock.blocked_in = stmt
+            result = registry.emulation(type(stmt))(self, task, stmt)
+            if result is not None:
+                yield from result
+            clock.blocked_in = None
+            self._record(task, stmt, start)
+            yield None
+
+    def _cost(self, task: Task, s: ir.Stmt) -> float:
+        c = self.costs
+        if isinstance(s, (MbarrierArrive, MbarrierArriveExpectTx)):
+            return c.arrive_ns
+        if isinstance(s, MbarrierWait):
+            return c.wait_ns
+        if isinstance(s, (TmaLoad, TmaStore)):
+            return c.tma_issue_ns
+        if isinstance(s, WgmmaMma):
+            m, k = s.a.shape
+            n = s.b.shape[1]
+            warpgroups = max(s.threads[1] // self.kernel.facts.target.warpgroup_threads, 1)
+            form = self.kernel.facts.target.wgmma_form(s.a.decl.dtype, s.b.decl.dtype)
+            clock = self.clocks[task.index]
+            if clock.wgmma_start is None:
+                clock.wgmma_start = clock.now
+            clock.wgmma_flops.append((2.0 * m * n * k, m, n, k, s.a.decl.dtype))
+            instructions = (m // (64 * warpgroups)) * (k // form.k)
+            return instructions * c.wgmma_issue_ns
+        if isinstance(s, (Cast, Arithmetic, LoadShared, StoreShared)):
+            shape = s.decl.shape if isinstance(s, (Cast, Arithmetic, LoadShared)) else s.src.shape
+            return math.prod(shape) / task.size * c.register_ns_per_element
+        if isinstance(s, (LoadGlobal, StoreGlobal)):
+            ref = s.decl if isinstance(s, LoadGlobal) else s.src.decl
+            nbytes = math.prod(ref.shape) * ref.dtype.nbytes
+            landed = self.sm.transfer(self.clocks[task.index].now, nbytes)
+            issue = math.prod(ref.shape) / task.size * c.register_ns_per_element
+            # A load waits for its data; a store only issues (the block's end does not wait for it here).
+            return max(landed - self.clocks[task.index].now, issue) if isinstance(s, LoadGlobal) else issue
+        if isinstance(s, (Sync, AllocBarriers)):
+            return 0.0  # the wait for the other members is the cost, charged when they all arrived
+        return c.statement_ns
+
+    def _record(self, task: Task, s: ir.Stmt, start: float) -> None:
+        """The interval statement ``s`` took, if it is one a timeline shows."""
+        clock = self.clocks[task.index]
+        if isinstance(s, WgmmaCommit):
+            group = clock.wgmma_flops
+            duration = sum(f / self.costs.wgmma_flops_per_ns(m, n, k, dt) for f, m, n, k, dt in group)
+            self.flops += sum(f for f, *_ in group)
+            self.done_at[task.wgmma_groups[-1]] = self.sm.compute(clock.now, duration)
+            if task.index in self.recorded:
+                self._add(task, "wgmma", "wgmma", clock.wgmma_start if group else start, clock.now, s.loc)
+            clock.wgmma_start, clock.wgmma_flops = None, []
+            return
+        if task.index not in self.recorded:
+            return
+        if isinstance(s, MbarrierWait):
+            name = self.barrier(task, s.barrier).name
+            self._add(task, "wait", f"wait {name}", start, clock.now, s.loc, name)
+        elif isinstance(s, TmaLoad):
+            destination = self.region(task, s.dst).text
+            barrier = self.barrier(task, s.barrier).name
+            self._add(task, "tma", f"tma {format_expr(s.src)} -> {destination}", start, clock.now, s.loc, barrier)
+        elif isinstance(s, TmaStore):
+            self._add(task, "tma", f"tma {self.region(task, s.src).text} -> {format_expr(s.dst)}", start, clock.now,
+                      s.loc)
+        elif isinstance(s, WgmmaWait):
+            self._add(task, "wgmma_wait", f"wgmma.wait_group({s.n})", start, clock.now, s.loc)
+            clock.last_wgmma_wait = (clock.now, s.loc)
+        elif isinstance(s, TmaWait):
+            self._add(task, "tma_wait", f"tma.wait_group({s.n})", start, clock.now, s.loc)
+        elif isinstance(s, Sync):
+            self._add(task, "sync", "sync", start, clock.now, s.loc)
+
+    def _add(self, task, kind, name, start, end, loc, barrier=None) -> None:
+        self.intervals.append(Interval(task, kind, name, start, end, loc, barrier))
+
+    def finish(self, task: Task) -> None:
+        """``task`` ended: a consumer's epilogue runs from its last wgmma.wait_group to here."""
+        clock = self.clocks[task.index]
+        if task.index in self.recorded and clock.last_wgmma_wait is not None:
+            at, loc = clock.last_wgmma_wait
+            self._add(task, "epilogue", "epilogue", at, clock.now, loc)
+
+    # ---------------------------------------------------------------------------- asynchronous operations, timed
+
+    def new_event(self, kind, task, loc, complete, text, retire=None):
+        """The emulator's async operation, with the modeled time it completes at."""
+        event = super().new_event(kind, task, loc, complete, text, retire)
+        stmt = self.clocks[task.index].blocked_in
+        if isinstance(stmt, TmaLoad):
+            self.done_at[event] = self.sm.transfer(self.clocks[task.index].now, stmt.dst.nbytes)
+        elif isinstance(stmt, TmaStore):
+            self.done_at[event] = self.sm.transfer(self.clocks[task.index].now, stmt.src.nbytes)
+        # A WGMMA group's time is known once its commit has been charged: ``_record`` sets it.
+        return event
+
+    def _complete_event(self, event) -> None:
+        if event.kind == "wgmma":  # only the accumulator's values: the model skips the product
+            self.events.remove(event)
+            event.done = True
+            return
+        super()._complete_event(event)
+
+    def wake_cost(self, task: Task) -> float:
+        """How long after its wait became satisfiable ``task`` runs again."""
+        stmt = self.clocks[task.index].blocked_in
+        if isinstance(stmt, MbarrierWait):
+            return self.costs.wake_ns
+        if isinstance(stmt, (Sync, AllocBarriers)):
+            return self.costs.sync_ns
+        return self.costs.statement_ns
+
+
+def role_groups(kernel: ir.Kernel, tasks: list[Task]) -> dict[int, ThreadGroup | None]:
+    """The tasks a timeline follows, by index, with the role (outermost thread group) each leads: per role the
+    task holding its first thread, as the GPU instrumentation records a role's first thread. A task in no thread
+    group maps to None."""
+    groups = [s for s in ir.walk(kernel.body) if isinstance(s, ThreadGroup)]
+    recorded = {}
+    for task in tasks:
+        owners = [g for g in groups if g.begin <= task.begin and task.end <= g.begin + g.count]
+        outer = max(owners, key=lambda g: g.count, default=None)
+        if outer is None or outer.begin == task.begin:
+            recorded[task.index] = outer
+    return recorded
+
+
+class SmModel:
+    """The blocks resident on one SM, run together in modeled-time order."""
+
+    def __init__(self, machines: list[TimedMachine]):
+        self.machines = machines
+        self.tasks = [(m, t) for m in machines for t in m.tasks]
+
+    def run(self) -> None:
+        """Run every block to its end; KernelError (deadlock, misuse) as the emulator reports it, with the
+        location and thread partitions of the block it happened in."""
+        for machine, task in self.tasks:
+            task.generator = machine.exec_body(task, machine.kernel.body)
+        current = self.machines[0]  # the block whose statement or async operation runs now
+        try:
+            while True:
+                event_at, event_owner, event = self._earliest_event()
+                ready = [(m.clocks[t.index].now, i) for i, (m, t) in enumerate(self.tasks) if t.state == "ready"]
+                task_at, index = min(ready, default=(math.inf, None))
+                if event is not None and event_at <= task_at:
+                    current = event_owner
+                    event_owner.done_at.pop(event)
+                    event_owner._complete_event(event)
+                    self._wake(event_at)
+                elif index is not None:
+                    current, task = self.tasks[index]
+                    self._step(current, task)
+                    self._wake(current.clocks[task.index].now)
+                elif all(t.state == "finished" for _, t in self.tasks):
+                    return
+                else:
+                    current = next(m for m, t in self.tasks if t.state == "blocked")
+                    raise DeadlockError("deadlock: every unfinished thread partition is blocked and no "
+                                        "asynchronous operation is in flight", current._first_blocked_loc(),
+                                        current.describe_tasks())
+        except KernelError as error:
+            if error.location is None and error.tasks is None:
+                loc = current.current.loc if current.current else None
+                raise type(error)(str(error), str(loc) if loc else None, current.describe_tasks()) from None
+            raise
+
+    def _earliest_event(self):
+        best = (math.inf, None, None)
+        for machine in self.machines:
+            for event in machine.events:
+                at = machine.done_at.get(event)
+                if at is not None and at < best[0]:
+                    best = (at, machine, event)
+        return best
+
+    def _step(self, machine: TimedMachine, task: Task) -> None:
+        """Run ``task`` for one statement (or until it blocks or ends)."""
+        machine.current = task
+        while True:
+            try:
+                block = next(task.generator)
+            except StopIteration:
+                task.state = "finished"
+                machine.finish(task)
+                return
+            if block is None:
+                return
+            if block.check():
+                continue
+            task.state, task.waiting_for, task.ready_check, task.woken = "blocked", block.text, block.check, False
+            return
+
+    def _wake(self, now: float) -> None:
+        """Let every blocked task whose wait is satisfied at ``now`` go on, after its wake-up cost."""
+        for machine, task in self.tasks:
+            if task.state == "blocked" and (task.woken or task.ready_check()):
+                task.state, task.woken = "ready", False
+                clock = machine.clocks[task.index]
+                clock.now = max(clock.now, now + machine.wake_cost(task))
+
+
+def model_sm(kernel: ir.Kernel, env: dict, grid: tuple[int, int, int], blocks: list[tuple[int, int, int]],
+             costs: Costs) -> tuple[list[TimedMachine], SmResources]:
+    """Run ``blocks`` of ``kernel`` (parameter values ``env`` by Var uid, pointers as 0) together on one modeled
+    SM; returns their machines (intervals, task clocks, flops) and the SM's shared resources."""
+    memory = NullMemory({p.var.uid: p.type.dtype.numpy for p in kernel.params if isinstance(p.type, PointerType)})
+    sm = SmResources(costs)
+    machines = []
+    for block in blocks:
+        specials = {"blockIdx.x": block[0], "blockIdx.y": block[1], "blockIdx.z": block[2],
+                    "gridDim.x": grid[0], "gridDim.y": grid[1], "gridDim.z": grid[2]}
+        machines.append(TimedMachine(kernel, memory, env, specials, sm, block))
+    SmModel(machines).run()
+    for machine in machines:
+        machine._finish_checks()
+    return machines, sm

@@ -1,0 +1,259 @@
+"""Timelines measured on the GPU: a launch of a kernel's instrumented build (``warpspec.passes.instrument``) with
+a record buffer, and the decoding of what its sampled blocks recorded into a ``Timeline`` (source "gpu").
+
+``warpspec.profile()`` makes a ``ProfileSession``; inside it every Script launch is sent here. A launch on the GPU
+is three runs of the kernel on the same arguments: the plain build, timed (``Timeline.kernel_ns``, so TFLOP/s are
+of the real kernel); optionally the instrumented build, timed the same way (the instrumentation's overhead); and
+one recorded run of the instrumented build, decoded. On the emulator the kernel runs as usual and, when the CPU
+timing model (``warpspec.timeline.model``) is installed, its modeled timeline is kept instead.
+
+Which blocks: ``blocks`` evenly spaced ones in launch order (linear block index ``floor(s * total / blocks)``
+for ``s < blocks``), so the first block of the first wave is always among them and the others spread over the
+waves. Times: ``%clock64`` cycles around each site; per block, the recorder that started first anchors them to
+its ``%globaltimer`` reading, and cycles become nanoseconds at the clock rate the block ran at (cycles against
+``%globaltimer`` over the block's longest recorder), or the device's clock rate when that span is too short for
+the timer's resolution. Blocks on different SMs are placed by their anchors.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+import numpy as np
+
+from warpspec import runtime
+from warpspec.dtypes import int64
+from warpspec.errors import ArgumentError
+from warpspec.isa import profile as records
+from warpspec.ir import nodes as ir
+from warpspec.passes.instrument import PARAMETER, Instrumented, instrument
+from warpspec.timeline.events import Event, Timeline, role_name
+
+#: Below this span of ``%globaltimer`` (ns) a block's own clock rate is not trusted: the timer may tick only
+#: every microsecond, so the rate would be off by more than a few percent.
+MIN_RATE_SPAN_NS = 20_000
+
+_instrumented: dict[tuple, tuple[ir.Kernel, Instrumented]] = {}
+
+
+def instrumented(kernel: ir.Kernel, blocks: int, capacity: int) -> Instrumented:
+    """The instrumented build's IR of ``kernel`` for these settings, made once (and kept with ``kernel``, so its
+    compiled build is cached like the plain one's)."""
+    key = (id(kernel), blocks, capacity)
+    entry = _instrumented.get(key)
+    if entry is None or entry[0] is not kernel:
+        entry = _instrumented[key] = (kernel, instrument(kernel, blocks, capacity))
+    return entry[1]
+
+
+def buffer_words(build: Instrumented) -> int:
+    """The 64-bit words of ``build``'s record buffer."""
+    return build.blocks * len(build.recorders) * records.array_words(build.capacity)
+
+
+@dataclass(frozen=True)
+class _Array:
+    """One recorder's array of one sampled block, as read back."""
+
+    recorder: int
+    header: np.ndarray
+    events: np.ndarray  # [written events, EVENT_WORDS]
+
+
+def decode(words: np.ndarray, build: Instrumented, kernel_ns: float, clock_hz: float,
+           flops: float | None = None) -> Timeline:
+    """The Timeline of one recorded launch of ``build``: ``words`` is its record buffer as read back (uint64),
+    ``kernel_ns`` the plain build's time, ``clock_hz`` the SM clock rate to use where a block's own cannot be
+    measured (see the module docstring)."""
+    words = np.asarray(words, dtype=np.uint64)
+    per_array = records.array_words(build.capacity)
+    if words.size != buffer_words(build):
+        raise ArgumentError(f"a record buffer of {buffer_words(build)} words was expected, got {words.size}")
+    arrays: dict[tuple[int, int, int], list[_Array]] = {}
+    notes = [f"{build.blocks} block(s) sampled evenly in launch order; each role's first warp records"]
+    for array in range(build.blocks * len(build.recorders)):
+        data = words[array * per_array:(array + 1) * per_array]
+        header = data[:records.HEADER_WORDS]
+        if header[records.WRITTEN] != 1:
+            continue  # a slot no block took (more slots than blocks), or a recorder that never finished
+        count = int(header[records.COUNT])
+        written = min(count, build.capacity)
+        block = _block(int(header[records.BLOCK]))
+        recorder = build.recorders[array % len(build.recorders)]
+        if count > build.capacity:
+            notes.append(f"block {block}, thread {recorder}: {count - build.capacity} of {count} events were past "
+                         f"the capacity of {build.capacity} and not recorded (profile(capacity=...) raises it)")
+        events = data[records.HEADER_WORDS:records.HEADER_WORDS + records.EVENT_WORDS * written]
+        arrays.setdefault(block, []).append(_Array(recorder, header, events.reshape(written, records.EVENT_WORDS)))
+    events, measured = [], 0
+    # %globaltimer counts from an epoch (about 1.7e18 ns): only differences fit a float to the nanosecond.
+    origin = min((int(a.header[records.START_NS]) for block in arrays.values() for a in block), default=0)
+    for block, block_arrays in sorted(arrays.items()):
+        convert, own_rate = _converter(block_arrays, clock_hz, origin)
+        measured += own_rate
+        for array in block_arrays:
+            sm = int(array.header[records.SMID])
+            for word, start, end in array.events:
+                site_id, index = int(word) & 0xFFFFFFFF, int(word) >> 32
+                if site_id >= len(build.sites):
+                    raise ArgumentError(f"record of block {block}, thread {array.recorder} names site {site_id}; "
+                                        f"the build has {len(build.sites)}")
+                site = build.sites[site_id]
+                name, barrier = site.render(index)
+                events.append(Event(block, role_name(site.group), site.kind, name, convert(int(start)),
+                                    convert(int(end)), str(site.loc), sm, barrier))
+    if arrays and measured < len(arrays):
+        notes.append(f"{len(arrays) - measured} block(s) ran shorter than {MIN_RATE_SPAN_NS / 1000:.0f} us: their "
+                     f"cycles were converted at the device clock rate, {clock_hz / 1e9:.3f} GHz")
+    first = min((e.start_ns for e in events), default=0.0)
+    events = [Event(e.block, e.role, e.kind, e.name, e.start_ns - first, e.end_ns - first, e.line, e.sm, e.barrier)
+              for e in events]
+    events.sort(key=lambda e: (e.block, e.role, e.start_ns))
+    kernel = build.kernel
+    groups = sorted({(s.group.begin, s.group.count): s.group for s in build.sites}.items())
+    return Timeline(kernel.name, "gpu", dict(kernel.constants), kernel_ns, events,
+                    list(dict.fromkeys(role_name(group) for _, group in groups)), flops, notes)
+
+
+def _block(word: int) -> tuple[int, int, int]:
+    return word & 0x1FFFFF, (word >> 21) & 0x1FFFFF, word >> 42
+
+
+def _converter(arrays: list[_Array], clock_hz: float, origin: int):
+    """``(cycles -> ns after the timer's ``origin``, whether the block's own clock rate was used)`` for one
+    block's arrays: all its recorders read one SM's ``%clock64``, anchored at the earliest recorder's
+    ``%globaltimer``."""
+    anchor = min(arrays, key=lambda a: int(a.header[records.START_NS]))
+    anchor_ns = int(anchor.header[records.START_NS]) - origin
+    anchor_clock = int(anchor.header[records.START_CLOCK])
+    longest = max(arrays, key=lambda a: int(a.header[records.END_NS]) - int(a.header[records.START_NS]))
+    span_ns = int(longest.header[records.END_NS]) - int(longest.header[records.START_NS])
+    span_clock = int(longest.header[records.END_CLOCK]) - int(longest.header[records.START_CLOCK])
+    own = span_ns >= MIN_RATE_SPAN_NS and span_clock > 0
+    ns_per_cycle = span_ns / span_clock if own else 1e9 / clock_hz
+    return (lambda cycles: anchor_ns + (cycles - anchor_clock) * ns_per_cycle), own
+
+
+# --------------------------------------------------------------------------------------------- the session
+
+
+class ProfileSession:
+    """What ``with warpspec.profile(...) as session:`` yields: every Script launch inside it records, and
+    ``session.timelines`` holds one Timeline per launch, in order.
+
+    ``blocks``: blocks sampled per launch; ``capacity``: events each recording thread has room for (more are
+    counted and reported in the Timeline's notes); ``flops``: the useful floating-point operations of each launch,
+    for TFLOP/s (None: unknown); ``overhead``: also time the instrumented build, noting its time against the
+    plain build's (``session.instrumented_ns`` gets one entry per GPU launch); ``timing``: a context manager
+    factory yielding ``time(kernel, arguments, built) -> median ms`` (``warpspec.tune.bench.CudaBench.timing``);
+    ``report``: called with each new Timeline."""
+
+    def __init__(self, blocks: int = 4, capacity: int = 2048, flops: float | None = None, overhead: bool = False,
+                 timing=None, report=None):
+        for name, value in (("blocks", blocks), ("capacity", capacity)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**20:
+                raise ArgumentError(f"profile {name} must be an integer in [1, 2^20), got {value!r}")
+        if flops is not None and (isinstance(flops, bool) or not isinstance(flops, (int, float)) or flops <= 0):
+            raise ArgumentError(f"profile flops must be a positive number of floating-point operations, got "
+                                f"{flops!r}")
+        self.blocks, self.capacity, self.flops, self.overhead = blocks, capacity, flops, overhead
+        self.timing, self.report = timing, report
+        self.timelines: list[Timeline] = []
+        self.instrumented_ns: list[float] = []
+        self._stack = ExitStack()
+        self._time = None
+        self._previous = None
+
+    def __enter__(self) -> "ProfileSession":
+        self._previous = runtime.set_profiler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        runtime.set_profiler(self._previous)
+        self._stack.close()
+        self._time = None
+
+    def launch(self, kernel: ir.Kernel, arguments: dict, backend: str):
+        """Run ``kernel`` with runtime ``arguments`` on ``backend`` ("cuda" or "emulator") and keep its timeline;
+        returns what the back end's run returns."""
+        if backend == "emulator":
+            from warpspec.emulator.run import run_kernel
+
+            result = run_kernel(kernel, arguments)
+            try:
+                from warpspec.timeline.model import model_launch
+            except ImportError:
+                return result  # no timing model installed: the emulator run has no timeline
+            self._keep(model_launch(kernel, arguments))
+            return result
+        if self._time is None:
+            self._time = self._stack.enter_context(self.timing())
+        self._keep(self._record(kernel, arguments))
+        return None
+
+    def _keep(self, timeline: Timeline) -> None:
+        self.timelines.append(timeline)
+        if self.report is not None:
+            self.report(timeline)
+
+    def _record(self, kernel: ir.Kernel, arguments: dict) -> Timeline:
+        from warpspec.cuda.driver import DeviceBuffer
+        from warpspec.cuda.launch import build, launch_planned
+
+        kernel_ms = self._time(kernel, arguments, build(kernel))
+        instrumented_build = instrumented(kernel, self.blocks, self.capacity)
+        built = build(instrumented_build.kernel)
+        words = buffer_words(instrumented_build)
+        buffer = DeviceBuffer(8 * words)
+        recorded = dict(arguments, **{PARAMETER: buffer.array((words,), int64)})
+        notes = []
+        if self.overhead:
+            instrumented_ms = self._time(instrumented_build.kernel, recorded, built)
+            self.instrumented_ns.append(instrumented_ms * 1e6)
+            extra = 100 * (instrumented_ms / kernel_ms - 1)
+            notes.append(f"instrumented build: {instrumented_ms:.4f} ms, {extra:+.1f}% over the plain build's "
+                         f"{kernel_ms:.4f} ms")
+        buffer.upload(np.zeros(words, np.uint64))
+        launch_planned(instrumented_build.kernel, recorded, built=built)
+        timeline = decode(buffer.download(np.empty(words, np.uint64)), instrumented_build, kernel_ms * 1e6,
+                          _clock_hz(buffer.device), self.flops)
+        timeline.notes += notes
+        return timeline
+
+
+def _clock_hz(device: int) -> float:
+    """The device's peak SM clock rate in Hz (the driver reports kHz)."""
+    from cuda.bindings import driver as cu
+
+    from warpspec.cuda.driver import check
+
+    handle = check(cu.cuDeviceGet(device), f"cuDeviceGet({device})")
+    return 1e3 * check(cu.cuDeviceGetAttribute(cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_CLOCK_RATE, handle),
+                       "reading the SM clock rate")
+
+
+def report_to(folder: str):
+    """A session ``report`` for ``WARPSPEC_PROFILE=1``: each launch's timeline is written by
+    ``warpspec.timeline.write`` (when installed) into ``folder/<kernel>-<n>``, and where it went (or, without the
+    writers, a one-line account of it) is printed to stderr."""
+    written = []
+
+    def report(timeline: Timeline) -> None:
+        written.append(timeline)
+        try:
+            from warpspec.timeline import write
+        except ImportError:
+            write = None
+        roles = ", ".join(f"{role}: {sum(e.role == role for e in timeline.events)} events" for role in timeline.roles)
+        if write is None:
+            print(f"warpspec profile: {timeline.kernel} ran {timeline.kernel_ns / 1e3:.1f} us ({roles}); the trace "
+                  f"writers (warpspec.timeline.write) are not installed", file=sys.stderr)
+            return
+        out = os.path.join(folder, f"{timeline.kernel}-{len(written)}")
+        write(timeline, out)
+        print(f"warpspec profile: {timeline.kernel} ({roles}) written to {out}", file=sys.stderr)
+
+    return report

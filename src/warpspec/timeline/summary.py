@@ -1,0 +1,234 @@
+"""What a timeline says in numbers and words: each role's share of time waiting on each barrier, stage occupancy,
+tensor-core busy share, TFLOP/s, and a diagnosis with a suggestion from one table of rules.
+
+Everything is computed from the events alone, so GPU and modeled timelines read alike:
+
+- a role's active span in a block runs from its first event's start to its last event's end; a wait share is the
+  time in waits on one barrier array over that span (summed over the sampled blocks);
+- a barrier array is a "full" one when consumer roles (those issuing WGMMA) wait on it, an "empty" one when
+  producer roles (those issuing TMA loads) do: from the roles, not from the names;
+- a stage counts as full from its full barrier's completion until the consumers' next wait on a full barrier
+  (their release of it comes just before). The completion is the end of the consumers' wait when that wait
+  blocked; when it did not, the completion is not observable, and the end of the last TMA issue into the stage
+  stands for it (so a stage whose copy is still landing counts as full). Occupancy is the mean number of full
+  stages over the consumers' span;
+- the tensor cores count as busy from a WGMMA group's commit (the ``wgmma`` event's end) to the end of the issuing
+  role's next ``wgmma_wait``: the group runs (or queues behind another block's) in between. The busy share is the
+  union of those intervals over the sampled blocks of one SM (all blocks of the model's SM; on the GPU, the
+  sampled blocks that ran on it) over their span, averaged over SMs weighted by span.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from warpspec.timeline.events import Timeline
+
+#: A wait shorter than this did not block (one try_wait that passes takes a few tens of ns).
+BLOCKED_WAIT_NS = 50.0
+
+#: The diagnosis: the first rule whose conditions all hold gives the line. Conditions are (metric, comparison,
+#: threshold) over ``Summary.metrics``; a metric that is unknown (None) fails its condition.
+RULES = (
+    ((("consumers_full_wait", ">", 0.20),),
+     "consumers wait on full barriers {consumers_full_wait:.0%} of the time: the producers can't keep up; try more "
+     "stages or larger K tiles"),
+    ((("producers_empty_wait", ">", 0.50), ("tensor_busy", ">", 0.95)),
+     "producers wait on empty barriers {producers_empty_wait:.0%} of the time while the tensor cores are busy "
+     "{tensor_busy:.0%}: compute-bound, as a matmul should be; only a faster WGMMA shape (larger N) or fewer "
+     "instructions per tile gain more"),
+    ((("producers_empty_wait", ">", 0.50), ("tensor_busy", "<=", 0.95)),
+     "producers wait on empty barriers {producers_empty_wait:.0%} of the time but the tensor cores are busy only "
+     "{tensor_busy:.0%}: the consumers are the bottleneck outside WGMMA; keep a WGMMA group in flight "
+     "(wgmma.wait_group(1)), add a consumer warpgroup, or fit a second block per SM (fewer stages)"),
+    ((("producers_empty_wait", ">", 0.50),),
+     "producers wait on empty barriers {producers_empty_wait:.0%} of the time: the roles that empty the stages set "
+     "the pace; make their work per stage cheaper, or split it over more threads"),
+    ((("epilogue_share", ">", 0.20),),
+     "the epilogue takes {epilogue_share:.0%} of the consumers' time: give each block more K per output tile, or "
+     "overlap the store with the next tile's loads"),
+    ((),
+     "no stall dominates: consumers wait on full barriers {consumers_full_wait:.0%} and producers on empty "
+     "barriers {producers_empty_wait:.0%} of the time"),
+)
+
+_COMPARE = {">": operator.gt, "<": operator.lt, ">=": operator.ge, "<=": operator.le}
+
+
+@dataclass
+class Summary:
+    """The numbers of one timeline. ``waits``: (role, barrier array) -> share of the role's active time;
+    ``kinds``: barrier array -> "full", "empty" or "other"; ``metrics``: the rule table's inputs."""
+
+    timeline: Timeline
+    waits: dict = field(default_factory=dict)
+    kinds: dict = field(default_factory=dict)
+    occupancy: float | None = None
+    stages: int | None = None
+    tensor_busy: float | None = None
+    metrics: dict = field(default_factory=dict)
+
+    @property
+    def tflops(self) -> float | None:
+        """TFLOP/s of the launch, when its useful flops are known."""
+        t = self.timeline
+        return t.flops / t.kernel_ns / 1e3 if t.flops and t.kernel_ns else None
+
+    def diagnosis(self) -> str:
+        """The first rule of ``RULES`` that holds, filled in."""
+        values = {k: (v if v is not None else 0.0) for k, v in self.metrics.items()}
+        for conditions, text in RULES:
+            if all(self.metrics.get(m) is not None and _COMPARE[op](self.metrics[m], limit)
+                   for m, op, limit in conditions):
+                return text.format(**values)
+        raise AssertionError("the last rule has no conditions")
+
+    def text(self) -> str:
+        """The summary as ``warpspec timeline`` prints it."""
+        t = self.timeline
+        schedule = " ".join(f"{k}={v}" for k, v in t.schedule.items())
+        what = "modeled" if t.source == "model" else "measured"
+        rate = f" ({self.tflops:.0f} TFLOP/s)" if self.tflops else ""
+        lines = [f"{t.kernel} {schedule} ({'CPU timing model' if t.source == 'model' else 'GPU'})",
+                 f"{what} kernel time: {t.kernel_ns / 1e3:.1f} us{rate}",
+                 f"{len({e.block for e in t.events})} block(s) sampled; waits as a share of each role's active time:"]
+        width = max((len(r) for r in t.roles), default=0)
+        for role in t.roles:
+            mine = [(b, s) for (r, b), s in self.waits.items() if r == role]
+            if not mine:
+                lines.append(f"  {role:<{width}}  no barrier waits")
+            for barrier, share in sorted(mine):
+                lines.append(f"  {role:<{width}}  waits on {barrier} ({self.kinds[barrier]}) {share:6.1%}")
+        if self.occupancy is not None:
+            lines.append(f"stage occupancy: {self.occupancy:.2f} of {self.stages} stages full on average")
+        if self.tensor_busy is not None:
+            lines.append(f"tensor cores busy: {self.tensor_busy:.0%} of the time (the sampled blocks of one SM "
+                         f"together)")
+        lines.append(f"diagnosis: {self.diagnosis()}")
+        lines += [f"note: {note}" for note in t.notes]
+        return "\n".join(lines) + "\n"
+
+
+def array_name(barrier: str) -> str:
+    """The barrier array of one barrier: ``full_barriers[2]`` -> ``full_barriers``."""
+    return re.sub(r"\[[^\]]*\]$", "", barrier)
+
+
+def _role_kind(role: str) -> str:
+    return role.split(" ", 1)[0]
+
+
+def _union(intervals) -> float:
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def summarize(timeline: Timeline) -> Summary:
+    """The numbers of ``timeline`` (see the module's docstring for how each is defined)."""
+    by_block = defaultdict(list)
+    for event in timeline.events:
+        by_block[event.block].append(event)
+    spans: dict = defaultdict(float)  # role -> active time summed over blocks
+    waited: dict = defaultdict(float)  # (role, array) -> wait time summed over blocks
+    waiters: dict = defaultdict(set)  # array -> role kinds that wait on it
+    epilogue = 0.0
+    for events in by_block.values():
+        by_role = defaultdict(list)
+        for e in events:
+            by_role[e.role].append(e)
+        for role, mine in by_role.items():
+            spans[role] += max(e.end_ns for e in mine) - min(e.start_ns for e in mine)
+            for e in mine:
+                if e.kind == "wait" and e.barrier:
+                    waited[(role, array_name(e.barrier))] += e.duration_ns
+                    waiters[array_name(e.barrier)].add(_role_kind(role))
+                elif e.kind == "epilogue":
+                    epilogue += e.duration_ns
+    kinds = {a: "full" if "consumer" in w else "empty" if "producer" in w else "other" for a, w in waiters.items()}
+    summary = Summary(timeline, {k: v / spans[k[0]] if spans[k[0]] else 0.0 for k, v in waited.items()}, kinds)
+    consumer_span = sum(s for r, s in spans.items() if _role_kind(r) == "consumer")
+    producer_span = sum(s for r, s in spans.items() if _role_kind(r) == "producer")
+
+    def share(role_kind: str, barrier_kind: str, span: float) -> float | None:
+        if not span:
+            return None
+        return sum(t for (r, a), t in waited.items() if _role_kind(r) == role_kind and kinds[a] == barrier_kind) / span
+
+    summary.tensor_busy = _tensor_busy(timeline.events)
+    full = [a for a, k in kinds.items() if k == "full"]
+    if full and consumer_span:
+        held, summary.stages = _stage_time(by_block, set(full))
+        summary.occupancy = held / consumer_span
+    summary.metrics = {
+        "consumers_full_wait": share("consumer", "full", consumer_span),
+        "producers_empty_wait": share("producer", "empty", producer_span),
+        "tensor_busy": summary.tensor_busy,
+        "epilogue_share": epilogue / consumer_span if consumer_span else None,
+        "occupancy": summary.occupancy,
+    }
+    return summary
+
+
+def _tensor_busy(events: list) -> float | None:
+    """The tensor cores' busy share (see the module's docstring), None without WGMMA."""
+    by_sm = defaultdict(list)
+    for e in events:
+        by_sm[e.sm if e.sm is not None else e.block].append(e)
+    busy = span = 0.0
+    for mine in by_sm.values():
+        running = []
+        by_role = defaultdict(list)
+        for e in sorted(mine, key=lambda e: e.start_ns):
+            by_role[(e.block, e.role)].append(e)
+        for role_events in by_role.values():
+            committed = [e.end_ns for e in role_events if e.kind == "wgmma"]
+            waits = [e.end_ns for e in role_events if e.kind == "wgmma_wait"]
+            for commit in committed:
+                done = next((w for w in waits if w >= commit), None)
+                if done is not None:
+                    running.append((commit, done))
+        if running:
+            busy += _union(running)
+            span += max(e.end_ns for e in mine) - min(e.start_ns for e in mine)
+    return busy / span if span else None
+
+
+def _stage_time(by_block: dict, full: set) -> tuple[float, int]:
+    """Stage-full time summed over the sampled blocks, and the number of stages (full barriers seen)."""
+    held, stages = 0.0, set()
+    for events in by_block.values():
+        consumer = next((e.role for e in events if _role_kind(e.role) == "consumer" and e.kind == "wait"
+                         and e.barrier and array_name(e.barrier) in full), None)
+        if consumer is None:
+            continue
+        mine = sorted((e for e in events if e.role == consumer), key=lambda e: e.start_ns)
+        waits = [e for e in mine if e.kind == "wait" and e.barrier and array_name(e.barrier) in full]
+        end = max(e.end_ns for e in mine)
+        issues = defaultdict(list)  # barrier -> end times of the TMA issues completing on it
+        for e in sorted(events, key=lambda e: e.start_ns):
+            if e.kind == "tma" and e.barrier:
+                issues[e.barrier].append(e.end_ns)
+        fills = defaultdict(int)
+        count = defaultdict(int)
+        for w in waits:
+            count[w.barrier] += 1
+        for i, w in enumerate(waits):
+            stages.add(w.barrier)
+            j = fills[w.barrier]
+            fills[w.barrier] += 1
+            if w.duration_ns >= BLOCKED_WAIT_NS or not issues[w.barrier]:
+                full_at = w.end_ns if w.duration_ns >= BLOCKED_WAIT_NS else w.start_ns
+            else:
+                per_fill = max(len(issues[w.barrier]) // count[w.barrier], 1)
+                landed = issues[w.barrier][min((j + 1) * per_fill, len(issues[w.barrier])) - 1]
+                full_at = min(landed, w.start_ns)
+            released = waits[i + 1].start_ns if i + 1 < len(waits) else end
+            held += max(released - full_at, 0.0)
+    return held, len(stages)

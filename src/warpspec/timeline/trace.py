@@ -1,0 +1,49 @@
+"""A timeline as a Chrome trace (the JSON "trace event format" that Perfetto and chrome://tracing load): one
+process per sampled block, named "block (x, y, z)", one thread (track) per role, one complete ("X") event per
+interval with its kernel line and barrier in ``args``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from warpspec.timeline.events import Timeline
+
+
+def blocks(timeline: Timeline) -> list[tuple[int, int, int]]:
+    """The sampled blocks, in launch order (x fastest)."""
+    return sorted({e.block for e in timeline.events}, key=lambda b: (b[2], b[1], b[0]))
+
+
+def trace_events(timeline: Timeline) -> dict:
+    """The trace as a JSON-ready object: ``{"traceEvents": [...], "displayTimeUnit": "ns", "otherData": ...}``.
+    Times are microseconds, as the format requires; every role gets a track in every block, events or not."""
+    out = []
+    for pid, block in enumerate(blocks(timeline)):
+        out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                    "args": {"name": f"block ({block[0]}, {block[1]}, {block[2]})"}})
+        out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
+        for tid, role in enumerate(timeline.roles):
+            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": role}})
+            out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+    pids = {block: pid for pid, block in enumerate(blocks(timeline))}
+    tids = {role: tid for tid, role in enumerate(timeline.roles)}
+    for e in sorted(timeline.events, key=lambda e: e.start_ns):
+        args = {"line": e.line}
+        if e.barrier is not None:
+            args["barrier"] = e.barrier
+        if e.sm is not None:
+            args["sm"] = e.sm
+        out.append({"ph": "X", "name": e.name, "cat": e.kind, "pid": pids[e.block], "tid": tids[e.role],
+                    "ts": e.start_ns / 1e3, "dur": e.duration_ns / 1e3, "args": args})
+    return {"traceEvents": out, "displayTimeUnit": "ns",
+            "otherData": {"kernel": timeline.kernel, "source": timeline.source,
+                          "schedule": {k: str(v) for k, v in timeline.schedule.items()},
+                          "kernel_ns": timeline.kernel_ns, "notes": timeline.notes}}
+
+
+def write_trace(timeline: Timeline, path: str | Path) -> Path:
+    """Write the trace of ``timeline`` to ``path`` (JSON) and return the path."""
+    path = Path(path)
+    path.write_text(json.dumps(trace_events(timeline)))
+    return path

@@ -1,0 +1,74 @@
+"""warpspec.profile() on a Hopper GPU: V3's instrumented build records every role of the sampled blocks with
+times in order, the output is still right, and at 8192^3 the instrumentation's overhead is measured and printed
+(benchmarks/profile_overhead.py holds it to 5%)."""
+
+import pytest
+
+import warpspec
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.gpu
+
+PRODUCER, CONSUMER = "producer (threads 128-159)", "consumer (threads 0-127)"
+
+
+def _v3_case(size):
+    from matmul_v3 import MatmulWGMMAV3
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(size, size, device="cuda", dtype=torch.float16, generator=generator)
+    b = torch.randn(size, size, device="cuda", dtype=torch.float16, generator=generator)
+    c = torch.full((size, size), float("nan"), device="cuda", dtype=torch.float16)
+    return MatmulWGMMAV3(num_stages=2, block_m=128, block_n=128, block_k=64), a, b, c
+
+
+def test_v3_at_2048_records_every_role_of_the_sampled_blocks_in_order():
+    size = 2048
+    kernel, a, b, c = _v3_case(size)
+    with warpspec.use_backend("cuda"), warpspec.profile(blocks=4, flops=2.0 * size ** 3) as session:
+        kernel(size, size, size, a, b, c)
+    torch.cuda.synchronize()
+    reference = a.double() @ b.double().T
+    assert (torch.linalg.norm(c.double() - reference) / torch.linalg.norm(reference)).item() < 1e-2
+    (timeline,) = session.timelines
+    assert (timeline.source, timeline.kernel, timeline.flops) == ("gpu", "MatmulWGMMAV3", 2.0 * size ** 3)
+    assert 0 < timeline.kernel_ns < 1e6 and timeline.roles == [CONSUMER, PRODUCER]
+    assert not any("past the capacity" in note for note in timeline.notes), timeline.notes
+    # 16 x 16 blocks, 4 sampled evenly in launch order: linear indices 0, 64, 128 and 192.
+    assert {e.block for e in timeline.events} == {(0, 0, 0), (0, 4, 0), (0, 8, 0), (0, 12, 0)}
+    k_tiles = size // 64
+    for block in {e.block for e in timeline.events}:
+        mine = [e for e in timeline.events if e.block == block]
+        producer = [e for e in mine if e.role == PRODUCER]
+        consumer = [e for e in mine if e.role == CONSUMER]
+        count = lambda events, kind: sum(e.kind == kind for e in events)  # noqa: E731
+        assert (count(producer, "wait"), count(producer, "tma")) == (k_tiles + 2, 2 * k_tiles), block
+        assert [count(consumer, kind) for kind in ("wait", "wgmma", "wgmma_wait", "epilogue", "sync")] == \
+            [k_tiles, k_tiles, k_tiles, 1, 1], block
+        assert {e.name for e in producer if e.kind == "tma"} == {"tma ga -> sa[0]", "tma ga -> sa[1]",
+                                                                 "tma gb -> sb[0]", "tma gb -> sb[1]"}
+        assert {e.barrier for e in consumer if e.kind == "wait"} == {"consumer_barriers[0]", "consumer_barriers[1]"}
+        assert len({e.sm for e in mine}) == 1 and 0 <= mine[0].sm < 132
+        for events in (producer, [e for e in consumer if e.kind != "epilogue"]):
+            # One thread records a role's events one after another: each ends before the next starts.
+            for before, after in zip(events, events[1:]):
+                assert before.start_ns <= before.end_ns <= after.start_ns, (block, before, after)
+        epilogue = next(e for e in consumer if e.kind == "epilogue")
+        assert epilogue.start_ns >= max(e.end_ns for e in consumer if e.kind == "wgmma_wait")
+    assert min(e.start_ns for e in timeline.events) == 0.0
+    assert max(e.end_ns for e in timeline.events) < 2 * timeline.kernel_ns
+
+
+def test_v3_at_8192_overhead_is_measured():
+    size = 8192
+    kernel, a, b, c = _v3_case(size)
+    with warpspec.use_backend("cuda"), warpspec.profile(blocks=4, overhead=True) as session:
+        kernel(size, size, size, a, b, c)
+    (timeline,) = session.timelines
+    (instrumented_ns,) = session.instrumented_ns
+    overhead = instrumented_ns / timeline.kernel_ns - 1
+    print(f"V3 8192^3, 2 stages: plain {timeline.kernel_ns / 1e6:.4f} ms, instrumented {instrumented_ns / 1e6:.4f} ms "
+          f"({100 * overhead:+.1f}%)")
+    assert any(note.startswith("instrumented build: ") for note in timeline.notes)
+    assert len({e.block for e in timeline.events}) == 4
