@@ -4,9 +4,9 @@ one process.
 Protocol (docs/performance.md): batch 2, heads · head_dim = 2048, S_q = S_k = seq, ``torch.randn`` inputs,
 FLOPs = 4 · B · H · seq² · D (halved when causal), ``triton.testing.do_bench(fn, warmup, rep,
 return_mode="median")``. Before timing, every output is checked against SDPA's (max abs error below 2e-2 in
-fp16, 4e-2 in bf16); a config whose check fails is reported and not timed. warpspec is timed as its pinned kernel
-called on preallocated tensors (``--api`` times ``warpspec.ops.attention`` itself, allocation and validation
-included).
+fp16, 4e-2 in bf16); a config whose check fails is reported and not timed. warpspec is timed as the pinned kernel
+that ops.attention picks, called on preallocated tensors (``--api`` times ``warpspec.ops.attention`` itself,
+allocation and validation included).
 
     python benchmarks/attention.py                                  # the full table (~4 minutes on an H200)
     python benchmarks/attention.py --head-dims 128 --seqs 8192 --causal both --dtypes fp16,bf16
@@ -58,7 +58,8 @@ def main(argv=None) -> int:
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     parser.add_argument("--dtypes", default="fp16", help="comma-separated: fp16, bf16")
     parser.add_argument("--schedules", choices=("default", "all"), default="default",
-                        help="default: each head dim's shipped schedule; all: every schedule of the space")
+                        help="default: the schedule ops.attention picks (a stored tuning winner, else the shipped "
+                             "default of the head dim); all: every schedule of the space")
     parser.add_argument("--schedule", default=None,
                         help="one schedule for every head dim, e.g. block_n=96,num_stages=2,unroll=1")
     parser.add_argument("--backends", default="cudnn,flash", help="SDPA back ends to time: cudnn, flash")
@@ -87,14 +88,15 @@ def main(argv=None) -> int:
     chosen_backends = [b for b in args.backends.split(",") if b]
 
     def schedules_of(head_dim):
+        """The schedules to time; None: the one ops.attention picks (a stored tuning winner, else the default)."""
         if args.schedule:
             return [parse_schedule(args.schedule)]
         if args.schedules == "all":
             return AttentionF16().schedules()
-        return [DEFAULT_SCHEDULES[head_dim]]
+        return [None]
 
-    jobs = [(kernel_dtypes[name], d, causal, schedule) for name in dtype_names for d in head_dims
-            for causal in causals for schedule in schedules_of(d)]
+    jobs = [(kernel_dtypes[name], d, causal, schedule or DEFAULT_SCHEDULES[d]) for name in dtype_names
+            for d in head_dims for causal in causals for schedule in schedules_of(d)]
     started = time.perf_counter()
     with concurrent.futures.ProcessPoolExecutor(max_workers=os.cpu_count()) as pool:
         builds = {(job[0], job[1], job[2], tuple(job[3].items())): error for job, _, error in
@@ -135,13 +137,15 @@ def main(argv=None) -> int:
                         out = torch.empty_like(q)
                         best = None
                         for schedule in schedules_of(head_dim):
-                            label = ",".join(f"{key}={value}" for key, value in schedule.items())
-                            error = builds[(kernel_dtypes[name], head_dim, causal, tuple(schedule.items()))]
-                            if error:
-                                row.setdefault("build_errors", {})[label] = error
-                                continue
-                            script = script_for(problem, schedule)
                             kernel_args = arguments(q, k, v, out, problem)
+                            if schedule is not None:
+                                label = ",".join(f"{key}={value}" for key, value in schedule.items())
+                                error = builds[(kernel_dtypes[name], head_dim, causal, tuple(schedule.items()))]
+                                if error:
+                                    row.setdefault("build_errors", {})[label] = error
+                                    continue
+                            script = script_for(problem, kernel_args, schedule)
+                            label = ",".join(f"{key}={value}" for key, value in script.schedule().items())
                             out.fill_(float("nan"))
                             script(*kernel_args)
                             torch.cuda.synchronize()
@@ -152,7 +156,7 @@ def main(argv=None) -> int:
                                     print(f"{name} D={head_dim} seq={seq} causal={causal} {label}: WRONG, max abs "
                                           f"error {max_error:.3g} vs SDPA", flush=True)
                                     continue
-                            if args.api and len(schedules_of(head_dim)) == 1:
+                            if args.api and schedule is None:
                                 ms = bench(lambda: attention(q, k, v, causal=causal))
                             else:
                                 ms = bench(lambda: script(*kernel_args))

@@ -19,7 +19,7 @@ from warpspec import ArgumentError, BarrierError, RaceError
 from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.ops import attention
 from warpspec.ops import attention_kernel as ak
-from warpspec.ops.attention import DEFAULT_SCHEDULES, launch, validate
+from warpspec.ops.attention import DEFAULT_SCHEDULES, arguments, launch, script_for, tune_attention, validate
 
 KERNEL_FILE = ak.__file__
 EXAMPLE_FILE = str(Path(__file__).resolve().parents[1] / "examples" / "attention_fwd.py")
@@ -100,6 +100,22 @@ def test_an_empty_query_launches_nothing():
     assert attention(q, k, v).shape == (1, 2, 0, 64)
 
 
+@pytest.mark.parametrize("head_dim", sorted(DEFAULT_SCHEDULES))
+def test_the_schedule_is_the_head_dims_default_unless_pinned(head_dim):
+    """Off the GPU there are no stored winners: each head dim runs its shipped default; a given schedule wins."""
+    q, k, v = operands(1, 2, 2, 16, 16, head_dim, np.float16)
+    problem = validate(q, k, v, False, None)
+    args = arguments(q, k, v, np.empty_like(q), problem)
+    assert script_for(problem, args).schedule() == DEFAULT_SCHEDULES[head_dim]
+    pinned = {"block_n": 64, "num_stages": 2, "unroll": 1}
+    assert script_for(problem, args, pinned).schedule() == pinned
+
+
+def test_tune_attention_refuses_other_dtypes():
+    with pytest.raises(ArgumentError, match="dtype must be 'float16' or 'bfloat16', got 'float32'"):
+        tune_attention([(1, 1, 1, 128, 128, 64)], "float32")
+
+
 def _cases():
     q, k, v = operands(1, 4, 2, 16, 16, 64, np.float16)
     bf = k.astype(ml_dtypes.bfloat16)
@@ -107,7 +123,8 @@ def _cases():
     strided = np.zeros((1, 4, 16, 128), np.float16)[..., ::2]
     return {
         "rank": ((q[0], k, v), {}, "q must be 4-D [batch, heads, seq, head_dim], got shape (4, 16, 64)"),
-        "head-dim": ((q96, q96[:, :2], q96[:, :2]), {}, "head_dim (q.shape[3]) is 96; ops.attention supports 64, 128, 256"),
+        "head-dim": ((q96, q96[:, :2], q96[:, :2]), {},
+                     "head_dim (q.shape[3]) is 96; ops.attention supports 64, 128, 256"),
         "dtype": ((q.astype(np.float32), k, v), {}, "q has dtype float32; ops.attention takes float16 or bfloat16"),
         "mixed-dtype": ((q, bf, v), {}, "k has dtype bfloat16 but q has float16"),
         "heads": ((q, k[:, :1].repeat(3, 1), v[:, :1].repeat(3, 1)), {},

@@ -71,7 +71,8 @@ def test_every_schedule_that_builds(head_dim):
         out = torch.full_like(q, float("nan"))
         try:
             with warpspec.use_backend("cuda"):
-                script_for(problem, schedule)(*arguments(q, k, v, out, problem))
+                args = arguments(q, k, v, out, problem)
+                script_for(problem, args, schedule)(*args)
         except CompileError:  # shared memory or registers: pruned, as the tuner would
             continue
         torch.cuda.synchronize()

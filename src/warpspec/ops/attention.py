@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from warpspec import dtypes, runtime
+from warpspec import runtime
 from warpspec.dtypes import DType, bfloat16, float16
 from warpspec.errors import ArgumentError
 from warpspec.ops.attention_kernel import ATTENTION_KERNELS, HEAD_DIMS, LOG2_E
+from warpspec.ops.matmul import _describe_kind, _kind, dtype_of
+from warpspec.tune.cache import size_bucket
 
 DTYPES = (float16, bfloat16)
 #: The shipped schedule of each head dim. K/V tiles: S (block_n/2 registers per thread), P (block_n/4) and O
@@ -84,25 +87,6 @@ def attention(q, k, v, *, causal=False, scale=None):
     return out
 
 
-def _kind(value, name: str) -> str:
-    if isinstance(value, np.ndarray):
-        return "numpy"
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(value, torch.Tensor):
-        return "torch"
-    raise ArgumentError(f"{name} must be a numpy array or a torch tensor, got {type(value).__name__}")
-
-
-def _describe_kind(value) -> str:
-    return "a numpy array" if isinstance(value, np.ndarray) else "a torch tensor"
-
-
-def _dtype_of(value) -> DType | None:
-    if isinstance(value, np.ndarray):
-        return next((d for d in dtypes.ALL_DTYPES if d.numpy == value.dtype), None)
-    return dtypes.of_torch(value.dtype)
-
-
 def _contiguous(value) -> bool:
     if isinstance(value, np.ndarray):
         return value.flags.c_contiguous
@@ -130,13 +114,13 @@ def validate(q, k, v, causal, scale) -> Problem:
                             f"key/value heads (grouped-query attention)")
     if seq_k < 1:
         raise ArgumentError("k and v have no keys (seq = 0): attention needs at least one")
-    dtype = _dtype_of(q)
+    dtype = dtype_of(q)
     if dtype not in DTYPES:
         raise ArgumentError(f"q has dtype {dtype.name if dtype else q.dtype}; ops.attention takes float16 or "
                             f"bfloat16")
     for name, value in (("k", k), ("v", v)):
-        if _dtype_of(value) != dtype:
-            found = _dtype_of(value)
+        if dtype_of(value) != dtype:
+            found = dtype_of(value)
             raise ArgumentError(f"{name} has dtype {found.name if found else value.dtype} but q has {dtype.name}: "
                                 f"q, k and v must have one dtype")
     for name, value in (("q", q), ("k", k), ("v", v)):
@@ -157,19 +141,46 @@ def validate(q, k, v, causal, scale) -> Problem:
     return Problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, float(scale))
 
 
-_scripts: dict = {}  # (dtype name, head_dim, causal, schedule items) -> pinned Script
+_tuned: dict = {}  # (dtype name, head_dim, causal) -> TunedScript over the schedule space
+_chosen: dict = {}  # (dtype name, head_dim, causal, schedule or size buckets, back end, device) -> pinned Script
 
 
-def script_for(problem: Problem, schedule: dict | None = None):
-    """The pinned kernel Script of the problem's dtype, head dim and causality, with ``schedule`` (block_n,
-    num_stages, unroll) or the head dim's shipped default."""
-    schedule = dict(DEFAULT_SCHEDULES[problem.head_dim] if schedule is None else schedule)
-    key = (problem.dtype.name, problem.head_dim, problem.causal, tuple(sorted(schedule.items())))
-    script = _scripts.get(key)
+def tuned_script(problem: Problem):
+    """The autotuned kernel (every schedule) of the problem's dtype, head dim and causality."""
+    key = (problem.dtype.name, problem.head_dim, problem.causal)
+    if key not in _tuned:
+        _tuned[key] = ATTENTION_KERNELS[problem.dtype.name](head_dim=problem.head_dim, causal=problem.causal)
+    return _tuned[key]
+
+
+def script_for(problem: Problem, args: tuple, schedule: dict | None = None):
+    """The pinned Script that runs ``problem`` (called with kernel arguments ``args``): with ``schedule`` when
+    given; else, on the GPU, the winner that ``tune_attention`` (or an autotuned call) stored for the problem's
+    size buckets; else the head dim's shipped default. Remembered per size buckets, back end and device."""
+    backend = runtime.get_backend()
+    device = None
+    if backend == "cuda":
+        from warpspec.cuda.driver import default_device
+
+        device = default_device()
+    sizes = (size_bucket(problem.seq_q), size_bucket(problem.seq_k), size_bucket(problem.batch * problem.heads))
+    key = (problem.dtype.name, problem.head_dim, problem.causal,
+           tuple(sorted(schedule.items())) if schedule is not None else sizes, backend, device)
+    script = _chosen.get(key)
     if script is None:
-        cls = ATTENTION_KERNELS[problem.dtype.name]
-        script = _scripts[key] = cls(head_dim=problem.head_dim, causal=problem.causal, **schedule)
+        if schedule is None and backend == "cuda":
+            from warpspec.tune.tuner import stored_schedule
+
+            schedule = stored_schedule(tuned_script(problem), args, {})
+        if schedule is None:
+            schedule = DEFAULT_SCHEDULES[problem.head_dim]
+        script = _chosen[key] = tuned_script(problem).instantiate(dict(schedule))
     return script
+
+
+def forget_choices() -> None:
+    """Forget the schedules this process chose (after tuning, the next call of each shape looks again)."""
+    _chosen.clear()
 
 
 def arguments(q, k, v, out, problem: Problem) -> tuple:
@@ -183,7 +194,39 @@ def launch(q, k, v, out, problem: Problem, schedule: dict | None = None) -> None
     """Run the kernel on validated operands on the selected back end (nothing to do for S_q = 0)."""
     if problem.seq_q == 0 or problem.batch * problem.heads == 0:
         return
-    script_for(problem, schedule)(*arguments(q, k, v, out, problem))
+    args = arguments(q, k, v, out, problem)
+    script_for(problem, args, schedule)(*args)
+
+
+def tune_attention(shapes, dtype="float16", *, causal=False, progress=None) -> dict:
+    """Tune the kernel on the GPU for each ``(batch, heads, kv_heads, seq_q, seq_k, head_dim)`` of ``shapes``
+    (random torch CUDA operands) and store the winners in the tuning cache, where later ``ops.attention`` calls of
+    the same size buckets, in any process, find them. ``progress(line)`` (e.g. ``print``) hears about each shape.
+    Returns ``{shape: winning schedule}``."""
+    if dtype not in ("float16", "bfloat16"):
+        raise ArgumentError(f"dtype must be 'float16' or 'bfloat16', got {dtype!r}")
+    import torch
+
+    torch_dtypes = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+    winners = {}
+    with runtime.use_backend("cuda"):
+        for shape in shapes:
+            batch, heads, kv_heads, seq_q, seq_k, head_dim = shape
+            started = time.perf_counter()
+            q = torch.randn(batch, heads, seq_q, head_dim, device="cuda", dtype=torch_dtypes[dtype])
+            k = torch.randn(batch, kv_heads, seq_k, head_dim, device="cuda", dtype=torch_dtypes[dtype])
+            v = torch.randn_like(k)
+            problem = validate(q, k, v, causal, None)
+            tuned = tuned_script(problem)
+            tuned(*arguments(q, k, v, torch.empty_like(q), problem))
+            torch.cuda.synchronize()
+            winners[tuple(shape)] = dict(tuned.last_report.winner.schedule)
+            forget_choices()  # calls made before this run chose without the new winner
+            if progress is not None:
+                progress(f"{dtype} {shape} causal={causal}: {tuned.last_report.summary()}; winner "
+                         f"{tuned.last_report.winner.label}, {tuned.last_report.winner.time_ms:.3f} ms "
+                         f"({time.perf_counter() - started:.1f} s)")
+    return winners
 
 
 # --------------------------------------------------------------------------------------------- torch op
@@ -208,7 +251,7 @@ def _op_implementation(q, k, v, out, causal, scale):
     """The op's real and fake implementation: validate, then write ``out`` (fake or meta tensors, while
     ``torch.compile`` traces, only describe the call: nothing runs)."""
     problem = validate(q, k, v, causal, scale)
-    if tuple(out.shape) != tuple(q.shape) or _dtype_of(out) != problem.dtype or not _contiguous(out):
+    if tuple(out.shape) != tuple(q.shape) or dtype_of(out) != problem.dtype or not _contiguous(out):
         raise ArgumentError(f"out must be a contiguous tensor of q's shape {tuple(q.shape)} and dtype")
     if not runtime.shape_only((q, k, v, out)):
         launch(q, k, v, out, problem)

@@ -31,7 +31,8 @@ query head ``bh`` to K/V head ``bh // H · H_kv + bh % H // (H / H_kv)`` at run 
 memory (the Q buffer, free once the last QKᵀ read it) with one TMA store per warpgroup.
 
 Pointer parameters carry their dtype, so each element type has its own Script class: ``AttentionF16`` and
-``AttentionBF16`` (``ATTENTION_KERNELS`` by dtype name). The schedule (``block_n``, ``num_stages``, ``unroll``) is autotuned.
+``AttentionBF16`` (``ATTENTION_KERNELS`` by dtype name). The schedule (``block_n``, ``num_stages``, ``unroll``) is
+autotuned.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class _Attention(Script):
     """Shared body; subclasses fix the element type through their ``__call__`` annotations."""
 
     dtype = float16
-    #: Only the sizes and the head counts choose the schedule.
+    #: The lengths and the number of (batch, head) rows choose the schedule (ops.attention keys its choices alike).
     tune_key = ("seq_q", "seq_k", "batch_heads")
 
     def __init__(self, head_dim, causal, block_n, num_stages, unroll):
