@@ -133,7 +133,8 @@ def _cases():
         "batch": ((q, k.repeat(2, 0), v.repeat(2, 0)), {}, "k has batch 2 but q has 1"),
         "no-keys": ((q, k[:, :, :0], v[:, :, :0]), {}, "k and v have no keys"),
         "layout": ((strided, strided[:, :2], strided[:, :2]), {}, "q must be contiguous"),
-        "scale": ((q, k, v), {"scale": "big"}, "scale must be a finite number"),
+        "scale": ((q, k, v), {"scale": "big"}, "scale must be a positive finite number"),
+        "negative-scale": ((q, k, v), {"scale": -0.5}, "positive finite number (None: head_dim ** -0.5), got -0.5"),
         "causal": ((q, k, v), {"causal": 1}, "causal must be True or False, got 1"),
         "kind": ((q.tolist(), k, v), {}, "q must be a numpy array or a torch tensor, got list"),
     }

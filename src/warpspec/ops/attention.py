@@ -61,7 +61,7 @@ def attention(q, k, v, *, causal=False, scale=None):
       h // (H / H_kv)); any S_q >= 0 and S_k >= 1.
     * ``causal``: query i sees keys j <= i + S_k - S_q (aligned at the bottom right, as FlashAttention does; for
       S_q = S_k the usual lower triangle). A query row that sees no key (S_q > S_k) is 0.
-    * ``scale``: the logits' factor, D ** -0.5 by default.
+    * ``scale``: the logits' factor (positive), D ** -0.5 by default.
 
     numpy arrays (ml_dtypes.bfloat16 for bfloat16) run on the emulator; torch tensors through the custom op
     ``warpspec::attention``: CUDA tensors on the GPU, CPU tensors on the emulator.
@@ -136,8 +136,9 @@ def validate(q, k, v, causal, scale) -> Problem:
         raise ArgumentError(f"causal must be True or False, got {causal!r}")
     if scale is None:
         scale = head_dim ** -0.5
-    elif isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise ArgumentError(f"scale must be a finite number (None: head_dim ** -0.5), got {scale!r}")
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        # Positive: the kernel scales the row maximum of the raw logits, max(s) · scale = max(s · scale).
+        raise ArgumentError(f"scale must be a positive finite number (None: head_dim ** -0.5), got {scale!r}")
     return Problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, float(scale))
 
 
