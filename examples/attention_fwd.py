@@ -9,9 +9,9 @@ walks through it. What it does, one block per 128 query rows of one head:
   for every K/V tile j into two rings of shared-memory stages (``warpspec.Pipeline``): a K stage comes back as
   soon as QKᵀ read it, a V stage once PV did.
 * Each consumer warpgroup owns 64 query rows and keeps their running maximum, running sum and O accumulator in
-  registers. In iteration j it issues S_j = Q·K_jᵀ, then O += P_{j-1}·V_{j-1} (P from registers: the cast of the
-  previous iteration's probabilities), waits for S_j only, and computes the softmax of S_j while PV still runs;
-  then it waits for PV and rescales O by exp2(old max - new max).
+  registers. In iteration j it issues S_j = Q·K_jᵀ, rescales O by exp2(old max - new max) of the previous tile
+  while S_j runs, issues O += P_{j-1}·V_{j-1} (P from registers: the cast of the previous iteration's
+  probabilities), waits for S_j only, and computes the softmax of S_j while PV still runs.
 * The two warpgroups take turns issuing their GEMMs (an mbarrier pair, like examples/matmul_v6.py's ping-pong), so
   one's exp2s run under the other's tensor-core work.
 * Tails and causality are masks on the tiles that need them; causal blocks stop at the last K/V tile they see.

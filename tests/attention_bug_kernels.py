@@ -1,8 +1,8 @@
 """The attention kernel of ``warpspec.ops.attention_kernel`` with one bug planted per class, for
 tests/test_attention.py.
 
-Each class overrides the one helper of ``AttentionF16`` that it breaks. A line that an error must name ends with a
-marker comment ``# <<< name``; ``marker_line(name)`` finds its number.
+Each class overrides the one helper of ``AttentionF16`` that it breaks. A line that an error report must name ends
+with a marker comment ``# <<< name``; ``marker_line(name)`` finds its number.
 """
 
 from markers import markers_of
@@ -17,17 +17,9 @@ class ReleasesVBeforePV(AttentionF16):
     TMA load may overwrite the tile under the tensor cores."""
 
     def retire_pv(self, pipe_v):
-        pipe_v.consumer_release()  # <<< early-release
+        pipe_v.consumer_release()
         pipe_v.consumer_advance()
-        self.wgmma.wait_group(0)
-
-
-class RescalesUnderPV(AttentionF16):
-    """O is rescaled while the PV WGMMA accumulating into it is still in flight: no wait between them."""
-
-    def retire_pv(self, pipe_v):
-        pipe_v.consumer_release()  # <<< no-wait-release
-        pipe_v.consumer_advance()
+        self.wgmma.wait_group(0)  # <<< late-wait
 
 
 class IssuesOutOfTurn(AttentionF16):

@@ -11,10 +11,10 @@ One block computes ``BLOCK_M`` = 128 query rows of one head. Its threads:
   of Q, its own S = Q·Kᵀ and O accumulators, its own running row maximum and row sum (the online softmax). Both
   read every K and V stage, so a stage is empty once all 256 consumer threads released it.
 
-FA3's two overlaps are in the consumer loop. Iteration j of a warpgroup issues S_j = Q·K_jᵀ and then
-O += P_{j-1}·V_{j-1} (the previous block's probabilities, from registers), and only then waits for S_j: the
-softmax of block j runs while the tensor cores still work on PV of block j-1 (**intra-warpgroup overlap**; ``S``
-and ``P`` are two register tensors). The two warpgroups take **turns** issuing their GEMMs (an mbarrier pair as in
+FA3's two overlaps are in the consumer loop. Iteration j of a warpgroup issues S_j = Q·K_jᵀ, rescales O to the
+previous block's maximum while S_j runs, issues O += P_{j-1}·V_{j-1} (the previous block's probabilities, from
+registers), and only then waits for S_j: the softmax of block j runs while the tensor cores still work on PV of
+block j-1 (**intra-warpgroup overlap**; ``S`` and ``P`` are two register tensors). The two warpgroups take **turns** issuing their GEMMs (an mbarrier pair as in
 examples/matmul_v6.py's ping-pong): warpgroup 0 issues, hands the turn over, and does its softmax while warpgroup
 1's GEMMs run, so the exp2 of one hides under the other's tensor-core work.
 
@@ -147,6 +147,8 @@ class _Attention(Script):
             pipe.consumer_phase = self.mbarrier.consumer_initial_phase
         row_max = self.register_tensor(dtype=float32, shape=[64, 1], init=float("-inf"))
         row_sum = self.register_tensor(dtype=float32, shape=[64, 1], init=0.0)
+        # exp2(previous max - current max): O's rescale before the next P·V adds to it (1 while O is 0).
+        correction = self.register_tensor(dtype=float32, shape=[64, 1], init=1.0)
         acc_o = self.register_tensor(dtype=float32, shape=[64, d], init=0.0)
         p = self.register_tensor(dtype=dtype, shape=[64, block_n])  # P_{j-1}: PV's register A operand
         # Warpgroup 0 issues first: its first wait passes at once, as a producer's first wait on an empty stage.
@@ -182,20 +184,23 @@ class _Attention(Script):
                 self.wgmma.fence()
                 self.wgmma.mma(sq[0], sk[pipe_k.consumer_stage][0].transpose(), acc_s)  # S_j = Q·K_jᵀ
                 self.wgmma.commit_group()
+                acc_o = acc_o * correction  # to P_{j-1}'s maximum, while S_j runs on the tensor cores
                 pipe_v.consumer_acquire()
+                self.wgmma.fence()  # the rescaled O, before the mma that accumulates into it
                 self.wgmma.mma(p, sv[pipe_v.consumer_stage][0], acc_o)  # O += P_{j-1}·V_{j-1}
                 self.wgmma.commit_group()
                 self.mbarrier.arrive(turns[1 - wg])  # our GEMMs are queued: the other warpgroup may issue its own
                 self.wgmma.wait_group(1)  # S_j is done; PV_{j-1} runs on under the softmax
                 pipe_k.consumer_release()
                 pipe_k.consumer_advance()
-                probs, new_max, correction = self.softmax_step(acc_s, row_max, j * block_n, seq_k, rows_from,
+                probs, new_max, subtrahend = self.softmax_step(acc_s, row_max, j * block_n, seq_k, rows_from,
                                                                causal_shift, scale_log2)
+                correction = self.exp2(row_max - subtrahend)
                 row_sum = row_sum * correction + self.reduce_sum(probs)
                 row_max = max(row_max, new_max)
-                self.retire_pv(pipe_v)  # PV_{j-1} is done: O may be rescaled
-                acc_o = acc_o * correction
+                self.retire_pv(pipe_v)  # PV_{j-1} is done: its P registers may be overwritten
                 p = self.cast(probs, dtype)
+            acc_o = acc_o * correction
             pipe_v.consumer_acquire()
             self.wgmma.fence()
             self.wgmma.mma(p, sv[pipe_v.consumer_stage][0], acc_o)
@@ -218,8 +223,9 @@ class _Attention(Script):
 
     def softmax_step(self, acc_s, row_max, offset_n, seq_k, rows_from, causal_shift, scale_log2):
         """The online softmax of one S tile (columns ``offset_n ...``): masked where needed, exponentiated against
-        the new running maximum. Returns (P in float32, the new row maximum, the correction exp2(old - new) that
-        rescales the earlier O and row sum)."""
+        the new running maximum. Returns (P in float32, the new row maximum, the value subtracted from the scaled
+        logits: the new maximum, or 0 for rows still without a visible key). The earlier O and row sum are rescaled
+        by exp2(old maximum - that value)."""
         block_n = self.block_n
         needs_mask = offset_n + block_n > seq_k
         if self.causal:
@@ -236,8 +242,7 @@ class _Attention(Script):
             # A row with no visible key yet keeps the maximum -inf: subtract 0 instead, so exp2 sees -inf (and gives
             # 0), never -inf - -inf = NaN.
             subtrahend = self.where(new_max == float("-inf"), 0.0, new_max)
-        probs = self.exp2(acc_s * scale_log2 - subtrahend)
-        return probs, new_max, self.exp2(row_max - subtrahend)
+        return self.exp2(acc_s * scale_log2 - subtrahend), new_max, subtrahend
 
     def store_output(self, sq, go, out, bh, rows_from):
         """``out`` -> this warpgroup's Q buffer (its last reader, QKᵀ, is done) -> one TMA store into the 3-D view,
