@@ -63,8 +63,8 @@ def main(argv=None) -> int:
     parser.add_argument("--schedule", default=None,
                         help="one schedule for every head dim, e.g. block_n=96,num_stages=2,unroll=1")
     parser.add_argument("--backends", default="cudnn,flash", help="SDPA back ends to time: cudnn, flash")
-    parser.add_argument("--warmup", type=int, default=25)
-    parser.add_argument("--rep", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=100, help="do_bench warmup, ms")
+    parser.add_argument("--rep", type=int, default=500, help="do_bench repetitions, ms")
     parser.add_argument("--api", action="store_true", help="time warpspec.ops.attention instead of the kernel")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
