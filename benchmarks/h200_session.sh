@@ -3,7 +3,8 @@
 # ./h200-logs), then a short table of what passed and how long each step took. Steps run in the order given:
 #
 #   bash benchmarks/h200_session.sh [gpu-tests] [main] [tutorial] [launch] [matmul] [schedules] [v6] [v7] [timeline]
-#   [timeline-cli] [gemm] [ops-tests]
+#   [timeline-cli] [gemm] [ops-tests] [attention]
+#   [attention-tests] [v7]
 #   (default: the first five)
 set -u
 cd "$(dirname "$0")/.."
@@ -32,6 +33,9 @@ for step in "${steps[@]}"; do
                        --out /tmp/timeline-cli) ;;
     gemm) cmd=(python3 benchmarks/gemm.py --no-tune --json "$out/gemm.json") ;;
     ops-tests) cmd=(python3 -m pytest -q -x -m gpu tests/gpu/test_ops_matmul_gpu.py -p no:cacheprovider) ;;
+    attention) cmd=(python3 benchmarks/attention.py --head-dims 64,128,256 --seqs 8192 --causal both
+                    --dtypes fp16,bf16 --json "$out/attention.json") ;;
+    attention-tests) cmd=(python3 -m pytest -q -x -m gpu tests/gpu/test_attention_gpu.py -p no:cacheprovider) ;;
     schedules) cmd=(python3 benchmarks/v3_schedules.py --json "$out/v3_8192.json") ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
