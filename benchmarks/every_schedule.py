@@ -5,7 +5,10 @@ Each schedule is checked against an fp32 torch reference, then timed with
 ``triton.testing.do_bench(warmup=50, rep=200, return_mode="median")``; cuBLAS (``a @ b.T``) is timed before each
 so drift shows. C = A·Bᵀ in fp16, the examples' seed signature.
 
-    python benchmarks/every_schedule.py matmul_v6:MatmulWGMMAV6 [--size 8192] [--json out.json]
+    python benchmarks/every_schedule.py matmul_v6:MatmulWGMMAV6 [--size 8192] [--json out.json] [--set NAME=VALUE]
+
+``--set`` passes a constructor argument that is not tuned to every schedule (``--set release=thread`` times V6 with
+one empty-barrier arrival per consumer thread).
 """
 
 from __future__ import annotations
@@ -24,7 +27,11 @@ def main() -> None:
     parser.add_argument("kernel", help="MODULE:CLASS of an example, e.g. matmul_v6:MatmulWGMMAV6")
     parser.add_argument("--size", type=int, default=8192)
     parser.add_argument("--json", help="write the measurements here")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a constructor argument for every schedule (an integer or a word), e.g. release=thread")
     options = parser.parse_args()
+    fixed = {name: int(value) if value.lstrip("-").isdigit() else value
+             for name, _, value in (item.partition("=") for item in options.set)}
 
     import torch
     import triton
@@ -46,7 +53,7 @@ def main() -> None:
     rows = []
     with warpspec.use_backend("cuda"):
         for schedule in cls._tune_space.schedules():
-            kernel = cls(**schedule)
+            kernel = cls(**fixed, **schedule)
             label = " ".join(f"{k}={v}" for k, v in schedule.items())
             c.fill_(float("nan"))
             try:
@@ -67,8 +74,8 @@ def main() -> None:
                   flush=True)
     if options.json:
         with open(options.json, "w") as out:
-            json.dump({"gpu": torch.cuda.get_device_name(), "kernel": options.kernel, "size": size, "rows": rows},
-                      out, indent=1)
+            json.dump({"gpu": torch.cuda.get_device_name(), "kernel": options.kernel, "size": size, "fixed": fixed,
+                       "rows": rows}, out, indent=1)
     print(f"\n{torch.cuda.get_device_name()}, {options.kernel} at {size}^3 fp16, every schedule")
     print(f"{'schedule':<60} {'ms':>7} {'TFLOP/s':>8} {'cuBLAS':>7} {'ratio':>6}")
     for row in sorted(rows, key=lambda r: r["ms"]):

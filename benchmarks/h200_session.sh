@@ -2,8 +2,9 @@
 # One batch on a Hopper machine: the GPU tests, the main job and the benchmarks, each step's log under $OUT (or
 # ./h200-logs), then a short table of what passed and how long each step took. Steps run in the order given:
 #
-#   bash benchmarks/h200_session.sh [gpu-tests] [main] [tutorial] [launch] [matmul] [schedules] [v6] [timeline]
-#   [timeline-cli]
+#   bash benchmarks/h200_session.sh [gpu-tests] [main] [tutorial] [launch] [matmul] [schedules] [v6] [v7] [timeline]
+#   [timeline-cli] [gemm] [ops-tests] [attention]
+#   [attention-tests] [v7]
 #   (default: the first five)
 set -u
 cd "$(dirname "$0")/.."
@@ -25,10 +26,16 @@ for step in "${steps[@]}"; do
     launch) cmd=(python3 benchmarks/launch.py --breakdown --json "$out/launch.json") ;;
     matmul) cmd=(python3 benchmarks/matmul.py --schedules quick) ;;
     v6) cmd=(python3 benchmarks/every_schedule.py matmul_v6:MatmulWGMMAV6 --json "$out/v6_8192.json") ;;
+    v7) cmd=(python3 benchmarks/every_schedule.py matmul_v7:MatmulWGMMAV7 --json "$out/v7_8192.json") ;;
     timeline) cmd=(python3 benchmarks/profile_overhead.py --out "$out/prof") ;;
     timeline-cli) cmd=(python3 -m warpspec.cli timeline examples/matmul_v3.py:MatmulWGMMAV3 m_size=2048 n_size=2048
                        k_size=2048 --schedule num_stages=2,block_m=128,block_n=128,block_k=64 --backend cuda
                        --out /tmp/timeline-cli) ;;
+    gemm) cmd=(python3 benchmarks/gemm.py --no-tune --json "$out/gemm.json") ;;
+    ops-tests) cmd=(python3 -m pytest -q -x -m gpu tests/gpu/test_ops_matmul_gpu.py -p no:cacheprovider) ;;
+    attention) cmd=(python3 benchmarks/attention.py --head-dims 64,128,256 --seqs 8192 --causal both
+                    --dtypes fp16,bf16 --json "$out/attention.json") ;;
+    attention-tests) cmd=(python3 -m pytest -q -x -m gpu tests/gpu/test_attention_gpu.py -p no:cacheprovider) ;;
     schedules) cmd=(python3 benchmarks/v3_schedules.py --json "$out/v3_8192.json") ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac

@@ -1,4 +1,4 @@
-"""The tutorial's matmuls (V3-V6) against cuBLAS in one process, at one size.
+"""The tutorial's matmuls (V3-V7) against cuBLAS in one process, at one size.
 
 House protocol (docs/performance.md): C = A·Bᵀ, A [M, K] and B [N, K] row-major fp16 from ``torch.randn``,
 ``triton.testing.do_bench(fn, warmup=100, rep=500, return_mode="median")``, cuBLAS as ``a @ b.T`` timed right
@@ -31,6 +31,7 @@ def main() -> None:
     from matmul_v4 import MatmulWGMMAV4
     from matmul_v5 import MatmulWGMMAV5
     from matmul_v6 import MatmulWGMMAV6
+    from matmul_v7 import MatmulWGMMAV7
 
     size = args.size
     a = torch.randn(size, size, device="cuda", dtype=torch.float16)
@@ -45,8 +46,10 @@ def main() -> None:
     kernels = [("V3 pinned 2/128/128/64", MatmulWGMMAV3(num_stages=2, block_m=128, block_n=128, block_k=64)),
                ("V3 autotuned", MatmulWGMMAV3()), ("V4 autotuned", MatmulWGMMAV4()),
                ("V5 autotuned", MatmulWGMMAV5()), ("V6 autotuned", MatmulWGMMAV6()),
-               ("V6 cooperative 3/128/256", MatmulWGMMAV6("cooperative", 3, 128, 256)),
-               ("V6 ping-pong 4/128/128", MatmulWGMMAV6("pingpong", 4, 128, 128))]
+               ("V6 cooperative 3/128/256", MatmulWGMMAV6("cooperative", 3, 128, 256, 256)),
+               ("V6 cooperative 4/128/256, 64-column epilogue", MatmulWGMMAV6("cooperative", 4, 128, 256, 64)),
+               ("V6 ping-pong 4/128/128", MatmulWGMMAV6("pingpong", 4, 128, 128, 128)),
+               ("V7 autotuned", MatmulWGMMAV7())]
     with warpspec.use_backend("cuda"):
         for name, kernel in kernels:
             c = torch.full((size, size), float("nan"), device="cuda", dtype=torch.float16)

@@ -3,7 +3,7 @@
 GPU: autotunes V3 at M = N = K = 8192 (fp16), checks sampled rows of the result against a numpy fp32 reference and
 times it with the house protocol (docs/performance.md; CUDA events, no triton). Needs nothing beyond what
 ``pip install -e '.[test]'`` installs: without PyTorch the matrices live in device memory from the CUDA driver;
-with PyTorch they are torch tensors and cuBLAS (``a @ b.T``) is timed beside V3.
+with PyTorch they are torch tensors, cuBLAS (``a @ b.T``) is timed beside V3, and so is ``warpspec.ops.matmul``.
 Emulator: runs every one of V3's 90 schedules at M=300, N=200, K=200 (no dimension a multiple of the tiles) with
 all of the emulator's checks on, and compares each result with numpy.
 
@@ -69,6 +69,23 @@ def on_gpu(size: int = 8192) -> None:
         cublas = time_ms(lambda: a @ b.T)
         line += f", cuBLAS {flops / cublas / 1e9:.0f} TFLOP/s ({cublas / ours:.3f}x)"
     print(f"{line}, relative error {error:.1e} vs an fp32 reference ({len(rows)} rows)")
+    assert error < 1e-2
+    if torch is not None:
+        library_matmul(torch, a, b, size)
+
+
+def library_matmul(torch, a, b, size: int) -> None:
+    """warpspec.ops.matmul (the library GEMM, shipped or stored schedules, no tuning run) against cuBLAS."""
+    from warpspec import ops
+    from warpspec.tune.bench import time_ms
+
+    c = ops.matmul(a, b.T)
+    reference = a @ b.T
+    error = ((c.float() - reference.float()).norm() / reference.float().norm()).item()
+    flops = 2.0 * size ** 3
+    ours, cublas = time_ms(lambda: ops.matmul(a, b.T, out=c)), time_ms(lambda: a @ b.T)
+    print(f"ops.matmul {size}^3 fp16: {flops / ours / 1e9:.0f} TFLOP/s, cuBLAS {flops / cublas / 1e9:.0f} TFLOP/s "
+          f"({cublas / ours:.3f}x), relative error {error:.1e} vs cuBLAS")
     assert error < 1e-2
 
 

@@ -13,9 +13,16 @@ with the tensor cores idle. V6 changes four things:
 * **``setmaxnreg``.** The producer warpgroup drops to 40 registers per thread and the two consumer warpgroups take
   232, which lets each consumer thread hold a 128x128 float32 accumulator fragment (128 registers) without spills.
 * **A TMA-store epilogue overlapped with the next tile.** The accumulator is cast to float16, written to a shared
-  epilogue buffer, fenced for the async proxy and stored with one TMA store; its bulk group is only waited for
-  (``tma.wait_group(0)``) when the buffer is about to be written again, one tile later, so the store runs under the
-  next tile's main loop.
+  epilogue buffer, fenced for the async proxy and stored with a TMA store; its bulk group is only waited for
+  (``tma.wait_group``) when the buffer is about to be written again, so the store runs under what follows. With
+  ``epilogue_n`` below ``block_n`` the tile goes out in column chunks of ``epilogue_n`` through two chunk buffers
+  taking turns (``tma.wait_group(1)`` before one is rewritten lets the other's store run on): 128x256 needs 64 KB
+  for a whole-tile buffer but 32 KB for two 128x64 chunks, which is what lets a fourth 48 KB stage fit.
+
+Each consumer warpgroup hands a stage back with one ``mbarrier.arrive`` by one of its threads, after its own
+``wgmma.wait_group`` (WGMMA completion is warpgroup-wide), as CUTLASS does: the "empty" barriers count one arrival
+per warpgroup that reads the stage instead of one per thread (``release="thread"``: the per-thread arrivals, to
+measure against).
 
 Two consumer schedules (the compile-time ``variant``):
 
@@ -44,27 +51,37 @@ PRODUCER_REGISTERS = 40
 CONSUMER_REGISTERS = 232
 
 
-@warpspec.autotune("variant, num_stages, block_m, block_n", [
-    ["cooperative", 3, 128, 256],
-    ["cooperative", 3, 256, 128],
-    ["cooperative", 4, 128, 128],
-    ["cooperative", 5, 128, 128],
-    ["pingpong", 4, 128, 128],
-    ["pingpong", 5, 128, 128],
-    ["pingpong", 3, 64, 256],
-    ["pingpong", 4, 64, 256],
+@warpspec.autotune("variant, num_stages, block_m, block_n, epilogue_n", [
+    ["cooperative", 3, 128, 256, 256],
+    ["cooperative", 4, 128, 256, 64],  # two 128x64 chunk buffers (32 KB) leave room for a fourth stage
+    ["cooperative", 3, 256, 128, 128],
+    ["cooperative", 4, 256, 128, 32],  # two 256x32 chunk buffers (32 KB)
+    ["cooperative", 4, 128, 128, 128],
+    ["cooperative", 5, 128, 128, 128],
+    ["cooperative", 6, 128, 128, 64],  # two 128x64 chunk buffers (32 KB): 6 x 32 KB stages
+    ["pingpong", 4, 128, 128, 128],
+    ["pingpong", 5, 128, 128, 128],
+    ["pingpong", 3, 64, 256, 256],
+    ["pingpong", 4, 64, 256, 256],
 ])
 class MatmulWGMMAV6(warpspec.Script):
     """Persistent warp-specialized GEMM; the runtime ``num_sms`` bounds the grid (one block per SM)."""
 
-    def __init__(self, variant, num_stages, block_m, block_n, block_k=64):
+    def __init__(self, variant, num_stages, block_m, block_n, epilogue_n, block_k=64, release="warpgroup"):
         super().__init__()
         assert variant in ("cooperative", "pingpong"), f"variant must be cooperative or pingpong, got {variant!r}"
+        assert block_n % epilogue_n == 0, f"epilogue_n={epilogue_n} must divide block_n={block_n}"
+        assert release in ("warpgroup", "thread"), f"release must be warpgroup or thread, got {release!r}"
         self.variant = variant
         self.num_stages = num_stages
         self.block_m = block_m
         self.block_n = block_n
+        self.epilogue_n = epilogue_n
         self.block_k = block_k
+        self.release = release
+        # One buffer when the tile goes out whole; two taking turns when it goes out in chunks.
+        self.epilogue_buffers = 1 if epilogue_n == block_n else 2
+        assert block_n // epilogue_n % self.epilogue_buffers == 0, "the chunk buffers take turns over whole tiles"
 
     def __call__(
         self,
@@ -89,11 +106,10 @@ class MatmulWGMMAV6(warpspec.Script):
         gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
         sa = self.shared_tensor(dtype=float16, shape=[self.num_stages, block_m, block_k])
         sb = self.shared_tensor(dtype=float16, shape=[self.num_stages, block_n, block_k])
-        # One epilogue buffer per tile in flight: the cooperative warpgroups share one, ping-pong has one each.
-        sc = self.shared_tensor(dtype=float16, shape=[2 if pingpong else 1, block_m, block_n])
-        # A stage is emptied by the warpgroups that read it: both (cooperative) or the one owning the tile.
-        pipe = warpspec.Pipeline(self.num_stages, producer_arrivals=1,
-                                 consumer_arrivals=WARPGROUP if pingpong else CONSUMER_THREADS)
+        # Epilogue buffers per tile in flight: the cooperative warpgroups share theirs, ping-pong has its own each.
+        sc = self.shared_tensor(dtype=float16, shape=[2 if pingpong else 1, self.epilogue_buffers, block_m,
+                                                      self.epilogue_n])
+        pipe = warpspec.Pipeline(self.num_stages, producer_arrivals=1, consumer_arrivals=self.release_arrivals())
         # Ping-pong's ordering barriers: turns[w] completes a phase when the other warpgroup finished issuing its
         # main loop, which lets warpgroup w issue its own.
         turns = self.mbarrier.alloc(counts=[WARPGROUP, WARPGROUP]) if pingpong else None
@@ -170,13 +186,34 @@ class MatmulWGMMAV6(warpspec.Script):
             self.wgmma.commit_group()
             self.wgmma.wait_group(1)  # the previous K-tile's group is done reading its stage: release that one
             if offset_k > 0:
-                self.mbarrier.arrive(pipe.empty_barriers[self.previous(pipe.consumer_stage)])
+                self.release_stage(pipe.empty_barriers[self.previous(pipe.consumer_stage)])
             pipe.consumer_advance()
         if turn is not None:
             self.mbarrier.arrive(turn)  # the tensor cores have this tile's work queued: the other may issue
         self.wgmma.wait_group(0)  # the last group; consumer_advance moved past its stage
-        self.mbarrier.arrive(pipe.empty_barriers[self.previous(pipe.consumer_stage)])
+        self.release_stage(pipe.empty_barriers[self.previous(pipe.consumer_stage)])
         return acc
+
+    def release_arrivals(self):
+        """The arrivals that empty a stage: those of the warpgroups that read it, both (cooperative) or the one
+        owning the tile (ping-pong), one each or (``release="thread"``) one per thread."""
+        readers = WARPGROUP if self.variant == "pingpong" else CONSUMER_THREADS
+        return readers // WARPGROUP if self.release == "warpgroup" else readers
+
+    def release_stage(self, empty):
+        """Hand a stage back on its "empty" barrier ``empty``, after the caller's ``wgmma.wait_group`` covered the
+        reads of it: one arrival per consumer warpgroup by one of its threads (the wait is warpgroup-wide, so any
+        of them knows its warpgroup is done), or with ``release="thread"`` one per thread."""
+        if self.release == "thread":
+            self.mbarrier.arrive(empty)
+        elif self.variant == "pingpong":  # the caller is one warpgroup's thread group
+            with self.single_thread():
+                self.mbarrier.arrive(empty)
+        else:
+            for wg in range(CONSUMER_THREADS // WARPGROUP):
+                with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
+                    with self.single_thread():
+                        self.mbarrier.arrive(empty)
 
     def consume_pingpong(self, wg, pipe, turns, sa, sb, sc, gc, k_size, num_tiles, tiles_m, tiles_n):
         """Consumer warpgroup ``wg`` of ping-pong: the block's tiles ``wg, wg + 2, ...`` of its sequence, skipping
@@ -204,16 +241,24 @@ class MatmulWGMMAV6(warpspec.Script):
         pipe.consumer_phase = pipe.consumer_phase ^ uint32(position // self.num_stages & 1)
 
     def epilogue(self, acc, sc, gc, offset_m, offset_n):
-        """acc -> float16 -> shared buffer ``sc`` -> one TMA store, left in flight under the next tile."""
-        with self.single_thread():
-            self.tma.wait_group(0)  # the previous tile's store has read sc
-        self.sync()  # ... and every writer of sc knows it
-        self.store_shared(sc, self.cast(acc, dtype=float16))
-        self.fence_proxy_async()  # the ordinary stores become visible to the TMA store's async-proxy read
-        self.sync()
-        with self.single_thread():
-            self.tma.shared_to_global(src=sc, dst=gc, offsets=[offset_m, offset_n])
-            self.tma.commit_group()
+        """acc -> float16 -> the shared buffers ``sc`` -> a TMA store per chunk of ``epilogue_n`` columns, each in
+        its own bulk group; the last stores are left in flight under the next tile."""
+        buffers = self.epilogue_buffers
+        for chunk in range(self.block_n // self.epilogue_n):
+            column = chunk * self.epilogue_n
+            with self.single_thread():
+                # The store that last read this buffer was ``buffers`` groups ago: all but the newest
+                # ``buffers - 1`` groups done means it has.
+                self.tma.wait_group(buffers - 1)
+            self.sync()  # ... and every writer of the buffer knows it
+            # Cast here, after the wait: converting the accumulator ahead of it made ptxas serialize ping-pong
+            # 64x256's WGMMAs (advisory C7514). Per chunk, only the chunk's columns are converted (the rest is dead).
+            self.store_shared(sc[chunk % buffers], self.cast(acc, dtype=float16), column=column)
+            self.fence_proxy_async()  # the ordinary stores become visible to the TMA store's async-proxy read
+            self.sync()
+            with self.single_thread():
+                self.tma.shared_to_global(src=sc[chunk % buffers], dst=gc, offsets=[offset_m, offset_n + column])
+                self.tma.commit_group()
 
     def finish_stores(self):
         """Wait for the last TMA store: its shared source must stay valid until the copy has read it."""

@@ -268,8 +268,8 @@ def test_warpspec_error_while_preparing_a_schedule_reads_as_itself(capsys, monke
 class InterruptedBlockMachine(BlockMachine):
     """The emulator's block machine, interrupted (as by Ctrl-C) in block 2 of the run with seed 1."""
 
-    def __init__(self, kernel, memory, env, specials, rng):
-        super().__init__(kernel, memory, env, specials, rng)
+    def __init__(self, kernel, memory, env, specials, rng, cluster=None):
+        super().__init__(kernel, memory, env, specials, rng, cluster)
         self.block_x = specials["blockIdx.x"]
 
     def run(self):

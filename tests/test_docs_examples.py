@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import buggy_kernels as bk
+import cluster_kernels as ck
 import global_race_kernels as gk
 import warpspec
 from warpspec import BarrierError, BoundsError, CompileError, DeadlockError, KernelError, RaceError
@@ -31,6 +32,7 @@ from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.runtime import kernel_for
 from matmul_v3 import MatmulWGMMAV3
 from matmul_v4 import MatmulWGMMAV4
+from test_clusters import run_stream
 from test_planted_bugs import run_copy, run_matmul
 
 REPO = Path(__file__).resolve().parents[1]
@@ -427,6 +429,11 @@ EMULATOR_CHECKS = {
     "arrive-twice": staged(ArriveTwice),
     "wait-two-phases-behind": lambda: run_copy(bk.CopyWithLateMonitor(), n=320),
     "too-many-bytes": lambda: TooManyBytes()(0),
+    "cluster-no-sync-after-init": lambda: run_stream(ck.NoSyncAfterInit()),
+    "cluster-no-sync-before-exit": lambda: run_stream(ck.NoSyncBeforeExit()),
+    "cluster-expects-half": lambda: run_stream(ck.ExpectsHalf()),
+    "cluster-rank-outside": lambda: run_stream(ck.ReleasesPastTheCluster()),
+    "cluster-leaving-partner": lambda: ck.LeavingPartner()(64, 64, *[np.zeros((64, 64), np.float16) for _ in "xy"]),
     "runtime-phase": lambda: RuntimePhase()(2),
     "leftover-transaction-count": lambda: run_copy(bk.CopyReleaseWithExpectTx(), n=128),
     "stage-never-wraps": lambda: run_matmul(bk.StageNeverWraps()),

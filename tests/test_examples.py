@@ -161,7 +161,8 @@ def test_other_matmuls_under_random_schedules(kernel, operands, monkeypatch):
         assert matmul_error(kernel, operands) < TOLERANCE, f"seed {seed}"
 
 
-@pytest.mark.parametrize("script", ["matmul_v1.py", "matmul_v2.py", "matmul_v4.py", "matmul_v5.py", "tma_copy.py"])
+@pytest.mark.parametrize("script", ["matmul_v1.py", "matmul_v2.py", "matmul_v4.py", "matmul_v5.py", "matmul_v7.py",
+                                    "tma_copy.py"])
 def test_example_runs_as_a_script(script, monkeypatch):
     """``python examples/X.py`` checks itself at a ragged shape and prints its error, then OK."""
     output = StringIO()

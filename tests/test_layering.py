@@ -24,6 +24,7 @@ LAYERS = [
     ("warpspec.script",),
     ("warpspec.pipeline",),
     ("warpspec.torch_ops",),
+    ("warpspec.ops",),
     ("warpspec",),
     ("warpspec.cli",),
 ]

@@ -39,7 +39,7 @@ def v5(num_stages=4, size=2048):
 def v6(size=2048):
     import matmul_v6
 
-    schedule = dict(variant="cooperative", num_stages=3, block_m=128, block_n=256)
+    schedule = dict(variant="cooperative", num_stages=3, block_m=128, block_n=256, epilogue_n=256)
     return kernel_for(matmul_v6.MatmulWGMMAV6(**schedule), {"n_size": size, "k_size": size})
 
 

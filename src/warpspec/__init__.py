@@ -8,7 +8,7 @@ for deadlocks, races and barrier misuse).
 from warpspec.dtypes import (bfloat16, boolean, float8_e4m3, float8_e5m2, float16, float32, int8, int32, int64,
                              uint32)
 from warpspec.errors import (ArgumentError, BarrierError, BarrierTimeoutError, BoundsError, CompileError, DeadlockError,
-                             KernelError, RaceError, WarpspecError)
+                             KernelError, RaceError, UnwrittenOutputWarning, WarpspecError)
 from warpspec.frontend.builder import cdiv
 from warpspec.pipeline import Pipeline
 from warpspec.script import Class, Script, autotune
@@ -45,6 +45,6 @@ __all__ = [
     "Script", "Class", "autotune", "cdiv", "Pipeline",
     "float16", "bfloat16", "float32", "float8_e4m3", "float8_e5m2", "int8", "int32", "int64", "uint32", "boolean",
     "WarpspecError", "CompileError", "ArgumentError", "KernelError", "DeadlockError", "RaceError", "BarrierError",
-    "BoundsError", "BarrierTimeoutError", "get_backend", "set_backend", "use_backend", "set_debug", "debug",
-    "profile",
+    "BoundsError", "BarrierTimeoutError", "UnwrittenOutputWarning", "get_backend", "set_backend", "use_backend",
+    "set_debug", "debug", "profile",
 ]

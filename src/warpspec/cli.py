@@ -1,9 +1,10 @@
 """The ``warpspec`` command line.
 
 ``warpspec check FILE.py:CLASS [NAME=VALUE ...] [--schedule K=V,... | --all-schedules] [--seeds N]
-[--max-memory SIZE] [--progress]`` runs a kernel on the emulator with random inputs and prints one verdict per
-schedule, as each finishes: ``ok``, ``FAIL`` (a deadlock, race, barrier misuse or out-of-bounds index, with the
-kernel line) or ``skip`` (the schedule does not compile for these arguments). Scalar parameters come from
+[--max-memory SIZE] [--allow-partial-writes] [--progress]`` runs a kernel on the emulator with random inputs and
+prints one verdict per schedule, as each finishes: ``ok``, ``FAIL`` (a deadlock, race, barrier misuse or
+out-of-bounds index, with the kernel line, or elements of a view the kernel writes that no block wrote) or ``skip``
+(the schedule does not compile for these arguments). Scalar parameters come from
 ``NAME=VALUE``; every pointer parameter gets a random array as large as the kernel's global views of it need, up to
 ``--max-memory`` in all. A compile error every schedule shares is the kernel's own: one ``FAIL`` line.
 
@@ -22,6 +23,10 @@ DIR/trace.json (Perfetto), DIR/timeline.png and DIR/summary.txt, and prints the 
 
 ``warpspec cache info`` shows the cache folder and its entries; ``warpspec cache clear [--tuning] [--cubins]``
 deletes tuning winners, compiled kernels, or (with neither option) both.
+
+``warpspec tune --op matmul --shapes MxNxK,... [--dtype D] [--b-layout k-major|n-major] [--out-dtype D]
+[--write-defaults]`` tunes ``warpspec.ops.matmul``'s kernel on the GPU for each shape, stores the winners in the
+tuning cache and prints them as the shipped defaults' table (docs/ops.md).
 
 Each subcommand is a subparser registered in ``build_parser`` with a ``<name>_command(args) -> int`` handler.
 Whatever a handler raises ends in one line, never a traceback: a usage error (exit code 2), a compile error of the
@@ -123,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a scalar kernel argument (runtime or compile-time), e.g. m_size=300")
     which = check.add_mutually_exclusive_group()
     which.add_argument("--schedule", metavar="K=V,...",
-                       help="pin one schedule of an autotuned kernel, e.g. num_stages=2,block_m=128,...")
+                       help="pin one schedule of an autotuned kernel, e.g. num_stages=2,block_m=128,... (a "
+                            "word value names one of the parameter's tuned words: variant=pingpong)")
     which.add_argument("--all-schedules", action="store_true",
                        help="check every schedule of an autotuned kernel (default: the first that compiles)")
     check.add_argument("--seeds", type=_non_negative_int, default=0, metavar="N",
@@ -131,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--max-memory", type=_byte_size, default=DEFAULT_MAX_MEMORY, metavar="SIZE",
                        help="refuse arguments whose random input arrays would take more than SIZE in all, e.g. "
                             "512MiB or 16GiB (default: 4GiB)")
+    check.add_argument("--allow-partial-writes", action="store_true",
+                       help="accept a run after which elements of a view the kernel writes were written by no "
+                            "block (for a kernel that writes only part of an output by design)")
     check.add_argument("--progress", action="store_true",
                        help="show which block a long run is in on stderr even when stderr is not a terminal "
                             "(on a terminal it is shown once a run takes more than a second)")
@@ -165,6 +174,22 @@ def build_parser() -> argparse.ArgumentParser:
     clear.add_argument("--tuning", action="store_true", help="delete the tuning winners")
     clear.add_argument("--cubins", action="store_true", help="delete the compiled kernels")
     cache.set_defaults(handler=cache_command)
+
+    tune = commands.add_parser(
+        "tune", help="tune a library operation (warpspec.ops) on the GPU for a list of shapes ahead of time",
+        description="Tune warpspec.ops.matmul's kernel for each MxNxK of --shapes on the GPU and store the winners "
+                    "in the tuning cache, where later calls find them; print the winners as the shipped defaults' "
+                    "table (JSON), or merge them into the shipped defaults with --write-defaults.")
+    tune.add_argument("--op", choices=["matmul"], default="matmul", help="the operation (default: matmul)")
+    tune.add_argument("--shapes", required=True, metavar="MxNxK,...", help="e.g. 8192x8192x8192,4096x14336x4096")
+    tune.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float8_e4m3"],
+                      help="the input dtype (default: float16)")
+    tune.add_argument("--b-layout", default="k-major", choices=["k-major", "n-major"],
+                      help="b as w.T of an [N, K] tensor (k-major, default) or row-major [K, N] (n-major)")
+    tune.add_argument("--out-dtype", default=None, help="the output dtype (default: the input's; bf16 for fp8)")
+    tune.add_argument("--write-defaults", action="store_true",
+                      help="merge the winners into warpspec/ops/defaults.json (the shipped defaults)")
+    tune.set_defaults(handler=tune_command)
 
     timeline = commands.add_parser(
         "timeline", help="write a kernel's timeline: a Perfetto trace, a Gantt chart and a summary with a diagnosis",
@@ -233,7 +258,7 @@ def check_command(args) -> int:
     try:
         for label, script in scripts:
             result = check_schedule(label, script, params, scalars, args.seeds, may_skip, args.max_memory,
-                                    progress)
+                                    progress, args.allow_partial_writes)
             if result.verdict == "skip" and not compiled:
                 held.append((label, result))
                 continue
@@ -267,9 +292,11 @@ def check_command(args) -> int:
 
 
 def check_schedule(label: str, script, params, scalars: dict, seeds: int, may_skip: bool, max_memory: int,
-                   progress: RunProgress) -> Verdict:
-    """Check one pinned Script: ``ok``, ``FAIL`` or ``skip`` (a CompileError when ``may_skip``). Raises UsageError
-    for inputs over ``max_memory`` bytes or arguments the kernel cannot take; tells ``progress`` what it runs."""
+                   progress: RunProgress, allow_partial_writes: bool = False) -> Verdict:
+    """Check one pinned Script: ``ok``, ``FAIL`` or ``skip`` (a CompileError when ``may_skip``). A run after which
+    a view the kernel writes has elements no block wrote fails too, unless ``allow_partial_writes``. Raises
+    UsageError for inputs over ``max_memory`` bytes or arguments the kernel cannot take; tells ``progress`` what it
+    runs."""
     from warpspec.emulator.run import run_kernel
     from warpspec.frontend.kernel import bind_arguments
     from warpspec.runtime import kernel_for
@@ -295,13 +322,15 @@ def check_schedule(label: str, script, params, scalars: dict, seeds: int, may_sk
             try:
                 # The emulator itself rather than script(...): its progress hook tells which block is running.
                 runtime, compile_time = bind_arguments(type(script), (), {**scalars, **fresh})
-                run_kernel(kernel_for(script, compile_time), runtime, progress)
+                unwritten = run_kernel(kernel_for(script, compile_time), runtime, progress)
             except ArgumentError as error:  # a value the kernel cannot take (type, range, empty grid)
                 raise UsageError(str(error)) from None
             except BrokenPipeError:  # the progress line's reader went away: the command's end
                 raise
             except Exception as error:  # noqa: BLE001 - this schedule's verdict; the others are still checked
                 return _failed(run, error)
+            if unwritten and not allow_partial_writes:
+                return _unwritten_verdict(run, unwritten)
     return Verdict("ok", f"({time.perf_counter() - start:.2f} s, 1+{seeds} runs)")
 
 
@@ -309,6 +338,16 @@ def _failed(run: str, error: Exception) -> Verdict:
     """The FAIL verdict of ``error``, raised in ``run``."""
     text = error_text(error)
     return Verdict("FAIL", _first_line(text), run, text)
+
+
+def _unwritten_verdict(run: str, unwritten: list) -> Verdict:
+    """The FAIL verdict of a run that left elements of written views unwritten (``UnwrittenOutput`` findings):
+    the first finding on the line, every one in the error."""
+    lines = [f"unwritten output: {finding.message()}" for finding in unwritten]
+    hint = ("every element of a view the kernel writes through should be written by some block (a tile scheduler "
+            "that skips tiles leaves them unwritten); pass --allow-partial-writes if the kernel writes only part "
+            "of it by design")
+    return Verdict("FAIL", lines[0], run, "\n".join(lines + [hint]))
 
 
 def check_input_memory(script, params, sizes: dict[str, int], max_memory: int) -> None:
@@ -525,6 +564,35 @@ def cache_command(args) -> int:
     return EXIT_FAILURE if failures else EXIT_OK
 
 
+# -------------------------------------------------------------------------------------------------------- tune
+
+
+def tune_command(args) -> int:
+    """``warpspec tune --op matmul --shapes MxNxK,... [--dtype D] [--b-layout L] [--out-dtype D]
+    [--write-defaults]``: one progress line per shape on stderr (and the build progress of each tuning run), the
+    winners' table as JSON on stdout last."""
+    import json
+
+    from warpspec import runtime
+    from warpspec.ops.matmul import DEFAULTS_FILE, parse_shapes, tune_matmul, write_defaults
+    from warpspec.tune.tuner import configure
+
+    try:
+        shapes = parse_shapes(args.shapes)
+    except WarpspecError as error:
+        raise UsageError(str(error)) from None
+    if runtime.get_backend() != "cuda":
+        raise UsageError("tuning needs a Hopper GPU (the CUDA back end); none is selected or present")
+    configure(verbose=True)
+    table = tune_matmul(shapes, args.dtype, b_layout=args.b_layout, out_dtype=args.out_dtype,
+                        progress=lambda line: print(line, file=sys.stderr, flush=True))
+    if args.write_defaults:
+        write_defaults(table)
+        print(f"merged {sum(len(v) for v in table.values())} schedules into {DEFAULTS_FILE}", file=sys.stderr)
+    print(json.dumps(table, indent=1, sort_keys=True))
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------------------------------- timeline
 
 
@@ -709,23 +777,38 @@ def selected_scripts(script_cls, schedule_text: str | None) -> list[tuple[str, o
             raise UsageError(f"{script_cls.__name__} is not autotuned; --schedule needs an @autotune kernel")
         return [(_schedule_label(instance.schedule()) or script_cls.__name__, instance)]
     names = instance.space.names
+    schedules = instance.schedules()
     if schedule_text is None:
-        return [(_schedule_label(s), instance.instantiate(s)) for s in instance.schedules()]
-    schedule = {}
+        return [(_schedule_label(s), instance.instantiate(s)) for s in schedules]
+    texts = {}
     for item in schedule_text.split(","):
         name, separator, value = item.partition("=")
         if not separator or not name.strip():
             raise UsageError(f"--schedule takes K=V,... pairs, got {item!r}")
-        schedule[name.strip()] = _parse_value(name, value)
-    unknown = [n for n in schedule if n not in names]
-    missing = [n for n in names if n not in schedule]
+        texts[name.strip()] = value
+    unknown = [n for n in texts if n not in names]
+    missing = [n for n in names if n not in texts]
     if unknown or missing:
         problems = ([f"unknown: {', '.join(unknown)}"] if unknown else []) + \
                    ([f"missing: {', '.join(missing)}"] if missing else [])
         raise UsageError(f"--schedule must set exactly the tuned parameters {', '.join(names)} "
                          f"({'; '.join(problems)})")
-    ordered = {n: schedule[n] for n in names}
+    ordered = {n: _schedule_value(n, texts[n], [s[n] for s in schedules]) for n in names}
     return [(_schedule_label(ordered), instance.instantiate(ordered))]
+
+
+def _schedule_value(name: str, text: str, candidates: list):
+    """A ``--schedule`` value of tuned parameter ``name``: a word naming one of its string ``candidates``
+    (``variant=pingpong``), else what ``_parse_value`` reads (a number or true/false). A parameter whose tuned
+    values are all words takes only those."""
+    tuned = list(dict.fromkeys(candidates))
+    words = [c for c in tuned if isinstance(c, str)]
+    text = text.strip()
+    if text in words:
+        return text
+    if words and len(words) == len(tuned):
+        raise UsageError(f"{name}={text!r}: expected one of the tuned values {', '.join(words)}")
+    return _parse_value(name, text)
 
 
 def bound_kernel(script, params, scalars: dict):

@@ -2,7 +2,8 @@
 
 Two families: ``CompileError`` for a kernel that cannot be turned into IR or machine code (raised before anything
 runs), and ``KernelError`` for a kernel that runs but breaks the rules of the hardware (found by the emulator).
-``ArgumentError`` is a bad argument to a launch, raised before the launch.
+``ArgumentError`` is a bad argument to a launch, raised before the launch. ``UnwrittenOutputWarning`` is the one
+warning: an emulator run after which part of a view the kernel writes was written by no block.
 """
 
 from __future__ import annotations
@@ -67,3 +68,9 @@ class BoundsError(KernelError):
 class BarrierTimeoutError(KernelError):
     """In debug mode on the GPU, a barrier wait that did not pass within the debug bound: the kernel was stopped
     instead of hanging the GPU. ``location`` is the wait's kernel line."""
+
+
+class UnwrittenOutputWarning(UserWarning):
+    """An emulator run left elements of a global view the kernel writes through unwritten by every block (a tile
+    scheduler that skips tiles): a warning rather than an error, since a kernel may write part of an output by
+    design. ``warpspec check`` reports it as a failure unless given ``--allow-partial-writes``."""

@@ -148,9 +148,9 @@ def run_script(script, args: tuple, kwargs: dict):
     if _profiler is not None:
         return _profiler.launch(kernel, runtime, get_backend())
     if get_backend() == "emulator":
-        from warpspec.emulator.run import run_kernel
+        from warpspec.emulator.run import call_on_emulator
 
-        return run_kernel(kernel, runtime)
+        return call_on_emulator(kernel, runtime)
     if _debugging:
         from warpspec.cuda.debug import run_debug
 

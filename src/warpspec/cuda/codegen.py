@@ -190,6 +190,8 @@ class CodeGenerator:
         if isinstance(e, ir.Var):
             return self.name_of(e)
         if isinstance(e, ir.Special):
+            if e.name == "clusterRank":
+                return sm90.cluster.CLUSTER_RANK
             base, axis = e.name.split(".")
             if self.block_group and axis in "xy":
                 return f"block_{axis}" if base == "blockIdx" else f"grid_{axis}"

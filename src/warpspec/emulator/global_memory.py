@@ -5,7 +5,10 @@ An element written by one block and read or written by another therefore holds w
 happens to give: a race, reported at the second access. Reads by several blocks of an element nobody writes are
 fine. Because blocks run one after another, the first conflicting access is always seen by the later block, and two
 numbers per element suffice: the id of its last write and of its first read (ids grow over the launch, so "by an
-earlier block" is ``id < block.start``).
+earlier block" is ``id < block.start``). The blocks of one cluster run together: from the cluster's first access
+on, an id is another block's when its access says so. A cluster barrier orders its blocks, but global memory is
+not tracked through it: any conflicting access between two blocks is reported. Only the first read is kept, so a
+block's write after its own read of an element misses a read of it by another block of its cluster in between.
 
 The shadow is kept per piece of memory, not per argument: the same numpy array passed for two pointers (C passed as
 A) is one buffer with one shadow, each argument at its byte offset in it.
@@ -13,6 +16,10 @@ A) is one buffer with one shadow, each argument at its byte offset in it.
 Within a block, a TMA store's destination must not be read back (``load_global``, a TMA load) before the store's
 bulk group is observed by ``tma.wait_group`` and that wait is ordered before the reader (vector clocks, as for
 shared memory).
+
+After the launch, the same writer ids say which elements of each view the kernel wrote through were never written
+by any block (``GlobalMemory.unwritten``): a tile scheduler that skips tiles breaks no instruction's rule, and this
+is how it is found.
 """
 
 from __future__ import annotations
@@ -42,6 +49,25 @@ class Access:
     def text(self) -> str:
         """The instruction, view, argument and line, as race messages name the other access."""
         return f"{self.what} of {self.view}, argument {self.argument!r}, at {self.loc}"
+
+
+@dataclass(frozen=True)
+class UnwrittenOutput:
+    """Elements of a global view that the kernel writes through (``store_global``, a TMA store) which no block
+    wrote: a finding of the launch, not an error of one instruction (a kernel may write part of an output by
+    design)."""
+
+    argument: str  # the pointer parameter
+    view: str
+    shape: tuple[int, ...]
+    count: int  # elements never written
+    first: tuple[int, ...]  # the view index of the first of them, in row-major order
+    loc: ir.Loc  # the global_view line
+
+    def message(self) -> str:
+        """``file:line: c_ptr: 8800 elements of view gc [300, 200] were never written ...``."""
+        return (f"{self.loc}: {self.argument}: {self.count} elements of view {self.view} {list(self.shape)} were "
+                f"never written by any block; the first is {self.view}{list(self.first)}")
 
 
 class Buffer:
@@ -90,10 +116,35 @@ class GlobalMemory:
         """``memory``: pointer uid -> flat numpy array; ``names``: pointer uid -> parameter name."""
         self.arguments = _arguments(memory, names)
         self.accesses: list[Access] = []
+        self.written: set[tuple[str, str]] = set()  # (argument, view) of every write, for ``unwritten``
 
-    def block(self, block: tuple[int, int, int]) -> "BlockMemory":
-        """Global memory as the block at ``blockIdx`` ``block`` (run after every block before it) accesses it."""
-        return BlockMemory(self, block)
+    def start(self) -> int:
+        """The id the next access will get: every access below it was made before now."""
+        return len(self.accesses)
+
+    def block(self, block: tuple[int, int, int], start: int | None = None) -> "BlockMemory":
+        """Global memory as the block at ``blockIdx`` ``block`` (run after every block before it) accesses it.
+        ``start``: the blocks of a cluster run together from access id ``start`` on (None: this block alone)."""
+        return BlockMemory(self, block, start)
+
+    def unwritten(self, views) -> list[UnwrittenOutput]:
+        """For each view the launch wrote through (``views``: ``(GlobalView statement, shape, strides)`` as
+        ``warpspec.arguments.view_shapes`` gives them), its elements that no block wrote, read off the writer
+        shadow of the race checks: one boolean mask per view, after the last block."""
+        found = []
+        for stmt, shape, strides in views:
+            argument = self.arguments[stmt.pointer.uid]
+            if (argument.name, stmt.decl.name) not in self.written or 0 in shape:
+                continue
+            whole = GlobalTile(argument, -1, shape, strides, [0] * len(shape), shape, None)
+            never = whole.shadow("writer") == NOBODY
+            if argument.scale > 1:  # an element of several shadow units is written when all of them are
+                never = never.any(axis=-1)
+            count = int(np.count_nonzero(never))
+            if count:
+                first = tuple(int(i) for i in np.argwhere(never)[0])
+                found.append(UnwrittenOutput(argument.name, stmt.decl.name, tuple(shape), count, first, stmt.loc))
+        return found
 
 
 class GlobalTile:
@@ -145,9 +196,10 @@ class PendingStore:
 class BlockMemory:
     """Global memory as one block accesses it: the race checks and shadow updates of its loads and stores."""
 
-    def __init__(self, memory: GlobalMemory, block: tuple[int, int, int]):
+    def __init__(self, memory: GlobalMemory, block: tuple[int, int, int], start: int | None = None):
         self.memory, self.block = memory, block
-        self.start = len(memory.accesses)  # every access id below this is an earlier block's
+        self.together = start is not None  # accesses from `start` on may be this block's or its cluster's
+        self.start = memory.start() if start is None else start  # every access id below this is an earlier block's
         self.stores: dict[int, PendingStore] = {}  # by the TMA store's access id
 
     def tile(self, task, pointer: int, view: str, shape, strides, offsets, tile_shape, what: str,
@@ -179,6 +231,8 @@ class BlockMemory:
 
     def write(self, task, tile: GlobalTile, values: np.ndarray) -> None:
         """Write ``values`` (tile-shaped) into the tile's elements; RaceError if another block wrote or read any."""
+        access = self.access(tile)
+        self.memory.written.add((access.argument, access.view))
         if tile.empty:
             return
         writers = tile.shadow("writer")
@@ -187,8 +241,18 @@ class BlockMemory:
         writers[...] = tile.id
         tile.data[...] = values[tile.slices]
 
+    def _other_blocks(self, ids: np.ndarray) -> np.ndarray:
+        """Which of the access ``ids`` another block made: an earlier one, or one of this block's cluster."""
+        others = ids < self.start
+        if self.together:
+            recent = (ids >= self.start) & (ids != NOBODY)
+            for access_id in np.unique(ids[recent]):
+                if self.memory.accesses[access_id].block != self.block:
+                    others |= ids == access_id
+        return others
+
     def _check_blocks(self, task, tile: GlobalTile, ids: np.ndarray, verb: str, other_verb: str) -> None:
-        earlier = ids < self.start
+        earlier = self._other_blocks(ids)
         if not earlier.any():
             return
         position = tuple(np.argwhere(earlier)[0])
@@ -219,7 +283,9 @@ class BlockMemory:
         if not ours.any():
             return
         for store_id in np.unique(marks[ours]):
-            store = self.stores[int(store_id)]
+            store = self.stores.get(int(store_id))
+            if store is None:  # another block of the cluster stored there: a race its write reports
+                continue
             issuer, observed = store.issuer, store.observed
             if observed is not None and (issuer is task or task.clock[issuer.index] >= observed):
                 continue

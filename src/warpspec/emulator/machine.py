@@ -1,5 +1,9 @@
 """One thread block on the emulator: thread partitions as tasks, a scheduler, async operations and the checks.
 
+The blocks of one thread-block cluster (``warpspec.emulator.cluster``) run together: one scheduler over all their
+tasks, each block with its own shared memory and barriers. Task indices (and so vector clocks) count every task of
+the cluster, so the race checks order accesses across blocks as within one.
+
 The block's threads split into partitions at every thread-group boundary; each partition always runs the same code
 and is one task (a generator over the kernel body). Tasks run until they block; only when every task is blocked
 does the oldest pending async operation (a TMA copy or a WGMMA group) complete, so a missing wait shows up as a
@@ -16,21 +20,29 @@ import numpy as np
 
 from warpspec.emulator.barrier import Mbarrier
 from warpspec.emulator.clocks import join
+from warpspec.emulator.cluster import Cluster
 from warpspec.emulator.global_memory import BlockMemory, GlobalTile
 from warpspec.emulator.shared import Region, SharedTensor
 from warpspec.errors import BarrierError, BoundsError, DeadlockError, KernelError, RaceError
 from warpspec.isa import registry
 from warpspec.isa.roles import ThreadGroup
+from warpspec.isa.wgmma import WgmmaMma
 from warpspec.ir import nodes as ir
 from warpspec.ir.evaluate import ExprCompiler, check_element_index, wrap
 
 
 def partitions(kernel: ir.Kernel) -> list[tuple[int, int]]:
-    """The block's thread ranges that always run the same code: split at every thread-group boundary."""
+    """The block's thread ranges that always run the same code: split at every thread-group boundary, and at
+    every warpgroup boundary inside a group issuing WGMMAs, whose completion and ``wgmma.wait_group`` are each
+    warpgroup's own (one warpgroup's wait says nothing of the other's WGMMAs)."""
     cuts = {0, kernel.num_threads}
+    warpgroup = kernel.facts.target.warpgroup_threads
     for stmt in ir.walk(kernel.body):
         if isinstance(stmt, ThreadGroup):
             cuts.update((stmt.begin, stmt.begin + stmt.count))
+        elif isinstance(stmt, WgmmaMma):
+            begin, count = stmt.threads
+            cuts.update(range(begin, begin + count, warpgroup))
     ordered = sorted(cuts)
     return list(zip(ordered[:-1], ordered[1:]))
 
@@ -49,9 +61,9 @@ class Task:
 
     def __init__(self, machine: "BlockMachine", index: int, begin: int, end: int):
         self.machine, self.index, self.begin, self.end = machine, index, begin, end
-        self.name = f"threads {begin}-{end - 1}"
+        self.name = f"threads {begin}-{end - 1}{machine.suffix}"
         self.env: dict = {}
-        self.clock = [0] * len(machine.ranges)
+        self.clock = [0] * machine.cluster.num_tasks
         self.clock[index] = 1
         self.loc: ir.Loc | None = None
         self.state = "ready"  # ready | blocked | finished
@@ -96,21 +108,29 @@ class Block:
 
 
 class BlockMachine:
-    """Runs one thread block of ``kernel`` over the global arrays of ``global_memory``."""
+    """Runs one thread block of ``kernel`` over the global arrays of ``global_memory``, with the other blocks of
+    its ``cluster`` (a cluster of its own when None; ``specials["clusterRank"]`` is its rank there)."""
 
     def __init__(self, kernel: ir.Kernel, global_memory: BlockMemory, env: dict, specials: dict,
-                 rng: random.Random | None):
+                 rng: random.Random | None, cluster: Cluster | None = None):
         self.kernel = kernel
         self.global_memory = global_memory
+        specials = {"clusterRank": 0, **specials}
+        self.rank = specials["clusterRank"]
         self.exprs = ExprCompiler(specials)
         self.rng = rng
         self.ranges = partitions(kernel)
-        self.tasks = [Task(self, i, b, e) for i, (b, e) in enumerate(self.ranges)]
+        self.cluster = cluster or Cluster(1, len(self.ranges))
+        self.suffix = f" of block rank {self.rank}" if self.cluster.size > 1 else ""  # names in messages
+        first = self.rank * len(self.ranges)
+        self.tasks = [Task(self, first + i, b, e) for i, (b, e) in enumerate(self.ranges)]
         for task in self.tasks:
             task.env.update(env)
         self.shared: dict[int, SharedTensor] = {}
         self.barriers: dict[int, list[Mbarrier]] = {}
-        self.events: list[Event] = []
+        self.barrier_inits: dict[int, tuple[int, int]] = {}  # barrier decl uid -> (task index, epoch) of its init
+        self.events: list[Event] = self.cluster.events  # one list for the cluster: one scheduler completes them
+        self.cluster.join(self)
         self.syncs: dict[tuple[int, int], dict] = {}
         self.next_event_id = 1
         self.current: Task | None = None
@@ -118,11 +138,13 @@ class BlockMachine:
     # --------------------------------------------------------------------------------------------- schedule
 
     def run(self) -> None:
-        for task in self.tasks:
-            task.generator = self.exec_body(task, self.kernel.body)
+        """Run this block with the other blocks of its cluster to the end (call it on one of them)."""
+        for task in self.cluster.tasks:
+            task.generator = task.machine.exec_body(task, self.kernel.body)
         try:
             self._schedule()
-            self._finish_checks()
+            for machine in self.cluster.machines:
+                machine._finish_checks()
         except KernelError as error:
             if error.location is None and error.tasks is None:
                 raise type(error)(str(error), str(self.current.loc) if self.current and self.current.loc else None,
@@ -135,7 +157,7 @@ class BlockMachine:
     def _schedule(self) -> None:
         while True:
             progressed = False
-            order = list(self.tasks)
+            order = list(self.cluster.tasks)
             if self.rng:
                 self.rng.shuffle(order)
             for task in order:
@@ -146,7 +168,7 @@ class BlockMachine:
                         continue
                     task.state, task.woken = "ready", False
                 progressed |= self._advance(task)
-            if all(t.state == "finished" for t in self.tasks):
+            if all(t.state == "finished" for t in self.cluster.tasks):
                 if self.events:
                     self._complete_event(self.events[0])
                     continue
@@ -181,6 +203,7 @@ class BlockMachine:
                 block = next(task.generator)
             except StopIteration:
                 task.state = "finished"
+                self.cluster.finished(task)
                 return True
             moved = True
             if block is None:
@@ -201,14 +224,14 @@ class BlockMachine:
         self.current = saved
 
     def _first_blocked_loc(self) -> str | None:
-        for task in self.tasks:
+        for task in self.cluster.tasks:
             if task.state == "blocked" and task.loc:
                 return str(task.loc)
         return None
 
     def describe_tasks(self) -> str:
-        lines = ["thread partitions:"] + [t.describe() for t in self.tasks]
-        touched = [b for bars in self.barriers.values() for b in bars]
+        lines = ["thread partitions:"] + [t.describe() for t in self.cluster.tasks]
+        touched = [b for machine in self.cluster.machines for bars in machine.barriers.values() for b in bars]
         if touched:
             lines.append("mbarriers:")
             lines += [f"  {b.describe()}" for b in touched]
@@ -263,28 +286,35 @@ class BlockMachine:
     def sync(self, task, begin: int, count: int, text: str | None = None):
         """Barrier over the partitions inside threads ``[begin, begin + count)``: joins their clocks."""
         members = [t for t in self.tasks if begin <= t.begin and t.end <= begin + count]
-        key = (begin, count)
-        state = self.syncs.setdefault(key, {"arrived": set(), "generation": 0, "clock": [0] * len(self.tasks)})
+        state = self.syncs.setdefault((begin, count), {"arrived": set(), "generation": 0})
+        return self.rendezvous(task, len(members), state,
+                               text or f"in sync() of threads {begin}-{begin + count - 1}")
+
+    def rendezvous(self, task, members: int, state: dict, text: str):
+        """``task`` arrives at the barrier ``state`` of ``members`` tasks and waits for the others; the releases
+        of all of them are joined into each (``self.sync``, the cluster barrier)."""
         generation = state["generation"]
         state["arrived"].add(task.index)
-        join(state["clock"], task.clock)
+        join(state.setdefault("clock", [0] * len(task.clock)), task.clock)
         task.tick()
-        if len(state["arrived"]) == len(members):
+        if len(state["arrived"]) == members:
             released = state["clock"]
-            state.update(arrived=set(), generation=generation + 1, clock=[0] * len(self.tasks))
+            state.update(arrived=set(), generation=generation + 1, clock=[0] * len(task.clock))
             state["released"] = released
-        return self.wait_until(lambda: state["generation"] != generation,
-                               text or f"in sync() of threads {begin}-{begin + count - 1}",
+        return self.wait_until(lambda: state["generation"] != generation, text,
                                after=lambda: join(task.clock, state["released"]))
 
-    def create_barriers(self, decl: ir.TensorDecl, counts) -> None:
-        """The mbarrier array ``decl`` (created once, by the first partition to reach it)."""
+    def create_barriers(self, task, decl: ir.TensorDecl, counts) -> None:
+        """The mbarrier array ``decl`` (created once, by the first partition to reach it: ``task``)."""
         if decl.uid not in self.barriers:
-            self.barriers[decl.uid] = [Mbarrier(f"{decl.name}[{i}]", c, len(self.tasks)) for i, c in enumerate(counts)]
+            self.barriers[decl.uid] = [Mbarrier(f"{decl.name}[{i}]{self.suffix}", c, len(task.clock))
+                                       for i, c in enumerate(counts)]
+            self.barrier_inits[decl.uid] = (task.index, task.clock[task.index])
 
-    def barrier(self, task, ref: ir.TensorRef) -> Mbarrier:
-        """The one mbarrier ``ref`` names in ``task``."""
-        bars = self.barriers.get(ref.decl.uid)
+    def barrier(self, task, ref: ir.TensorRef, block: "BlockMachine | None" = None) -> Mbarrier:
+        """The one mbarrier ``ref`` names in ``task``: in this block, or in ``block`` of the cluster (the same
+        barrier there, its index evaluated by ``task``)."""
+        bars = (block or self).barriers.get(ref.decl.uid)
         if bars is None:
             raise BarrierError(f"{ref.decl.name} is used before mbarrier.alloc created it")
         index = self.ev(task, ref.index[0])
@@ -302,14 +332,17 @@ class BlockMachine:
         if decl.uid not in self.shared:
             self.shared[decl.uid] = SharedTensor(decl)
 
-    def region(self, task, ref: ir.TensorRef) -> Region:
-        """The part of a shared tensor ``ref`` names in ``task`` (its leading indices evaluated)."""
-        tensor = self.shared.get(ref.decl.uid)
+    def region(self, task, ref: ir.TensorRef, block: "BlockMachine | None" = None) -> Region:
+        """The part of a shared tensor ``ref`` names in ``task`` (its leading indices evaluated): in this block, or
+        at the same place in ``block`` of the cluster (shared memory exists from the block's start there)."""
+        if block is not None and block is not self:
+            block.create_shared(ref.decl)
+        tensor = (block or self).shared.get(ref.decl.uid)
         if tensor is None:
             raise KernelError(f"shared tensor {ref.decl.name} is used before it is allocated")
         key = tuple(self.ev(task, e) for e in ref.index)
         check_element_index(ref.decl, key)
-        text = ref.decl.name + (f"[{', '.join(str(k) for k in key)}]" if key else "")
+        text = ref.decl.name + (f"[{', '.join(str(k) for k in key)}]" if key else "") + (block or self).suffix
         return Region(tensor, key, text)
 
     def next_operation_id(self) -> int:

@@ -80,7 +80,7 @@ class Region:
                 continue
             latest = epochs[owners == other].max()
             if task.clock[other] < latest:
-                raise RaceError(f"{what} touches {self.text}, which {task.machine.tasks[other].name} {verb} "
+                raise RaceError(f"{what} touches {self.text}, which {task.machine.cluster.tasks[other].name} {verb} "
                                 f"without a barrier wait or sync ordering it before this access")
 
     # --------------------------------------------------------------------------------------------- updates

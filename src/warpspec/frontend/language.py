@@ -90,8 +90,9 @@ class Language(LanguageObject):
         self.attrs = Attrs(builder)
         self.blockIdx = Dim3(builder, "blockIdx")
         self.gridDim = Dim3(builder, "gridDim")
+        # cluster_rank: the block's rank in its cluster (PTX %cluster_ctarank; 0 without clusters), see isa/cluster.
         self._members = {"attrs": self.attrs, "blockIdx": self.blockIdx, "gridDim": self.gridDim,
-                         "range": self.range}
+                         "cluster_rank": ir.Special("clusterRank"), "range": self.range}
         for family_class in FAMILIES:
             family = family_class(builder)
             if family.namespace:

@@ -2,8 +2,9 @@
 and the PTX they become), their checks, their IR statements and their emulation. docs/architecture.md says how to
 add one."""
 
-from warpspec.isa import elementwise, fence, mbarrier, memory, profile, reduction, roles, tma, wgmma  # noqa: F401
+from warpspec.isa import (  # noqa: F401
+    cluster, elementwise, fence, mbarrier, memory, profile, reduction, roles, tma, wgmma)
 
 #: The families in the order ``self`` offers them; a family with a ``namespace`` is ``self.<namespace>``.
 FAMILIES = (memory.Memory, roles.Roles, fence.Fences, elementwise.Elementwise, reduction.Reductions,
-            mbarrier.Mbarrier, tma.Tma, wgmma.Wgmma)
+            mbarrier.Mbarrier, tma.Tma, wgmma.Wgmma, cluster.Cluster)

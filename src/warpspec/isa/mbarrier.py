@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from warpspec.dtypes import int32, uint32
 from warpspec.errors import BarrierError
 from warpspec.isa.base import LanguageObject, barrier_ref, language_call
+from warpspec.isa.cluster import check_rank
 from warpspec.isa.registry import emulates
 from warpspec.isa.values import TensorValue
 from warpspec.ir import nodes as ir
@@ -33,9 +34,11 @@ class AllocBarriers(ir.Stmt):
 
 @dataclass(frozen=True, eq=False)
 class MbarrierArrive(ir.Instruction):
-    """Each executing thread arrives once on ``barrier``."""
+    """Each executing thread arrives once on ``barrier``: this block's, or with ``cta`` the same barrier in the
+    block of that rank in the cluster."""
 
     barrier: ir.TensorRef
+    cta: ir.Expr | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,11 +95,23 @@ class Mbarrier(LanguageObject):
         return TensorValue(ir.TensorRef(decl))
 
     @language_call
-    def arrive(self, barrier) -> None:
+    def arrive(self, barrier, cta=None) -> None:
         """Every executing thread arrives once on ``barrier`` (a group of 128 threads gives 128 arrivals; one
-        inside ``single_thread``). PTX: ``mbarrier.arrive.shared::cta.b64 _, [bar];`` (release, CTA scope)."""
-        ref = barrier_ref(self.b, barrier, "mbarrier.arrive barrier")
-        self.b.emit(MbarrierArrive(self.b.loc, self.b.threads(), ref))
+        inside ``single_thread``). PTX: ``mbarrier.arrive.shared::cta.b64 _, [bar];`` (release, CTA scope).
+
+        With ``cta`` (an int32 rank in the cluster, compile-time or runtime) the arrivals go to the same barrier in
+        the block of that rank (distributed shared memory): PTX ``mapa.shared::cluster.u32`` of the barrier's
+        address, then ``mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];``. That block's
+        ``mbarrier.alloc`` must be ordered before (``self.cluster_sync()`` after alloc), and it must not exit before
+        the arrival (it waits for it, or the kernel ends with ``self.cluster_sync()``)."""
+        b = self.b
+        ref = barrier_ref(b, barrier, "mbarrier.arrive barrier")
+        rank = None
+        if cta is not None:
+            rank = b.to_integer(cta, int32, "mbarrier.arrive cta")
+            if isinstance(rank, ir.Const):
+                check_rank(b, rank.value, "mbarrier.arrive cta")
+        b.emit(MbarrierArrive(b.loc, b.threads(), ref, rank))
 
     @language_call
     def arrive_and_expect_tx(self, barrier, transaction_bytes) -> None:
@@ -125,7 +140,7 @@ class Mbarrier(LanguageObject):
 
 @emulates(AllocBarriers)
 def _alloc_barriers(machine, task, s: AllocBarriers):
-    machine.create_barriers(s.decl, s.counts)
+    machine.create_barriers(task, s.decl, s.counts)
     # Initialisation is visible to all threads only after a block-wide barrier, which the CUDA back end emits
     # right after init: model it as a sync of the whole block.
     return machine.sync(task, 0, machine.kernel.num_threads,
@@ -134,7 +149,12 @@ def _alloc_barriers(machine, task, s: AllocBarriers):
 
 @emulates(MbarrierArrive)
 def _arrive(machine, task, s: MbarrierArrive):
-    machine.barrier(task, s.barrier).arrive(machine.arrivals(task, s), task.clock)
+    if s.cta is None:
+        bar = machine.barrier(task, s.barrier)
+    else:
+        rank = machine.ev(task, s.cta)
+        bar = machine.cluster.remote_barrier(task, rank, s.barrier, f"mbarrier.arrive(cta={rank})")
+    bar.arrive(machine.arrivals(task, s), task.clock)
     task.tick()
     return machine.preempt()
 

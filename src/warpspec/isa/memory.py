@@ -105,10 +105,12 @@ class StoreGlobal(ir.Instruction):
 
 @dataclass(frozen=True, eq=False)
 class StoreShared(ir.Instruction):
-    """Write register tensor ``src`` into shared tensor ``dst`` with ordinary stores."""
+    """Write register tensor ``src`` (its columns ``[column, column + dst columns)``) into shared tensor ``dst``
+    with ordinary stores."""
 
     dst: ir.TensorRef
     src: ir.TensorRef
+    column: int = 0
 
 
 # ------------------------------------------------------------------------------------------------ language
@@ -224,19 +226,28 @@ class Memory(LanguageObject):
         b.emit(StoreGlobal(b.loc, b.threads(), view.ref, tensor.ref, offs))
 
     @language_call
-    def store_shared(self, dst, src) -> None:
+    def store_shared(self, dst, src, column=0) -> None:
         """Write register tensor ``src`` into shared tensor ``dst`` with ordinary stores (``st.shared``), executed
         by the threads holding ``src``. Before a TMA store or WGMMA reads ``dst``, call ``fence_proxy_async()`` and
-        synchronise the writers."""
+        synchronise the writers. With ``column`` (a compile-time int), ``dst`` may be narrower than ``src``: it
+        receives ``src``'s columns ``[column, column + dst columns)``, so a wide tile can be stored through a
+        smaller buffer in column chunks."""
         b = self.b
         dst = b.to_tensor(dst, "store_shared dst", (ir.SHARED,))
         src = b.to_tensor(src, "store_shared src", (ir.REGISTER,))
-        if dst.shape != src.shape or dst.dtype != src.dtype:
-            raise b.error(f"store_shared: {src.name} {src.dtype.name}{list(src.shape)} does not match "
-                          f"{dst.name} {dst.dtype.name}{list(dst.shape)}")
+        first = b.to_int(column, "store_shared column")
         if len(dst.shape) != 2:
             raise b.error(f"store_shared takes a 2-D shared tile; {dst.name} has shape {list(dst.shape)}")
-        b.emit(StoreShared(b.loc, b.threads(), dst.ref, src.ref))
+        if len(src.shape) != 2 or dst.shape[0] != src.shape[0] or dst.dtype != src.dtype:
+            raise b.error(f"store_shared: {src.name} {src.dtype.name}{list(src.shape)} does not match "
+                          f"{dst.name} {dst.dtype.name}{list(dst.shape)}")
+        if not 0 <= first <= first + dst.shape[1] <= src.shape[1]:
+            if first == 0:
+                raise b.error(f"store_shared: {src.name} {src.dtype.name}{list(src.shape)} does not match "
+                              f"{dst.name} {dst.dtype.name}{list(dst.shape)}")
+            raise b.error(f"store_shared: {dst.name} holds {dst.shape[1]} columns, so column={first} takes columns "
+                          f"[{first}, {first + dst.shape[1]}) of {src.name}, which has {src.shape[1]}")
+        b.emit(StoreShared(b.loc, b.threads(), dst.ref, src.ref, first))
 
     @language_call
     def load_shared(self, src) -> TensorValue:
@@ -304,11 +315,14 @@ def _load_shared(machine, task, s: LoadShared):
 @emulates(StoreShared)
 def _store_shared(machine, task, s: StoreShared):
     region = machine.region(task, s.dst)
-    region.check_writable(task, "store_shared")
     src = machine.register(task, s.src, "store_shared")
     rows = machine.row_share(task, s.threads, src.shape[0])
-    region.view("data")[rows[0]:rows[1]] = src[rows[0]:rows[1]]
+    # Only this partition's rows: the other warpgroups of a group write theirs, and may still be reading or
+    # writing the rest of the tile.
     part = region.part(rows)
+    part.check_writable(task, "store_shared")
+    columns = slice(s.column, s.column + region.view("data").shape[1])
+    part.view("data")[...] = src[rows[0]:rows[1], columns]
     part.record_write(task.index, task.clock[task.index], unfenced=True)
     return machine.preempt()
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from warpspec.errors import BarrierError
 from warpspec.isa.base import LanguageObject, barrier_ref, language_call, offsets_of
+from warpspec.isa.cluster import check_rank
 from warpspec.isa.registry import emulates
 from warpspec.isa.values import TensorValue
 from warpspec.ir import nodes as ir
@@ -27,6 +29,7 @@ class TmaLoad(ir.Instruction):
     dst: ir.TensorRef
     offsets: tuple[ir.Expr, ...]
     barrier: ir.TensorRef
+    multicast: tuple[int, ...] = ()  # cluster ranks that receive the box (each at dst, on barrier); () = this block
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,19 +90,35 @@ class Tma(LanguageObject):
                           f"of 16 bytes")
 
     @language_call
-    def global_to_shared(self, src, dst, offsets, mbarrier) -> None:
+    def global_to_shared(self, src, dst, offsets, mbarrier, multicast=None) -> None:
         """Copy the tile of global view ``src`` starting at ``offsets`` into shared tensor ``dst``; the copy
         completes ``dst.nbytes`` transaction bytes on ``mbarrier``. Elements outside ``src`` read as zero.
         Issued by one thread (``single_thread`` or a one-warp group, which elects a lane). PTX:
         ``cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::complete_tx::bytes [dst], [map, {..}], [bar];``
-        """
+
+        ``multicast``: a compile-time list of cluster ranks (``[0, 1]``). The tile is read once and written into
+        ``dst`` of every block in the list (the same shared offset in each), completing ``dst.nbytes`` bytes on
+        the same ``mbarrier`` of each: every destination block expects those bytes on its own barrier. Each
+        destination's ``mbarrier.alloc`` must be ordered before the copy (``self.cluster_sync()`` after alloc),
+        and it must not exit before the copy lands. PTX: ``cp.async.bulk.tensor.Nd.shared::cluster.global.tile.
+        mbarrier::complete_tx::bytes.multicast::cluster [dst], [map, {..}], [bar], mask;`` (``mask`` has bit r
+        set for rank r)."""
         b = self.b
         threads = self._issuer("global_to_shared")
         src = b.to_tensor(src, "tma.global_to_shared src", (ir.GLOBAL,))
         dst = b.to_tensor(dst, "tma.global_to_shared dst", (ir.SHARED,))
         self._box(dst, src, "tma.global_to_shared")
         bar = barrier_ref(b, mbarrier, "tma.global_to_shared mbarrier")
-        b.emit(TmaLoad(b.loc, threads, src.ref, dst.ref, offsets_of(b, offsets, src, "tma.global_to_shared"), bar))
+        ranks = ()
+        if multicast is not None:
+            ranks = tuple(b.to_int(r, "tma.global_to_shared multicast") for r in
+                          (multicast if isinstance(multicast, (list, tuple)) else [multicast]))
+            if not ranks or len(set(ranks)) != len(ranks):
+                raise b.error(f"tma.global_to_shared multicast takes distinct cluster ranks, got {list(ranks)}")
+            for rank in ranks:
+                check_rank(b, rank, "tma.global_to_shared multicast")
+        b.emit(TmaLoad(b.loc, threads, src.ref, dst.ref, offsets_of(b, offsets, src, "tma.global_to_shared"), bar,
+                       ranks))
 
     @language_call
     def shared_to_global(self, src, dst, offsets) -> None:
@@ -134,26 +153,44 @@ class Tma(LanguageObject):
 
 @emulates(TmaLoad)
 def _tma_load(machine, task, s: TmaLoad):
-    region = machine.region(task, s.dst)
-    bar = machine.barrier(task, s.barrier)
+    # Each destination: this block's dst and barrier, or with multicast the same ones in every listed block.
+    what = "tma.global_to_shared" + (f" multicast to ranks {list(s.multicast)}" if s.multicast else "")
+    destinations = []
+    for rank in s.multicast or (None,):
+        block = machine if rank is None else machine.cluster.peer(task, rank, what)
+        bar = (machine.barrier(task, s.barrier) if rank is None else
+               machine.cluster.remote_barrier(task, rank, s.barrier, what))
+        destinations.append((block, machine.region(task, s.dst, block), bar))
     offsets = [machine.ev(task, o) for o in s.offsets]
-    region.check_writable(task, "tma.global_to_shared")
+    for _, region, _ in destinations:
+        region.check_writable(task, what)
     source = machine.global_tile(task, s.src, offsets, s.dst.shape, "tma.global_to_shared")
     # The copy reads its source at some time after the issue: a TMA store into it must be waited for before.
     machine.global_memory.check_stores_waited(task, source)
-    region.view("async_writer")[...] = machine.next_operation_id()
     issue_clock = list(task.clock)
     nbytes = s.dst.nbytes
+    # One event per destination: a multicast lands in each block, and completes on its barrier, on its own time.
+    for block, region, bar in destinations:
+        region.view("async_writer")[...] = machine.next_operation_id()
 
-    def complete():
-        region.view("data")[...] = machine.global_memory.read(task, source)
-        region.view("async_writer")[...] = 0
-        region.record_write(task.index, issue_clock[task.index])
-        bar.complete_tx(nbytes, issue_clock)
+        def complete(region=region, bar=bar):
+            region.view("data")[...] = machine.global_memory.read(task, source)
+            region.view("async_writer")[...] = 0
+            region.record_write(task.index, issue_clock[task.index])
+            bar.complete_tx(nbytes, issue_clock)
+            if bar.pending == 0 and bar.tx < 0:
+                # Every arrival of the phase (and so every expect_tx) is in: no later arrival can make up for it.
+                raise BarrierError(f"{what} delivered {nbytes} bytes to {bar.name} after every arrival of its phase "
+                                   f"was in, driving its transaction count to {bar.tx}: the block expected fewer "
+                                   f"bytes than the copies into it deliver (with multicast, each destination block "
+                                   f"expects the bytes of every copy it receives on its own barrier)", str(s.loc),
+                                   machine.describe_tasks())
 
-    machine.new_event("tma", task, s.loc, complete,
-                      f"TMA load {format_expr(s.src)}{offsets} -> {region.text}, completing {nbytes} bytes on "
-                      f"{bar.name}")
+        event = machine.new_event("tma", task, s.loc, complete,
+                                  f"TMA load {format_expr(s.src)}{offsets} -> {region.text}, completing {nbytes} "
+                                  f"bytes on {bar.name}")
+        if block is not machine:
+            machine.cluster.multicast(block.rank, event)
     task.tick()
     return machine.preempt()
 
@@ -192,12 +229,16 @@ def _tma_commit(machine, task, s: TmaCommit):
 @emulates(TmaWait)
 def _tma_wait(machine, task, s: TmaWait):
     def ready():
-        return len([g for g in task.tma_groups if not all(e.done for e in g)]) <= s.n
+        # PTX: every group but the newest n is complete. Bulk groups may complete out of order (a seeded run
+        # completes them at random), so counting the incomplete ones is not enough: an older one may be among them.
+        older = len(task.tma_groups) - s.n
+        return all(all(e.done for e in group) for group in list(task.tma_groups)[:max(older, 0)])
 
     def observe():
         # Only now does the program know the stores have read their sources: until then a write into them
-        # races, however early the copy engine actually finished.
-        while task.tma_groups and all(e.done for e in task.tma_groups[0]):
+        # races, however early the copy engine actually finished. It knows it of the groups older than the newest
+        # n only: those may have finished too, but wait_group(n) does not say so.
+        while len(task.tma_groups) > s.n:
             for event in task.tma_groups.popleft():
                 event.retire()
 

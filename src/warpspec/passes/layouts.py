@@ -236,6 +236,8 @@ def same_registers(a, b) -> bool:
     k-step), which is what lets a softmax's probabilities, cast to 16 bits, feed the next mma from registers."""
     if a == b:
         return True
+    if _row_vectors_alike(a, b):
+        return True
     if isinstance(b, Accumulator):
         a, b = b, a
     if not (isinstance(a, Accumulator) and isinstance(b, AFragment)):
@@ -243,6 +245,18 @@ def same_registers(a, b) -> bool:
     acc = a.layout
     return ((acc.m, acc.n, acc.warpgroups, a.begin) == (b.m, b.k, b.warpgroups, b.begin)
             and acc.instr_n % 16 == 0 and b.warpgroup_threads == 128)
+
+
+def _row_vectors_alike(a, b) -> bool:
+    """Whether ``a`` and ``b`` are column vectors ([M, 1], one value per row) of accumulators that differ only in
+    N: a thread holds the same rows of every m64 block whatever the width, so a running row maximum of an
+    attention's [64, block_n] scores also scales its [64, head_dim] output."""
+    if not (isinstance(a, Slice) and isinstance(b, Slice) and a.axis == b.axis == 1):
+        return False
+    if not (isinstance(a.parent, Accumulator) and isinstance(b.parent, Accumulator)):
+        return False
+    pa, pb = a.parent.layout, b.parent.layout
+    return (pa.m, pa.warpgroups, a.parent.begin) == (pb.m, pb.warpgroups, b.parent.begin)
 
 
 def layout_begin(layout) -> int:

@@ -200,9 +200,9 @@ class ProfileSession:
         """Run ``kernel`` with runtime ``arguments`` on ``backend`` ("cuda" or "emulator") and keep its timeline;
         returns what the back end's run returns."""
         if backend == "emulator":
-            from warpspec.emulator.run import run_kernel
+            from warpspec.emulator.run import call_on_emulator
 
-            result = run_kernel(kernel, arguments)
+            result = call_on_emulator(kernel, arguments)
             try:
                 from warpspec.timeline.model import model_launch
             except ImportError:

@@ -17,7 +17,7 @@ from pathlib import Path
 from warpspec.arguments import elements_needed, launch_grid, scalar_value, view_shapes
 from warpspec.dtypes import PointerType
 from warpspec.emulator.timing import Costs, model_sm, role_groups
-from warpspec.errors import ArgumentError
+from warpspec.errors import ArgumentError, CompileError
 from warpspec.ir import nodes as ir
 from warpspec.isa.wgmma import WgmmaMma
 from warpspec.timeline.events import Event, Occupancy, Timeline, resident_blocks, role_name
@@ -85,6 +85,12 @@ def model_launch(kernel: ir.Kernel, arguments: dict, parameters: dict | None = N
     arrays or None. ``parameters``: a device's model parameters (default: the H200's); ``registers``: registers
     per thread if known (ptxas's count), else estimated. The timeline holds the blocks one SM runs together, on
     SM 0, and ``kernel_ns`` the whole launch."""
+    if kernel.cluster != (1, 1, 1):
+        # The blocks of a cluster run on several SMs and reach each other's shared memory: one modeled SM cannot
+        # hold them (its remote arrivals and multicasts would find no partner).
+        raise CompileError(f"the timing model runs the blocks of one SM and does not model thread-block clusters "
+                           f"yet: {kernel.name} sets self.attrs.cluster_blocks to {list(kernel.cluster)}; time it on "
+                           f"the GPU (warpspec timeline --backend cuda)", str(kernel.loc))
     p = parameters or load_parameters()
     env = {}
     for param in kernel.params:

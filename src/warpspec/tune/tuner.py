@@ -504,6 +504,20 @@ def tuned_call(tuned, args: tuple, kwargs: dict):
     return bench.launch(script, args, kwargs)
 
 
+def stored_schedule(tuned, args: tuple, kwargs: dict) -> dict | None:
+    """The winning schedule of ``tuned`` for calls like ``tuned(*args, **kwargs)`` on the current GPU, chosen by
+    this process or stored by an earlier one, or None when there is none: nothing is tuned, compiled or run. For
+    callers that fall back on their own choice instead of tuning (``warpspec.ops``)."""
+    from warpspec.frontend.kernel import bind_arguments
+
+    runtime, compile_time = bind_arguments(tuned.cls, args, kwargs)
+    material = tuning_material(tuned, runtime, compile_time, (settings.bench or _bench()).identity())
+    key = cache.entry_key(material)
+    chosen = tuned.__dict__.get("_warpspec_tuned", {}).get(key)
+    report = chosen[1] if chosen is not None else _cached_report(tuned, key, material)
+    return None if report is None else dict(report.winner.schedule)
+
+
 #: Winner guards kept per TunedScript (one per recent signature and size buckets); the oldest goes first.
 MAX_GUARDS = 8
 

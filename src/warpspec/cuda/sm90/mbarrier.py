@@ -1,5 +1,5 @@
-"""sm_90a emission of the mbarrier family (``warpspec.isa.mbarrier``): init + fence + block barrier, arrive,
-arrive.expect_tx and the try_wait.parity loop (helpers in ``prelude``; debug builds bound the wait)."""
+"""sm_90a emission of the mbarrier family (``warpspec.isa.mbarrier``): init + fence + block barrier, arrive (to
+this block's barrier, or through mapa to another block's in the cluster), arrive.expect_tx and the try_wait.parity loop (helpers in ``prelude``; debug builds bound the wait)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,13 @@ def _emit_AllocBarriers(gen, s: AllocBarriers) -> None:
 
 @emits(MbarrierArrive, TARGET)
 def _emit_MbarrierArrive(gen, s: MbarrierArrive) -> None:
-    gen.line(f"mbar_arrive({gen.barrier_address(s.barrier)});")
+    if s.cta is None:
+        gen.line(f"mbar_arrive({gen.barrier_address(s.barrier)});")
+        return
+    # The same barrier in block `cta` of the cluster: its shared::cluster address, then a cluster-scope release.
+    gen.line(f'asm volatile("{{\\n .reg .b32 remote;\\n mapa.shared::cluster.u32 remote, %0, %1;\\n '
+             f'mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\\n}}" :: '
+             f'"r"({gen.barrier_address(s.barrier)}), "r"({gen.cexpr(s.cta)}) : "memory");')
 
 
 @emits(MbarrierArriveExpectTx, TARGET)

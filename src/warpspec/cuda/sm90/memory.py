@@ -144,7 +144,14 @@ def _emit_StoreShared(gen, s: StoreShared) -> None:
     layout = gen.reg_layouts[src.uid]
     ctype = C_TYPES[src.dtype.name]
 
+    first, width = s.column, s.dst.shape[1]
+
     def body(i, row, col, valid):
+        if (first, width) != (0, s.src.shape[1]):
+            # A column window: the element's column is a constant plus a per-thread term the compiler bounds
+            # (2 * (lane_ & 3) for fragments), so the condition folds and no predicate is left.
+            valid = f"({col}) >= {first} && ({col}) < {first + width}" + (f" && {valid}" if valid else "")
+            col = f"(({col}) - {first})"
         store = f"*{shared_pointer(gen, dst, ctype, row, col)} = static_cast<{ctype}>({gen.element(src, i)});"
         gen.line(f"if ({valid}) {store}" if valid else store)
 

@@ -17,6 +17,9 @@ __device__ __forceinline__ bool elect_one() {
   asm volatile("{\n .reg .pred p;\n elect.sync _|p, 0xffffffff;\n selp.u32 %0, 1, 0, p;\n}\n" : "=r"(pred));
   return pred != 0;
 }
+__device__ __forceinline__ int cluster_ctarank() {
+  unsigned rank; asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank)); return static_cast<int>(rank);
+}
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
 }

@@ -62,14 +62,18 @@ def _emit_TmaLoad(gen, s: TmaLoad) -> None:
     open_, close = _issue_block(gen, s)
     gen.line(open_)
     gen.line(f"  const unsigned dst_ = {dst}; const unsigned bar_ = {bar};")
+    # Multicast: the same box lands at dst_ and completes on bar_ in every block whose bit is set in the mask.
+    mask = sum(1 << r for r in s.multicast)
+    multicast, mask_slot, mask_operand = ((".multicast::cluster", f", %{3 + rank}", f', "h"((unsigned short){mask}u)')
+                                          if s.multicast else ("", "", ""))
     for box in tma_boxes(use.tile):
         coordinates = _tma_coordinates(gen, s.offsets, box)
         slots = ", ".join(f"%{2 + i}" for i in range(rank))
         operands = ", ".join(f'"r"({c})' for c in coordinates)
         gen.line(f'  asm volatile("cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.'
-                  f'mbarrier::complete_tx::bytes [%0], [%1, {{{slots}}}], [%{2 + rank}];" :: '
+                  f'mbarrier::complete_tx::bytes{multicast} [%0], [%1, {{{slots}}}], [%{2 + rank}]{mask_slot};" :: '
                   f'"r"(dst_ + {box.smem_offset}u), "l"(reinterpret_cast<u64>(&map{use.index})), {operands}, '
-                  f'"r"(bar_) : "memory");')
+                  f'"r"(bar_){mask_operand} : "memory");')
     gen.line(close)
 
 

@@ -1,0 +1,194 @@
+"""Attention forward on the GPU: warpspec.ops.attention's kernel against torch SDPA's cuDNN and flash back ends, in
+one process.
+
+Protocol (docs/performance.md): batch 2, heads · head_dim = 2048, S_q = S_k = seq, ``torch.randn`` inputs,
+FLOPs = 4 · B · H · seq² · D (halved when causal), ``triton.testing.do_bench(fn, warmup, rep,
+return_mode="median")``. Before timing, every output is checked against SDPA's (max abs error below 2e-2 in
+fp16, 4e-2 in bf16); a config whose check fails is reported and not timed. warpspec is timed as the pinned kernel
+that ops.attention picks, called on preallocated tensors (``--api`` times ``warpspec.ops.attention`` itself,
+allocation and validation included).
+
+    python benchmarks/attention.py                                  # the full table (~4 minutes on an H200)
+    python benchmarks/attention.py --head-dims 128 --seqs 8192 --causal both --dtypes fp16,bf16
+    python benchmarks/attention.py --head-dims 128 --seqs 8192 --schedules all   # every schedule of the space
+    python benchmarks/attention.py --schedule block_n=96,num_stages=2,unroll=1 --head-dims 128 --seqs 4096
+
+Prints one line per config as it goes and a table last; ``--json`` writes every number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import sys
+import time
+
+BATCH = 2
+MODEL_WIDTH = 2048  # heads · head_dim
+TOLERANCE = {"fp16": 2e-2, "bf16": 4e-2}
+
+
+def _build_one(job):
+    """Compile one kernel (in a worker process) so that the main process finds it in the disk cache."""
+    dtype_name, head_dim, causal, schedule = job
+    from warpspec.cuda.launch import build
+    from warpspec.ops.attention_kernel import ATTENTION_KERNELS
+    from warpspec.runtime import kernel_for
+
+    started = time.perf_counter()
+    try:
+        build(kernel_for(ATTENTION_KERNELS[dtype_name](head_dim=head_dim, causal=causal, **schedule), {}))
+        return job, time.perf_counter() - started, None
+    except Exception as error:  # a schedule that does not build (shared memory, registers) is reported, not fatal
+        return job, time.perf_counter() - started, f"{type(error).__name__}: {error}"
+
+
+def parse_schedule(text: str) -> dict:
+    """``"block_n=96,num_stages=2,unroll=1"`` -> {"block_n": 96, "num_stages": 2, "unroll": 1}."""
+    pairs = [part.split("=") for part in text.split(",")]
+    return {name.strip(): int(value) for name, value in pairs}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--head-dims", default="64,128,256")
+    parser.add_argument("--seqs", default="1024,2048,4096,8192,16384")
+    parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
+    parser.add_argument("--dtypes", default="fp16", help="comma-separated: fp16, bf16")
+    parser.add_argument("--schedules", choices=("default", "all"), default="default",
+                        help="default: the schedule ops.attention picks (a stored tuning winner, else the shipped "
+                             "default of the head dim); all: every schedule of the space")
+    parser.add_argument("--schedule", default=None,
+                        help="one schedule for every head dim, e.g. block_n=96,num_stages=2,unroll=1")
+    parser.add_argument("--backends", default="cudnn,flash", help="SDPA back ends to time: cudnn, flash")
+    parser.add_argument("--warmup", type=int, default=100, help="do_bench warmup, ms")
+    parser.add_argument("--rep", type=int, default=500, help="do_bench repetitions, ms")
+    parser.add_argument("--api", action="store_true", help="time warpspec.ops.attention instead of the kernel")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+
+    import torch
+    import triton
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import warpspec
+    from warpspec.ops import attention
+    from warpspec.ops.attention import DEFAULT_SCHEDULES, arguments, script_for, validate
+    from warpspec.ops.attention_kernel import AttentionF16
+
+    head_dims = [int(d) for d in args.head_dims.split(",")]
+    seqs = [int(s) for s in args.seqs.split(",")]
+    causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
+    dtype_names = args.dtypes.split(",")
+    torch_dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
+    kernel_dtypes = {"fp16": "float16", "bf16": "bfloat16"}
+    backends = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}
+    chosen_backends = [b for b in args.backends.split(",") if b]
+
+    def schedules_of(head_dim):
+        """The schedules to time; None: the one ops.attention picks (a stored tuning winner, else the default)."""
+        if args.schedule:
+            return [parse_schedule(args.schedule)]
+        if args.schedules == "all":
+            return AttentionF16().schedules()
+        return [None]
+
+    jobs = [(kernel_dtypes[name], d, causal, schedule or DEFAULT_SCHEDULES[d]) for name in dtype_names
+            for d in head_dims for causal in causals for schedule in schedules_of(d)]
+    started = time.perf_counter()
+    with concurrent.futures.ProcessPoolExecutor(max_workers=os.cpu_count()) as pool:
+        builds = {(job[0], job[1], job[2], tuple(job[3].items())): error for job, _, error in
+                  pool.map(_build_one, jobs)}
+    print(f"built {len(builds)} kernels in {time.perf_counter() - started:.1f} s", flush=True)
+
+    results = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "batch": BATCH,
+               "model_width": MODEL_WIDTH, "rows": []}
+    table = []
+
+    def bench(fn):
+        return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median")
+
+    torch.manual_seed(0)
+    with warpspec.use_backend("cuda"):
+        for name in dtype_names:
+            for head_dim in head_dims:
+                heads = MODEL_WIDTH // head_dim
+                for seq in seqs:
+                    shape = (BATCH, heads, seq, head_dim)
+                    q, k, v = (torch.randn(shape, device="cuda", dtype=torch_dtypes[name]) for _ in range(3))
+                    for causal in causals:
+                        flops = 4.0 * BATCH * heads * seq * seq * head_dim / (2 if causal else 1)
+                        row = {"dtype": name, "head_dim": head_dim, "seq": seq, "causal": causal}
+                        reference = None
+                        for backend in chosen_backends:
+                            try:
+                                with sdpa_kernel(backends[backend]):
+                                    call = lambda: torch.nn.functional.scaled_dot_product_attention(
+                                        q, k, v, is_causal=causal)
+                                    out = call()
+                                    row[backend] = flops / bench(call) / 1e9
+                                reference = out if reference is None else reference
+                            except RuntimeError as error:  # a back end that does not take this config
+                                row[backend] = None
+                                row[backend + "_error"] = str(error).splitlines()[0]
+                        problem = validate(q, k, v, causal, None)
+                        out = torch.empty_like(q)
+                        best = None
+                        for schedule in schedules_of(head_dim):
+                            kernel_args = arguments(q, k, v, out, problem)
+                            if schedule is not None:
+                                label = ",".join(f"{key}={value}" for key, value in schedule.items())
+                                error = builds[(kernel_dtypes[name], head_dim, causal, tuple(schedule.items()))]
+                                if error:
+                                    row.setdefault("build_errors", {})[label] = error
+                                    continue
+                            script = script_for(problem, kernel_args, schedule)
+                            label = ",".join(f"{key}={value}" for key, value in script.schedule().items())
+                            out.fill_(float("nan"))
+                            script(*kernel_args)
+                            torch.cuda.synchronize()
+                            if reference is not None:
+                                max_error = (out.float() - reference.float()).abs().max().item()
+                                row.setdefault("max_abs_error", {})[label] = max_error
+                                if not max_error < TOLERANCE[name]:
+                                    print(f"{name} D={head_dim} seq={seq} causal={causal} {label}: WRONG, max abs "
+                                          f"error {max_error:.3g} vs SDPA", flush=True)
+                                    continue
+                            if args.api and schedule is None:
+                                ms = bench(lambda: attention(q, k, v, causal=causal))
+                            else:
+                                ms = bench(lambda: script(*kernel_args))
+                            tflops = flops / ms / 1e9
+                            row.setdefault("warpspec", {})[label] = tflops
+                            if best is None or tflops > best[1]:
+                                best = (label, tflops)
+                        row["best"] = best
+                        results["rows"].append(row)
+                        cudnn = row.get("cudnn")
+                        ratio = f"{best[1] / cudnn:.3f}x cuDNN" if best and cudnn else "-"
+                        print(f"{name} D={head_dim} seq={seq} causal={causal}: warpspec "
+                              f"{best[1] if best else float('nan'):.0f} TFLOP/s ({best[0] if best else 'failed'}), "
+                              f"cuDNN {cudnn or float('nan'):.0f}, flash {row.get('flash') or float('nan'):.0f}, "
+                              f"{ratio}", flush=True)
+                        table.append(row)
+
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    print(f"\nattention forward, batch {BATCH}, heads x head_dim = {MODEL_WIDTH}, on {results['gpu']} "
+          f"({results['date']}); TFLOP/s")
+    print(f"{'dtype':5s} {'D':>4s} {'seq':>6s} {'causal':>6s} {'warpspec':>9s} {'cuDNN':>7s} {'flash':>7s} "
+          f"{'vs cuDNN':>9s}  schedule")
+    for row in table:
+        best = row["best"]
+        cells = [f"{row[key]:7.0f}" if row.get(key) else f"{'-':>7s}" for key in ("cudnn", "flash")]
+        ratio = f"{best[1] / row['cudnn']:9.3f}" if best and row.get("cudnn") else f"{'-':>9s}"
+        print(f"{row['dtype']:5s} {row['head_dim']:4d} {row['seq']:6d} {row['causal']!s:>6s} "
+              f"{best[1] if best else float('nan'):9.0f} {cells[0]} {cells[1]} {ratio}  {best[0] if best else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

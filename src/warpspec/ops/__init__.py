@@ -1,0 +1,12 @@
+"""Library operations built on warpspec kernels: ``matmul`` (a @ b with a fused epilogue) and ``tune_matmul``
+(tune its kernel ahead of time for a list of shapes), described in docs/ops.md, and ``attention`` (the attention
+forward pass, docs/attention.md).
+
+``import warpspec.ops`` needs no PyTorch; torch tensors passed to ``matmul`` go through the custom op
+``warpspec::matmul``, registered at the first such call.
+"""
+
+from warpspec.ops.attention import attention
+from warpspec.ops.matmul import matmul, tune_matmul
+
+__all__ = ["attention", "matmul", "tune_matmul"]

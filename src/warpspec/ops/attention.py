@@ -1,0 +1,262 @@
+"""``warpspec.ops.attention``: the attention forward pass softmax(scale · Q·Kᵀ) · V on the FlashAttention-3 style
+kernel of ``warpspec.ops.attention_kernel`` (docs/attention.md).
+
+numpy arrays run on the emulator directly; torch tensors go through the custom op ``warpspec::attention``
+(``warpspec.torch_ops.custom_op``), which writes into a new output tensor: CUDA tensors run on their GPU and
+stream, CPU tensors on the emulator, and ``torch.compile(fullgraph=True)`` sees one opaque op. Every unsupported
+argument is an ``ArgumentError`` naming it, raised before anything is allocated or launched.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from warpspec import runtime
+from warpspec.dtypes import DType, bfloat16, float16
+from warpspec.errors import ArgumentError
+from warpspec.ops.attention_kernel import ATTENTION_KERNELS, HEAD_DIMS, LOG2_E
+from warpspec.ops.matmul import _describe_kind, _kind, dtype_of
+from warpspec.tune.cache import size_bucket
+
+DTYPES = (float16, bfloat16)
+#: The shipped schedule of each head dim. K/V tiles: S (block_n/2 registers per thread), P (block_n/4) and O
+#: (D/2) must fit the consumers' 240 registers, and every stage holds a K and a V tile of block_n x D:
+#: D=256 takes 80-row tiles in 2 stages (64 KB of Q + 160 KB of K/V), D=128 128-row tiles in 2 stages (FA3's
+#: 128 x 128 tile), D=64 128-row tiles in 3.
+DEFAULT_SCHEDULES = {
+    64: {"block_n": 128, "num_stages": 3, "unroll": 1},
+    128: {"block_n": 128, "num_stages": 2, "unroll": 1},
+    256: {"block_n": 80, "num_stages": 2, "unroll": 1},
+}
+MAX_GRID_Y = 65535  # the grid's y extent (one row of blocks per batch and head)
+MAX_INT32 = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validated call."""
+
+    batch: int
+    heads: int
+    kv_heads: int
+    seq_q: int
+    seq_k: int
+    head_dim: int
+    dtype: DType
+    causal: bool
+    scale: float
+
+
+def attention(q, k, v, *, causal=False, scale=None):
+    """Attention forward: ``softmax(scale · q @ kᵀ) @ v`` per batch and head, computed in float32 with an online
+    softmax, returned in q's dtype and kind.
+
+    * ``q`` [B, H, S_q, D], ``k`` and ``v`` [B, H_kv, S_k, D]: float16 or bfloat16 (one dtype), contiguous, D in
+      {64, 128, 256}; H a multiple of H_kv (grouped-query attention: query head h reads K/V head
+      h // (H / H_kv)); any S_q >= 0 and S_k >= 1.
+    * ``causal``: query i sees keys j <= i + S_k - S_q (aligned at the bottom right, as FlashAttention does; for
+      S_q = S_k the usual lower triangle). A query row that sees no key (S_q > S_k) is 0.
+    * ``scale``: the logits' factor (positive), D ** -0.5 by default.
+
+    numpy arrays (ml_dtypes.bfloat16 for bfloat16) run on the emulator; torch tensors through the custom op
+    ``warpspec::attention``: CUDA tensors on the GPU, CPU tensors on the emulator.
+    """
+    kind = _kind(q, "q")
+    for name, value in (("k", k), ("v", v)):
+        if _kind(value, name) != kind:
+            raise ArgumentError(f"{name} is {_describe_kind(value)} but q is {_describe_kind(q)}: pass numpy arrays "
+                                f"or torch tensors, not a mix")
+    problem = validate(q, k, v, causal, scale)
+    if kind == "torch":
+        torch = sys.modules["torch"]
+        for name, value in (("k", k), ("v", v)):
+            if value.device != q.device:
+                raise ArgumentError(f"{name} is on {value.device} but q is on {q.device}: every tensor of one call "
+                                    f"must be on the same device")
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        _torch_op()(q, k, v, out, problem.causal, problem.scale)
+        return out
+    out = np.empty(q.shape, dtype=q.dtype)
+    with runtime.use_backend("emulator"):
+        launch(q, k, v, out, problem)
+    return out
+
+
+def _contiguous(value) -> bool:
+    if isinstance(value, np.ndarray):
+        return value.flags.c_contiguous
+    return value.is_contiguous()
+
+
+def validate(q, k, v, causal, scale) -> Problem:
+    """Every check of the arguments (an ``ArgumentError`` naming the argument); the validated problem."""
+    for name, value in (("q", q), ("k", k), ("v", v)):
+        if len(value.shape) != 4:
+            raise ArgumentError(f"{name} must be 4-D [batch, heads, seq, head_dim], got shape {tuple(value.shape)}")
+    batch, heads, seq_q, head_dim = (int(s) for s in q.shape)
+    batch_k, kv_heads, seq_k, head_dim_k = (int(s) for s in k.shape)
+    if tuple(v.shape) != tuple(k.shape):
+        raise ArgumentError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+    if batch_k != batch:
+        raise ArgumentError(f"k has batch {batch_k} but q has {batch}")
+    if head_dim_k != head_dim:
+        raise ArgumentError(f"k has head_dim {head_dim_k} but q has {head_dim}")
+    if head_dim not in HEAD_DIMS:
+        raise ArgumentError(f"head_dim (q.shape[3]) is {head_dim}; ops.attention supports "
+                            f"{', '.join(map(str, HEAD_DIMS))}")
+    if kv_heads < 1 or heads % kv_heads:
+        raise ArgumentError(f"q has {heads} heads and k {kv_heads}: the query heads must be a multiple of the "
+                            f"key/value heads (grouped-query attention)")
+    if seq_k < 1:
+        raise ArgumentError("k and v have no keys (seq = 0): attention needs at least one")
+    dtype = dtype_of(q)
+    if dtype not in DTYPES:
+        raise ArgumentError(f"q has dtype {dtype.name if dtype else q.dtype}; ops.attention takes float16 or "
+                            f"bfloat16")
+    for name, value in (("k", k), ("v", v)):
+        if dtype_of(value) != dtype:
+            found = dtype_of(value)
+            raise ArgumentError(f"{name} has dtype {found.name if found else value.dtype} but q has {dtype.name}: "
+                                f"q, k and v must have one dtype")
+    for name, value in (("q", q), ("k", k), ("v", v)):
+        if not _contiguous(value):
+            raise ArgumentError(f"{name} must be contiguous [batch, heads, seq, head_dim] (the kernel reads it as "
+                                f"[batch * heads, seq, head_dim] with TMA); make a contiguous copy first")
+    if batch * heads > MAX_GRID_Y:
+        raise ArgumentError(f"batch * heads is {batch * heads}; at most {MAX_GRID_Y} (the grid's y extent)")
+    if max(batch * heads * seq_q, batch * kv_heads * seq_k) * head_dim > MAX_INT32:
+        raise ArgumentError("q, k or v has more than 2**31 - 1 elements, which the kernel's int32 offsets cannot "
+                            "address")
+    if not isinstance(causal, bool):
+        raise ArgumentError(f"causal must be True or False, got {causal!r}")
+    if scale is None:
+        scale = head_dim ** -0.5
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        # Positive: the kernel scales the row maximum of the raw logits, max(s) · scale = max(s · scale).
+        raise ArgumentError(f"scale must be a positive finite number (None: head_dim ** -0.5), got {scale!r}")
+    return Problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, float(scale))
+
+
+_tuned: dict = {}  # (dtype name, head_dim, causal) -> TunedScript over the schedule space
+_chosen: dict = {}  # (dtype name, head_dim, causal, schedule or size buckets, back end, device) -> pinned Script
+
+
+def tuned_script(problem: Problem):
+    """The autotuned kernel (every schedule) of the problem's dtype, head dim and causality."""
+    key = (problem.dtype.name, problem.head_dim, problem.causal)
+    if key not in _tuned:
+        _tuned[key] = ATTENTION_KERNELS[problem.dtype.name](head_dim=problem.head_dim, causal=problem.causal)
+    return _tuned[key]
+
+
+def script_for(problem: Problem, args: tuple, schedule: dict | None = None):
+    """The pinned Script that runs ``problem`` (called with kernel arguments ``args``): with ``schedule`` when
+    given; else, on the GPU, the winner that ``tune_attention`` (or an autotuned call) stored for the problem's
+    size buckets; else the head dim's shipped default. Remembered per size buckets, back end and device."""
+    backend = runtime.get_backend()
+    device = None
+    if backend == "cuda":
+        from warpspec.cuda.driver import default_device
+
+        device = default_device()
+    sizes = (size_bucket(problem.seq_q), size_bucket(problem.seq_k), size_bucket(problem.batch * problem.heads))
+    key = (problem.dtype.name, problem.head_dim, problem.causal,
+           tuple(sorted(schedule.items())) if schedule is not None else sizes, backend, device)
+    script = _chosen.get(key)
+    if script is None:
+        if schedule is None and backend == "cuda":
+            from warpspec.tune.tuner import stored_schedule
+
+            schedule = stored_schedule(tuned_script(problem), args, {})
+        if schedule is None:
+            schedule = DEFAULT_SCHEDULES[problem.head_dim]
+        script = _chosen[key] = tuned_script(problem).instantiate(dict(schedule))
+    return script
+
+
+def forget_choices() -> None:
+    """Forget the schedules this process chose (after tuning, the next call of each shape looks again)."""
+    _chosen.clear()
+
+
+def arguments(q, k, v, out, problem: Problem) -> tuple:
+    """The kernel's call arguments: sizes, head counts, the scale in the exp2 domain, the four arrays."""
+    group = problem.heads // problem.kv_heads
+    return (problem.seq_q, problem.seq_k, problem.batch * problem.heads, problem.heads, group,
+            problem.scale * LOG2_E, q, k, v, out)
+
+
+def launch(q, k, v, out, problem: Problem, schedule: dict | None = None) -> None:
+    """Run the kernel on validated operands on the selected back end (nothing to do for S_q = 0)."""
+    if problem.seq_q == 0 or problem.batch * problem.heads == 0:
+        return
+    args = arguments(q, k, v, out, problem)
+    script_for(problem, args, schedule)(*args)
+
+
+def tune_attention(shapes, dtype="float16", *, causal=False, progress=None) -> dict:
+    """Tune the kernel on the GPU for each ``(batch, heads, kv_heads, seq_q, seq_k, head_dim)`` of ``shapes``
+    (random torch CUDA operands) and store the winners in the tuning cache, where later ``ops.attention`` calls of
+    the same size buckets, in any process, find them. ``progress(line)`` (e.g. ``print``) hears about each shape.
+    Returns ``{shape: winning schedule}``."""
+    if dtype not in ("float16", "bfloat16"):
+        raise ArgumentError(f"dtype must be 'float16' or 'bfloat16', got {dtype!r}")
+    import torch
+
+    torch_dtypes = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+    winners = {}
+    with runtime.use_backend("cuda"):
+        for shape in shapes:
+            batch, heads, kv_heads, seq_q, seq_k, head_dim = shape
+            started = time.perf_counter()
+            q = torch.randn(batch, heads, seq_q, head_dim, device="cuda", dtype=torch_dtypes[dtype])
+            k = torch.randn(batch, kv_heads, seq_k, head_dim, device="cuda", dtype=torch_dtypes[dtype])
+            v = torch.randn_like(k)
+            problem = validate(q, k, v, causal, None)
+            tuned = tuned_script(problem)
+            tuned(*arguments(q, k, v, torch.empty_like(q), problem))
+            torch.cuda.synchronize()
+            winners[tuple(shape)] = dict(tuned.last_report.winner.schedule)
+            forget_choices()  # calls made before this run chose without the new winner
+            if progress is not None:
+                progress(f"{dtype} {shape} causal={causal}: {tuned.last_report.summary()}; winner "
+                         f"{tuned.last_report.winner.label}, {tuned.last_report.winner.time_ms:.3f} ms "
+                         f"({time.perf_counter() - started:.1f} s)")
+    return winners
+
+
+# --------------------------------------------------------------------------------------------- torch op
+
+_op = None
+
+
+def _torch_op():
+    """The custom op ``warpspec::attention(q, k, v, out!, causal, scale)``: registered when this module is
+    imported after torch, else at the first call with torch tensors (torch stays optional). Registering cannot
+    be traced by ``torch.compile``: import torch before warpspec.ops, or call once eagerly, before compiling."""
+    global _op
+    if _op is None:
+        from warpspec.torch_ops import custom_op
+
+        _op = custom_op("warpspec::attention", _op_implementation, mutates_args=("out",),
+                        schema="(Tensor q, Tensor k, Tensor v, Tensor(a!) out, bool causal, float scale) -> ()")
+    return _op
+
+
+def _op_implementation(q, k, v, out, causal, scale):
+    """The op's real and fake implementation: validate, then write ``out`` (fake or meta tensors, while
+    ``torch.compile`` traces, only describe the call: nothing runs)."""
+    problem = validate(q, k, v, causal, scale)
+    if tuple(out.shape) != tuple(q.shape) or dtype_of(out) != problem.dtype or not _contiguous(out):
+        raise ArgumentError(f"out must be a contiguous tensor of q's shape {tuple(q.shape)} and dtype")
+    if not runtime.shape_only((q, k, v, out)):
+        launch(q, k, v, out, problem)
+
+
+if "torch" in sys.modules:
+    _torch_op()

@@ -1,0 +1,292 @@
+"""The attention forward kernel behind ``warpspec.ops.attention`` and examples/attention_fwd.py, FlashAttention-3
+style: O = softmax(scale · Q·Kᵀ) · V per (batch, head), with Q [B·H, S_q, D] and K, V [B·H_kv, S_k, D].
+
+One block computes ``BLOCK_M`` = 128 query rows of one head. Its threads:
+
+* **a producer warp** (the first warp of a fourth warpgroup, whose register budget ``setmaxnreg`` lowers to
+  ``PRODUCER_REGISTERS``) loads the Q tile once, then every K tile and every V tile the block needs through two
+  rings of shared-memory stages (``Pipeline``s): K and V have rings of their own, so a K stage is handed back as
+  soon as QKᵀ has read it, while its V stage waits for PV;
+* **two consumer warpgroups** (``CONSUMER_REGISTERS`` each), each owning 64 query rows of the tile: its own slice
+  of Q, its own S = Q·Kᵀ and O accumulators, its own running row maximum and row sum (the online softmax). Both
+  read every K and V stage, so a stage is empty once all 256 consumer threads released it.
+
+FA3's two overlaps are in the consumer loop. Iteration j of a warpgroup issues S_j = Q·K_jᵀ, rescales O to the
+previous block's maximum while S_j runs, issues O += P_{j-1}·V_{j-1} (the previous block's probabilities, from
+registers), and only then waits for S_j: the softmax of block j runs while the tensor cores still work on PV of
+block j-1 (**intra-warpgroup overlap**; ``S`` and ``P`` are two register tensors). The two warpgroups take **turns** issuing their GEMMs (an mbarrier pair as in
+examples/matmul_v6.py's ping-pong): warpgroup 0 issues, hands the turn over, and does its softmax while warpgroup
+1's GEMMs run, so the exp2 of one hides under the other's tensor-core work.
+
+Softmax: the logits are scaled by ``scale · log2(e)`` (``scale_log2``) and exponentiated with exp2; the row maximum
+lives in that scaled domain. Masks: the columns past S_k of the last K tile, and for ``causal`` the keys after each
+query, aligned at the bottom right (query i sees keys j <= i + S_k - S_q, as FlashAttention does); only tiles that
+need a mask compute one. Causal blocks stop their K/V loop at the last tile any of their rows sees. A row that
+sees no key at all (causal, S_q > S_k) outputs zeros: its maximum stays -inf, guarded so that exp2(-inf - -inf)
+never happens, and its sum stays 0, guarded in the final division.
+
+Heads: the global views are 3-D ([B·H, S, D]) and every TMA box is [1, rows, D], so rows past a head's length
+read as zeros (and stores past S_q are clipped) instead of touching the next head. Grouped-query attention maps
+query head ``bh`` to K/V head ``bh // H · H_kv + bh % H // (H / H_kv)`` at run time. O leaves through shared
+memory (the Q buffer, free once the last QKᵀ read it) with one TMA store per warpgroup.
+
+Pointer parameters carry their dtype, so each element type has its own Script class: ``AttentionF16`` and
+``AttentionBF16`` (``ATTENTION_KERNELS`` by dtype name). The schedule (``block_n``, ``num_stages``, ``unroll``) is
+autotuned.
+"""
+
+from __future__ import annotations
+
+from warpspec.dtypes import bfloat16, float16, float32, int32, uint32
+from warpspec.frontend.builder import cdiv
+from warpspec.pipeline import Pipeline
+from warpspec.script import Script, autotune
+
+#: log2(e): exp(x) = exp2(x · log2 e), so the softmax scale is folded into one multiplication.
+LOG2_E = 1.4426950408889634
+HEAD_DIMS = (64, 128, 256)
+WARPGROUP = 128
+BLOCK_M = 2 * 64  # two consumer warpgroups of 64 query rows (one m64 WGMMA row block each)
+CONSUMER_THREADS = 2 * WARPGROUP
+#: The producer needs few registers (addresses and phases); its warpgroup gives the rest to the consumers, whose
+#: O (D/2 registers per thread), S (block_n/2) and P (block_n/4) fragments are live at once. 24 + 2 · 240 fits
+#: the SM's 65536 registers per warpgroup lane (setmaxnreg's rule: 24 + 240 + 240 <= 512).
+PRODUCER_REGISTERS = 24
+CONSUMER_REGISTERS = 240
+
+
+class _Attention(Script):
+    """Shared body; subclasses fix the element type through their ``__call__`` annotations."""
+
+    dtype = float16
+    #: The lengths and the number of (batch, head) rows choose the schedule (ops.attention keys its choices alike).
+    tune_key = ("seq_q", "seq_k", "batch_heads")
+
+    def __init__(self, head_dim, causal, block_n, num_stages, unroll):
+        super().__init__()
+        assert head_dim in HEAD_DIMS, f"head_dim must be one of {HEAD_DIMS}, got {head_dim}"
+        self.head_dim = head_dim
+        self.causal = causal
+        self.block_n = block_n
+        self.num_stages = num_stages
+        self.unroll = unroll
+
+    def attention(self, seq_q, seq_k, batch_heads, heads, group, scale_log2, q_ptr, k_ptr, v_ptr, o_ptr):
+        """The kernel: O[bh] = softmax(scale · Q[bh]·K[kv(bh)]ᵀ) · V[kv(bh)] for query rows
+        ``BLOCK_M · blockIdx.x ...`` of head ``bh = blockIdx.y``."""
+        d, block_n, dtype = self.head_dim, self.block_n, self.dtype
+        self.attrs.blocks = [cdiv(seq_q, BLOCK_M), batch_heads]
+        self.attrs.warps = (CONSUMER_THREADS + WARPGROUP) // 32
+        gq = self.global_view(q_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
+        go = self.global_view(o_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
+        gk = self.global_view(k_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
+        gv = self.global_view(v_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
+        sq = self.shared_tensor(dtype=dtype, shape=[2, 1, 64, d])  # one 64-row slice per consumer warpgroup
+        sk = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
+        sv = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
+        q_loaded = self.mbarrier.alloc(counts=[1])
+        pipe_k = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
+        pipe_v = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
+        # turns[w] completes a phase when the other warpgroup has issued an iteration's GEMMs: then w may issue.
+        turns = self.mbarrier.alloc(counts=[WARPGROUP, WARPGROUP])
+
+        # Causal blocks walk the longest rows first: the last query tiles see the most keys.
+        tile_m = self.gridDim.x - 1 - self.blockIdx.x if self.causal else self.blockIdx.x
+        offset_m: int32 = BLOCK_M * tile_m
+        bh: int32 = self.blockIdx.y
+        kv_bh: int32 = bh // heads * (heads // group) + bh % heads // group
+        n_end: int32 = seq_k
+        if self.causal:
+            # The block's last row, offset_m + BLOCK_M - 1, sees keys up to offset_m + BLOCK_M - 1 + seq_k - seq_q.
+            n_end = max(min(seq_k, offset_m + BLOCK_M + seq_k - seq_q), 0)
+        n_tiles: int32 = cdiv(n_end, block_n)
+
+        with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=WARPGROUP,
+                               max_registers=PRODUCER_REGISTERS):
+            with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=32):
+                self.produce(gq, gk, gv, sq, sk, sv, q_loaded, pipe_k, pipe_v, bh, kv_bh, offset_m, n_tiles)
+
+        with self.thread_group(thread_begin=0, num_threads=CONSUMER_THREADS, max_registers=CONSUMER_REGISTERS):
+            for wg in range(2):
+                with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
+                    self.consume(wg, sq[wg], sk, sv, go, q_loaded, pipe_k, pipe_v, turns, seq_q, seq_k, scale_log2,
+                                 bh, offset_m, n_tiles)
+
+    def produce(self, gq, gk, gv, sq, sk, sv, q_loaded, pipe_k, pipe_v, bh, kv_bh, offset_m, n_tiles):
+        """The producer warp: the Q tile, then K_j and V_j for every tile j of the block, each into its ring."""
+        with self.single_thread():
+            self.mbarrier.arrive_and_expect_tx(q_loaded[0], sq.nbytes)
+            for wg in range(2):
+                self.tma.global_to_shared(src=gq, dst=sq[wg], offsets=[bh, offset_m + 64 * wg, 0],
+                                          mbarrier=q_loaded[0])
+        for j in self.range(n_tiles):
+            for pipe, gx, sx in ((pipe_k, gk, sk), (pipe_v, gv, sv)):
+                pipe.producer_acquire()
+                with self.single_thread():
+                    self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), sx[pipe.producer_stage].nbytes)
+                    self.tma.global_to_shared(src=gx, dst=sx[pipe.producer_stage], offsets=[kv_bh, j * self.block_n, 0],
+                                              mbarrier=pipe.producer_barrier())
+                pipe.producer_advance()
+        # Stay until the consumers released every filled stage, so their arrivals never target a barrier whose
+        # waiter has exited.
+        for pipe in (pipe_k, pipe_v):
+            for _ in self.range(min(self.num_stages, n_tiles)):
+                pipe.producer_acquire()
+                pipe.producer_advance()
+
+    def consume(self, wg, sq, sk, sv, go, q_loaded, pipe_k, pipe_v, turns, seq_q, seq_k, scale_log2, bh, offset_m,
+                n_tiles):
+        """Consumer warpgroup ``wg``: rows ``offset_m + 64·wg ...``, the online softmax over the block's K/V tiles
+        with S_j's QKᵀ issued before P_{j-1}'s PV, taking turns with the other warpgroup to issue them."""
+        d, block_n, dtype = self.head_dim, self.block_n, self.dtype
+        # Both warpgroups walk both rings from the first stage, each thread holding its own position. Saying so
+        # keeps the stages compile-time constants in the unrolled loop of the second warpgroup too (after the
+        # first warpgroup's code the code generator no longer knows them).
+        for pipe in (pipe_k, pipe_v):
+            pipe.consumer_stage = 0
+            pipe.consumer_phase = self.mbarrier.consumer_initial_phase
+        row_max = self.register_tensor(dtype=float32, shape=[64, 1], init=float("-inf"))
+        row_sum = self.register_tensor(dtype=float32, shape=[64, 1], init=0.0)
+        # exp2(previous max - current max): O's rescale before the next P·V adds to it (1 while O is 0).
+        correction = self.register_tensor(dtype=float32, shape=[64, 1], init=1.0)
+        acc_o = self.register_tensor(dtype=float32, shape=[64, d], init=0.0)
+        p = self.register_tensor(dtype=dtype, shape=[64, block_n])  # P_{j-1}: PV's register A operand
+        # Warpgroup 0 issues first: its first wait passes at once, as a producer's first wait on an empty stage.
+        turn_phase: uint32 = self.mbarrier.producer_initial_phase if wg == 0 else self.mbarrier.consumer_initial_phase
+        rows_from: int32 = offset_m + 64 * wg  # this warpgroup's first query row
+        # Keys a row r may see: col < seq_k, and causal col <= r + causal_shift (bottom-right alignment).
+        causal_shift: int32 = seq_k - seq_q
+        self.mbarrier.wait(q_loaded[0], phase=0)
+        # The first tile is peeled: it has no PV to overlap, and branch-free iterations let ptxas see that every
+        # accumulator is waited for before it is read (else it serializes the WGMMAs).
+        if n_tiles > 0:
+            pipe_k.consumer_acquire()
+            self.wait_turn(turns[wg], turn_phase)
+            turn_phase = turn_phase ^ 1
+            first_s = self.register_tensor(dtype=float32, shape=[64, block_n], init=0.0)
+            self.wgmma.fence()
+            self.wgmma.mma(sq[0], sk[pipe_k.consumer_stage][0].transpose(), first_s)
+            self.wgmma.commit_group()
+            self.mbarrier.arrive(turns[1 - wg])
+            self.wgmma.wait_group(0)
+            pipe_k.consumer_release()
+            pipe_k.consumer_advance()
+            first_p, first_max, _ = self.softmax_step(first_s, row_max, 0, seq_k, rows_from, causal_shift,
+                                                      scale_log2)
+            row_sum = row_sum + self.reduce_sum(first_p)
+            row_max = max(row_max, first_max)
+            p = self.cast(first_p, dtype)
+            for j in self.range(1, n_tiles, unroll=self.unroll):
+                pipe_k.consumer_acquire()
+                self.wait_turn(turns[wg], turn_phase)
+                turn_phase = turn_phase ^ 1
+                acc_s = self.register_tensor(dtype=float32, shape=[64, block_n], init=0.0)
+                self.wgmma.fence()
+                self.wgmma.mma(sq[0], sk[pipe_k.consumer_stage][0].transpose(), acc_s)  # S_j = Q·K_jᵀ
+                self.wgmma.commit_group()
+                acc_o = acc_o * correction  # to P_{j-1}'s maximum, while S_j runs on the tensor cores
+                pipe_v.consumer_acquire()
+                self.wgmma.fence()  # the rescaled O, before the mma that accumulates into it
+                self.wgmma.mma(p, sv[pipe_v.consumer_stage][0], acc_o)  # O += P_{j-1}·V_{j-1}
+                self.wgmma.commit_group()
+                self.mbarrier.arrive(turns[1 - wg])  # our GEMMs are queued: the other warpgroup may issue its own
+                self.wgmma.wait_group(1)  # S_j is done; PV_{j-1} runs on under the softmax
+                pipe_k.consumer_release()
+                pipe_k.consumer_advance()
+                probs, new_max, subtrahend = self.softmax_step(acc_s, row_max, j * block_n, seq_k, rows_from,
+                                                               causal_shift, scale_log2)
+                correction = self.exp2(row_max - subtrahend)
+                row_sum = row_sum * correction + self.reduce_sum(probs)
+                row_max = max(row_max, new_max)
+                self.retire_pv(pipe_v)  # PV_{j-1} is done: its P registers may be overwritten
+                p = self.cast(probs, dtype)
+            acc_o = acc_o * correction
+            pipe_v.consumer_acquire()
+            self.wgmma.fence()
+            self.wgmma.mma(p, sv[pipe_v.consumer_stage][0], acc_o)
+            self.wgmma.commit_group()
+            self.retire_pv(pipe_v)
+        # 0 / 0 for a row that saw no key: divide by 1 instead (its O is 0).
+        out = acc_o / self.where(row_sum == 0.0, 1.0, row_sum)
+        self.store_output(sq, go, self.cast(out, dtype), bh, rows_from)
+
+    def wait_turn(self, turn, phase):
+        """Wait until the other warpgroup has issued its GEMMs (ping-pong): this warpgroup's turn to issue."""
+        self.mbarrier.wait(turn, phase=phase)
+
+    def retire_pv(self, pipe_v):
+        """Wait for the PV WGMMA (the last group in flight) and only then hand its V stage back to the producer,
+        whose next TMA load may overwrite it."""
+        self.wgmma.wait_group(0)
+        pipe_v.consumer_release()
+        pipe_v.consumer_advance()
+
+    def softmax_step(self, acc_s, row_max, offset_n, seq_k, rows_from, causal_shift, scale_log2):
+        """The online softmax of one S tile (columns ``offset_n ...``): masked where needed, exponentiated against
+        the new running maximum. Returns (P in float32, the new row maximum, the value subtracted from the scaled
+        logits: the new maximum, or 0 for rows still without a visible key). The earlier O and row sum are rescaled
+        by exp2(old maximum - that value)."""
+        block_n = self.block_n
+        needs_mask = offset_n + block_n > seq_k
+        if self.causal:
+            needs_mask = needs_mask or offset_n + block_n - 1 > rows_from + causal_shift
+        if needs_mask:
+            cols = self.col_index(acc_s) + offset_n
+            keep = cols < seq_k
+            if self.causal:
+                keep = keep & (cols <= self.row_index(acc_s) + (rows_from + causal_shift))
+            acc_s = self.where(keep, acc_s, float("-inf"))
+        new_max = max(row_max, self.reduce_max(acc_s) * scale_log2)
+        subtrahend = new_max
+        if self.causal:
+            # A row with no visible key yet keeps the maximum -inf: subtract 0 instead, so exp2 sees -inf (and gives
+            # 0), never -inf - -inf = NaN.
+            subtrahend = self.where(new_max == float("-inf"), 0.0, new_max)
+        return self.exp2(acc_s * scale_log2 - subtrahend), new_max, subtrahend
+
+    def store_output(self, sq, go, out, bh, rows_from):
+        """``out`` -> this warpgroup's Q buffer (its last reader, QKᵀ, is done) -> one TMA store into the 3-D view,
+        which clips rows past seq_q."""
+        self.store_shared(sq[0], out)
+        self.fence_proxy_async()  # the ordinary stores become visible to the TMA store's async-proxy read
+        self.sync()
+        with self.single_thread():
+            self.tma.shared_to_global(src=sq, dst=go, offsets=[bh, rows_from, 0])
+            self.tma.commit_group()
+            self.tma.wait_group(0)  # the shared source must stay valid until the copy has read it
+
+
+def _schedules(cls):
+    """The schedule space: K/V tiles of 48 to 128 rows, 2 or 3 stages per ring (where shared memory allows: D=256
+    fits 80 rows in 2 stages, 48 in 3), and the main loop as it is or unrolled once per stage (``unroll``: every
+    stage index a constant, for two or three times the code; only D <= 128 unrolled, D=256 would spill)."""
+    return autotune("block_n, num_stages, unroll", [
+        [128, 2, 1], [128, 2, 2], [128, 3, 1], [128, 3, 3], [96, 2, 1], [80, 2, 1], [64, 2, 1], [64, 3, 1],
+        [48, 3, 1],
+    ])(cls)
+
+
+@_schedules
+class AttentionF16(_Attention):
+    """float16 Q, K, V and O."""
+
+    dtype = float16
+
+    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32,
+                 scale_log2: float32, q_ptr: ~float16, k_ptr: ~float16, v_ptr: ~float16, o_ptr: ~float16):
+        self.attention(seq_q, seq_k, batch_heads, heads, group, scale_log2, q_ptr, k_ptr, v_ptr, o_ptr)
+
+
+@_schedules
+class AttentionBF16(_Attention):
+    """bfloat16 Q, K, V and O."""
+
+    dtype = bfloat16
+
+    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32,
+                 scale_log2: float32, q_ptr: ~bfloat16, k_ptr: ~bfloat16, v_ptr: ~bfloat16, o_ptr: ~bfloat16):
+        self.attention(seq_q, seq_k, batch_heads, heads, group, scale_log2, q_ptr, k_ptr, v_ptr, o_ptr)
+
+
+#: The kernel class of each element type, by dtype name.
+ATTENTION_KERNELS = {"float16": AttentionF16, "bfloat16": AttentionBF16}

@@ -1,0 +1,296 @@
+"""The library GEMM behind ``warpspec.ops.matmul``: C = epilogue(A @ B) as one warp-specialized Script.
+
+The structure is examples/matmul_v5.py's, with examples/matmul_v6.py's tile walk as an option: a TMA producer (one
+elected thread of a producer warpgroup with a 40-register budget) fills a ring of shared-memory stages, one or two
+consumer warpgroups (232 registers each) multiply them with WGMMA keeping one group in flight, and the epilogue
+works on the float32 accumulators in registers. What V5 fixes, this kernel takes as compile-time choices:
+
+* the element types: one Script class per (input dtype, output dtype) pair, because pointer parameters carry their
+  dtype in the annotation (``GEMM_KERNELS`` lists them);
+* B's layout (constructor argument ``b_k_major``): K-major B is the transposed view of a tile stored [N, K] (a
+  linear layer's ``w.T``, the only layout float8 WGMMA reads); N-major B is a row-major [K, N] tile, read by the
+  transposable 16-bit forms as stored;
+* the epilogue (``has_bias``, ``activation``) and, for float8 inputs, the per-tensor scale;
+* the schedule, tuned per shape bucket (``tune_key``): stages, tiles, and ``persistent``. Every block walks the
+  tiles ``blockIdx.x, blockIdx.x + gridDim.x, ...`` in V6's grouped rasterization (bands of ``GROUP_M`` tile rows,
+  so blocks running together share A and B tiles in L2). Not persistent: one block per tile, each walking one,
+  storing with ``store_global`` (which clips the ragged edges). Persistent: at most one block per SM (``num_sms``),
+  the producer filling the next tile's stages while the consumers finish the current one, and a TMA-store epilogue
+  through a shared buffer left in flight under the next tile's main loop (V6's cooperative variant).
+
+Runtime scalars are the sizes and the row pitches (in elements) of A, B and C, so strided views of larger tensors
+work without a copy. The epilogue broadcasts vectors against the accumulator: the bias is a [1, block_n] row of a
+[1, n] view, and the one-element scale a [block_m, 1] column of an [m, 1] view whose strides are 0, so every row
+reads the same value; each thread loads just the columns (rows) it holds. The scale is read on the GPU, never by the
+host, which keeps a call free of host synchronisation (CUDA graphs, ``torch.compile``).
+"""
+
+from __future__ import annotations
+
+from warpspec.dtypes import bfloat16, float8_e4m3, float16, float32, int32
+from warpspec.frontend.builder import cdiv
+from warpspec.pipeline import Pipeline
+from warpspec.script import Script, autotune
+
+#: The epilogue activations, by the name ``ops.matmul`` takes (None: none).
+ACTIVATIONS = (None, "relu", "gelu", "silu")
+GELU_SCALE = 0.7978845608028654  # sqrt(2 / pi)
+WARPGROUP = 128
+#: The producer is a whole warpgroup so that ``setmaxnreg`` can move registers to the consumers: ptxas allots a
+#: WGMMA kernel's registers per warpgroup, so without budgets a 288-thread block gets 168 per thread (65536 / 384)
+#: and a 256-row tile's epilogue spills. 40 + 2 · 232 per warpgroup lane fits the 65536 of an SM.
+PRODUCER_THREADS = WARPGROUP
+PRODUCER_REGISTERS = 40
+CONSUMER_REGISTERS = 232
+GROUP_M = 8  # tile rows per rasterization band
+NUM_SMS = 132  # the H200's SMs: the default of the kernels' num_sms (ops.matmul passes the device's count)
+
+
+class _Gemm(Script):
+    """Shared body; subclasses fix the element types through their ``__call__`` annotations."""
+
+    #: Only the problem sizes choose the schedule: the pitches follow them, and num_sms is the device's.
+    tune_key = ("m_size", "n_size", "k_size")
+    in_dtype = float16
+    out_dtype = float16
+    scaled = False  # float8 kernels multiply by the per-tensor scale read from ``scale_ptr``
+    block_k = 64  # K per stage: 128 bytes of each row (float8 kernels: 128 elements)
+
+    def __init__(self, b_k_major, has_bias, activation, persistent, num_stages, block_m, block_n):
+        super().__init__()
+        self.b_k_major = b_k_major
+        self.has_bias = has_bias
+        self.activation = activation
+        self.persistent = persistent
+        self.num_stages = num_stages
+        self.block_m = block_m
+        self.block_n = block_n
+        # 64 rows per warpgroup per WGMMA: tiles of 64 rows take one consumer warpgroup, taller tiles two.
+        self.consumer_threads = WARPGROUP if block_m == 64 else 2 * WARPGROUP
+
+    def gemm(self, m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, scale_ptr, num_sms):
+        """The kernel: C[m, n] = act(scale · sum_k A[m, k] B[k, n] + bias[n]) (scale only when ``self.scaled``)."""
+        block_m, block_n, block_k, stages = self.block_m, self.block_n, self.block_k, self.num_stages
+        tiles_m = cdiv(m_size, block_m)
+        tiles_n = cdiv(n_size, block_n)
+        num_tiles = tiles_m * tiles_n
+        self.attrs.blocks = [min(num_tiles, num_sms) if self.persistent else num_tiles]
+        self.attrs.warps = (self.consumer_threads + PRODUCER_THREADS) // 32
+
+        ga = self.global_view(a_ptr, dtype=self.in_dtype, shape=[m_size, k_size], strides=[lda, 1])
+        sa = self.shared_tensor(dtype=self.in_dtype, shape=[stages, block_m, block_k])
+        if self.b_k_major:
+            gb = self.global_view(b_ptr, dtype=self.in_dtype, shape=[n_size, k_size], strides=[ldb, 1])
+            sb = self.shared_tensor(dtype=self.in_dtype, shape=[stages, block_n, block_k])
+        else:
+            gb = self.global_view(b_ptr, dtype=self.in_dtype, shape=[k_size, n_size], strides=[ldb, 1])
+            sb = self.shared_tensor(dtype=self.in_dtype, shape=[stages, block_k, block_n])
+        gc = self.global_view(c_ptr, dtype=self.out_dtype, shape=[m_size, n_size], strides=[ldc, 1])
+        # The persistent kernel's epilogue buffer: the TMA store of one tile reads it under the next's main loop.
+        sc = self.shared_tensor(dtype=self.out_dtype, shape=[block_m, block_n]) if self.persistent else None
+        pipe = Pipeline(stages, producer_arrivals=1, consumer_arrivals=self.consumer_threads)
+
+        with self.thread_group(thread_begin=self.consumer_threads, num_threads=PRODUCER_THREADS,
+                               max_registers=PRODUCER_REGISTERS):
+            filled: int32 = 0  # stages filled, to drain
+            for tile in self.range(self.blockIdx.x, num_tiles, self.gridDim.x):
+                offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
+                filled = filled + cdiv(k_size, block_k)
+                for offset_k in self.range(0, k_size, block_k, unroll=stages):
+                    pipe.producer_acquire()
+                    stage = pipe.producer_stage
+                    with self.single_thread():
+                        self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(),
+                                                           transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
+                        self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k],
+                                                  mbarrier=pipe.producer_barrier())
+                        if self.b_k_major:
+                            self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k],
+                                                      mbarrier=pipe.producer_barrier())
+                        else:
+                            self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_k, offset_n],
+                                                      mbarrier=pipe.producer_barrier())
+                    pipe.producer_advance()
+            # Stay until the consumers released every stage that was filled, so their arrivals never target a
+            # barrier whose waiter has exited.
+            for _ in self.range(min(stages, filled)):
+                pipe.producer_acquire()
+                pipe.producer_advance()
+
+        with self.thread_group(thread_begin=0, num_threads=self.consumer_threads, max_registers=CONSUMER_REGISTERS):
+            for tile in self.range(self.blockIdx.x, num_tiles, self.gridDim.x):
+                offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
+                acc = self.register_tensor(dtype=float32, shape=[block_m, block_n], init=0.0)
+                for offset_k in self.range(0, k_size, block_k, unroll=stages):
+                    pipe.consumer_acquire()
+                    self.wgmma.fence()
+                    if self.b_k_major:
+                        self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
+                    else:
+                        self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage], acc)
+                    self.wgmma.commit_group()
+                    self.wgmma.wait_group(1)  # the previous K-tile's group is done reading its stage: release it
+                    if offset_k > 0:
+                        self.mbarrier.arrive(pipe.empty_barriers[self.previous(pipe.consumer_stage)])
+                    pipe.consumer_advance()
+                self.wgmma.wait_group(0)
+                self.mbarrier.arrive(pipe.empty_barriers[self.previous(pipe.consumer_stage)])
+                result = self.epilogue(acc, m_size, n_size, bias_ptr, scale_ptr, offset_m, offset_n)
+                if self.persistent:
+                    self.store_through_shared(result, sc, gc, offset_m, offset_n)
+                else:
+                    self.store_global(gc, result, offsets=[offset_m, offset_n])
+            if self.persistent:
+                with self.single_thread():
+                    self.tma.wait_group(0)  # the last store's shared source must stay valid until it was read
+
+    def tile_offsets(self, tile, tiles_m, tiles_n):
+        """The output offsets of tile index ``tile`` under grouped rasterization: bands of ``GROUP_M`` tile rows,
+        walked column by column, so consecutive tiles reuse one B tile column from L2 (V6's scheduler)."""
+        band_tiles = GROUP_M * tiles_n
+        first_m = tile // band_tiles * GROUP_M
+        band_rows = min(tiles_m - first_m, GROUP_M)  # the last band may be shorter
+        in_band = tile % band_tiles
+        return self.block_m * (first_m + in_band % band_rows), self.block_n * (in_band // band_rows)
+
+    def epilogue(self, acc, m_size, n_size, bias_ptr, scale_ptr, offset_m, offset_n):
+        """Scale, bias and activation of the accumulator tile at (offset_m, offset_n), cast to the output dtype."""
+        result = acc
+        if self.scaled:
+            # One value for every row: a column vector (a few values per thread) of a view whose strides are 0.
+            scale = self.global_view(scale_ptr, dtype=float32, shape=[m_size, 1], strides=[0, 0])
+            result = result * self.load_global(scale, offsets=[offset_m, 0], shape=[self.block_m, 1])
+        if self.has_bias:
+            biases = self.global_view(bias_ptr, dtype=self.out_dtype, shape=[1, n_size])
+            bias = self.load_global(biases, offsets=[0, offset_n], shape=[1, self.block_n])
+            result = result + (bias if self.out_dtype == float32 else self.cast(bias, dtype=float32))
+        result = self.activate(result)
+        return result if self.out_dtype == float32 else self.cast(result, dtype=self.out_dtype)
+
+    def activate(self, x):
+        """``self.activation`` applied to float32 tensor ``x``: relu, gelu with the tanh approximation
+        0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), or silu x·sigmoid(x) with sigmoid(x) = (1 + tanh(x / 2)) / 2:
+        one tanh, as gelu, instead of an exp and a division (fewer instructions and registers; on the GPU both
+        are tanh.approx's precision, 2**-11)."""
+        if self.activation == "relu":
+            return max(x, 0.0)
+        if self.activation == "gelu":
+            inner = (x + x * x * x * 0.044715) * GELU_SCALE
+            return x * (self.tanh(inner) + 1.0) * 0.5
+        if self.activation == "silu":
+            return x * (self.tanh(x * 0.5) * 0.5 + 0.5)
+        return x
+
+    def store_through_shared(self, result, sc, gc, offset_m, offset_n):
+        """``result`` -> shared buffer ``sc`` -> one TMA store (clipped at the view's edges), left in flight: it
+        is waited for only when ``sc`` is about to be written again, one tile later."""
+        with self.single_thread():
+            self.tma.wait_group(0)  # the previous tile's store has read sc
+        self.sync()  # ... and every writer of sc knows it
+        self.store_shared(sc, result)
+        self.fence_proxy_async()  # the ordinary stores become visible to the TMA store's async-proxy read
+        self.sync()
+        with self.single_thread():
+            self.tma.shared_to_global(src=sc, dst=gc, offsets=[offset_m, offset_n])
+            self.tma.commit_group()
+
+    def previous(self, stage):
+        """The stage before ``stage`` in the ring."""
+        return (stage + self.num_stages - 1) % self.num_stages
+
+
+def _schedules(cls):
+    """The schedule space: 64-row tiles for small problems up to V5's and V6's tiles for large ones, 2 to 5
+    stages, one tile per block or persistent."""
+    cls = autotune("persistent", [False, True])(cls)
+    cls = autotune("block_m, block_n", [[64, 64], [64, 128], [128, 64], [128, 128], [128, 256], [256, 128]])(cls)
+    return autotune("num_stages", [2, 3, 4, 5])(cls)
+
+
+@_schedules
+class GemmF16(_Gemm):
+    """float16 A and B, float16 C (and bias)."""
+
+    in_dtype, out_dtype = float16, float16
+
+    def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
+                 a_ptr: ~float16, b_ptr: ~float16, c_ptr: ~float16, bias_ptr: ~float16,
+                 num_sms: int32 = NUM_SMS):
+        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, None, num_sms)
+
+
+@_schedules
+class GemmF16F32(_Gemm):
+    """float16 A and B, float32 C (and bias)."""
+
+    in_dtype, out_dtype = float16, float32
+
+    def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
+                 a_ptr: ~float16, b_ptr: ~float16, c_ptr: ~float32, bias_ptr: ~float32,
+                 num_sms: int32 = NUM_SMS):
+        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, None, num_sms)
+
+
+@_schedules
+class GemmBF16(_Gemm):
+    """bfloat16 A and B, bfloat16 C (and bias)."""
+
+    in_dtype, out_dtype = bfloat16, bfloat16
+
+    def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
+                 a_ptr: ~bfloat16, b_ptr: ~bfloat16, c_ptr: ~bfloat16, bias_ptr: ~bfloat16,
+                 num_sms: int32 = NUM_SMS):
+        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, None, num_sms)
+
+
+@_schedules
+class GemmBF16F32(_Gemm):
+    """bfloat16 A and B, float32 C (and bias)."""
+
+    in_dtype, out_dtype = bfloat16, float32
+
+    def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
+                 a_ptr: ~bfloat16, b_ptr: ~bfloat16, c_ptr: ~float32, bias_ptr: ~float32,
+                 num_sms: int32 = NUM_SMS):
+        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, None, num_sms)
+
+
+@_schedules
+class GemmE4M3BF16(_Gemm):
+    """float8_e4m3 A and B with a per-tensor scale (scale_a · scale_b, one float32), bfloat16 C (and bias)."""
+
+    in_dtype, out_dtype, scaled, block_k = float8_e4m3, bfloat16, True, 128
+
+    def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
+                 a_ptr: ~float8_e4m3, b_ptr: ~float8_e4m3, c_ptr: ~bfloat16, bias_ptr: ~bfloat16,
+                 scale_ptr: ~float32, num_sms: int32 = NUM_SMS):
+        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, scale_ptr, num_sms)
+
+
+@_schedules
+class GemmE4M3F16(_Gemm):
+    """float8_e4m3 A and B with a per-tensor scale, float16 C (and bias)."""
+
+    in_dtype, out_dtype, scaled, block_k = float8_e4m3, float16, True, 128
+
+    def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
+                 a_ptr: ~float8_e4m3, b_ptr: ~float8_e4m3, c_ptr: ~float16, bias_ptr: ~float16,
+                 scale_ptr: ~float32, num_sms: int32 = NUM_SMS):
+        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, scale_ptr, num_sms)
+
+
+@_schedules
+class GemmE4M3F32(_Gemm):
+    """float8_e4m3 A and B with a per-tensor scale, float32 C (and bias)."""
+
+    in_dtype, out_dtype, scaled, block_k = float8_e4m3, float32, True, 128
+
+    def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
+                 a_ptr: ~float8_e4m3, b_ptr: ~float8_e4m3, c_ptr: ~float32, bias_ptr: ~float32,
+                 scale_ptr: ~float32, num_sms: int32 = NUM_SMS):
+        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, scale_ptr, num_sms)
+
+
+#: (input dtype name, output dtype name) -> kernel class.
+GEMM_KERNELS = {(cls.in_dtype.name, cls.out_dtype.name): cls
+                for cls in (GemmF16, GemmF16F32, GemmBF16, GemmBF16F32, GemmE4M3BF16, GemmE4M3F16, GemmE4M3F32)}

@@ -1,0 +1,654 @@
+"""``warpspec.ops.matmul``: a @ b with a fused epilogue, for numpy arrays (emulator) and torch tensors (GPU or
+emulator), on the library GEMM of ``warpspec.ops.kernels``.
+
+A call validates its arguments (an ``ArgumentError`` names the argument and what was expected), resolves the
+output and the kernel variant, and launches:
+
+* numpy arrays run on the emulator, directly;
+* torch tensors go through one custom op, ``warpspec::matmul`` (``warpspec.torch_ops.custom_op``), which writes
+  into the output tensor: CUDA tensors run on their GPU and stream, CPU tensors on the emulator, and
+  ``torch.compile(fullgraph=True)`` sees one opaque op.
+
+Schedules (stages and tiles) are chosen per shape: on the GPU a winner that ``tune_matmul`` (or ``warpspec tune``)
+stored for the shape's size buckets wins; otherwise the shipped defaults (``defaults.json`` beside this file,
+by dtype and size buckets); otherwise a rule by problem size (``heuristic_schedule``). A call never tunes by itself,
+so a first call costs a compile at most, and works inside CUDA graph capture once its kernel is built.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from warpspec import dtypes, runtime
+from warpspec.dtypes import DType, bfloat16, float8_e4m3, float16, float32
+from warpspec.errors import ArgumentError, CompileError
+from warpspec.ops.kernels import ACTIVATIONS, GEMM_KERNELS, NUM_SMS
+from warpspec.tune.cache import size_bucket
+
+#: Input dtype -> the output dtypes allowed (the first is the default).
+OUT_DTYPES = {float16: (float16, float32), bfloat16: (bfloat16, float32), float8_e4m3: (bfloat16, float16, float32)}
+#: TMA's rules: every row pitch and every base address a multiple of 16 bytes.
+TMA_ALIGNMENT = 16
+DEFAULTS_FILE = pathlib.Path(__file__).with_name("defaults.json")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One validated call: sizes, dtypes, B's layout and the epilogue."""
+
+    m: int
+    n: int
+    k: int
+    in_dtype: DType
+    out_dtype: DType
+    b_k_major: bool
+    has_bias: bool
+    activation: str | None
+
+    @property
+    def variant(self) -> tuple:
+        """The kernel's constructor arguments besides the schedule: ``(b_k_major, has_bias, activation)``."""
+        return (self.b_k_major, self.has_bias, self.activation)
+
+
+def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_a=None, scale_b=None):
+    """``a @ b`` for ``a`` [M, K] and ``b`` [K, N], like ``torch.matmul``, with an optional epilogue
+    ``activation(scale_a · scale_b · (a @ b) + bias)`` fused into the kernel; fp32 accumulation.
+
+    * ``a``, ``b``: float16, bfloat16 or float8_e4m3 (the same for both); ``b`` row-major, or the transposed view
+      of an [N, K] tensor (a linear layer's ``w.T``; float8 ``b`` must be that, as ``torch._scaled_mm`` requires).
+      Row pitches and base addresses must be multiples of 16 bytes (TMA).
+    * ``scale_a``, ``scale_b``: per-tensor scales, required for float8 inputs and refused otherwise: Python
+      floats, or one-element float32 arrays/tensors (on ``a``'s device; read by the kernel, never by the host).
+    * ``bias``: [N], of the output dtype. ``activation``: None, ``"relu"``, ``"gelu"`` (tanh approximation) or
+      ``"silu"``.
+    * ``out_dtype``: the input dtype by default (bfloat16 for float8 inputs); float32 allowed (and float16 for
+      float8 inputs). ``out``: an [M, N] array/tensor of that dtype (unit column stride) to write into.
+
+    numpy arrays (ml_dtypes for bfloat16 and float8) run on the emulator; torch tensors through the custom op
+    ``warpspec::matmul``: CUDA tensors on the GPU, CPU tensors on the emulator. Returns ``out`` or a new array of
+    the inputs' kind.
+    """
+    kind = _kind(a, "a")
+    for name, value in (("b", b), ("bias", bias), ("out", out)):
+        if value is not None and _kind(value, name) != kind:
+            raise ArgumentError(f"{name} is {_describe_kind(value)} but a is {_describe_kind(a)}: pass numpy arrays "
+                                f"or torch tensors, not a mix")
+    if kind == "torch":
+        return _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b)
+    problem = validate(a, b, bias, activation, out, out_dtype)
+    _check_scales(problem.in_dtype, scale_a, scale_b)
+    if out is None:
+        out = np.empty((problem.m, problem.n), dtype=problem.out_dtype.numpy)
+    if problem.m and problem.n:
+        scale = _numpy_scale(scale_a, scale_b) if problem.in_dtype == float8_e4m3 else None
+        with runtime.use_backend("emulator"):
+            launch(a, b, out, bias, scale, problem)
+    return out
+
+
+def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
+    """torch tensors: allocate the output, fold the scales on the device, call the custom op. Under
+    ``torch.compile`` this function is traced, so it does only what the graph needs; the op's fake
+    implementation validates there (as the real one does at run time)."""
+    torch = sys.modules["torch"]
+    _same_device(a, b=b, bias=bias, out=out, scale_a=scale_a, scale_b=scale_b)
+    if torch.compiler.is_compiling():
+        if _op is None:
+            raise ArgumentError("ops.matmul's custom op warpspec::matmul is registered at the first eager call with "
+                                "torch tensors (or when warpspec.ops is imported after torch), which torch.compile "
+                                "cannot trace: import torch before warpspec.ops, or call ops.matmul once eagerly "
+                                "before compiling")
+        for name, value in (("a", a), ("b", b)):
+            if value.dim() != 2:
+                raise ArgumentError(f"{name} must be 2-D, got shape {tuple(value.shape)}")
+        in_dtype = dtype_of(a)
+        if in_dtype not in OUT_DTYPES:
+            raise ArgumentError(f"a has dtype {a.dtype}; ops.matmul takes float16, bfloat16 or float8_e4m3")
+        m, n, result_dtype = a.shape[0], b.shape[1], _out_dtype(in_dtype, out, out_dtype)
+    else:  # eager: every error at the call, before anything is allocated
+        problem = validate(a, b, bias, activation, out, out_dtype)
+        m, n, in_dtype, result_dtype = problem.m, problem.n, problem.in_dtype, problem.out_dtype
+    _check_scales(in_dtype, scale_a, scale_b)
+    if out is None:
+        out = torch.empty((m, n), dtype=_torch_dtype(result_dtype), device=a.device)
+    scale = _torch_scale(a, scale_a, scale_b) if in_dtype == float8_e4m3 else None
+    _torch_op()(a, b, out, bias, scale, activation or "")
+    return out
+
+
+# --------------------------------------------------------------------------------------------- validation
+
+
+def _kind(value, name: str) -> str:
+    if isinstance(value, np.ndarray):
+        return "numpy"
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        return "torch"
+    raise ArgumentError(f"{name} must be a numpy array or a torch tensor, got {type(value).__name__}")
+
+
+def _describe_kind(value) -> str:
+    return "a numpy array" if isinstance(value, np.ndarray) else "a torch tensor"
+
+
+def _same_device(a, **others) -> None:
+    torch = sys.modules["torch"]
+    for name, value in others.items():
+        if isinstance(value, torch.Tensor) and value.device != a.device:
+            raise ArgumentError(f"{name} is on {value.device} but a is on {a.device}: every tensor of one call must "
+                                f"be on the same device")
+
+
+def dtype_of(value) -> DType | None:
+    """The warpspec dtype of a numpy array or torch tensor, or None when warpspec has none."""
+    if isinstance(value, np.ndarray):
+        return next((d for d in dtypes.ALL_DTYPES if d.numpy == value.dtype), None)
+    return dtypes.of_torch(value.dtype)
+
+
+def _resolve_dtype(value) -> DType | None:
+    """``out_dtype`` as a warpspec dtype: a warpspec dtype, its name, a torch dtype or a numpy dtype/type."""
+    if isinstance(value, DType):
+        return value
+    if isinstance(value, str):
+        return dtypes.BY_NAME.get(value)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.dtype):
+        return dtypes.of_torch(value)
+    try:
+        numpy_dtype = np.dtype(value)
+    except TypeError:
+        return None
+    return next((d for d in dtypes.ALL_DTYPES if d.numpy == numpy_dtype), None)
+
+
+def strides_of(value) -> tuple[int, ...]:
+    """Strides in elements of a numpy array (whose strides are bytes) or a torch tensor."""
+    if isinstance(value, np.ndarray):
+        if any(s % value.itemsize for s in value.strides):
+            raise ArgumentError("an array whose strides are not whole elements cannot be read by a kernel")
+        return tuple(s // value.itemsize for s in value.strides)
+    return tuple(value.stride())
+
+
+def _pitch(name: str, value, dtype: DType, layout: str) -> int:
+    """The row pitch (elements) of a 2-D operand whose last axis is contiguous, checked against TMA's 16 bytes
+    (a single row has no pitch to check)."""
+    stride = strides_of(value)[0]
+    if value.shape[0] > 1 and (stride * dtype.nbytes) % TMA_ALIGNMENT:
+        raise ArgumentError(f"{name}: the row pitch of {layout} is {stride} elements = {stride * dtype.nbytes} "
+                            f"bytes, which is not a multiple of {TMA_ALIGNMENT} bytes as TMA requires (pad the rows)")
+    return stride
+
+
+#: Validated problems by the operands' description (dtypes, shapes, strides, epilogue): a call like an earlier
+#: one costs a dictionary lookup instead of the checks (small GEMMs are bound by host time). Bounded.
+_validated: dict = {}
+MAX_VALIDATED = 256
+
+
+def validate(a, b, bias, activation, out, out_dtype) -> Problem:
+    """Every check of the operands (``ArgumentError`` naming the argument); the validated problem. The scales
+    are checked by ``_check_scales``."""
+    try:
+        key = (_describe(a), _describe(b), _describe(bias), _describe(out), activation, out_dtype)
+        found = _validated.get(key)
+    except TypeError:  # an unhashable out_dtype or activation: the checks below say what is wrong
+        key = found = None
+    if found is not None:
+        return found
+    problem = _validate(a, b, bias, activation, out, out_dtype)
+    if key is not None:
+        if len(_validated) >= MAX_VALIDATED:
+            _validated.clear()
+        _validated[key] = problem
+    return problem
+
+
+def _describe(value):
+    """What validation reads of an array or tensor: kind, dtype, shape and strides (None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, np.ndarray):
+        return (np.ndarray, value.dtype, value.shape, value.strides)
+    return (type(value), value.dtype, tuple(value.shape), value.stride())
+
+
+def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
+    for name, value in (("a", a), ("b", b)):
+        if len(value.shape) != 2:
+            raise ArgumentError(f"{name} must be 2-D, got shape {tuple(value.shape)}")
+    m, k = (int(s) for s in a.shape)
+    k_b, n = (int(s) for s in b.shape)
+    if k_b != k:
+        raise ArgumentError(f"b has {k_b} rows but a has {k} columns: a @ b needs b of shape [K, N] = [{k}, N]")
+    if k == 0:
+        raise ArgumentError("a: K (a.shape[1]) is 0; TMA needs every extent at least 1")
+    in_dtype = dtype_of(a)
+    if in_dtype not in OUT_DTYPES:
+        raise ArgumentError(f"a has dtype {in_dtype.name if in_dtype else a.dtype}; ops.matmul takes float16, "
+                            f"bfloat16 or float8_e4m3")
+    if dtype_of(b) != in_dtype:
+        raise ArgumentError(f"b has dtype {getattr(dtype_of(b), 'name', b.dtype)} but a has {in_dtype.name}: both "
+                            f"operands must have one dtype")
+    if m == 0 or n == 0:  # nothing to compute, nothing launched: only the output's description matters
+        return Problem(m, n, k, in_dtype, _out_dtype(in_dtype, out, out_dtype), False, bias is not None,
+                       activation)
+    a_strides, b_strides = strides_of(a), strides_of(b)
+    if a_strides[1] != 1 and k > 1:
+        raise ArgumentError(f"a must be row-major [M, K] (unit column stride), got strides {a_strides}")
+    _pitch("a", a, in_dtype, "a")
+    if b_strides[1] == 1 or n == 1:
+        b_k_major = False
+    elif b_strides[0] == 1 or k == 1:
+        b_k_major = True
+    else:
+        raise ArgumentError(f"b must be row-major [K, N] or the transposed view of a row-major [N, K] tensor "
+                            f"(w.T), got strides {b_strides}")
+    if in_dtype == float8_e4m3 and not b_k_major:
+        raise ArgumentError("b: float8 b must be the transposed view of a K-major [N, K] tensor (w.T), as "
+                            "torch._scaled_mm requires; a row-major [K, N] b is not supported for float8")
+    _pitch("b", b.T if b_k_major else b, in_dtype, "b.T (the [N, K] tensor b views)" if b_k_major else "b")
+    result_dtype = _out_dtype(in_dtype, out, out_dtype)
+    if out is not None:
+        if tuple(out.shape) != (m, n):
+            raise ArgumentError(f"out must have shape ({m}, {n}), got {tuple(out.shape)}")
+        if strides_of(out)[1] != 1 and n > 1:
+            raise ArgumentError(f"out must be row-major (unit column stride), got strides {strides_of(out)}")
+        _pitch("out", out, result_dtype, "out")
+    if activation not in ACTIVATIONS:
+        raise ArgumentError(f"activation must be one of None, 'relu', 'gelu', 'silu'; got {activation!r}")
+    if bias is not None:
+        if tuple(bias.shape) != (n,):
+            raise ArgumentError(f"bias must have shape ({n},) (one value per column of the result), got "
+                                f"{tuple(bias.shape)}")
+        if dtype_of(bias) != result_dtype:
+            raise ArgumentError(f"bias has dtype {getattr(dtype_of(bias), 'name', bias.dtype)}; it must have the "
+                                f"output dtype, {result_dtype.name}")
+        if n > 1 and strides_of(bias)[0] != 1:
+            raise ArgumentError(f"bias must be contiguous, got stride {strides_of(bias)[0]}")
+    return Problem(m, n, k, in_dtype, result_dtype, b_k_major, bias is not None, activation)
+
+
+def _out_dtype(in_dtype: DType, out, out_dtype) -> DType:
+    allowed = OUT_DTYPES[in_dtype]
+    names = ", ".join(d.name for d in allowed)
+    if out_dtype is not None:
+        resolved = _resolve_dtype(out_dtype)
+        if resolved not in allowed:
+            raise ArgumentError(f"out_dtype {out_dtype!r} is not supported for {in_dtype.name} inputs; use one of "
+                                f"{names}")
+    if out is not None:
+        given = dtype_of(out)
+        if out_dtype is not None and given != resolved:
+            raise ArgumentError(f"out has dtype {getattr(given, 'name', out.dtype)} but out_dtype is "
+                                f"{resolved.name}")
+        if given not in allowed:
+            raise ArgumentError(f"out has dtype {getattr(given, 'name', out.dtype)}; for {in_dtype.name} inputs it "
+                                f"must be one of {names}")
+        return given
+    return resolved if out_dtype is not None else allowed[0]
+
+
+def _check_scales(in_dtype: DType, scale_a, scale_b) -> None:
+    scaled = in_dtype == float8_e4m3
+    for name, value in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if not scaled:
+            if value is not None:
+                raise ArgumentError(f"{name} is for float8 inputs only; a is {in_dtype.name}")
+            continue
+        if value is None:
+            raise ArgumentError(f"{name} is required for float8 inputs: a Python float or a one-element float32 "
+                                f"array/tensor")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            continue
+        if isinstance(value, np.ndarray) or _kind_or_none(value) == "torch":
+            if dtype_of(value) != float32 or math.prod(value.shape) != 1:
+                raise ArgumentError(f"{name} must be a one-element float32 array/tensor, got dtype "
+                                    f"{value.dtype} and shape {tuple(value.shape)}")
+            continue
+        raise ArgumentError(f"{name} must be a Python float or a one-element float32 array/tensor, got "
+                            f"{type(value).__name__}")
+
+
+def _kind_or_none(value) -> str | None:
+    torch = sys.modules.get("torch")
+    return "torch" if torch is not None and isinstance(value, torch.Tensor) else None
+
+
+def _torch_dtype(dtype: DType):
+    torch = sys.modules["torch"]
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[dtype.name]
+
+
+def _numpy_scale(scale_a, scale_b) -> np.ndarray:
+    """scale_a · scale_b as the one-element float32 array the kernel reads."""
+    value = np.float32(np.asarray(scale_a, dtype=np.float32).reshape(())) * \
+        np.float32(np.asarray(scale_b, dtype=np.float32).reshape(()))
+    return np.array([value], dtype=np.float32)
+
+
+def _torch_scale(a, scale_a, scale_b):
+    """scale_a · scale_b as a one-element float32 tensor on ``a``'s device, computed there (no host sync)."""
+    torch = sys.modules["torch"]
+
+    def tensor(value):
+        if isinstance(value, torch.Tensor):
+            return value.reshape(1)
+        return torch.full((1,), float(value), dtype=torch.float32, device=a.device)
+
+    return tensor(scale_a) * tensor(scale_b)
+
+
+# ------------------------------------------------------------------------------------------------ launch
+
+
+def launch(a, b, out, bias, scale, problem: Problem) -> None:
+    """Run the kernel of ``problem`` on validated operands, on the selected back end (``runtime.get_backend``)."""
+    for name, value in (("a", a), ("b", b), ("out", out)):
+        if _address(value) % TMA_ALIGNMENT:
+            raise ArgumentError(f"{name} starts at an address that is not a multiple of {TMA_ALIGNMENT} bytes, as "
+                                f"TMA requires (a slice that starts mid-row?)")
+    args = arguments(a, b, out, bias, scale, problem)
+    script = script_for(problem, args)
+    script(*args)
+
+
+def arguments(a, b, out, bias, scale, problem: Problem) -> tuple:
+    """The kernel's call arguments: sizes, pitches, the arrays (b as the [N, K] tensor it views when K-major),
+    the bias (``out`` stands in when there is none: never read) and, for float8, the scale. Each array goes as
+    the 1-D span of memory its rows cover (``span``): the kernel's views carry the pitches."""
+    b_view = b.T if problem.b_k_major else b
+    args = (problem.m, problem.n, problem.k, strides_of(a)[0], strides_of(b_view)[0], strides_of(out)[0],
+            span(a), span(b_view), span(out), span(bias if bias is not None else out))
+    return args + ((scale,) if problem.in_dtype == float8_e4m3 else ()) + (sm_count(),)
+
+
+_sm_counts: dict[int, int] = {}
+
+
+def sm_count() -> int:
+    """The number of SMs of the GPU launches go to (the persistent schedules' grid bound); on the emulator the
+    kernels' default, the H200's."""
+    if runtime.get_backend() != "cuda":
+        return NUM_SMS
+    from cuda.bindings import driver as cu
+
+    from warpspec.cuda.driver import check, context, default_device
+
+    device = default_device()
+    if device not in _sm_counts:
+        context()
+        attribute = cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+        _sm_counts[device] = check(cu.cuDeviceGetAttribute(attribute, check(cu.cuCtxGetDevice(), "cuCtxGetDevice")),
+                                   "cuDeviceGetAttribute")
+    return _sm_counts[device]
+
+
+def span(value):
+    """``value`` itself when contiguous, else the contiguous 1-D view of the memory from its first element to its
+    last (a strided 2-D slice of a wider array): what both back ends take for a kernel view with row pitches."""
+    if isinstance(value, np.ndarray):
+        if value.flags.c_contiguous:
+            return value
+        needed = sum((extent - 1) * stride for extent, stride in zip(value.shape, strides_of(value))) + 1
+        return np.lib.stride_tricks.as_strided(value, shape=(needed,), strides=(value.itemsize,))
+    if value.is_contiguous():
+        return value
+    needed = sum((extent - 1) * stride for extent, stride in zip(value.shape, value.stride())) + 1
+    return value.as_strided((needed,), (1,))
+
+
+def _address(value) -> int:
+    if isinstance(value, np.ndarray):
+        return value.__array_interface__["data"][0]
+    return value.data_ptr()
+
+
+def kernel_class(problem: Problem):
+    """The Script class for the problem's dtypes."""
+    return GEMM_KERNELS[(problem.in_dtype.name, problem.out_dtype.name)]
+
+
+_tuned: dict = {}  # (class, variant) -> TunedScript
+_chosen: dict = {}  # (class, variant, size buckets, back end, device) -> pinned Script
+
+
+def tuned_script(problem: Problem):
+    """The autotuned Script (all schedules) of the problem's kernel class and variant."""
+    key = (kernel_class(problem), problem.variant)
+    if key not in _tuned:
+        b_k_major, has_bias, activation = problem.variant
+        _tuned[key] = key[0](b_k_major=b_k_major, has_bias=has_bias, activation=activation)
+    return _tuned[key]
+
+
+def script_for(problem: Problem, args: tuple):
+    """The pinned Script that runs ``problem``: remembered per size buckets, chosen by ``choose_schedule``."""
+    backend = runtime.get_backend()
+    device = None
+    if backend == "cuda":
+        from warpspec.cuda.driver import default_device
+
+        device = default_device()
+    key = (kernel_class(problem), problem.variant, buckets(problem), backend, device)
+    script = _chosen.get(key)
+    if script is None:
+        script = _chosen[key] = _buildable(problem, choose_schedule(problem, args, backend == "cuda"), args)
+    return script
+
+
+def _buildable(problem: Problem, schedule: dict, args: tuple):
+    """The Script pinned to ``schedule`` when its kernel builds for ``problem``, else to the size rule's schedule,
+    else to the first that builds: a shipped default is keyed by the input dtype alone, and a float32 output's
+    epilogue buffer may not fit in the shared memory its schedule leaves."""
+    tuned = tuned_script(problem)
+    for candidate in (schedule, heuristic_schedule(problem)):
+        script = tuned.instantiate(candidate)
+        try:
+            runtime.kernel_for(script, {})
+            return script
+        except CompileError:
+            continue
+    return tuned.first_valid(args, {})
+
+
+def forget_choices() -> None:
+    """Forget the schedules this process chose (after a tuning run, the next call of each shape looks again)."""
+    _chosen.clear()
+
+
+def chosen_schedule(problem: Problem) -> dict | None:
+    """The schedule this process runs for calls like ``problem``, once one has run (None before)."""
+    for (cls, variant, sizes, _, _), script in _chosen.items():
+        if (cls, variant, sizes) == (kernel_class(problem), problem.variant, buckets(problem)):
+            return script.schedule()
+    return None
+
+
+def buckets(problem: Problem) -> tuple[int, int, int]:
+    """The size buckets of M, N and K (``warpspec.tune.cache.size_bucket``), as the tuner keys winners."""
+    return size_bucket(problem.m), size_bucket(problem.n), size_bucket(problem.k)
+
+
+def choose_schedule(problem: Problem, args: tuple, on_gpu: bool) -> dict:
+    """A stored tuning winner (GPU only: the problem's own variant, else the plain variant's), else the shipped
+    default of the dtype and size buckets, else ``heuristic_schedule``."""
+    if on_gpu:
+        from warpspec.tune.tuner import stored_schedule
+
+        plain = Problem(problem.m, problem.n, problem.k, problem.in_dtype, problem.out_dtype, problem.b_k_major,
+                        False, None)
+        for candidate in (problem, plain):
+            candidate_args = args if candidate is problem else args[:9] + (args[8],) + args[10:]
+            schedule = stored_schedule(tuned_script(candidate), candidate_args, {})
+            if schedule is not None:
+                return schedule
+    schedule = shipped_defaults().get(problem.in_dtype.name, {}).get(bucket_name(buckets(problem)))
+    return dict(schedule) if schedule is not None else heuristic_schedule(problem)
+
+
+def bucket_name(sizes) -> str:
+    """``"MxNxK"`` of size buckets: the key of the shipped defaults."""
+    return "x".join(str(s) for s in sizes)
+
+
+_defaults: dict | None = None
+
+
+def shipped_defaults() -> dict:
+    """The shipped defaults: ``{input dtype name: {"MxNxK" size buckets: schedule}}`` from defaults.json."""
+    global _defaults
+    if _defaults is None:
+        _defaults = json.loads(DEFAULTS_FILE.read_text())["schedules"]
+    return _defaults
+
+
+def heuristic_schedule(problem: Problem) -> dict:
+    """A schedule by problem size when nothing was tuned or shipped: 64-row/column tiles for small problems (few
+    blocks otherwise), one tile per block; for large ones examples/matmul_v6.py's fastest, persistent 128×256
+    tiles in 3 stages (1.015× cuBLAS at 8192³ fp16, docs/performance.md), 2 for a float32 output, whose epilogue
+    buffer takes twice the shared memory."""
+    if problem.m >= 2048 and problem.n >= 2048:
+        return {"num_stages": 2 if problem.out_dtype == float32 else 3, "block_m": 128, "block_n": 256,
+                "persistent": True}
+    block_m = 64 if problem.m <= 128 else 128
+    block_n = 64 if problem.n <= 128 else 128
+    k_tiles = -(-problem.k // kernel_class(problem).block_k)
+    return {"num_stages": 2 if k_tiles <= 2 else 4, "block_m": block_m, "block_n": block_n, "persistent": False}
+
+
+# --------------------------------------------------------------------------------------------- torch op
+
+_op = None
+
+
+def _torch_op():
+    """The custom op ``warpspec::matmul(a, b, out!, bias?, scale?, activation)``: registered when this module is
+    imported after torch, else at the first call with torch tensors (torch stays optional). Registering is not
+    something ``torch.compile`` can trace, so import torch before warpspec.ops, or call once eagerly, before
+    compiling."""
+    global _op
+    if _op is None:
+        from warpspec.torch_ops import custom_op
+
+        _op = custom_op("warpspec::matmul", _op_implementation, mutates_args=("out",),
+                        schema="(Tensor a, Tensor b, Tensor(a!) out, Tensor? bias, Tensor? scale, str activation) "
+                               "-> ()")
+    return _op
+
+
+def _op_implementation(a, b, out, bias, scale, activation):
+    """The op's real and fake implementation: the operands are validated (``ArgumentError``), then ``out`` is
+    written. Fake or meta tensors (torch.compile tracing) only describe the call: the output exists already, so
+    nothing runs (a fake call's tensors are all fake: looking at ``out`` says which call this is)."""
+    problem = validate(a, b, bias, activation or None, out, None)
+    if problem.in_dtype == float8_e4m3 and (scale is None or dtype_of(scale) != float32 or scale.numel() != 1):
+        raise ArgumentError("scale: float8 inputs need the one-element float32 scale tensor (scale_a * scale_b)")
+    if problem.m and problem.n and not runtime.shape_only((out,)):
+        launch(a, b, out, bias, scale, problem)
+
+
+# ------------------------------------------------------------------------------------------------ tuning
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    """``"8192x8192x8192,4096x14336x4096"`` -> [(M, N, K), ...]; an ArgumentError names a malformed shape."""
+    shapes = []
+    for part in text.split(","):
+        pieces = part.strip().lower().split("x")
+        try:
+            shape = tuple(int(p) for p in pieces)
+        except ValueError:
+            shape = ()
+        if len(shape) != 3 or min(shape) < 1:
+            raise ArgumentError(f"shapes: {part.strip()!r} is not MxNxK with positive integers (e.g. 8192x8192x8192)")
+        shapes.append(shape)
+    return shapes
+
+
+def tune_matmul(shapes, dtype="float16", *, b_layout="k-major", out_dtype=None, progress=None) -> dict:
+    """Tune ``ops.matmul``'s kernel on the GPU for each (M, N, K) of ``shapes`` and store the winners in the
+    tuning cache, where later calls (in any process) find them. ``dtype``: float16, bfloat16 or float8_e4m3;
+    ``b_layout``: ``"k-major"`` (b = w.T) or ``"n-major"`` (row-major b; not for float8). The winner of the plain
+    kernel also serves calls with a bias or an activation. ``progress(line)`` (e.g. ``print``) hears about each
+    shape. Returns ``{input dtype name: {"MxNxK" buckets: schedule}}``, the shape of defaults.json's table."""
+    from warpspec.cuda import driver
+
+    in_dtype = _resolve_dtype(dtype)
+    if in_dtype not in OUT_DTYPES:
+        raise ArgumentError(f"dtype {dtype!r} is not one ops.matmul takes: float16, bfloat16 or float8_e4m3")
+    if b_layout not in ("k-major", "n-major"):
+        raise ArgumentError(f"b_layout must be 'k-major' or 'n-major', got {b_layout!r}")
+    if in_dtype == float8_e4m3 and b_layout != "k-major":
+        raise ArgumentError("b_layout: float8 b is K-major only")
+    result_dtype = OUT_DTYPES[in_dtype][0] if out_dtype is None else _resolve_dtype(out_dtype)
+    if result_dtype not in OUT_DTYPES[in_dtype]:
+        raise ArgumentError(f"out_dtype {out_dtype!r} is not supported for {in_dtype.name} inputs")
+    table: dict = {}
+    with runtime.use_backend("cuda"):
+        for m, n, k in shapes:
+            problem = Problem(m, n, k, in_dtype, result_dtype, b_layout == "k-major", False, None)
+            started = time.perf_counter()
+            tuned = tuned_script(problem)
+            args, buffers = tuning_arguments(problem)
+            tuned(*args)
+            driver.synchronize()
+            winner = tuned.last_report.winner
+            table.setdefault(in_dtype.name, {})[bucket_name(buckets(problem))] = dict(winner.schedule)
+            forget_choices()  # calls made before this run chose without the new winner
+            if progress is not None:
+                progress(f"{in_dtype.name} {m}x{n}x{k}: {tuned.last_report.summary()}; winner {winner.label}, "
+                         f"{winner.time_ms:.3f} ms ({time.perf_counter() - started:.1f} s)")
+            del buffers  # the device memory goes before the next shape's is allocated
+    return table
+
+
+def tuning_arguments(problem: Problem) -> tuple[tuple, list]:
+    """The kernel's call arguments for tuning ``problem`` without PyTorch, and the device buffers they live in
+    (keep them until the run is over): random operands (the tensor cores' power, hence their clock, depends on
+    the data), b stored [N, K] when K-major, the output standing in for the bias, a scale of 1 for float8."""
+    from warpspec.cuda.driver import DeviceBuffer
+
+    rng = np.random.default_rng(0)
+    buffers = []
+
+    def device(shape, dtype, random=True):
+        buffer = DeviceBuffer(math.prod(shape) * dtype.nbytes)
+        buffers.append(buffer)
+        if random:
+            buffer.upload(dtypes.round_to(dtype, rng.standard_normal(shape, np.float32)))
+        return buffer.array(shape, dtype)
+
+    m, n, k = problem.m, problem.n, problem.k
+    b_shape = (n, k) if problem.b_k_major else (k, n)
+    out = device((m, n), problem.out_dtype, random=False)
+    args = (m, n, k, k, b_shape[1], n, device((m, k), problem.in_dtype), device(b_shape, problem.in_dtype), out, out)
+    if problem.in_dtype == float8_e4m3:
+        scale = device((1,), float32, random=False)
+        buffers[-1].upload(np.ones(1, np.float32))
+        args += (scale,)
+    return args + (sm_count(),), buffers
+
+
+def write_defaults(table: dict, path: pathlib.Path = DEFAULTS_FILE) -> None:
+    """Merge ``table`` (``tune_matmul``'s result) into the shipped defaults file at ``path``."""
+    global _defaults
+    current = json.loads(path.read_text()) if path.exists() else {"schedules": {}}
+    for dtype_name, schedules in table.items():
+        current["schedules"].setdefault(dtype_name, {}).update(schedules)
+    path.write_text(json.dumps(current, indent=1, sort_keys=True) + "\n")
+    _defaults = None
+
+
+if "torch" in sys.modules:
+    _torch_op()

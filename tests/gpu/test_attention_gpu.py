@@ -1,0 +1,94 @@
+"""warpspec.ops.attention on a Hopper GPU: against a float32 torch reference (bottom-right causal mask, grouped-query
+heads, ragged lengths), against SDPA at equal lengths, every schedule of the kernel's space, torch.compile and CUDA
+graph capture."""
+
+import pytest
+
+import warpspec
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.gpu
+
+TOLERANCE = {torch.float16: 2e-2, torch.bfloat16: 4e-2}  # max abs error against float32, outputs of size ~0.1
+
+
+def reference(q, k, v, causal, scale=None):
+    """Attention in float32 with K/V heads repeated for grouped-query heads, causal aligned at the bottom right,
+    rows that see no key 0."""
+    group = q.shape[1] // k.shape[1]
+    q32, k32, v32 = q.float(), k.float().repeat_interleave(group, 1), v.float().repeat_interleave(group, 1)
+    logits = q32 @ k32.transpose(-1, -2) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    if causal:
+        seq_q, seq_k = q.shape[2], k.shape[2]
+        rows = torch.arange(seq_q, device=q.device)[:, None]
+        visible = torch.arange(seq_k, device=q.device)[None, :] <= rows + seq_k - seq_q
+        logits = logits.masked_fill(~visible, float("-inf"))
+    weights = torch.softmax(logits, -1).nan_to_num(0.0)
+    return weights @ v32
+
+
+def operands(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, seed=0):
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(batch, heads, seq_q, head_dim, device="cuda", dtype=dtype, generator=generator)
+    k = torch.randn(batch, kv_heads, seq_k, head_dim, device="cuda", dtype=dtype, generator=generator)
+    v = torch.randn(batch, kv_heads, seq_k, head_dim, device="cuda", dtype=dtype, generator=generator)
+    return q, k, v
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("seq_q, seq_k", [(1000, 1000), (300, 1111), (777, 200), (1, 4097)])
+def test_against_a_float32_reference(dtype, head_dim, causal, seq_q, seq_k):
+    q, k, v = operands(2, 6, 2, seq_q, seq_k, head_dim, dtype)
+    out = warpspec.ops.attention(q, k, v, causal=causal)
+    assert out.dtype == dtype and out.shape == q.shape and out.device == q.device
+    assert (out.float() - reference(q, k, v, causal)).abs().max().item() < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_against_sdpa_at_equal_lengths(head_dim, causal):
+    """SDPA's is_causal mask is the top-left triangle, the same as the bottom-right one when S_q = S_k."""
+    q, k, v = operands(2, 2048 // head_dim, 2048 // head_dim, 2048, 2048, head_dim, torch.float16)
+    out = warpspec.ops.attention(q, k, v, causal=causal, scale=0.1)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=0.1)
+    assert (out.float() - expected.float()).abs().max().item() < 2e-2
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_every_schedule_that_builds(head_dim):
+    from warpspec.errors import CompileError
+    from warpspec.ops.attention import arguments, script_for, validate
+    from warpspec.ops.attention_kernel import AttentionF16
+
+    q, k, v = operands(1, 4, 1, 700, 900, head_dim, torch.float16, seed=1)
+    expected = reference(q, k, v, True)
+    ran = 0
+    for schedule in AttentionF16().schedules():
+        problem = validate(q, k, v, True, None)
+        out = torch.full_like(q, float("nan"))
+        try:
+            with warpspec.use_backend("cuda"):
+                args = arguments(q, k, v, out, problem)
+                script_for(problem, args, schedule)(*args)
+        except CompileError:  # shared memory or registers: pruned, as the tuner would
+            continue
+        torch.cuda.synchronize()
+        assert (out.float() - expected).abs().max().item() < 2e-2, schedule
+        ran += 1
+    assert ran >= 2
+
+
+def test_torch_compile_and_cuda_graphs():
+    q, k, v = operands(1, 4, 4, 512, 512, 128, torch.bfloat16)
+    expected = warpspec.ops.attention(q, k, v, causal=True)
+    compiled = torch.compile(lambda q, k, v: warpspec.ops.attention(q, k, v, causal=True) * 2, fullgraph=True)
+    assert torch.equal(compiled(q, k, v), expected * 2)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = warpspec.ops.attention(q, k, v, causal=True)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, expected)

@@ -1,0 +1,109 @@
+"""``warpspec.ops.matmul`` on torch CPU tensors (skipped where torch is not installed): the custom op
+``warpspec::matmul`` runs them on the emulator, returns torch tensors, traces under torch.compile(fullgraph=True)
+without a graph break, describes its output on fake tensors and passes torch's opcheck."""
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from warpspec import ArgumentError, ops  # noqa: E402
+
+
+def operands(m=96, n=80, k=64, dtype=torch.float16, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=generator).to(dtype)
+    w = torch.randn(n, k, generator=generator).to(dtype)
+    bias = torch.randn(n, generator=generator).to(dtype)
+    return a, w, bias
+
+
+def test_cpu_tensors_run_on_the_emulator_and_come_back_as_tensors():
+    a, w, bias = operands(72, 40, 48)
+    c = ops.matmul(a, w.T, bias=bias, activation="relu")
+    assert isinstance(c, torch.Tensor) and c.shape == (72, 40) and c.dtype == torch.float16
+    expected = torch.relu(a.float() @ w.float().T + bias.float())
+    torch.testing.assert_close(c.float(), expected, rtol=4e-3, atol=4e-3)
+    row_major = ops.matmul(a, w.T.contiguous(), out_dtype=torch.float32)
+    assert row_major.dtype == torch.float32
+    torch.testing.assert_close(row_major, a.float() @ w.float().T, rtol=1e-5, atol=1e-5)
+
+
+def test_float8_with_tensor_scales():
+    a, w, _ = operands(96, 80, 64)
+    a8, w8 = (a * 4).to(torch.float8_e4m3fn), (w * 4).to(torch.float8_e4m3fn)
+    scale_a, scale_b = torch.tensor([0.5]), torch.tensor([0.25])
+    c = ops.matmul(a8, w8.T, scale_a=scale_a, scale_b=scale_b)
+    assert c.dtype == torch.bfloat16
+    expected = 0.125 * (a8.float() @ w8.float().T)
+    torch.testing.assert_close(c.float(), expected, rtol=2e-2, atol=2e-2)
+
+
+def test_out_is_written_in_place():
+    a, w, _ = operands()
+    out = torch.full((96, 80), float("nan"), dtype=torch.float16)
+    assert ops.matmul(a, w.T, out=out) is out
+    torch.testing.assert_close(out.float(), a.float() @ w.float().T, rtol=4e-3, atol=4e-3)
+
+
+def test_torch_compile_fullgraph_has_no_graph_break():
+    a, w, bias = operands(seed=1)
+
+    def f(a, w, bias):
+        return ops.matmul(a, w.T, bias=bias, activation="relu").float() * 2
+
+    explanation = torch._dynamo.explain(f)(a, w, bias)
+    assert explanation.graph_break_count == 0 and explanation.graph_count == 1
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(a, w, bias), f(a, w, bias))
+
+
+def test_fake_tensors_get_the_output_description():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        a = torch.empty(300, 64, dtype=torch.bfloat16)
+        w = torch.empty(100, 64, dtype=torch.bfloat16)
+        c = ops.matmul(a, w.T, out_dtype=torch.float32)
+    assert c.shape == (300, 100) and c.dtype == torch.float32
+
+
+def test_opcheck_accepts_the_op():
+    a, w, bias = operands(64, 64, 32)
+    out = torch.empty(64, 64, dtype=torch.float16)
+    torch.library.opcheck(torch.ops.warpspec.matmul.default, (a, w.T, out, bias, None, "relu"))
+
+
+def test_mixing_kinds_and_devices_is_refused():
+    a, w, bias = operands()
+    with pytest.raises(ArgumentError, match="b is a numpy array but a is a torch tensor"):
+        ops.matmul(a, w.T.numpy())
+    with pytest.raises(ArgumentError, match="bias is on meta but a is on cpu"):
+        ops.matmul(a, w.T, bias=torch.empty(80, dtype=torch.float16, device="meta"))
+    with pytest.raises(ArgumentError, match="out must have shape"):
+        ops.matmul(a, w.T, out=torch.empty(80, 96, dtype=torch.float16))
+    assert isinstance(ops.matmul(a.numpy(), w.T.numpy()), np.ndarray)
+
+
+def test_compiling_before_the_op_exists_says_what_to_do():
+    """warpspec.ops imported before torch: the op is registered at the first eager call, which fullgraph
+    compilation cannot trace; the error says so, and after one eager call compiling works."""
+    code = textwrap.dedent("""
+        from warpspec import ops
+        import torch
+        a, w = torch.randn(64, 32).half(), torch.randn(64, 32).half()
+        f = torch.compile(lambda a, w: ops.matmul(a, w.T) * 2, fullgraph=True, backend="aot_eager")
+        try:
+            f(a, w)
+        except Exception as error:
+            print("import torch before warpspec.ops" in str(error))
+        ops.matmul(a, w.T)
+        torch._dynamo.reset()
+        print(torch.equal(f(a, w), ops.matmul(a, w.T) * 2))
+    """)
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert found.stdout.split() == ["True", "True"], found.stderr[-2000:]
