@@ -5,6 +5,7 @@ graph capture."""
 import pytest
 
 import warpspec
+import warpspec.ops
 
 torch = pytest.importorskip("torch")
 
