@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from warpspec.isa.reduction import ReduceRows
 from warpspec.isa.registry import emits
+from warpspec.passes.layouts import Slice
 from warpspec.target import SM90A
 
 TARGET = SM90A.name
@@ -22,11 +23,14 @@ def _combine(op: str, a: str, b: str) -> str:
 
 @emits(ReduceRows, TARGET)
 def _emit_ReduceRows(gen, s: ReduceRows) -> None:
-    result = gen.reg_layouts[s.decl.uid]  # the row slice of the accumulator (passes.layouts refuses others)
+    # The source's accumulator fragments (passes.layouts refuses others) say which registers hold which row. The
+    # result's own layout may be the row slice of another accumulator (an [M, 1] maximum of S scaling a wider or
+    # narrower O holds the same rows in the same registers), whose register count is not the source's.
+    rows = Slice(gen.reg_layouts[s.src.decl.uid], 1)
     gen.declare_registers(s.decl)
     parts: dict[int, list[int]] = {}
-    for i in range(result.parent.registers):
-        parts.setdefault(result.parent_register(i), []).append(i)
+    for i in range(rows.parent.registers):
+        parts.setdefault(rows.parent_register(i), []).append(i)
     for j, registers in sorted(parts.items()):
         value = gen.element(s.src.decl, registers[0])
         for i in registers[1:]:
