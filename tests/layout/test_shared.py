@@ -49,6 +49,11 @@ MN_MAJOR_CASES = [
     (dtypes.float16, 32, 64),
     (dtypes.bfloat16, 16, 256),
     (dtypes.bfloat16, 32, 96),
+    # Attention's V tiles [block_n, D] read as B [K = block_n, N = D]: one atom (D = 64), four atoms and K = 80
+    # (D = 256's 80-row tiles: five k16 steps, the last starting 64 rows in).
+    (dtypes.float16, 128, 64),
+    (dtypes.float16, 80, 256),
+    (dtypes.bfloat16, 80, 64),
 ]
 
 
