@@ -2,10 +2,11 @@
 # One batch on a Hopper machine: the GPU tests, the main job and the benchmarks, each step's log under $OUT (or
 # ./h200-logs), then a short table of what passed and how long each step took. Steps run in the order given:
 #
-#   bash benchmarks/h200_session.sh [gpu-tests] [main] [tutorial] [launch] [matmul] [schedules] [v6] [v7] [timeline]
-#   [timeline-cli] [gemm] [ops-tests] [attention]
-#   [attention-tests] [v7] [v7-timeline]
-#   (default: the first five)
+#   bash benchmarks/h200_session.sh STEP ...   (default: gpu-tests main tutorial launch matmul)
+#
+# Steps: gpu-tests, main, tutorial, launch, matmul, schedules (V3's depths and tiles), v6, v7 (every schedule),
+# timeline (the instrumentation's cost and V3's timelines), timeline-cli, v7-timeline, gemm (ops.matmul's suite),
+# ops-tests, attention, attention-tests.
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-h200-logs}"
