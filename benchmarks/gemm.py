@@ -120,6 +120,10 @@ def measure(torch, bench, matmul_module, dtype_name: str, m: int, n: int, k: int
     expected = reference()
     error = ((out.double() - expected.double()).norm() / expected.double().norm()).item()
     assert error < TOLERANCE, (dtype_name, (m, n, k), error)
+    if first > 0.5:
+        # The first call built the kernel: time once untimed, so what follows a build (in run 13 the first bf16
+        # shape, timed right after its 1.7 s build, read half the speed of every other point) is not the figure.
+        bench(ours)
     theirs_ms = bench(reference)
     ours_ms = bench(ours)
     flops = 2.0 * m * n * k

@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/h200_session.sh [gpu-tests] [main] [tutorial] [launch] [matmul] [schedules] [v6] [v7] [timeline]
 #   [timeline-cli] [gemm] [ops-tests] [attention]
-#   [attention-tests] [v7]
+#   [attention-tests] [v7] [v7-timeline]
 #   (default: the first five)
 set -u
 cd "$(dirname "$0")/.."
@@ -31,6 +31,9 @@ for step in "${steps[@]}"; do
     timeline-cli) cmd=(python3 -m warpspec.cli timeline examples/matmul_v3.py:MatmulWGMMAV3 m_size=2048 n_size=2048
                        k_size=2048 --schedule num_stages=2,block_m=128,block_n=128,block_k=64 --backend cuda
                        --out /tmp/timeline-cli) ;;
+    v7-timeline) cmd=(python3 -m warpspec.cli timeline examples/matmul_v7.py:MatmulWGMMAV7 m_size=8192 n_size=8192
+                      k_size=8192 --schedule num_stages=4,block_m=128,block_n=128 --backend cuda
+                      --out /tmp/v7-timeline) ;;
     gemm) cmd=(python3 benchmarks/gemm.py --no-tune --json "$out/gemm.json") ;;
     ops-tests) cmd=(python3 -m pytest -q -x -m gpu tests/gpu/test_ops_matmul_gpu.py -p no:cacheprovider) ;;
     attention) cmd=(python3 benchmarks/attention.py --head-dims 64,128,256 --seqs 8192 --causal both
