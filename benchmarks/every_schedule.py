@@ -14,6 +14,7 @@ one empty-barrier arrival per consumer thread).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import os
@@ -44,9 +45,7 @@ def main() -> None:
     a, b, c = support.operands(size)
     reference = support.reference(a, b)
     flops = 2.0 * size ** 3
-
-    def bench(fn) -> float:
-        return support.bench(fn, warmup=50, rep=200)
+    bench = functools.partial(support.bench, warmup=50, rep=200)
 
     rows = []
     with warpspec.use_backend("cuda"):

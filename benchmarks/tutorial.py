@@ -11,6 +11,7 @@ reference before it is timed.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -37,9 +38,7 @@ def main() -> None:
     a, b, _ = support.operands(size)
     reference = support.reference(a, b)
     flops = 2.0 * size ** 3
-
-    def bench(fn) -> float:
-        return support.bench(fn, warmup=100, rep=500)
+    bench = functools.partial(support.bench, warmup=100, rep=500)
 
     rows = []
     kernels = [("V3 pinned 2/128/128/64", MatmulWGMMAV3(num_stages=2, block_m=128, block_n=128, block_k=64)),

@@ -11,6 +11,7 @@ protocol of docs/performance.md with a shorter budget), cuBLAS once for scale.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -36,9 +37,7 @@ def main() -> None:
     a, b, c = support.operands(size)
     reference = support.reference(a, b)
     flops = 2.0 * size ** 3
-
-    def bench(fn) -> float:
-        return support.bench(fn, warmup=50, rep=200)
+    bench = functools.partial(support.bench, warmup=50, rep=200)
 
     cublas = bench(lambda: a @ b.T)
     rows = []
