@@ -14,6 +14,7 @@ one empty-barrier arrival per consumer thread).
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import os
@@ -33,22 +34,18 @@ def main() -> None:
     fixed = {name: int(value) if value.lstrip("-").isdigit() else value
              for name, _, value in (item.partition("=") for item in options.set)}
 
+    import support
     import torch
-    import triton
 
     import warpspec
 
     module_name, _, class_name = options.kernel.partition(":")
     cls = getattr(importlib.import_module(module_name), class_name)
     size = options.size
-    a = torch.randn(size, size, device="cuda", dtype=torch.float16)
-    b = torch.randn(size, size, device="cuda", dtype=torch.float16)
-    c = torch.empty(size, size, device="cuda", dtype=torch.float16)
-    reference = a.float() @ b.float().T
+    a, b, c = support.operands(size)
+    reference = support.reference(a, b)
     flops = 2.0 * size ** 3
-
-    def bench(fn) -> float:
-        return triton.testing.do_bench(fn, warmup=50, rep=200, return_mode="median")
+    bench = functools.partial(support.bench, warmup=50, rep=200)
 
     rows = []
     with warpspec.use_backend("cuda"):
@@ -62,7 +59,7 @@ def main() -> None:
             except warpspec.WarpspecError as error:
                 print(f"{label}: {type(error).__name__}: {error}", flush=True)
                 continue
-            error = ((c.float() - reference).norm() / reference.norm()).item()
+            error = support.relative_error(c, reference)
             if not error < 1e-2:
                 print(f"{label}: WRONG (relative error {error:.2e})", flush=True)
                 continue

@@ -36,6 +36,7 @@ def main() -> None:
     import numpy as np
     import torch
 
+    import support
     import warpspec
     from matmul_v3 import MatmulWGMMAV3
     from warpspec.cuda.driver import DeviceBuffer
@@ -48,9 +49,7 @@ def main() -> None:
     from warpspec.tune.bench import time_ms
 
     size = options.size
-    a = torch.randn(size, size, device="cuda", dtype=torch.float16)
-    b = torch.randn(size, size, device="cuda", dtype=torch.float16)
-    c = torch.empty(size, size, device="cuda", dtype=torch.float16)
+    a, b, c = support.operands(size)
     args = (size, size, size, a, b, c)
     flops = 2.0 * size ** 3
     rows = []

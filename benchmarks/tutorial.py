@@ -11,6 +11,7 @@ reference before it is timed.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -24,8 +25,8 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    import triton
 
+    import support
     import warpspec
     from matmul_v3 import MatmulWGMMAV3
     from matmul_v4 import MatmulWGMMAV4
@@ -34,13 +35,10 @@ def main() -> None:
     from matmul_v7 import MatmulWGMMAV7
 
     size = args.size
-    a = torch.randn(size, size, device="cuda", dtype=torch.float16)
-    b = torch.randn(size, size, device="cuda", dtype=torch.float16)
-    reference = a.float() @ b.float().T
+    a, b, _ = support.operands(size)
+    reference = support.reference(a, b)
     flops = 2.0 * size ** 3
-
-    def bench(fn) -> float:
-        return triton.testing.do_bench(fn, warmup=100, rep=500, return_mode="median")
+    bench = functools.partial(support.bench, warmup=100, rep=500)
 
     rows = []
     kernels = [("V3 pinned 2/128/128/64", MatmulWGMMAV3(num_stages=2, block_m=128, block_n=128, block_k=64)),
@@ -57,7 +55,7 @@ def main() -> None:
             kernel(size, size, size, a, b, c)
             torch.cuda.synchronize()
             first = time.perf_counter() - started
-            error = ((c.float() - reference).norm() / reference.norm()).item()
+            error = support.relative_error(c, reference)
             assert error < 1e-2, (name, error)
             schedule = getattr(getattr(kernel, "last_report", None), "winner", None)
             cublas = bench(lambda: a @ b.T)

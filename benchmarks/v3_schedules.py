@@ -11,6 +11,7 @@ protocol of docs/performance.md with a shorter budget), cuBLAS once for scale.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -27,20 +28,16 @@ def main() -> None:
     options = parser.parse_args()
 
     import torch
-    import triton
 
+    import support
     import warpspec
     from matmul_v3 import MatmulWGMMAV3
 
     size = options.size
-    a = torch.randn(size, size, device="cuda", dtype=torch.float16)
-    b = torch.randn(size, size, device="cuda", dtype=torch.float16)
-    c = torch.empty(size, size, device="cuda", dtype=torch.float16)
-    reference = a.float() @ b.float().T
+    a, b, c = support.operands(size)
+    reference = support.reference(a, b)
     flops = 2.0 * size ** 3
-
-    def bench(fn) -> float:
-        return triton.testing.do_bench(fn, warmup=50, rep=200, return_mode="median")
+    bench = functools.partial(support.bench, warmup=50, rep=200)
 
     cublas = bench(lambda: a @ b.T)
     rows = []
@@ -50,7 +47,7 @@ def main() -> None:
                 kernel = MatmulWGMMAV3(num_stages=num_stages, block_m=block_m, block_n=block_n, block_k=block_k)
                 c.fill_(float("nan"))
                 kernel(size, size, size, a, b, c)
-                error = ((c.float() - reference).norm() / reference.norm()).item()
+                error = support.relative_error(c, reference)
                 assert error < 1e-2, (num_stages, block_m, block_n, block_k, error)
                 ms = bench(lambda: kernel(size, size, size, a, b, c))
                 rows.append(dict(num_stages=num_stages, block_m=block_m, block_n=block_n, block_k=block_k, ms=ms,

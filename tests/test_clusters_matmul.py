@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import warpspec
+from example_checks import emulator, matmul_operands, relative_error  # noqa: F401 (emulator: autouse fixture)
 from matmul_v7 import CLUSTER, CONSUMER_THREADS, CONSUMER_WARPGROUPS, WARPGROUP, MatmulWGMMAV7
 from warpspec import CompileError, DeadlockError
 from warpspec.cli import main
@@ -24,21 +25,10 @@ TOLERANCE = 1e-2  # relative Frobenius error: fp16 inputs and output, fp32 accum
 SCHEDULES = [pytest.param(s, id="-".join(map(str, s.values()))) for s in MatmulWGMMAV7().schedules()]
 
 
-@pytest.fixture(autouse=True)
-def emulator(monkeypatch):
-    """Run on the emulator with its deterministic schedule unless a test sets a seed."""
-    monkeypatch.delenv(SEED_VARIABLE, raising=False)
-    with warpspec.use_backend("emulator"):
-        yield
-
-
 @pytest.fixture(scope="module")
 def operands():
     """A [M, K], B [N, K] in float16 and the float32 reference A @ B^T."""
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((M, K)).astype(np.float16)
-    b = rng.standard_normal((N, K)).astype(np.float16)
-    return a, b, a.astype(np.float32) @ b.astype(np.float32).T
+    return matmul_operands(M, N, K)
 
 
 def matmul_error(kernel, operands, num_sms=132) -> float:
@@ -46,7 +36,7 @@ def matmul_error(kernel, operands, num_sms=132) -> float:
     a, b, reference = operands
     c = np.full((M, N), np.nan, dtype=np.float16)  # NaN shows any tile left unwritten
     kernel(M, N, K, a, b, c, num_sms)
-    return float(np.linalg.norm(c.astype(np.float32) - reference) / np.linalg.norm(reference))
+    return relative_error(c, reference)
 
 
 def test_the_space_is_small_and_every_schedule_pairs_blocks_along_m():

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import warpspec
+from example_checks import emulator, matmul_operands, relative_error  # noqa: F401 (emulator: autouse fixture)
 from matmul_v1 import MatmulWGMMAV1
 from matmul_v2 import MatmulWGMMAV2
 from matmul_v3 import MatmulWGMMAV3
@@ -26,21 +27,10 @@ V3_SWEEP_SECONDS = 60
 V3_FILE = Path(__file__).resolve().parents[1] / "examples" / "matmul_v3.py"
 
 
-@pytest.fixture(autouse=True)
-def emulator(monkeypatch):
-    """Run on the emulator with its deterministic schedule unless a test sets a seed."""
-    monkeypatch.delenv(SEED_VARIABLE, raising=False)
-    with warpspec.use_backend("emulator"):
-        yield
-
-
 @pytest.fixture(scope="module")
 def operands():
     """A [M, K], B [N, K] in float16 and the float32 reference A @ B^T."""
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((M, K)).astype(np.float16)
-    b = rng.standard_normal((N, K)).astype(np.float16)
-    return a, b, a.astype(np.float32) @ b.astype(np.float32).T
+    return matmul_operands(M, N, K)
 
 
 def matmul_error(kernel, operands) -> float:
@@ -48,7 +38,7 @@ def matmul_error(kernel, operands) -> float:
     a, b, reference = operands
     c = np.full((M, N), np.nan, dtype=np.float16)
     kernel(M, N, K, a, b, c)
-    return float(np.linalg.norm(c.astype(np.float32) - reference) / np.linalg.norm(reference))
+    return relative_error(c, reference)
 
 
 def copy_kernel_matches(kernel) -> None:

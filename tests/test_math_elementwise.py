@@ -159,13 +159,19 @@ MISUSES = [
 ]
 
 
-@pytest.mark.parametrize("case, message", MISUSES, ids=[c for c, _ in MISUSES])
-def test_misuse_is_refused_at_the_kernel_line(case, message):
+def assert_misuse_refused(case: str, message: str) -> None:
+    """Calling ``Misuse(case)`` on the emulator raises a CompileError holding ``message`` at the case's marker
+    line (tests/math_kernels.py)."""
+    x = np.zeros((16, 64), dtype=np.float32)
     with pytest.raises(CompileError) as caught, warpspec.use_backend("emulator"):
-        x = np.zeros((16, 64), dtype=np.float32)
-        mk.Misuse(case)(16, x, np.zeros(64, dtype=np.float32).reshape(1, 64), x.copy())
+        mk.Misuse(case)(16, x, np.zeros((1, 64), dtype=np.float32), x.copy())
     assert message in str(caught.value)
     assert caught.value.location == f"{mk.__file__}:{mk.marker_line(case)}"
+
+
+@pytest.mark.parametrize("case, message", MISUSES, ids=[c for c, _ in MISUSES])
+def test_misuse_is_refused_at_the_kernel_line(case, message):
+    assert_misuse_refused(case, message)
 
 
 @pytest.mark.gpu

@@ -17,7 +17,7 @@ from warpspec.cuda.launch import build
 from warpspec.layout.fragments import AccumulatorLayout
 from warpspec.passes.layouts import Accumulator, AFragment, same_registers
 from warpspec.runtime import kernel_for
-from test_math_elementwise import _eval
+from test_math_elementwise import _eval, assert_misuse_refused
 
 SCHEDULE = dict(num_stages=2, block_m=128, block_n=64, block_k=64)
 
@@ -136,11 +136,7 @@ MISUSES = [
 
 @pytest.mark.parametrize("case, message", MISUSES, ids=[c for c, _ in MISUSES])
 def test_misuse_is_refused_at_the_kernel_line(case, message):
-    x = np.zeros((16, 64), dtype=np.float32)
-    with pytest.raises(CompileError) as caught, warpspec.use_backend("emulator"):
-        mk.Misuse(case)(16, x, np.zeros((1, 64), dtype=np.float32), x.copy())
-    assert message in str(caught.value)
-    assert caught.value.location == f"{mk.__file__}:{mk.marker_line(case)}"
+    assert_misuse_refused(case, message)
 
 
 def test_a_reduction_by_some_of_the_threads_holding_the_accumulator_is_refused():

@@ -112,6 +112,12 @@ def main(argv=None) -> int:
         return EXIT_FAILURE
 
 
+def _add_kernel_arguments(command: argparse.ArgumentParser, arguments_help: str) -> None:
+    """A subcommand's kernel positionals: FILE.py:CLASS, then the NAME=VALUE arguments (``arguments_help``)."""
+    command.add_argument("target", metavar="FILE.py:CLASS", help="the file defining the kernel and its Script class")
+    command.add_argument("arguments", nargs="*", metavar="NAME=VALUE", help=arguments_help)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with one subparser per subcommand."""
     parser = argparse.ArgumentParser(prog="warpspec", description="Write, check and run warp-specialized Hopper "
@@ -123,9 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run FILE.py's Script CLASS on the emulator with random inputs and print one verdict per "
                     "schedule. Scalar parameters are given as NAME=VALUE; pointer parameters get random arrays "
                     "sized from the kernel's global views.")
-    check.add_argument("target", metavar="FILE.py:CLASS", help="the file defining the kernel and its Script class")
-    check.add_argument("arguments", nargs="*", metavar="NAME=VALUE",
-                       help="a scalar kernel argument (runtime or compile-time), e.g. m_size=300")
+    _add_kernel_arguments(check, "a scalar kernel argument (runtime or compile-time), e.g. m_size=300")
     which = check.add_mutually_exclusive_group()
     which.add_argument("--schedule", metavar="K=V,...",
                        help="pin one schedule of an autotuned kernel, e.g. num_stages=2,block_m=128,... (a "
@@ -151,10 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "arguments are not needed) and print one line per schedule: its fate (ok, spills, pruned or "
                     "failed, with the reason), registers, shared memory, spill bytes and counts of key SASS "
                     "instructions. Schedules are pruned and built as the autotuner does.")
-    build.add_argument("target", metavar="FILE.py:CLASS", help="the file defining the kernel and its Script class")
-    build.add_argument("arguments", nargs="*", metavar="NAME=VALUE",
-                       help="a compile-time kernel argument, e.g. n_size=8192 (runtime ones are accepted and "
-                            "ignored)")
+    _add_kernel_arguments(build, "a compile-time kernel argument, e.g. n_size=8192 (runtime ones are accepted "
+                                 "and ignored)")
     which = build.add_mutually_exclusive_group()
     which.add_argument("--schedule", metavar="K=V,...", help="build one schedule of an autotuned kernel")
     which.add_argument("--all-schedules", action="store_true",
@@ -196,9 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run FILE.py's Script CLASS on the CPU timing model (--backend emulator, the default) or on "
                     "the GPU with an instrumented build (--backend cuda, random inputs as warpspec check makes "
                     "them) and write DIR/trace.json, DIR/timeline.png and DIR/summary.txt; the summary is printed.")
-    timeline.add_argument("target", metavar="FILE.py:CLASS", help="the file defining the kernel and its Script class")
-    timeline.add_argument("arguments", nargs="*", metavar="NAME=VALUE",
-                          help="a scalar kernel argument (runtime or compile-time), e.g. m_size=8192")
+    _add_kernel_arguments(timeline, "a scalar kernel argument (runtime or compile-time), e.g. m_size=8192")
     timeline.add_argument("--schedule", metavar="K=V,...",
                           help="pin one schedule of an autotuned kernel (default: the first that compiles)")
     timeline.add_argument("--backend", choices=("emulator", "cuda"), default="emulator",

@@ -118,25 +118,10 @@ class ProfileFinish(ir.Stmt):
 
 
 @emulates(ProfileSetup)
-def _setup(machine, task, s: ProfileSetup):
-    return None
-
-
 @emulates(ProfileStart)
-def _start(machine, task, s: ProfileStart):
-    return None
-
-
 @emulates(ProfileEnd)
-def _end(machine, task, s: ProfileEnd):
-    return None
-
-
 @emulates(ProfileJoin)
-def _join(machine, task, s: ProfileJoin):
-    return None
-
-
 @emulates(ProfileFinish)
-def _finish(machine, task, s: ProfileFinish):
+def _record_nothing(machine, task, s):
+    """Every profiling statement's emulation: nothing happens."""
     return None
