@@ -88,7 +88,7 @@ def main() -> None:
     except ImportError:
         ops_matmul = None
     if ops_matmul is not None:
-        rows.append(("warpspec.ops.matmul", lambda: ops_matmul(a, b)))
+        rows.append(("warpspec.ops.matmul(a, b.T) (allocates C)", lambda: ops_matmul(a, b.T)))
     compiled_torch = torch.compile(lambda x, y: x @ y.T, fullgraph=True)
     rows += [("torch.mm(a, b.T, out=c)", lambda: torch.mm(a, b.T, out=c)), ("torch a @ b.T", lambda: a @ b.T),
              ("torch a @ b.T, torch.compile(fullgraph=True)", lambda: compiled_torch(a, b))]
