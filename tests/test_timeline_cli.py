@@ -60,6 +60,24 @@ def test_cuda_backend_without_instrumented_builds(capsys, tmp_path, monkeypatch)
     assert "--backend cuda needs instrumented GPU builds (warpspec.profile)" in err
 
 
+def test_cuda_backend_records_a_kernel_the_model_cannot_run(capsys, tmp_path, monkeypatch):
+    """A cluster kernel: the model refuses it (it runs one SM's blocks), yet the GPU recording is written; only
+    the FLOP count, which the model supplies, is missing."""
+    from warpspec import cli
+    from warpspec.timeline.events import Event, Timeline
+
+    recorded = Timeline(kernel="ClusterStream", source="gpu", schedule={}, kernel_ns=1000.0, roles=["group"],
+                        events=[Event((0, 0, 0), "group", "wait", "wait full[0]", 0.0, 10.0, "k.py:1")])
+    monkeypatch.setattr(cli, "_gpu_timeline", lambda *args: recorded)
+    target = f"{ROOT / 'tests' / 'cluster_kernels.py'}:ClusterStream"
+    with_model = timeline(capsys, target, "m_size=64", "n_size=128", "--out", str(tmp_path / "model"))
+    assert with_model[0] == 1 and "does not model thread-block clusters" in with_model[2]
+    code, text, err = timeline(capsys, target, "m_size=64", "n_size=128", "--backend", "cuda", "--out", str(tmp_path / "gpu"))
+    assert code == 0, err
+    assert "measured kernel time: 1.0 us" in text and recorded.flops is None
+    assert (tmp_path / "gpu" / "timeline.png").exists()
+
+
 def test_docs_quote_the_command_as_it_prints(capsys, tmp_path, monkeypatch):
     """docs/timeline.md's example output is what the command prints (with its --out folder)."""
     doc = (ROOT / "docs" / "timeline.md").read_text()
