@@ -30,6 +30,7 @@ from warpspec import dtypes, runtime
 from warpspec.dtypes import DType, bfloat16, float8_e4m3, float16, float32
 from warpspec.errors import ArgumentError, CompileError
 from warpspec.ops.kernels import ACTIVATIONS, GEMM_KERNELS, NUM_SMS
+from warpspec.ops.operands import dtype_of, same_device, same_kind
 from warpspec.tune.cache import size_bucket
 
 #: Input dtype -> the output dtypes allowed (the first is the default).
@@ -76,11 +77,8 @@ def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_
     ``warpspec::matmul``: CUDA tensors on the GPU, CPU tensors on the emulator. Returns ``out`` or a new array of
     the inputs' kind.
     """
-    kind = _kind(a, "a")
-    for name, value in (("b", b), ("bias", bias), ("out", out)):
-        if value is not None and _kind(value, name) != kind:
-            raise ArgumentError(f"{name} is {_describe_kind(value)} but a is {_describe_kind(a)}: pass numpy arrays "
-                                f"or torch tensors, not a mix")
+    given = {name: value for name, value in (("b", b), ("bias", bias), ("out", out)) if value is not None}
+    kind = same_kind("a", a, **given)
     if kind == "torch":
         return _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b)
     problem = validate(a, b, bias, activation, out, out_dtype)
@@ -99,7 +97,7 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
     ``torch.compile`` this function is traced, so it does only what the graph needs; the op's fake
     implementation validates there (as the real one does at run time)."""
     torch = sys.modules["torch"]
-    _same_device(a, b=b, bias=bias, out=out, scale_a=scale_a, scale_b=scale_b)
+    same_device("a", a, b=b, bias=bias, out=out, scale_a=scale_a, scale_b=scale_b)
     if torch.compiler.is_compiling():
         if _op is None:
             raise ArgumentError("ops.matmul's custom op warpspec::matmul is registered at the first eager call with "
@@ -125,34 +123,6 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
 
 
 # --------------------------------------------------------------------------------------------- validation
-
-
-def _kind(value, name: str) -> str:
-    if isinstance(value, np.ndarray):
-        return "numpy"
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(value, torch.Tensor):
-        return "torch"
-    raise ArgumentError(f"{name} must be a numpy array or a torch tensor, got {type(value).__name__}")
-
-
-def _describe_kind(value) -> str:
-    return "a numpy array" if isinstance(value, np.ndarray) else "a torch tensor"
-
-
-def _same_device(a, **others) -> None:
-    torch = sys.modules["torch"]
-    for name, value in others.items():
-        if isinstance(value, torch.Tensor) and value.device != a.device:
-            raise ArgumentError(f"{name} is on {value.device} but a is on {a.device}: every tensor of one call must "
-                                f"be on the same device")
-
-
-def dtype_of(value) -> DType | None:
-    """The warpspec dtype of a numpy array or torch tensor, or None when warpspec has none."""
-    if isinstance(value, np.ndarray):
-        return next((d for d in dtypes.ALL_DTYPES if d.numpy == value.dtype), None)
-    return dtypes.of_torch(value.dtype)
 
 
 def _resolve_dtype(value) -> DType | None:
