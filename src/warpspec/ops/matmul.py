@@ -77,8 +77,8 @@ def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_
     ``warpspec::matmul``: CUDA tensors on the GPU, CPU tensors on the emulator. Returns ``out`` or a new array of
     the inputs' kind.
     """
-    given = {name: value for name, value in (("b", b), ("bias", bias), ("out", out)) if value is not None}
-    kind = same_kind("a", a, **given)
+    optional = {name: value for name, value in (("bias", bias), ("out", out)) if value is not None}
+    kind = same_kind("a", a, b=b, **optional)
     if kind == "torch":
         return _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b)
     problem = validate(a, b, bias, activation, out, out_dtype)
