@@ -162,6 +162,14 @@ def test_argument_errors(case):
     assert message in str(raised.value)
 
 
+def test_the_kernel_refuses_an_unsupported_head_dim():
+    """The kernel class used directly (as examples/attention_fwd.py does), not through ops.attention's checks."""
+    q = np.zeros((1, 1, 16, 96), np.float16)
+    for schedule in ({"block_n": 64, "num_stages": 2, "unroll": 1}, {}):  # pinned, and autotuned
+        with pytest.raises(ArgumentError, match=r"head_dim must be one of \(64, 128, 256\), got 96"):
+            ak.AttentionF16(head_dim=96, causal=False, **schedule)(16, 16, 1, 1, 1, 1.0, q, q, q, np.zeros_like(q))
+
+
 def _run_bug(cls):
     q, k, v = operands(1, 1, 1, 200, 300, 64, np.float16)
     out = np.zeros_like(q)
