@@ -17,12 +17,12 @@ so a first call costs a compile at most, and works inside CUDA graph capture onc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import pathlib
 import sys
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -40,7 +40,7 @@ TMA_ALIGNMENT = 16
 DEFAULTS_FILE = pathlib.Path(__file__).with_name("defaults.json")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Problem:
     """One validated call: sizes, dtypes, B's layout and the epilogue."""
 
@@ -456,9 +456,9 @@ def choose_schedule(problem: Problem, args: tuple, on_gpu: bool) -> dict:
     if on_gpu:
         from warpspec.tune.tuner import stored_schedule
 
-        plain = Problem(problem.m, problem.n, problem.k, problem.in_dtype, problem.out_dtype, problem.b_k_major,
-                        False, None)
+        plain = dataclasses.replace(problem, has_bias=False, activation=None)
         for candidate in (problem, plain):
+            # The plain kernel is called as ``arguments`` calls it without a bias: out (8) stands in for it (9).
             candidate_args = args if candidate is problem else args[:9] + (args[8],) + args[10:]
             schedule = stored_schedule(tuned_script(candidate), candidate_args, {})
             if schedule is not None:
