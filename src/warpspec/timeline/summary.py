@@ -42,8 +42,7 @@ RULES = (
      "one block per SM and the tensor cores busy only {tensor_busy:.0%}: the pipeline is deep enough, but one "
      "block cannot keep the tensor cores busy (they idle while its consumers wait for each WGMMA group); use fewer "
      "stages or smaller tiles so that 2-3 blocks share the SM, or a persistent kernel with two consumer "
-     "warpgroups (V3 at 8192^3 on the H200, docs/performance.md run 10: 6 stages, one block per SM, 496 TFLOP/s; "
-     "2 stages, two blocks, 608)"),
+     "warpgroups (V3 at 8192^3 on the H200: 6 stages, one block per SM, 473 TFLOP/s; 2 stages, two blocks, 595)"),
     ((("producers_empty_wait", ">", 0.50), ("tensor_busy", ">", 0.95)),
      "producers wait on empty barriers {producers_empty_wait:.0%} of the time while the tensor cores are busy "
      "{tensor_busy:.0%}: compute-bound, as a matmul should be; only a faster WGMMA shape (larger N) or fewer "
