@@ -92,15 +92,6 @@ def test_on_the_emulator_the_kernel_runs_and_the_model_gives_the_timeline(monkey
     assert [(t.source, t.kernel_ns) for t in session.timelines] == [("model", 5000.0)]
 
 
-def test_without_the_model_an_emulator_session_runs_the_kernel_and_keeps_no_timeline(monkeypatch):
-    monkeypatch.setitem(sys.modules, "warpspec.timeline.model", None)  # makes the import fail
-    source, destination = copy_arrays()
-    with warpspec.use_backend("emulator"), warpspec.profile() as session:
-        result = TmaCopy(tile_m=64, tile_n=64)(64, 128, source, destination)
-    assert result is None and session.timelines == []
-    np.testing.assert_array_equal(destination, source)
-
-
 def test_the_environment_variable_profiles_the_whole_process():
     code = ("import warpspec, warpspec.runtime as r, warpspec.timeline.gpu as g; "
             "print(type(r._profiler).__name__, r._profiler.blocks)")
@@ -114,8 +105,7 @@ def test_the_process_session_writes_each_timeline_and_says_where(monkeypatch, tm
     import warpspec.timeline as package
 
     written = []
-    monkeypatch.setattr(package, "write", lambda timeline, out: written.append((timeline.kernel, out)),
-                        raising=False)
+    monkeypatch.setattr(package, "write", lambda timeline, out: written.append((timeline.kernel, out)))
     report = gpu.report_to(str(tmp_path))
     timeline = Timeline("MatmulWGMMAV3", "gpu", {}, 1500.0, roles=["consumer (threads 0-127)"])
     report(timeline)
@@ -125,10 +115,6 @@ def test_the_process_session_writes_each_timeline_and_says_where(monkeypatch, tm
     assert capsys.readouterr().err.splitlines()[0] == (
         f"warpspec profile: MatmulWGMMAV3 (consumer (threads 0-127): 0 events) written to "
         f"{tmp_path / 'MatmulWGMMAV3-1'}")
-    monkeypatch.delattr(package, "write")
-    report(timeline)
-    assert capsys.readouterr().err == ("warpspec profile: MatmulWGMMAV3 ran 1.5 us (consumer (threads 0-127): 0 "
-                                       "events); the trace writers (warpspec.timeline.write) are not installed\n")
 
 
 class _FakeBuffer:

@@ -641,9 +641,6 @@ def timeline_command(args) -> int:
 
 def _gpu_timeline(script, params, scalars: dict, blocks: int, sm: int):
     """The timeline an instrumented GPU launch of ``script`` records (``warpspec.profile``), with random inputs."""
-    profile = getattr(warpspec, "profile", None)
-    if profile is None:
-        raise UsageError("--backend cuda needs instrumented GPU builds (warpspec.profile), which this warpspec lacks")
     check_input_memory(script, params, pointer_sizes(script, params, scalars), DEFAULT_MAX_MEMORY)
     try:
         import torch
@@ -651,7 +648,7 @@ def _gpu_timeline(script, params, scalars: dict, blocks: int, sm: int):
         raise UsageError("--backend cuda passes the inputs as torch tensors: install torch") from None
     arrays = {name: dtypes.numpy_to_torch(array).cuda() for name, array in pointer_arrays(script, params,
                                                                                           scalars).items()}
-    with warpspec.use_backend("cuda"), profile(blocks=blocks, sm=sm) as session:
+    with warpspec.use_backend("cuda"), warpspec.profile(blocks=blocks, sm=sm) as session:
         script(**scalars, **arrays)
         torch.cuda.synchronize()
     if not session.timelines:

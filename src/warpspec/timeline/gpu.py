@@ -4,8 +4,8 @@ a record buffer, and the decoding of what its sampled blocks recorded into a ``T
 ``warpspec.profile()`` makes a ``ProfileSession``; inside it every Script launch is sent here. A launch on the GPU
 is three runs of the kernel on the same arguments: the plain build, timed (``Timeline.kernel_ns``, so TFLOP/s are
 of the real kernel); optionally the instrumented build, timed the same way (the instrumentation's overhead); and
-one recorded run of the instrumented build, decoded. On the emulator the kernel runs as usual and, when the CPU
-timing model (``warpspec.timeline.model``) is installed, its modeled timeline is kept instead.
+one recorded run of the instrumented build, decoded. On the emulator the kernel runs as usual and the CPU timing
+model's timeline (``warpspec.timeline.model``) is kept instead.
 
 Which blocks: every block that runs on one SM (``sm``, default 0), up to the first ``blocks`` of them, so the
 timeline is that of a real SM with its co-resident blocks: their tensor-core busy share and stage occupancy are the
@@ -202,11 +202,9 @@ class ProfileSession:
         if backend == "emulator":
             from warpspec.emulator.run import call_on_emulator
 
+            from warpspec.timeline.model import model_launch
+
             result = call_on_emulator(kernel, arguments)
-            try:
-                from warpspec.timeline.model import model_launch
-            except ImportError:
-                return result  # no timing model installed: the emulator run has no timeline
             self._keep(model_launch(kernel, arguments))
             return result
         if self._time is None:
@@ -295,21 +293,14 @@ def _occupancy(kernel: ir.Kernel, plain, device: int, limits: dict) -> Occupancy
 
 def report_to(folder: str):
     """A session ``report`` for ``WARPSPEC_PROFILE=1``: each launch's timeline is written by
-    ``warpspec.timeline.write`` (when installed) into ``folder/<kernel>-<n>``, and where it went (or, without the
-    writers, a one-line account of it) is printed to stderr."""
+    ``warpspec.timeline.write`` into ``folder/<kernel>-<n>``, and where it went is printed to stderr."""
     written = []
 
     def report(timeline: Timeline) -> None:
+        from warpspec.timeline import write  # the package's own __init__, which imports this module
+
         written.append(timeline)
-        try:
-            from warpspec.timeline import write
-        except ImportError:
-            write = None
         roles = ", ".join(f"{role}: {sum(e.role == role for e in timeline.events)} events" for role in timeline.roles)
-        if write is None:
-            print(f"warpspec profile: {timeline.kernel} ran {timeline.kernel_ns / 1e3:.1f} us ({roles}); the trace "
-                  f"writers (warpspec.timeline.write) are not installed", file=sys.stderr)
-            return
         out = os.path.join(folder, f"{timeline.kernel}-{len(written)}")
         write(timeline, out)
         print(f"warpspec profile: {timeline.kernel} ({roles}) written to {out}", file=sys.stderr)
