@@ -269,7 +269,6 @@ def infer_layouts(kernel: ir.Kernel, target: Target) -> dict[int, object]:
     fragment layouts, elementwise operations share their operands' layout in both directions, loads not otherwise
     constrained get a Blocked layout over their thread group, and small remaining tensors are replicated."""
     layouts: dict[int, object] = {}
-    groups: dict[int, tuple[int, int]] = {}  # decl uid -> group that defines it
     statements: list[tuple[ir.Stmt, tuple[int, int]]] = []
 
     def visit(body, group):
@@ -294,9 +293,7 @@ def infer_layouts(kernel: ir.Kernel, target: Target) -> dict[int, object]:
                                f"load_shared)", str(stmt.loc))
         return False
 
-    for stmt, group in statements:
-        if isinstance(stmt, (ir.DefineTensor, AllocRegister)):
-            groups[stmt.decl.uid] = group
+    for stmt, _ in statements:
         if isinstance(stmt, WgmmaMma):
             m, n = stmt.d.shape
             warpgroups = stmt.threads[1] // target.warpgroup_threads
