@@ -222,7 +222,7 @@ class CodeGenerator:
         flat = self.flat_index(decl, tuple(ref.index) + tuple(indices))
         if isinstance(flat, int):
             return self.element(decl, flat)
-        size = _size(decl.shape)
+        size = math.prod(decl.shape)
         # A runtime index would move the array to local memory: select among constant indices instead.
         text = self.element(decl, size - 1)
         for i in range(size - 2, -1, -1):
@@ -404,17 +404,6 @@ def _literal(value, dtype: DType) -> str:
 def _identifier(name: str) -> str:
     text = re.sub(r"\W", "_", str(name))
     return text if text and not text[0].isdigit() else "v_" + text
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return (value + multiple - 1) // multiple * multiple
-
-
-def _size(shape) -> int:
-    size = 1
-    for extent in shape:
-        size *= extent
-    return size
 
 
 _RESERVED = {"smem", "smem_raw", "smem_ptr", "warp", "i", "t_", "int", "float", "unsigned", "long", "char", "bool",
