@@ -76,7 +76,8 @@ def _span(swizzle_bytes: int) -> int:
     return swizzle_bytes if swizzle_bytes else 16
 
 
-def _round_up(value: int, multiple: int) -> int:
+def round_up(value: int, multiple: int) -> int:
+    """``value`` rounded up to a multiple of ``multiple``."""
     return -(-value // multiple) * multiple
 
 
@@ -156,7 +157,7 @@ class SharedTileLayout:
     def column_box_stride(self) -> int:
         """Distance in bytes between consecutive column boxes (rows*row_bytes rounded up to the alignment)."""
         # Rounded so each column box starts on a pattern repeat (the swizzle follows absolute addresses, HF §2).
-        return _round_up(self.rows * self.row_bytes, self.alignment)
+        return round_up(self.rows * self.row_bytes, self.alignment)
 
     @property
     def nbytes(self) -> int:
