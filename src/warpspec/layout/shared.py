@@ -31,6 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from warpspec.dtypes import DType
+from warpspec.target import SM90A
 
 __all__ = [
     "SWIZZLE_MODES",
@@ -64,11 +65,11 @@ _LAYOUT_CODE = {128: 1, 64: 2, 32: 3, 0: 0}
 _SWIZZLE_OF_CODE = {code: sw for sw, code in _LAYOUT_CODE.items()}
 
 # TMA boxDim[i] is in [1, 256] (HF §2).
-_MAX_BOX_DIM = 256
+_MAX_BOX_DIM = SM90A.tma_max_box_extent
 
 # One wgmma instruction consumes 32 bytes of K per row: k16 for 16-bit, k32 for 8-bit, k8 for tf32 (HF §3 Shapes,
 # "Advancing along K": bf16 k16 -> +32 B, fp8 k32 -> +32 B).
-_K_STEP_BYTES = 32
+_K_STEP_BYTES = SM90A.wgmma_k_bytes
 
 
 def _span(swizzle_bytes: int) -> int:
