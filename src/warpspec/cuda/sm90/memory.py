@@ -65,7 +65,7 @@ def _emit_StoreElement(gen, s: StoreElement) -> None:
     value = gen.cexpr(s.value)
     if decl.dtype.is_float and decl.dtype is not float32:
         value = gen.to_storage(f"static_cast<float>({value})", decl.dtype)
-    flat = gen.flat_index(decl, tuple(s.tensor.index) + tuple(s.indices))
+    flat = gen.row_major(tuple(s.tensor.index) + tuple(s.indices), decl.shape)
     if isinstance(flat, int):
         gen.line(gen.set_element(decl, flat, value))
         return
