@@ -105,7 +105,6 @@ def main(argv=None) -> int:
 
     results = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "batch": BATCH,
                "model_width": MODEL_WIDTH, "rows": []}
-    table = []
 
     def bench(fn):
         return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median")
@@ -172,7 +171,6 @@ def main(argv=None) -> int:
                               f"{best[1] if best else float('nan'):.0f} TFLOP/s ({best[0] if best else 'failed'}), "
                               f"cuDNN {cudnn or float('nan'):.0f}, flash {row.get('flash') or float('nan'):.0f}, "
                               f"{ratio}", flush=True)
-                        table.append(row)
 
     if args.json:
         with open(args.json, "w") as f:
@@ -181,7 +179,7 @@ def main(argv=None) -> int:
           f"({results['date']}); TFLOP/s")
     print(f"{'dtype':5s} {'D':>4s} {'seq':>6s} {'causal':>6s} {'warpspec':>9s} {'cuDNN':>7s} {'flash':>7s} "
           f"{'vs cuDNN':>9s}  schedule")
-    for row in table:
+    for row in results["rows"]:
         best = row["best"]
         cells = [f"{row[key]:7.0f}" if row.get(key) else f"{'-':>7s}" for key in ("cudnn", "flash")]
         ratio = f"{best[1] / row['cudnn']:9.3f}" if best and row.get("cudnn") else f"{'-':>9s}"

@@ -7,7 +7,7 @@ Each time is the house protocol of docs/performance.md (``warpspec.tune.bench.ti
 then about 500 ms of calls, each after an L2 flush, the median), taken in three alternating rounds (plain,
 instrumented, plain, ...) of which the median is kept, so clock drift over the run weighs on both alike. Then one
 profiled call per schedule makes its timeline, written with ``warpspec.timeline.write`` (trace, chart, summary)
-under --out when the writers are installed. Exits non-zero when an overhead is above 5%.
+under --out. Exits non-zero when an overhead is above 5%.
 
     python benchmarks/profile_overhead.py [--size 8192] [--rounds 3] [--blocks 64] [--sm 0] [--out profile-overhead]
 """
@@ -45,6 +45,7 @@ def main() -> None:
     from warpspec.frontend.kernel import bind_arguments
     from warpspec.passes.instrument import PARAMETER
     from warpspec.runtime import kernel_for
+    from warpspec.timeline import write
     from warpspec.timeline.gpu import buffer_words, instrumented
     from warpspec.tune.bench import time_ms
 
@@ -77,14 +78,9 @@ def main() -> None:
                                                                   sm=options.sm) as session:
             script(*args)
         timeline = session.timelines[-1]
-        try:
-            from warpspec.timeline import write
-        except ImportError:
-            print(f"  {len(timeline.events)} events; warpspec.timeline.write is not installed: no trace written")
-        else:
-            out = os.path.join(options.out, f"v3-{num_stages}-stages")
-            write(timeline, out)
-            print(f"  {len(timeline.events)} events, trace and summary written to {out}")
+        out = os.path.join(options.out, f"v3-{num_stages}-stages")
+        write(timeline, out)
+        print(f"  {len(timeline.events)} events, trace and summary written to {out}")
 
     print(f"\n{torch.cuda.get_device_name()}, V3 at {size}^3 fp16, 128x128x64, up to {options.blocks} blocks recorded "
           f"on SM {options.sm}, median of {options.rounds} rounds")

@@ -87,18 +87,22 @@ class MatmulWGMMAV4(warpspec.Script):
                 pipe.producer_advance()
 
         with self.thread_group(thread_begin=0, num_threads=CONSUMER_THREADS):
-            for offset_k in self.range(0, k_size, block_k, unroll=self.num_stages):
-                pipe.consumer_acquire()
-                self.wgmma.fence()
-                self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
-                self.wgmma.commit_group()
-                self.wgmma.wait_group(0)  # the tensor cores are done reading the stage: only now release it
-                pipe.consumer_release()
-                pipe.consumer_advance()
+            self.consume(pipe, sa, sb, acc, k_size)
             self.sync()
             casted_acc = self.cast(acc, dtype=float16)
             gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
             self.store_global(gc, casted_acc, offsets=[offset_m, offset_n])
+
+    def consume(self, pipe, sa, sb, acc, k_size):
+        """The consumers' main loop: accumulate every K-tile's WGMMA into ``acc``, releasing each stage."""
+        for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
+            pipe.consumer_acquire()
+            self.wgmma.fence()
+            self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)  # the tensor cores are done reading the stage: only now release it
+            pipe.consumer_release()
+            pipe.consumer_advance()
 
 
 if __name__ == "__main__":

@@ -107,7 +107,9 @@ def test_rows_that_see_no_key_are_zero_and_scale_is_applied():
     assert np.abs(out.astype(np.float32) - expected(q, k, v, True, scale=0.3)).max() < 2e-3
 
 
-def test_an_empty_query_launches_nothing():
+def test_an_empty_query_launches_nothing(monkeypatch):
+    module = sys.modules["warpspec.ops.attention"]  # ``warpspec.ops.attention`` names the function
+    monkeypatch.setattr(module, "script_for", lambda *args: pytest.fail("an empty query launched a kernel"))
     q, k, v = operands(1, 2, 2, 0, 16, 64, np.float16)
     assert attention(q, k, v).shape == (1, 2, 0, 64)
 
@@ -158,6 +160,14 @@ def test_argument_errors(case):
     with pytest.raises(ArgumentError) as raised:
         attention(*args, **kwargs)
     assert message in str(raised.value)
+
+
+def test_the_kernel_refuses_an_unsupported_head_dim():
+    """The kernel class used directly (as examples/attention_fwd.py does), not through ops.attention's checks."""
+    q = np.zeros((1, 1, 16, 96), np.float16)
+    for schedule in ({"block_n": 64, "num_stages": 2, "unroll": 1}, {}):  # pinned, and autotuned
+        with pytest.raises(ArgumentError, match=r"head_dim must be one of \(64, 128, 256\), got 96"):
+            ak.AttentionF16(head_dim=96, causal=False, **schedule)(16, 16, 1, 1, 1, 1.0, q, q, q, np.zeros_like(q))
 
 
 def _run_bug(cls):

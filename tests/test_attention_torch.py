@@ -28,3 +28,6 @@ def test_mixed_kinds_and_devices_are_argument_errors():
     q = torch.zeros(1, 1, 8, 64, dtype=torch.float16)
     with pytest.raises(ArgumentError, match="k is a numpy array but q is a torch tensor"):
         attention(q, q.numpy(), q)
+    with pytest.raises(ArgumentError, match="v is on meta but q is on cpu: every tensor of one call must be on the "
+                                            "same device"):
+        attention(q, q, torch.zeros(1, 1, 8, 64, dtype=torch.float16, device="meta"))

@@ -30,6 +30,7 @@ from warpspec import cdiv, float16, float32, int32
 from warpspec.cuda.codegen import generate
 from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.runtime import kernel_for
+from example_checks import emulator  # noqa: F401 (autouse: the deterministic schedule, so messages name exact lines)
 from matmul_v3 import MatmulWGMMAV3
 from matmul_v4 import MatmulWGMMAV4
 from test_clusters import run_stream
@@ -37,14 +38,6 @@ from test_planted_bugs import run_copy, run_matmul
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = Path(warpspec.__file__).resolve().parents[1]  # the checkout under test, for subprocesses
-
-
-@pytest.fixture(autouse=True)
-def emulator(monkeypatch):
-    """Kernels run on the emulator's deterministic schedule, so every message names exact lines and barriers."""
-    monkeypatch.delenv(SEED_VARIABLE, raising=False)
-    with warpspec.use_backend("emulator"):
-        yield
 
 
 # ------------------------------------------------------------------------------------------- reading documents

@@ -103,7 +103,8 @@ def test_strided_views_and_out():
     assert np.all(out_wide[:, n:] == 7.0)  # the pitch, not the width, separates rows
 
 
-def test_empty_result_launches_nothing():
+def test_empty_result_launches_nothing(monkeypatch):
+    monkeypatch.setattr(ops_matmul, "launch", lambda *args: pytest.fail("an empty result launched a kernel"))
     a, w = operands(0, 40, 48, np.float16)
     result = ops.matmul(a, w.T)
     assert result.shape == (0, 40) and result.dtype == np.float16
@@ -135,6 +136,7 @@ A, W = operands(96, 80, 64, np.float16)
     (lambda: ops.matmul(A, W.T.astype(BF16)), "b has dtype bfloat16 but a has float16"),
     (lambda: ops.matmul([[1.0]], W.T), "a must be a numpy array or a torch tensor, got list"),
     (lambda: ops.matmul(A, "b"), "b must be a numpy array or a torch tensor, got str"),
+    (lambda: ops.matmul(A, None), "b must be a numpy array or a torch tensor, got NoneType"),
     (lambda: ops.matmul(A.T.copy().T, W.T), "a must be row-major [M, K]"),
     (lambda: ops.matmul(operands(96, 80, 60, np.float16)[0], operands(96, 80, 60, np.float16)[1].T),
      "a: the row pitch of a is 60 elements = 120 bytes, which is not a multiple of 16 bytes"),

@@ -104,3 +104,11 @@ def test_a_bad_window_is_a_usage_error_naming_the_option(capsys, tmp_path):
     assert "--window must be 'all', a number of waves (1, 2, ...) or START:END in microseconds with START < END, " \
            "got '5:2'" in err
     assert not (tmp_path / "trace.json").exists()
+
+
+def test_blocks_below_one_is_a_usage_error_naming_the_option(capsys, tmp_path):
+    """A recording of no block is refused by the command line, before any kernel is loaded or run."""
+    code, _, err = timeline(capsys, V3, *SIZES, "--backend", "cuda", "--blocks", "0", "--out", str(tmp_path))
+    assert code == 2
+    assert "--blocks: expected a positive integer, got 0" in err
+    assert not (tmp_path / "trace.json").exists()

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from matmul_v3 import MatmulWGMMAV3
-from timeline_support import LoadThenMultiply, matmul_kernel, modeled_matmul
-from warpspec.errors import ArgumentError, DeadlockError
+from timeline_support import DividesByItsArgument, LoadThenMultiply, matmul_kernel, modeled_matmul
+from warpspec.errors import ArgumentError, DeadlockError, KernelError
 from warpspec.frontend.kernel import bind_arguments
 from warpspec.runtime import kernel_for
 from warpspec.timeline.model import estimated_registers, load_parameters, model_launch, occupancy
@@ -150,3 +150,15 @@ def test_missing_argument_is_an_argument_error():
     del runtime["m_size"]
     with pytest.raises(ArgumentError, match="model_launch: missing argument 'm_size'"):
         model_launch(kernel, runtime)
+
+
+def test_a_division_by_zero_is_the_kernels_error_at_its_line():
+    """As on the emulator: a KernelError at the user's line with the thread partitions, not a ZeroDivisionError."""
+    runtime, compile_time = bind_arguments(DividesByItsArgument, (0, None), {})
+    with pytest.raises(KernelError) as caught:
+        model_launch(kernel_for(DividesByItsArgument(), compile_time), runtime)
+    assert type(caught.value) is KernelError and "integer division by zero in '//'" in str(caught.value)
+    source = (Path(__file__).parent / "timeline_support.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if "# division-by-zero" in text)
+    assert caught.value.location.endswith(f"timeline_support.py:{line}")
+    assert "threads 0-127: running at " in caught.value.tasks

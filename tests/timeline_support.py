@@ -1,7 +1,7 @@
 """What the timeline tests share: a modeled timeline of an example matmul, and a kernel whose waits are known."""
 
 import warpspec
-from warpspec import float16, float32
+from warpspec import float16, float32, int32
 from warpspec.frontend.kernel import bind_arguments
 from warpspec.runtime import kernel_for
 from warpspec.timeline.model import model_launch
@@ -42,3 +42,14 @@ class LoadThenMultiply(warpspec.Script):
             self.wgmma.mma(sa, sa.transpose(), acc)
             self.wgmma.commit_group()
             self.wgmma.wait_group(0)
+
+
+class DividesByItsArgument(warpspec.Script):
+    """A loop whose trip count divides by the runtime argument ``parts``: ``parts=0`` divides by zero."""
+
+    def __call__(self, parts: int32, a_ptr: ~float16):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        self.global_view(a_ptr, dtype=float16, shape=[64, 64])
+        for _ in self.range(64 // parts):  # division-by-zero
+            self.sync()

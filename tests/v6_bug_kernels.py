@@ -5,7 +5,7 @@ marker comment ``# <<< name``; ``marker_line(name)`` finds its number.
 """
 
 import warpspec
-from warpspec import float16, float32, uint32
+from warpspec import float16, float32
 from matmul_v6 import MatmulWGMMAV6
 from markers import markers_of
 

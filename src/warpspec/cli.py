@@ -205,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help="emulator: the CPU timing model (no GPU needed); cuda: measure on the GPU")
     timeline.add_argument("--out", metavar="DIR", default="timeline",
                           help="the folder to write trace.json, timeline.png and summary.txt to (default: timeline)")
-    timeline.add_argument("--blocks", type=_non_negative_int, default=64, metavar="N",
+    timeline.add_argument("--blocks", type=_positive_int, default=64, metavar="N",
                           help="with --backend cuda: record at most the first N blocks that run on the SM "
                                "(default: 64)")
     timeline.add_argument("--sm", type=_non_negative_int, default=0, metavar="S",
@@ -947,14 +947,22 @@ def _quiet_broken_pipe() -> int:
     return EXIT_BROKEN_PIPE
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
-    return value
+def _int_at_least(low: int, what: str):
+    """An argparse ``type``: an integer of at least ``low`` (``what`` names such a number in its error)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+        return value
+
+    return parse
+
+
+_non_negative_int = _int_at_least(0, "a non-negative integer")
+_positive_int = _int_at_least(1, "a positive integer")
 
 
 if __name__ == "__main__":

@@ -73,5 +73,5 @@ def test_v3_at_8192_overhead_is_measured():
     print(f"V3 8192^3, 2 stages: plain {timeline.kernel_ns / 1e6:.4f} ms, instrumented {instrumented_ns / 1e6:.4f} ms "
           f"({100 * overhead:+.1f}%)")
     assert any(note.startswith("instrumented build: ") for note in timeline.notes)
-    # About 31 blocks run on SM 0; the first 4 recorded.
+    # Many more than 4 blocks run on SM 0 (26 in run 15 of docs/performance.md); the first 4 recorded.
     assert len({e.block for e in timeline.events}) == 4 and timeline.notes[0].startswith("the first 4 of the ")

@@ -306,8 +306,8 @@ class SmModel:
         self.tasks = [(m, t) for m in machines for t in m.tasks]
 
     def run(self) -> None:
-        """Run every block to its end; KernelError (deadlock, misuse) as the emulator reports it, with the
-        location and thread partitions of the block it happened in."""
+        """Run every block to its end; KernelError (deadlock, misuse, an integer division by zero) as the emulator
+        reports it, with the location and thread partitions of the block it happened in."""
         for machine, task in self.tasks:
             task.generator = machine.exec_body(task, machine.kernel.body)
         current = self.machines[0]  # the block whose statement or async operation runs now
@@ -332,11 +332,14 @@ class SmModel:
                     raise DeadlockError("deadlock: every unfinished thread partition is blocked and no "
                                         "asynchronous operation is in flight", current._first_blocked_loc(),
                                         current.describe_tasks())
-        except KernelError as error:
-            if error.location is None and error.tasks is None:
-                loc = current.current.loc if current.current else None
-                raise type(error)(str(error), str(loc) if loc else None, current.describe_tasks()) from None
-            raise
+        except (KernelError, ZeroDivisionError) as error:
+            # As BlockMachine.run: an error without a place gets the running statement's, and a division by zero
+            # in the kernel's own arithmetic is the kernel's error.
+            if isinstance(error, KernelError) and (error.location is not None or error.tasks is not None):
+                raise
+            loc = current.current.loc if current.current else None
+            kind = type(error) if isinstance(error, KernelError) else KernelError
+            raise kind(str(error), str(loc) if loc else None, current.describe_tasks()) from None
 
     def _earliest_event(self):
         best = (math.inf, None, None)

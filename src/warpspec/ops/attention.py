@@ -20,7 +20,7 @@ from warpspec import runtime
 from warpspec.dtypes import DType, bfloat16, float16
 from warpspec.errors import ArgumentError
 from warpspec.ops.attention_kernel import ATTENTION_KERNELS, HEAD_DIMS, LOG2_E
-from warpspec.ops.matmul import _describe_kind, _kind, dtype_of
+from warpspec.ops.operands import dtype_of, same_device, same_kind
 from warpspec.tune.cache import size_bucket
 
 DTYPES = (float16, bfloat16)
@@ -66,18 +66,11 @@ def attention(q, k, v, *, causal=False, scale=None):
     numpy arrays (ml_dtypes.bfloat16 for bfloat16) run on the emulator; torch tensors through the custom op
     ``warpspec::attention``: CUDA tensors on the GPU, CPU tensors on the emulator.
     """
-    kind = _kind(q, "q")
-    for name, value in (("k", k), ("v", v)):
-        if _kind(value, name) != kind:
-            raise ArgumentError(f"{name} is {_describe_kind(value)} but q is {_describe_kind(q)}: pass numpy arrays "
-                                f"or torch tensors, not a mix")
+    kind = same_kind("q", q, k=k, v=v)
     problem = validate(q, k, v, causal, scale)
     if kind == "torch":
         torch = sys.modules["torch"]
-        for name, value in (("k", k), ("v", v)):
-            if value.device != q.device:
-                raise ArgumentError(f"{name} is on {value.device} but q is on {q.device}: every tensor of one call "
-                                    f"must be on the same device")
+        same_device("q", q, k=k, v=v)
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         _torch_op()(q, k, v, out, problem.causal, problem.scale)
         return out

@@ -38,6 +38,7 @@ autotuned.
 from __future__ import annotations
 
 from warpspec.dtypes import bfloat16, float16, float32, int32, uint32
+from warpspec.errors import ArgumentError
 from warpspec.frontend.builder import cdiv
 from warpspec.pipeline import Pipeline
 from warpspec.script import Script, autotune
@@ -64,7 +65,8 @@ class _Attention(Script):
 
     def __init__(self, head_dim, causal, block_n, num_stages, unroll):
         super().__init__()
-        assert head_dim in HEAD_DIMS, f"head_dim must be one of {HEAD_DIMS}, got {head_dim}"
+        if head_dim not in HEAD_DIMS:
+            raise ArgumentError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
         self.head_dim = head_dim
         self.causal = causal
         self.block_n = block_n

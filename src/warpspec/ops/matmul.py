@@ -17,12 +17,12 @@ so a first call costs a compile at most, and works inside CUDA graph capture onc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import pathlib
 import sys
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from warpspec import dtypes, runtime
 from warpspec.dtypes import DType, bfloat16, float8_e4m3, float16, float32
 from warpspec.errors import ArgumentError, CompileError
 from warpspec.ops.kernels import ACTIVATIONS, GEMM_KERNELS, NUM_SMS
+from warpspec.ops.operands import dtype_of, same_device, same_kind
 from warpspec.tune.cache import size_bucket
 
 #: Input dtype -> the output dtypes allowed (the first is the default).
@@ -39,7 +40,7 @@ TMA_ALIGNMENT = 16
 DEFAULTS_FILE = pathlib.Path(__file__).with_name("defaults.json")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Problem:
     """One validated call: sizes, dtypes, B's layout and the epilogue."""
 
@@ -76,11 +77,8 @@ def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_
     ``warpspec::matmul``: CUDA tensors on the GPU, CPU tensors on the emulator. Returns ``out`` or a new array of
     the inputs' kind.
     """
-    kind = _kind(a, "a")
-    for name, value in (("b", b), ("bias", bias), ("out", out)):
-        if value is not None and _kind(value, name) != kind:
-            raise ArgumentError(f"{name} is {_describe_kind(value)} but a is {_describe_kind(a)}: pass numpy arrays "
-                                f"or torch tensors, not a mix")
+    optional = {name: value for name, value in (("bias", bias), ("out", out)) if value is not None}
+    kind = same_kind("a", a, b=b, **optional)
     if kind == "torch":
         return _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b)
     problem = validate(a, b, bias, activation, out, out_dtype)
@@ -99,7 +97,7 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
     ``torch.compile`` this function is traced, so it does only what the graph needs; the op's fake
     implementation validates there (as the real one does at run time)."""
     torch = sys.modules["torch"]
-    _same_device(a, b=b, bias=bias, out=out, scale_a=scale_a, scale_b=scale_b)
+    same_device("a", a, b=b, bias=bias, out=out, scale_a=scale_a, scale_b=scale_b)
     if torch.compiler.is_compiling():
         if _op is None:
             raise ArgumentError("ops.matmul's custom op warpspec::matmul is registered at the first eager call with "
@@ -125,34 +123,6 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
 
 
 # --------------------------------------------------------------------------------------------- validation
-
-
-def _kind(value, name: str) -> str:
-    if isinstance(value, np.ndarray):
-        return "numpy"
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(value, torch.Tensor):
-        return "torch"
-    raise ArgumentError(f"{name} must be a numpy array or a torch tensor, got {type(value).__name__}")
-
-
-def _describe_kind(value) -> str:
-    return "a numpy array" if isinstance(value, np.ndarray) else "a torch tensor"
-
-
-def _same_device(a, **others) -> None:
-    torch = sys.modules["torch"]
-    for name, value in others.items():
-        if isinstance(value, torch.Tensor) and value.device != a.device:
-            raise ArgumentError(f"{name} is on {value.device} but a is on {a.device}: every tensor of one call must "
-                                f"be on the same device")
-
-
-def dtype_of(value) -> DType | None:
-    """The warpspec dtype of a numpy array or torch tensor, or None when warpspec has none."""
-    if isinstance(value, np.ndarray):
-        return next((d for d in dtypes.ALL_DTYPES if d.numpy == value.dtype), None)
-    return dtypes.of_torch(value.dtype)
 
 
 def _resolve_dtype(value) -> DType | None:
@@ -486,9 +456,9 @@ def choose_schedule(problem: Problem, args: tuple, on_gpu: bool) -> dict:
     if on_gpu:
         from warpspec.tune.tuner import stored_schedule
 
-        plain = Problem(problem.m, problem.n, problem.k, problem.in_dtype, problem.out_dtype, problem.b_k_major,
-                        False, None)
+        plain = dataclasses.replace(problem, has_bias=False, activation=None)
         for candidate in (problem, plain):
+            # The plain kernel is called as ``arguments`` calls it without a bias: out (8) stands in for it (9).
             candidate_args = args if candidate is problem else args[:9] + (args[8],) + args[10:]
             schedule = stored_schedule(tuned_script(candidate), candidate_args, {})
             if schedule is not None:

@@ -85,7 +85,7 @@ def decode(words: np.ndarray, build: Instrumented, kernel_ns: float, clock_hz: f
     elif ran == 0:
         notes[0] = f"no block ran on SM {build.sm}: nothing was recorded"
     for array in range(build.blocks * recorders):
-        start = recorders + array * per_array
+        start = records.array_start(array // recorders, array % recorders, recorders, build.capacity)
         data = words[start:start + per_array]
         header = data[:records.HEADER_WORDS]
         if header[records.WRITTEN] != 1:
