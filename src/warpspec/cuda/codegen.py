@@ -219,10 +219,10 @@ class CodeGenerator:
         if not isinstance(self.reg_layouts.get(decl.uid), Replicated):
             raise self.error(f"elements of {decl.name} are spread over threads; read them with tensor operations, "
                              f"not by index")
-        flat = self.flat_index(decl, tuple(ref.index) + tuple(indices))
+        flat = self.row_major(tuple(ref.index) + tuple(indices), decl.shape)
         if isinstance(flat, int):
             return self.element(decl, flat)
-        size = _size(decl.shape)
+        size = math.prod(decl.shape)
         # A runtime index would move the array to local memory: select among constant indices instead.
         text = self.element(decl, size - 1)
         for i in range(size - 2, -1, -1):
@@ -258,16 +258,17 @@ class CodeGenerator:
             self.line(f"{C_TYPES[decl.dtype.name]} {name}[{count}];  // {decl.name}")
         self.declared.add(decl.uid)
 
-    def flat_index(self, decl: ir.TensorDecl, indices):
-        """The row-major element index: an int when every index is known, else a C++ expression."""
+    def row_major(self, indices, shape):
+        """The row-major position of ``indices`` in ``shape``: an int when every index is known, else a C++
+        expression."""
         values = [fold(i) for i in indices]
         if all(v is not UNKNOWN for v in values):
             flat = 0
-            for v, extent in zip(values, decl.shape):
+            for v, extent in zip(values, shape):
                 flat = flat * extent + v
             return flat
         text = "0"
-        for i, extent in zip(indices, decl.shape):
+        for i, extent in zip(indices, shape):
             text = f"({text} * {extent} + {self.cexpr(i)})"
         return text
 
@@ -364,15 +365,9 @@ class CodeGenerator:
         if any(extent != 1 for extent in lead[len(index):]):
             raise self.error(f"{ref.decl.name} must be indexed down to one 2-D tile here", loc)
         index += (ir.Const(0, int32),) * (len(lead) - len(index))  # dimensions of extent 1 left unindexed
-        values = [fold(i) for i in index]
-        if all(v is not UNKNOWN for v in values):
-            flat = 0
-            for v, extent in zip(values, lead):
-                flat = flat * extent + v
+        flat = self.row_major(index, lead)
+        if isinstance(flat, int):
             return f"(smem + {placement.offset + flat * placement.tile_stride}u)"
-        flat = "0"
-        for i, extent in zip(index, lead):
-            flat = f"({flat} * {extent} + {self.cexpr(i)})"
         return f"(smem + {placement.offset}u + static_cast<unsigned>({flat}) * {placement.tile_stride}u)"
 
 
@@ -404,17 +399,6 @@ def _literal(value, dtype: DType) -> str:
 def _identifier(name: str) -> str:
     text = re.sub(r"\W", "_", str(name))
     return text if text and not text[0].isdigit() else "v_" + text
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return (value + multiple - 1) // multiple * multiple
-
-
-def _size(shape) -> int:
-    size = 1
-    for extent in shape:
-        size *= extent
-    return size
 
 
 _RESERVED = {"smem", "smem_raw", "smem_ptr", "warp", "i", "t_", "int", "float", "unsigned", "long", "char", "bool",

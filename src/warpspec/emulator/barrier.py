@@ -47,10 +47,6 @@ class Mbarrier:
         join(self.clock, clock)
         self._maybe_complete()
 
-    def expect_tx(self, nbytes: int) -> None:
-        self._add_tx(nbytes)
-        self._maybe_complete()
-
     def complete_tx(self, nbytes: int, clock: list[int]) -> None:
         """Bytes delivered by an async copy, which releases the issuer's clock at issue time."""
         self._add_tx(-nbytes)

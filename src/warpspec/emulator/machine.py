@@ -417,12 +417,8 @@ class BlockMachine:
 
 
 @registry.emulates(ir.Declare)
-def _declare(machine, task, s: ir.Declare):
-    task.env[s.var.uid] = wrap(machine.ev(task, s.value), s.var.type)
-
-
 @registry.emulates(ir.Assign)
-def _assign(machine, task, s: ir.Assign):
+def _assign(machine, task, s: ir.Declare | ir.Assign):
     task.env[s.var.uid] = wrap(machine.ev(task, s.value), s.var.type)
 
 

@@ -28,6 +28,7 @@ from warpspec.isa import elementwise
 from warpspec.isa.memory import StoreElement
 from warpspec.isa.values import RuntimeRange, TensorValue, describe
 from warpspec.ir import nodes as ir
+from warpspec.passes.unroll import map_exprs
 
 _PY_BINOPS = {
     ast.Add: ("+", operator.add), ast.Sub: ("-", operator.sub), ast.Mult: ("*", operator.mul),
@@ -195,16 +196,7 @@ class Builder:
 
     def _substitute_host_values(self, expr: ir.Expr) -> ir.Expr:
         """``expr`` with every variable replaced by its (known) host value."""
-        if isinstance(expr, ir.Var):
-            return self.host_values[expr.uid]
-        if isinstance(expr, ir.Binary):
-            return replace(expr, a=self._substitute_host_values(expr.a), b=self._substitute_host_values(expr.b))
-        if isinstance(expr, (ir.Unary, ir.Convert)):
-            return replace(expr, a=self._substitute_host_values(expr.a))
-        if isinstance(expr, ir.Select):
-            return replace(expr, cond=self._substitute_host_values(expr.cond), a=self._substitute_host_values(expr.a),
-                           b=self._substitute_host_values(expr.b))
-        return expr
+        return map_exprs(expr, lambda e: self.host_values[e.uid] if isinstance(e, ir.Var) else e)
 
     def to_int(self, value, what: str) -> int:
         """``value`` as a compile-time int, or a CompileError naming ``what``."""

@@ -31,6 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from warpspec.dtypes import DType
+from warpspec.target import SM90A
 
 __all__ = [
     "SWIZZLE_MODES",
@@ -64,11 +65,11 @@ _LAYOUT_CODE = {128: 1, 64: 2, 32: 3, 0: 0}
 _SWIZZLE_OF_CODE = {code: sw for sw, code in _LAYOUT_CODE.items()}
 
 # TMA boxDim[i] is in [1, 256] (HF §2).
-_MAX_BOX_DIM = 256
+_MAX_BOX_DIM = SM90A.tma_max_box_extent
 
 # One wgmma instruction consumes 32 bytes of K per row: k16 for 16-bit, k32 for 8-bit, k8 for tf32 (HF §3 Shapes,
 # "Advancing along K": bf16 k16 -> +32 B, fp8 k32 -> +32 B).
-_K_STEP_BYTES = 32
+_K_STEP_BYTES = SM90A.wgmma_k_bytes
 
 
 def _span(swizzle_bytes: int) -> int:
@@ -76,7 +77,8 @@ def _span(swizzle_bytes: int) -> int:
     return swizzle_bytes if swizzle_bytes else 16
 
 
-def _round_up(value: int, multiple: int) -> int:
+def round_up(value: int, multiple: int) -> int:
+    """``value`` rounded up to a multiple of ``multiple``."""
     return -(-value // multiple) * multiple
 
 
@@ -156,7 +158,7 @@ class SharedTileLayout:
     def column_box_stride(self) -> int:
         """Distance in bytes between consecutive column boxes (rows*row_bytes rounded up to the alignment)."""
         # Rounded so each column box starts on a pattern repeat (the swizzle follows absolute addresses, HF §2).
-        return _round_up(self.rows * self.row_bytes, self.alignment)
+        return round_up(self.rows * self.row_bytes, self.alignment)
 
     @property
     def nbytes(self) -> int:

@@ -18,6 +18,7 @@ declares. Tensors of 16-bit types are stored as packed pairs in
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 from warpspec.errors import CompileError
@@ -118,7 +119,7 @@ class Blocked:
 
     @property
     def size(self) -> int:
-        return _size(self.shape)
+        return math.prod(self.shape)
 
     @property
     def registers(self) -> int:
@@ -151,7 +152,7 @@ class Replicated:
 
     @property
     def registers(self) -> int:
-        return _size(self.shape)
+        return math.prod(self.shape)
 
     def coords(self, i: int) -> tuple[str, str]:
         if len(self.shape) == 1:
@@ -269,7 +270,6 @@ def infer_layouts(kernel: ir.Kernel, target: Target) -> dict[int, object]:
     fragment layouts, elementwise operations share their operands' layout in both directions, loads not otherwise
     constrained get a Blocked layout over their thread group, and small remaining tensors are replicated."""
     layouts: dict[int, object] = {}
-    groups: dict[int, tuple[int, int]] = {}  # decl uid -> group that defines it
     statements: list[tuple[ir.Stmt, tuple[int, int]]] = []
 
     def visit(body, group):
@@ -294,9 +294,7 @@ def infer_layouts(kernel: ir.Kernel, target: Target) -> dict[int, object]:
                                f"load_shared)", str(stmt.loc))
         return False
 
-    for stmt, group in statements:
-        if isinstance(stmt, (ir.DefineTensor, AllocRegister)):
-            groups[stmt.decl.uid] = group
+    for stmt, _ in statements:
         if isinstance(stmt, WgmmaMma):
             m, n = stmt.d.shape
             warpgroups = stmt.threads[1] // target.warpgroup_threads
@@ -359,7 +357,7 @@ def infer_layouts(kernel: ir.Kernel, target: Target) -> dict[int, object]:
     propagate()
     for stmt, group in statements:
         if isinstance(stmt, (AllocRegister, ir.DefineTensor)) and stmt.decl.uid not in layouts:
-            size = _size(stmt.decl.shape)
+            size = math.prod(stmt.decl.shape)
             if size > MAX_REPLICATED:
                 raise CompileError(f"register tensor {stmt.decl.name} ({size} elements) is not a wgmma operand, "
                                    f"not loaded, and too large to replicate in every thread (at most "
@@ -436,10 +434,3 @@ def _describe(layout) -> str:
     return {Accumulator: "wgmma accumulator fragments", AFragment: "wgmma A fragments",
             Blocked: "blocked over a thread group", Replicated: "replicated"}.get(type(layout)) or \
         f"the {'column' if layout.axis == 0 else 'row'} slice of {_describe(layout.parent)}"
-
-
-def _size(shape) -> int:
-    size = 1
-    for extent in shape:
-        size *= extent
-    return size

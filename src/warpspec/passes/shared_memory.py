@@ -8,13 +8,14 @@ follow the tiles, 8 bytes each.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from warpspec.errors import CompileError
 from warpspec.isa.mbarrier import AllocBarriers
 from warpspec.isa.memory import AllocShared
 from warpspec.ir import nodes as ir
-from warpspec.layout.shared import SharedTileLayout, choose_shared_layout
+from warpspec.layout.shared import SharedTileLayout, choose_shared_layout, round_up
 from warpspec.target import Target
 
 
@@ -42,36 +43,33 @@ class SharedPlan:
 
 def plan_shared(kernel: ir.Kernel, target: Target) -> SharedPlan:
     """Place every shared tensor and mbarrier array of ``kernel``; CompileError at the allocation that does not
-    fit (the error's ``shared_bytes`` says how much the kernel needs)."""
+    fit (the error's ``shared_bytes`` says how much the whole kernel needs)."""
     tiles, counts, offset = {}, {}, 0
     barrier_bytes = sum(8 * len(s.counts) for s in ir.walk(kernel.body) if isinstance(s, AllocBarriers))
+    overflow = None  # the CompileError of the allocation that crossed the limit, raised once the total is known
     for stmt in ir.walk(kernel.body):
         if isinstance(stmt, AllocShared):
             decl = stmt.decl
-            if len(decl.shape) < 2:
-                raise CompileError(f"shared tensor {decl.name} needs at least 2 dimensions (rows, columns)",
-                                   str(stmt.loc))
-            rows, cols = decl.shape[-2:]
             try:
-                tile = choose_shared_layout(decl.dtype, rows, cols, stmt.swizzle)
-            except ValueError as error:
-                raise CompileError(f"shared tensor {decl.name}: {error}", str(stmt.loc)) from None
-            stride = _round_up(tile.nbytes, target.shared_alignment)
-            count = 1
-            for extent in decl.shape[:-2]:
-                count *= extent
+                tile = _tile_layout(stmt)
+            except CompileError:
+                if overflow is None:
+                    raise
+                continue  # past the limit: the total reported counts the tiles that have a layout
+            stride = round_up(tile.nbytes, target.shared_alignment)
             tiles[decl.uid] = SharedPlacement(offset, tile, stride, tuple(decl.shape[:-2]))
-            offset += stride * count
-            if offset + barrier_bytes > target.shared_limit:
-                error = CompileError(
+            offset += stride * math.prod(decl.shape[:-2])
+            if overflow is None and offset + barrier_bytes > target.shared_limit:
+                overflow = CompileError(
                     f"shared tensor {decl.name} brings the block's shared memory to {offset + barrier_bytes} bytes "
                     f"(tiles with their {target.shared_alignment}-byte alignment, and mbarriers); at most "
                     f"{target.shared_limit} fit in a block on {target.name} (227 KB less the alignment reserve)",
                     str(stmt.loc))
-                error.shared_bytes = _total(kernel, target, barrier_bytes)
-                raise error
         elif isinstance(stmt, AllocBarriers):
             counts[stmt.decl.uid] = stmt.counts
+    if overflow is not None:
+        overflow.shared_bytes = offset + barrier_bytes
+        raise overflow
     barrier_offsets = {}
     for uid, barrier_counts in counts.items():
         barrier_offsets[uid] = offset
@@ -79,21 +77,12 @@ def plan_shared(kernel: ir.Kernel, target: Target) -> SharedPlan:
     return SharedPlan(tiles, barrier_offsets, counts, offset, target.shared_limit)
 
 
-def _total(kernel: ir.Kernel, target: Target, barrier_bytes: int) -> int:
-    """The whole kernel's shared bytes, for a plan that does not fit (the tuner reports it)."""
-    total = barrier_bytes
-    for stmt in ir.walk(kernel.body):
-        if isinstance(stmt, AllocShared) and len(stmt.decl.shape) >= 2:
-            try:
-                tile = choose_shared_layout(stmt.decl.dtype, *stmt.decl.shape[-2:], stmt.swizzle)
-            except ValueError:
-                continue
-            count = 1
-            for extent in stmt.decl.shape[:-2]:
-                count *= extent
-            total += _round_up(tile.nbytes, target.shared_alignment) * count
-    return total
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return (value + multiple - 1) // multiple * multiple
+def _tile_layout(stmt: AllocShared) -> SharedTileLayout:
+    """The layout of one shared tensor's tile; CompileError at its line when it has none."""
+    decl = stmt.decl
+    if len(decl.shape) < 2:
+        raise CompileError(f"shared tensor {decl.name} needs at least 2 dimensions (rows, columns)", str(stmt.loc))
+    try:
+        return choose_shared_layout(decl.dtype, *decl.shape[-2:], stmt.swizzle)
+    except ValueError as error:
+        raise CompileError(f"shared tensor {decl.name}: {error}", str(stmt.loc)) from None

@@ -4,6 +4,8 @@ element loads and stores in each register layout, shared-memory addresses with t
 
 from __future__ import annotations
 
+import math
+
 from warpspec.cuda.cxx import C_TYPES
 from warpspec.cuda.sm90 import epilogue
 from warpspec.dtypes import float32
@@ -63,7 +65,7 @@ def _emit_StoreElement(gen, s: StoreElement) -> None:
     value = gen.cexpr(s.value)
     if decl.dtype.is_float and decl.dtype is not float32:
         value = gen.to_storage(f"static_cast<float>({value})", decl.dtype)
-    flat = gen.flat_index(decl, tuple(s.tensor.index) + tuple(s.indices))
+    flat = gen.row_major(tuple(s.tensor.index) + tuple(s.indices), decl.shape)
     if isinstance(flat, int):
         gen.line(gen.set_element(decl, flat, value))
         return
@@ -71,7 +73,7 @@ def _emit_StoreElement(gen, s: StoreElement) -> None:
     gen.line(f"  const auto value_ = {value};")
     gen.line(f"  const int index_ = {flat};")
     gen.line("  #pragma unroll")
-    gen.line(f"  for (int i = 0; i < {_size(decl.shape)}; ++i) if (i == index_) {{ "
+    gen.line(f"  for (int i = 0; i < {math.prod(decl.shape)}; ++i) if (i == index_) {{ "
               f"{gen.set_element(decl, 'i', 'value_')} }}")
     gen.line("}")
 
@@ -180,10 +182,3 @@ def _emit_StoreGlobal(gen, s: StoreGlobal) -> None:
                   f"({offset}) * {nbytes}) = static_cast<{ctype}>({gen.element(s.src.decl, i)});")
 
     gen.element_loop(layout, body)
-
-
-def _size(shape) -> int:
-    size = 1
-    for extent in shape:
-        size *= extent
-    return size

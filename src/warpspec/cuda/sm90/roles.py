@@ -12,11 +12,14 @@ TARGET = SM90A.name
 
 @emits(ThreadGroup, TARGET)
 def _emit_ThreadGroup(gen, s: ThreadGroup) -> None:
-    first, last = s.begin // 32, (s.begin + s.count) // 32
+    warp_threads = gen.target.warp_threads
+    first, last = s.begin // warp_threads, (s.begin + s.count) // warp_threads
     gen.line(f"if (warp >= {first} && warp < {last}) {{  // threads [{s.begin}, {s.begin + s.count})")
     gen.indent += 1
     if s.max_registers is not None:
-        entry = min((65536 // gen.kernel.num_threads) // 8 * 8, 255)
+        # The registers a thread starts with: the block's share of the SM's file, in setmaxnreg's steps of 8.
+        target = gen.target
+        entry = min((target.registers_per_block // gen.kernel.num_threads) // 8 * 8, target.max_registers_per_thread)
         mode = "inc" if s.max_registers > entry else "dec"
         gen.line(f'asm volatile("setmaxnreg.{mode}.sync.aligned.u32 {s.max_registers};\\n" ::: "memory");')
     gen.groups.append((s.begin, s.count))
