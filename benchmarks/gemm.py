@@ -3,7 +3,9 @@
 House protocol (docs/performance.md): C = A·Bᵀ with A [M, K] and B = w.T of a row-major w [N, K] (a linear layer's
 layout), ``torch.randn`` inputs, ``triton.testing.do_bench(fn, warmup=100, rep=500, return_mode="median")``, the
 torch reference timed right before ours: ``a @ w.T`` (cuBLAS) for fp16/bf16, ``torch._scaled_mm`` with per-tensor
-scales for FP8 (bf16 out). Every result is checked against the reference before it is timed. Before timing, each
+scales for FP8 (bf16 out). Every result is checked against the reference before it is timed, and each call's
+host time is measured too (``host_us_per_call``: a ratio below 1 at a small shape whose host time exceeds its GPU
+time is a host-bound call, not a slow kernel). Before timing, each
 shape is tuned (``warpspec.ops``: the tuner's winner is stored, so a second run only times), unless
 ``--no-tune``: then ops.matmul runs what it picks by itself (the shipped defaults, else its size rule).
 
@@ -20,6 +22,8 @@ import importlib
 import json
 import math
 import time
+
+from warpspec.tune.bench import host_us_per_call
 
 #: The issue's shapes (M, N, K).
 SHAPES = [(2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 8192), (8192, 8192, 1024),
@@ -69,11 +73,12 @@ def main() -> None:
 
     print(f"\n{torch.cuda.get_device_name()}; references: cuBLAS (a @ w.T), torch._scaled_mm for float8; "
           f"{'shipped defaults / size rule' if args.no_tune else 'tuned'}; {time.perf_counter() - started_all:.0f} s")
-    print(f"{'dtype':<12} {'M x N x K':<18} {'TFLOP/s':>8} {'ref':>8} {'ratio':>6} {'rel err':>8} {'first':>7}  "
-          f"schedule")
+    print(f"{'dtype':<12} {'M x N x K':<18} {'TFLOP/s':>8} {'ref':>8} {'ratio':>6} {'rel err':>8} {'first':>7} "
+          f"{'host us':>8} {'ref us':>7}  schedule")
     for row in rows:
         print(f"{row['dtype']:<12} {row['shape']:<18} {row['ours_tflops']:8.0f} {row['reference_tflops']:8.0f} "
-              f"{row['ratio']:6.3f} {row['error']:8.1e} {row['first_s']:6.1f}s  {row['schedule']}")
+              f"{row['ratio']:6.3f} {row['error']:8.1e} {row['first_s']:6.1f}s {row['ours_host_us']:8.1f} "
+              f"{row['reference_host_us']:7.1f}  {row['schedule']}")
     for dtype_name in dtypes:
         ratios = [row["ratio"] for row in rows if row["dtype"] == dtype_name]
         if ratios:
@@ -129,7 +134,9 @@ def measure(torch, bench, matmul_module, dtype_name: str, m: int, n: int, k: int
     flops = 2.0 * m * n * k
     return {"dtype": dtype_name, "shape": f"{m}x{n}x{k}", "ours_tflops": flops / ours_ms / 1e9,
             "reference_tflops": flops / theirs_ms / 1e9, "ratio": theirs_ms / ours_ms, "error": error,
-            "first_s": first, "schedule": schedule_of(matmul_module, a, w, out)}
+            "first_s": first, "schedule": schedule_of(matmul_module, a, w, out),
+            "ours_host_us": host_us_per_call(ours, torch.cuda.synchronize, calls=50, repeats=5),
+            "reference_host_us": host_us_per_call(reference, torch.cuda.synchronize, calls=50, repeats=5)}
 
 
 def tune_on(matmul_module, a, w, out, scale_a) -> None:

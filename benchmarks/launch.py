@@ -8,7 +8,9 @@ it (``warpspec.tune.bench.host_us_per_call``; a loop short enough never to fill 
     python benchmarks/launch.py [--calls 200] [--json out.json] [--breakdown]
 
 ``--breakdown`` also times the parts of the pinned call one by one (the Script call's dispatch, the plan entry,
-the torch tensor reads, the device/stream/context queries and the driver's launch alone).
+the torch tensor reads, the device/stream/context queries and the driver's launch alone), and the layers of an
+``ops.matmul`` call at 2048^3 (the call, the custom op's dispatch, the op's implementation, the signature lookup,
+the arguments and the pinned Script call it ends in).
 
 Prints a Markdown table last (the form docs/performance.md uses); writes every number to the JSON file.
 """
@@ -103,6 +105,9 @@ def main() -> None:
         for label, value in breakdown(pinned, (M, N, K, a, b, c), options.calls).items():
             results[f"pinned call part: {label}"] = value
             print(f"pinned call part: {label}: {value:.2f} us", flush=True)
+        for label, value in ops_breakdown(options.calls).items():
+            results[f"ops.matmul 2048^3 part: {label}"] = value
+            print(f"ops.matmul 2048^3 part: {label}: {value:.2f} us", flush=True)
     eager, graph = eager_and_graph()
     print(f"\nHost time per call, {options.calls} calls in a loop, median of 25 loops, fp16 {M}x{N}x{K}:\n")
     print("| call | host us per call |\n|---|---:|")
@@ -136,6 +141,37 @@ def breakdown(script, args: tuple, calls: int) -> dict[str, float]:
         "current device and stream": lambda: get_stream(get_device()),
         "cuCtxGetCurrent": lambda: ctx_get(ctx_ref),
         "cuLaunchKernelEx alone": lambda: launch(config, function, params, None),
+    }
+    return {label: host_us(part, calls) for label, part in parts.items()}
+
+
+def ops_breakdown(calls: int, size: int = 2048) -> dict[str, float]:
+    """Host microseconds per call of the layers of ``ops.matmul(a, w.T, out=c)`` (fp16, ``size``^3), outermost
+    first, each timed alone, and of a custom op that does nothing (what PyTorch's dispatch costs by itself)."""
+    import importlib
+
+    module = importlib.import_module("warpspec.ops.matmul")
+    a = torch.randn(size, size, device="cuda", dtype=torch.float16)
+    w_t = torch.randn(size, size, device="cuda", dtype=torch.float16).T
+    c = torch.empty(size, size, device="cuda", dtype=torch.float16)
+    module.matmul(a, w_t, out=c)  # builds the kernel and sets the signature's launcher
+    found = module.signature(a, w_t, None, None, c, None)
+    script, num_sms = found.launcher
+    args = found.layout.arguments(a, w_t, c, None, None, num_sms)
+    op = module._torch_op()
+    nothing = warpspec.torch_ops.custom_op("warpspec_benchmarks::nothing", lambda x: None, schema="(Tensor x) -> ()")
+    parts = {
+        "ops.matmul(a, w.T, out=c)": lambda: module.matmul(a, w_t, out=c),
+        "ops.matmul(a, w.T) (allocates C)": lambda: module.matmul(a, w_t),
+        "the custom op called directly": lambda: op(a, w_t, c, None, None, ""),
+        "a custom op that does nothing": lambda: nothing(a),
+        "the op's implementation, not through torch": lambda: module._op_implementation(a, w_t, c, None, None, ""),
+        "run(signature): checks, arguments, the pinned call": lambda: module.run(found, a, w_t, c, None, None),
+        "the pinned Script call alone": lambda: script(*args),
+        "signature lookup": lambda: module.signature(a, w_t, None, None, c, None),
+        "Layout.arguments": lambda: found.layout.arguments(a, w_t, c, None, None, num_sms),
+        "torch.empty of C": lambda: torch.empty((size, size), dtype=torch.float16, device="cuda"),
+        "runtime.get_backend": warpspec.runtime.get_backend,
     }
     return {label: host_us(part, calls) for label, part in parts.items()}
 

@@ -341,6 +341,7 @@ def test_a_shipped_default_that_cannot_build_for_the_output_dtype_falls_back(mon
     too_big = {"num_stages": 3, "block_m": 128, "block_n": 256, "persistent": True}
     monkeypatch.setattr(ops_matmul, "_defaults", {"float16": {"128x128x64": too_big}})
     monkeypatch.setattr(ops_matmul, "_chosen", {})
+    monkeypatch.setattr(ops_matmul, "_signatures", {})
     wide = ops_matmul.validate(A, W.T, None, None, None, np.float32)
     assert ops_matmul.choose_schedule(wide, (), on_gpu=False) == too_big
     with pytest.raises(warpspec.CompileError, match="shared memory"):

@@ -49,12 +49,14 @@ _LIBRARIES: dict[str, torch.library.Library] = {}
 
 
 def custom_op(name: str, function: Callable | None = None, *, mutates_args: Iterable[str] | str = (),
-              schema: str | None = None):
+              schema: str | None = None, fake: Callable | None = None):
     """Register ``function`` (type-hinted, allocating its outputs and calling Scripts) as the PyTorch operator
     ``name`` (``"namespace::op_name"``) with ``function`` itself as its fake implementation; return the operator
     (``torch.ops.namespace.op_name``, callable like the function). Use as ``@custom_op("mylib::op")`` or
     ``custom_op("mylib::op", function)``. ``mutates_args`` names the arguments the function writes into;
-    ``schema`` (e.g. ``"(Tensor a, Tensor b) -> Tensor"``) replaces the one inferred from the type hints.
+    ``schema`` (e.g. ``"(Tensor a, Tensor b) -> Tensor"``) replaces the one inferred from the type hints;
+    ``fake`` replaces ``function`` as the fake implementation (one that must not launch, for instance, so the real
+    one need not ask whether its tensors are fake).
 
     The operator is defined with ``torch.library.Library`` and one implementation for every device
     (``CompositeExplicitAutograd``), so a call goes straight through PyTorch's dispatcher: a few microseconds,
@@ -70,7 +72,7 @@ def custom_op(name: str, function: Callable | None = None, *, mutates_args: Iter
         text = schema if schema is not None else torch.library.infer_schema(function, mutates_args=mutates_args)
         library.define(op_name + text)
         library.impl(op_name, _on_the_tensors_device(function), "CompositeExplicitAutograd")
-        torch.library.register_fake(name, function, lib=library)
+        torch.library.register_fake(name, function if fake is None else fake, lib=library)
         return getattr(getattr(torch.ops, namespace), op_name)
 
     return register if function is None else register(function)

@@ -97,8 +97,8 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
     ``torch.compile`` this function is traced, so it does only what the graph needs; the op's fake
     implementation validates there (as the real one does at run time)."""
     torch = sys.modules["torch"]
-    same_device("a", a, b=b, bias=bias, out=out, scale_a=scale_a, scale_b=scale_b)
     if torch.compiler.is_compiling():
+        same_device("a", a, b=b, bias=bias, out=out, scale_a=scale_a, scale_b=scale_b)
         if _op is None:
             raise ArgumentError("ops.matmul's custom op warpspec::matmul is registered at the first eager call with "
                                 "torch tensors (or when warpspec.ops is imported after torch), which torch.compile "
@@ -111,9 +111,11 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
         if in_dtype not in OUT_DTYPES:
             raise ArgumentError(f"a has dtype {a.dtype}; ops.matmul takes float16, bfloat16 or float8_e4m3")
         m, n, result_dtype = a.shape[0], b.shape[1], _out_dtype(in_dtype, out, out_dtype)
-    else:  # eager: every error at the call, before anything is allocated
+    else:  # eager: every error at the call, before anything is allocated (devices included: see _validate)
         problem = validate(a, b, bias, activation, out, out_dtype)
         m, n, in_dtype, result_dtype = problem.m, problem.n, problem.in_dtype, problem.out_dtype
+        if scale_a is not None or scale_b is not None:
+            same_device("a", a, scale_a=scale_a, scale_b=scale_b)
     _check_scales(in_dtype, scale_a, scale_b)
     if out is None:
         out = torch.empty((m, n), dtype=_torch_dtype(result_dtype), device=a.device)
@@ -160,40 +162,63 @@ def _pitch(name: str, value, dtype: DType, layout: str) -> int:
     return stride
 
 
-#: Validated problems by the operands' description (dtypes, shapes, strides, epilogue): a call like an earlier
-#: one costs a dictionary lookup instead of the checks (small GEMMs are bound by host time). Bounded.
-_validated: dict = {}
-MAX_VALIDATED = 256
+@dataclasses.dataclass
+class Signature:
+    """What the description of a call's operands (kinds, devices, dtypes, shapes, strides, epilogue) fixes: the
+    validated problem, the layout of the kernel's arguments when there is an output to write, and, once such a
+    call ran, the pinned Script and the SM count that run it. A signature's operands are on one device (numpy
+    arrays and CPU tensors: the emulator), so one Script serves all its calls."""
+
+    problem: Problem
+    layout: Layout | None  # None before the output exists, or with nothing to compute
+    launcher: tuple | None = None  # (pinned Script, SM count), set by the first launch
+
+
+#: Signatures by the operands' description: a call like an earlier one costs a dictionary lookup instead of the
+#: checks, the schedule's choice and the arguments' layout (small GEMMs are bound by host time). Bounded.
+_signatures: dict = {}
+MAX_SIGNATURES = 256
 
 
 def validate(a, b, bias, activation, out, out_dtype) -> Problem:
     """Every check of the operands (``ArgumentError`` naming the argument); the validated problem. The scales
     are checked by ``_check_scales``."""
+    return signature(a, b, bias, activation, out, out_dtype).problem
+
+
+def signature(a, b, bias, activation, out, out_dtype) -> Signature:
+    """The operands' ``Signature``: made (``validate``'s checks) at the first call of a description, then looked
+    up."""
     try:
         key = (_describe(a), _describe(b), _describe(bias), _describe(out), activation, out_dtype)
-        found = _validated.get(key)
-    except TypeError:  # an unhashable out_dtype or activation: the checks below say what is wrong
+        found = _signatures.get(key)
+    except TypeError:  # an unhashable out_dtype or activation, or symbolic sizes: made afresh, not kept
         key = found = None
     if found is not None:
         return found
     problem = _validate(a, b, bias, activation, out, out_dtype)
+    layout = Layout.of(a, b, out, problem) if out is not None and problem.m and problem.n else None
+    found = Signature(problem, layout)
     if key is not None:
-        if len(_validated) >= MAX_VALIDATED:
-            _validated.clear()
-        _validated[key] = problem
-    return problem
+        if len(_signatures) >= MAX_SIGNATURES:
+            _signatures.clear()
+        _signatures[key] = found
+    return found
 
 
 def _describe(value):
-    """What validation reads of an array or tensor: kind, dtype, shape and strides (None stays None)."""
+    """What validation reads of an array or tensor: kind, dtype, shape, strides and, for a tensor, its device
+    (None stays None)."""
     if value is None:
         return None
     if isinstance(value, np.ndarray):
         return (np.ndarray, value.dtype, value.shape, value.strides)
-    return (type(value), value.dtype, tuple(value.shape), value.stride())
+    return (type(value), value.dtype, value.shape, value.stride(), value.device)
 
 
 def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
+    if not isinstance(a, np.ndarray):
+        same_device("a", a, b=b, bias=bias, out=out)
     for name, value in (("a", a), ("b", b)):
         if len(value.shape) != 2:
             raise ArgumentError(f"{name} must be 2-D, got shape {tuple(value.shape)}")
@@ -324,23 +349,57 @@ def _torch_scale(a, scale_a, scale_b):
 
 def launch(a, b, out, bias, scale, problem: Problem) -> None:
     """Run the kernel of ``problem`` on validated operands, on the selected back end (``runtime.get_backend``)."""
+    run(signature(a, b, bias, problem.activation, out, None), a, b, out, bias, scale)
+
+
+def run(found: Signature, a, b, out, bias, scale) -> None:
+    """Run the kernel of the operands' signature ``found`` (with an output) on them: the pinned Script chosen at
+    the signature's first launch (``script_for``) called with the layout's arguments."""
     for name, value in (("a", a), ("b", b), ("out", out)):
         if _address(value) % TMA_ALIGNMENT:
             raise ArgumentError(f"{name} starts at an address that is not a multiple of {TMA_ALIGNMENT} bytes, as "
                                 f"TMA requires (a slice that starts mid-row?)")
-    args = arguments(a, b, out, bias, scale, problem)
-    script = script_for(problem, args)
-    script(*args)
+    if found.launcher is None:
+        num_sms = sm_count()
+        found.launcher = (script_for(found.problem, found.layout.arguments(a, b, out, bias, scale, num_sms)),
+                          num_sms)
+    script, num_sms = found.launcher
+    script(*found.layout.arguments(a, b, out, bias, scale, num_sms))
 
 
 def arguments(a, b, out, bias, scale, problem: Problem) -> tuple:
-    """The kernel's call arguments: sizes, pitches, the arrays (b as the [N, K] tensor it views when K-major),
-    the bias (``out`` stands in when there is none: never read) and, for float8, the scale. Each array goes as
-    the 1-D span of memory its rows cover (``span``): the kernel's views carry the pitches."""
-    b_view = b.T if problem.b_k_major else b
-    args = (problem.m, problem.n, problem.k, strides_of(a)[0], strides_of(b_view)[0], strides_of(out)[0],
-            span(a), span(b_view), span(out), span(bias if bias is not None else out))
-    return args + ((scale,) if problem.in_dtype == float8_e4m3 else ()) + (sm_count(),)
+    """The kernel's call arguments for ``problem`` on these operands (``Layout.arguments``), with the SM count of
+    the GPU launches go to (``sm_count``)."""
+    return Layout.of(a, b, out, problem).arguments(a, b, out, bias, scale, sm_count())
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """How validated operands become the kernel's call arguments: sizes and pitches, which arrays pass as they
+    are (contiguous) and which as the span of memory their rows cover (``span``; the kernel's views carry the
+    pitches), b as the [N, K] tensor it views when K-major, ``out`` standing in for a missing bias (never read)
+    and, for float8, the scale."""
+
+    sizes: tuple[int, ...]  # m, n, k and the row pitches of a, of b's view and of out
+    contiguous: tuple[bool, bool, bool]  # a, b's view, out (a bias, validated contiguous, always is)
+    b_k_major: bool
+    scaled: bool
+
+    @classmethod
+    def of(cls, a, b, out, problem: Problem) -> Layout:
+        """The layout of ``problem``'s operands (their strides are what it depends on)."""
+        b_view = b.T if problem.b_k_major else b
+        sizes = (problem.m, problem.n, problem.k, strides_of(a)[0], strides_of(b_view)[0], strides_of(out)[0])
+        contiguous = tuple(span(value) is value for value in (a, b_view, out))
+        return cls(sizes, contiguous, problem.b_k_major, problem.in_dtype == float8_e4m3)
+
+    def arguments(self, a, b, out, bias, scale, num_sms: int) -> tuple:
+        """The call arguments: sizes, pitches, arrays, scale (float8), ``num_sms``."""
+        whole_a, whole_b, whole_out = self.contiguous
+        b_view = b.T if self.b_k_major else b
+        arrays = (a if whole_a else span(a), b_view if whole_b else span(b_view), out if whole_out else span(out),
+                  (out if whole_out else span(out)) if bias is None else bias)
+        return self.sizes + arrays + ((scale,) if self.scaled else ()) + (num_sms,)
 
 
 _sm_counts: dict[int, int] = {}
@@ -435,6 +494,7 @@ def _buildable(problem: Problem, schedule: dict, args: tuple):
 def forget_choices() -> None:
     """Forget the schedules this process chose (after a tuning run, the next call of each shape looks again)."""
     _chosen.clear()
+    _signatures.clear()  # they hold the pinned Scripts their first launches chose
 
 
 def chosen_schedule(problem: Problem) -> dict | None:
@@ -511,21 +571,31 @@ def _torch_op():
     if _op is None:
         from warpspec.torch_ops import custom_op
 
-        _op = custom_op("warpspec::matmul", _op_implementation, mutates_args=("out",),
+        _op = custom_op("warpspec::matmul", _op_implementation, fake=_op_fake, mutates_args=("out",),
                         schema="(Tensor a, Tensor b, Tensor(a!) out, Tensor? bias, Tensor? scale, str activation) "
                                "-> ()")
     return _op
 
 
 def _op_implementation(a, b, out, bias, scale, activation):
-    """The op's real and fake implementation: the operands are validated (``ArgumentError``), then ``out`` is
-    written. Fake or meta tensors (torch.compile tracing) only describe the call: the output exists already, so
-    nothing runs (a fake call's tensors are all fake: looking at ``out`` says which call this is)."""
-    problem = validate(a, b, bias, activation or None, out, None)
-    if problem.in_dtype == float8_e4m3 and (scale is None or dtype_of(scale) != float32 or scale.numel() != 1):
+    """The op's implementation for real tensors (CPU and CUDA): the operands are validated (``ArgumentError``),
+    then ``out`` is written."""
+    found = _op_signature(a, b, out, bias, scale, activation)
+    if found.layout is not None:
+        run(found, a, b, out, bias, scale)
+
+
+def _op_fake(a, b, out, bias, scale, activation):
+    """The op's fake implementation (torch.compile tracing with fake or meta tensors): the same checks; the
+    output exists already, so nothing else happens."""
+    _op_signature(a, b, out, bias, scale, activation)
+
+
+def _op_signature(a, b, out, bias, scale, activation) -> Signature:
+    found = signature(a, b, bias, activation or None, out, None)
+    if found.problem.in_dtype == float8_e4m3 and (scale is None or dtype_of(scale) != float32 or scale.numel() != 1):
         raise ArgumentError("scale: float8 inputs need the one-element float32 scale tensor (scale_a * scale_b)")
-    if problem.m and problem.n and not runtime.shape_only((out,)):
-        launch(a, b, out, bias, scale, problem)
+    return found
 
 
 # ------------------------------------------------------------------------------------------------ tuning
