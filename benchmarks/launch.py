@@ -9,8 +9,8 @@ it (``warpspec.tune.bench.host_us_per_call``; a loop short enough never to fill 
 
 ``--breakdown`` also times the parts of the pinned call one by one (the Script call's dispatch, the plan entry,
 the torch tensor reads, the device/stream/context queries and the driver's launch alone), and the layers of an
-``ops.matmul`` call at 2048^3 (the call, the custom op's dispatch, the op's implementation, the signature lookup,
-the arguments and the pinned Script call it ends in).
+``ops.matmul`` call at 2048^3 (the call, the custom op's dispatch, which a plain eager call skips, the op's
+implementation, the signature lookup, the arguments and the pinned Script call it ends in).
 
 Prints a Markdown table last (the form docs/performance.md uses); writes every number to the JSON file.
 """
@@ -166,6 +166,7 @@ def ops_breakdown(calls: int, size: int = 2048) -> dict[str, float]:
         "the custom op called directly": lambda: op(a, w_t, c, None, None, ""),
         "a custom op that does nothing": lambda: nothing(a),
         "the op's implementation, not through torch": lambda: module._op_implementation(a, w_t, c, None, None, ""),
+        "the check that the dispatcher may be skipped": lambda: module._dispatch_is_plain(torch, a, w_t, c, None, None),
         "run(signature): checks, arguments, the pinned call": lambda: module.run(found, a, w_t, c, None, None),
         "the pinned Script call alone": lambda: script(*args),
         "signature lookup": lambda: module.signature(a, w_t, None, None, c, None),

@@ -50,6 +50,19 @@ def test_out_is_written_in_place():
     torch.testing.assert_close(out.float(), a.float() @ w.float().T, rtol=4e-3, atol=4e-3)
 
 
+def test_overwriting_a_tensor_saved_for_backward_is_caught_by_autograd():
+    """The op advances out's version as an in-place op does, so a backward through the old values refuses."""
+    a, w, _ = operands()
+    out = torch.zeros(96, 80, dtype=torch.float16)
+    weight = torch.ones(96, 80, dtype=torch.float16, requires_grad=True)
+    loss = (weight * out).sum()  # saves out for the backward
+    version = out._version
+    ops.matmul(a, w.T, out=out)
+    assert out._version == version + 1
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
 def test_torch_compile_fullgraph_has_no_graph_break():
     a, w, bias = operands(seed=1)
 

@@ -126,3 +126,46 @@ def test_every_schedule_at_a_ragged_shape_with_few_sms(dtype):
         assert relative_error(out, expected) < 1e-2, schedule
         ran += 1
     assert ran >= 30
+
+
+def test_a_plain_eager_call_runs_the_implementation_and_anything_else_goes_through_the_op(monkeypatch):
+    """Plain CUDA tensors, no mode, no gradient: the op's implementation runs without PyTorch's dispatcher. A
+    dispatch mode, a gradient or the profiler send the call through the op (the dispatcher must see it). Both
+    write the same result and advance ``out``'s version once."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    a, w = operands(256, 192, 128, torch.float16)
+    expected = a.float() @ w.float().T
+    out = torch.empty(256, 192, device="cuda", dtype=torch.float16)
+    through_op = []
+    real_op = ops_matmul._torch_op()
+    monkeypatch.setattr(ops_matmul, "_torch_op", lambda: lambda *args: (through_op.append(1), real_op(*args)))
+
+    version = out._version
+    ops.matmul(a, w.T, out=out)
+    assert through_op == [] and out._version == version + 1
+    assert relative_error(out, expected) < 1e-2
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    out.zero_()
+    version = out._version
+    with Seen() as mode:
+        ops.matmul(a, w.T, out=out)
+    assert "warpspec.matmul.default" in mode.ops and through_op == [1]
+    assert out._version == version + 1 and relative_error(out, expected) < 1e-2
+
+    leaf = a.detach().requires_grad_()
+    ops.matmul(leaf, w.T, out=out)
+    assert through_op == [1, 1]
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        ops.matmul(a, w.T, out=out)
+    assert through_op == [1, 1, 1]
+    assert any(event.name == "warpspec::matmul" for event in profile.events())

@@ -27,10 +27,11 @@ import time
 import numpy as np
 
 from warpspec import dtypes, runtime
+from warpspec.cuda.driver import default_device
 from warpspec.dtypes import DType, bfloat16, float8_e4m3, float16, float32
 from warpspec.errors import ArgumentError, CompileError
 from warpspec.ops.kernels import ACTIVATIONS, GEMM_KERNELS, NUM_SMS
-from warpspec.ops.operands import dtype_of, same_device, same_kind
+from warpspec.ops.operands import dtype_of, kind_of, same_device, same_kind
 from warpspec.tune.cache import size_bucket
 
 #: Input dtype -> the output dtypes allowed (the first is the default).
@@ -77,9 +78,7 @@ def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_
     ``warpspec::matmul``: CUDA tensors on the GPU, CPU tensors on the emulator. Returns ``out`` or a new array of
     the inputs' kind.
     """
-    optional = {name: value for name, value in (("bias", bias), ("out", out)) if value is not None}
-    kind = same_kind("a", a, b=b, **optional)
-    if kind == "torch":
+    if kind_of(a, "a") == "torch":  # the other operands' kinds are checked with the rest (``_validate``)
         return _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b)
     problem = validate(a, b, bias, activation, out, out_dtype)
     _check_scales(problem.in_dtype, scale_a, scale_b)
@@ -93,35 +92,65 @@ def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_
 
 
 def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
-    """torch tensors: allocate the output, fold the scales on the device, call the custom op. Under
-    ``torch.compile`` this function is traced, so it does only what the graph needs; the op's fake
-    implementation validates there (as the real one does at run time)."""
+    """torch tensors: validate, allocate the output, fold the scales on the device, and write the output through
+    the custom op, or straight through its implementation where PyTorch's dispatcher would do nothing else
+    (``_dispatch_is_plain``): the dispatcher's own cost is more than a small GEMM's kernel time."""
     torch = sys.modules["torch"]
     if torch.compiler.is_compiling():
-        same_device("a", a, b=b, bias=bias, out=out, scale_a=scale_a, scale_b=scale_b)
-        if _op is None:
-            raise ArgumentError("ops.matmul's custom op warpspec::matmul is registered at the first eager call with "
-                                "torch tensors (or when warpspec.ops is imported after torch), which torch.compile "
-                                "cannot trace: import torch before warpspec.ops, or call ops.matmul once eagerly "
-                                "before compiling")
-        for name, value in (("a", a), ("b", b)):
-            if value.dim() != 2:
-                raise ArgumentError(f"{name} must be 2-D, got shape {tuple(value.shape)}")
-        in_dtype = dtype_of(a)
-        if in_dtype not in OUT_DTYPES:
-            raise ArgumentError(f"a has dtype {a.dtype}; ops.matmul takes float16, bfloat16 or float8_e4m3")
-        m, n, result_dtype = a.shape[0], b.shape[1], _out_dtype(in_dtype, out, out_dtype)
-    else:  # eager: every error at the call, before anything is allocated (devices included: see _validate)
-        problem = validate(a, b, bias, activation, out, out_dtype)
-        m, n, in_dtype, result_dtype = problem.m, problem.n, problem.in_dtype, problem.out_dtype
-        if scale_a is not None or scale_b is not None:
-            same_device("a", a, scale_a=scale_a, scale_b=scale_b)
+        return _traced_matmul(torch, a, b, bias, activation, out, out_dtype, scale_a, scale_b)
+    found = signature(a, b, bias, activation, out, out_dtype)  # every check, before anything is allocated
+    problem = found.problem
+    if scale_a is not None or scale_b is not None:
+        same_device("a", a, scale_a=scale_a, scale_b=scale_b)
+    _check_scales(problem.in_dtype, scale_a, scale_b)
+    if out is None:
+        out = torch.empty((problem.m, problem.n), dtype=_torch_dtype(problem.out_dtype), device=a.device)
+        found = found.with_output(a, b, bias, out)
+    scale = _torch_scale(a, scale_a, scale_b) if problem.in_dtype == float8_e4m3 else None
+    if _dispatch_is_plain(torch, a, b, out, bias, scale):
+        _write(found, a, b, out, bias, scale)
+    else:
+        _torch_op()(a, b, out, bias, scale, activation or "")
+    return out
+
+
+def _traced_matmul(torch, a, b, bias, activation, out, out_dtype, scale_a, scale_b):
+    """``_torch_matmul`` under ``torch.compile``: only what the graph needs (the output and the op); the op's
+    fake implementation validates."""
+    same_device("a", a, b=b, bias=bias, out=out, scale_a=scale_a, scale_b=scale_b)
+    if _op is None:
+        raise ArgumentError("ops.matmul's custom op warpspec::matmul is registered at the first eager call with "
+                            "torch tensors (or when warpspec.ops is imported after torch), which torch.compile "
+                            "cannot trace: import torch before warpspec.ops, or call ops.matmul once eagerly "
+                            "before compiling")
+    for name, value in (("a", a), ("b", b)):
+        if value.dim() != 2:
+            raise ArgumentError(f"{name} must be 2-D, got shape {tuple(value.shape)}")
+    in_dtype = dtype_of(a)
+    if in_dtype not in OUT_DTYPES:
+        raise ArgumentError(f"a has dtype {a.dtype}; ops.matmul takes float16, bfloat16 or float8_e4m3")
     _check_scales(in_dtype, scale_a, scale_b)
     if out is None:
-        out = torch.empty((m, n), dtype=_torch_dtype(result_dtype), device=a.device)
+        out = torch.empty((a.shape[0], b.shape[1]), dtype=_torch_dtype(_out_dtype(in_dtype, out, out_dtype)),
+                          device=a.device)
     scale = _torch_scale(a, scale_a, scale_b) if in_dtype == float8_e4m3 else None
-    _torch_op()(a, b, out, bias, scale, activation or "")
+    _op(a, b, out, bias, scale, activation or "")
     return out
+
+
+def _dispatch_is_plain(torch, a, *others) -> bool:
+    """Whether PyTorch's dispatcher would hand these tensors to the op's implementation and do nothing else: CUDA
+    tensors of the plain class on the current device (the CUDA back end selected), none needing a gradient, no
+    torch function or dispatch mode, no functorch transform (vmap, functionalize) and no profiler running. Then
+    an eager call runs the implementation itself; otherwise it goes through the op, which the dispatcher routes."""
+    C = torch._C
+    if (not a.is_cuda or C._is_torch_function_mode_enabled() or C._len_torch_dispatch_stack()
+            or C._are_functorch_transforms_active() or torch.autograd.profiler._is_profiler_enabled):
+        return False
+    if a.get_device() != default_device() or runtime.get_backend() != "cuda":
+        return False
+    grad = torch.is_grad_enabled()
+    return all(t is None or (type(t) is torch.Tensor and not (grad and t.requires_grad)) for t in (a, *others))
 
 
 # --------------------------------------------------------------------------------------------- validation
@@ -172,6 +201,14 @@ class Signature:
     problem: Problem
     layout: Layout | None  # None before the output exists, or with nothing to compute
     launcher: tuple | None = None  # (pinned Script, SM count), set by the first launch
+    allocated: Signature | None = None  # without an output: the signature with the output ops.matmul allocates
+
+    def with_output(self, a, b, bias, out) -> Signature:
+        """The signature of these operands with ``out``, the contiguous output allocated for this signature (one
+        of the same description every time, so it is looked up once)."""
+        if self.allocated is None:
+            self.allocated = signature(a, b, bias, self.problem.activation, out, None)
+        return self.allocated
 
 
 #: Signatures by the operands' description: a call like an earlier one costs a dictionary lookup instead of the
@@ -192,7 +229,8 @@ def signature(a, b, bias, activation, out, out_dtype) -> Signature:
     try:
         key = (_describe(a), _describe(b), _describe(bias), _describe(out), activation, out_dtype)
         found = _signatures.get(key)
-    except TypeError:  # an unhashable out_dtype or activation, or symbolic sizes: made afresh, not kept
+    except (TypeError, AttributeError):  # not arrays, an unhashable out_dtype or activation, symbolic sizes:
+        # the checks say what is wrong, or the signature is made afresh and not kept
         key = found = None
     if found is not None:
         return found
@@ -217,8 +255,9 @@ def _describe(value):
 
 
 def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
-    if not isinstance(a, np.ndarray):
-        same_device("a", a, b=b, bias=bias, out=out)
+    optional = {name: value for name, value in (("bias", bias), ("out", out)) if value is not None}
+    if same_kind("a", a, b=b, **optional) == "torch":
+        same_device("a", a, b=b, **optional)
     for name, value in (("a", a), ("b", b)):
         if len(value.shape) != 2:
             raise ArgumentError(f"{name} must be 2-D, got shape {tuple(value.shape)}")
@@ -355,10 +394,10 @@ def launch(a, b, out, bias, scale, problem: Problem) -> None:
 def run(found: Signature, a, b, out, bias, scale) -> None:
     """Run the kernel of the operands' signature ``found`` (with an output) on them: the pinned Script chosen at
     the signature's first launch (``script_for``) called with the layout's arguments."""
-    for name, value in (("a", a), ("b", b), ("out", out)):
-        if _address(value) % TMA_ALIGNMENT:
-            raise ArgumentError(f"{name} starts at an address that is not a multiple of {TMA_ALIGNMENT} bytes, as "
-                                f"TMA requires (a slice that starts mid-row?)")
+    if (_address(a) | _address(b) | _address(out)) % TMA_ALIGNMENT:
+        name = next(name for name, value in (("a", a), ("b", b), ("out", out)) if _address(value) % TMA_ALIGNMENT)
+        raise ArgumentError(f"{name} starts at an address that is not a multiple of {TMA_ALIGNMENT} bytes, as TMA "
+                            f"requires (a slice that starts mid-row?)")
     if found.launcher is None:
         num_sms = sm_count()
         found.launcher = (script_for(found.problem, found.layout.arguments(a, b, out, bias, scale, num_sms)),
@@ -412,7 +451,7 @@ def sm_count() -> int:
         return NUM_SMS
     from cuda.bindings import driver as cu
 
-    from warpspec.cuda.driver import check, context, default_device
+    from warpspec.cuda.driver import check, context
 
     device = default_device()
     if device not in _sm_counts:
@@ -466,8 +505,6 @@ def script_for(problem: Problem, args: tuple):
     backend = runtime.get_backend()
     device = None
     if backend == "cuda":
-        from warpspec.cuda.driver import default_device
-
         device = default_device()
     key = (kernel_class(problem), problem.variant, buckets(problem), backend, device)
     script = _chosen.get(key)
@@ -580,9 +617,15 @@ def _torch_op():
 def _op_implementation(a, b, out, bias, scale, activation):
     """The op's implementation for real tensors (CPU and CUDA): the operands are validated (``ArgumentError``),
     then ``out`` is written."""
-    found = _op_signature(a, b, out, bias, scale, activation)
+    _write(_op_signature(a, b, out, bias, scale, activation), a, b, out, bias, scale)
+
+
+def _write(found: Signature, a, b, out, bias, scale) -> None:
+    """Write torch tensor ``out`` (``run``), advancing its version counter as an in-place op does, so autograd
+    refuses a backward through values this call overwrote."""
     if found.layout is not None:
         run(found, a, b, out, bias, scale)
+        sys.modules["torch"].autograd.graph.increment_version(out)
 
 
 def _op_fake(a, b, out, bias, scale, activation):
