@@ -6,7 +6,7 @@
 #
 # Steps: gpu-tests, main, tutorial, launch, matmul, schedules (V3's depths and tiles), v6, v7 (every schedule),
 # timeline (the instrumentation's cost and V3's timelines), timeline-cli, v7-timeline, gemm (ops.matmul's suite),
-# ops-tests, attention, attention-tests.
+# tune-defaults (tunes the suite's shapes and writes the shipped defaults), ops-tests, attention, attention-tests.
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-h200-logs}"
@@ -18,6 +18,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | t
 python3 -c "import torch, triton, numpy, ml_dtypes; from cuda import bindings; print('torch', torch.__version__, \
 'triton', triton.__version__, 'numpy', numpy.__version__, 'ml_dtypes', ml_dtypes.__version__, 'cuda-bindings', \
 bindings.__version__)" | tee -a "$out/gpu.txt"
+# benchmarks/gemm.py's shapes; shapes of one size bucket share a winner, tuned at the first (8192^3 here)
+SUITE=2048x2048x2048,4096x4096x4096,8192x8192x8192,8000x8000x8000,8192x8192x8056,16384x16384x8192
+SUITE=$SUITE,8192x8192x1024,4096x14336x4096,4096x4096x14336,16384x4096x4096
 summary=()
 for step in "${steps[@]}"; do
   case "$step" in
@@ -36,6 +39,10 @@ for step in "${steps[@]}"; do
                       k_size=8192 --schedule num_stages=4,block_m=128,block_n=128 --backend cuda
                       --out /tmp/v7-timeline) ;;
     gemm) cmd=(python3 benchmarks/gemm.py --no-tune --json "$out/gemm.json") ;;
+    tune-defaults) cmd=(bash -c "for d in float16 bfloat16; do python3 -m warpspec.cli tune --dtype \$d --runs 30 \
+                        --write-defaults --shapes $SUITE || exit; done; python3 -m warpspec.cli tune --runs 30 \
+                        --dtype float8_e4m3 --write-defaults --shapes 4096x14336x4096,8192x8192x8192 || exit; \
+                        cp src/warpspec/ops/defaults.json '$out/defaults.json'") ;;
     ops-tests) cmd=(python3 -m pytest -q -x -m gpu tests/gpu/test_ops_matmul_gpu.py -p no:cacheprovider) ;;
     attention) cmd=(python3 benchmarks/attention.py --head-dims 64,128,256 --seqs 8192 --causal both
                     --dtypes fp16,bf16 --json "$out/attention.json") ;;

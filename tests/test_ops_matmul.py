@@ -250,6 +250,8 @@ def test_tune_command_refuses_bad_shapes_and_a_missing_gpu(capsys):
     assert "tuning needs a Hopper GPU" in capsys.readouterr().err
     assert main(["tune", "--shapes", "256x256x256", "--dtype", "float32"]) == 2
     assert "invalid choice: 'float32'" in capsys.readouterr().err
+    assert main(["tune", "--shapes", "256x256x256", "--runs", "0"]) == 2
+    assert "warpspec tune: error: --runs must be at least 1, got 0" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("dtype, layout", [(np.float16, "w.T"), (BF16, "row-major"), (E4M3, "w.T")],

@@ -25,7 +25,7 @@ DIR/trace.json (Perfetto), DIR/timeline.png and DIR/summary.txt, and prints the 
 deletes tuning winners, compiled kernels, or (with neither option) both.
 
 ``warpspec tune --op matmul --shapes MxNxK,... [--dtype D] [--b-layout k-major|n-major] [--out-dtype D]
-[--write-defaults]`` tunes ``warpspec.ops.matmul``'s kernel on the GPU for each shape, stores the winners in the
+[--runs N] [--write-defaults]`` tunes ``warpspec.ops.matmul``'s kernel on the GPU for each shape, stores the winners in the
 tuning cache and prints them as the shipped defaults' table (docs/ops.md).
 
 Each subcommand is a subparser registered in ``build_parser`` with a ``<name>_command(args) -> int`` handler.
@@ -189,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("--b-layout", default="k-major", choices=["k-major", "n-major"],
                       help="b as w.T of an [N, K] tensor (k-major, default) or row-major [K, N] (n-major)")
     tune.add_argument("--out-dtype", default=None, help="the output dtype (default: the input's; bf16 for fp8)")
+    tune.add_argument("--runs", type=int, default=10,
+                      help="timed launches per schedule, whose median ranks it (default: 10; more separates close "
+                           "schedules better)")
     tune.add_argument("--write-defaults", action="store_true",
                       help="merge the winners into warpspec/ops/defaults.json (the shipped defaults)")
     tune.set_defaults(handler=tune_command)
@@ -568,22 +571,25 @@ def cache_command(args) -> int:
 
 
 def tune_command(args) -> int:
-    """``warpspec tune --op matmul --shapes MxNxK,... [--dtype D] [--b-layout L] [--out-dtype D]
+    """``warpspec tune --op matmul --shapes MxNxK,... [--dtype D] [--b-layout L] [--out-dtype D] [--runs N]
     [--write-defaults]``: one progress line per shape on stderr (and the build progress of each tuning run), the
     winners' table as JSON on stdout last."""
     import json
 
     from warpspec import runtime
     from warpspec.ops.matmul import DEFAULTS_FILE, parse_shapes, tune_matmul, write_defaults
+    from warpspec.tune.bench import CudaBench
     from warpspec.tune.tuner import configure
 
     try:
         shapes = parse_shapes(args.shapes)
     except WarpspecError as error:
         raise UsageError(str(error)) from None
+    if args.runs < 1:
+        raise UsageError(f"--runs must be at least 1, got {args.runs}")
     if runtime.get_backend() != "cuda":
         raise UsageError("tuning needs a Hopper GPU (the CUDA back end); none is selected or present")
-    configure(verbose=True)
+    configure(verbose=True, bench=CudaBench(runs=args.runs))
     table = tune_matmul(shapes, args.dtype, b_layout=args.b_layout, out_dtype=args.out_dtype,
                         progress=lambda line: print(line, file=sys.stderr, flush=True))
     if args.write_defaults:
