@@ -77,6 +77,19 @@ def test_known_kernel_summary_numbers():
             "stages or larger K tiles") in text
 
 
+@pytest.mark.parametrize("schedule", [
+    {"variant": "cooperative", "num_stages": 3, "block_m": 128, "block_n": 256, "epilogue_n": 256},
+    {"variant": "pingpong", "num_stages": 4, "block_m": 128, "block_n": 128, "epilogue_n": 128},
+], ids=["cooperative", "pingpong"])
+def test_the_model_counts_each_warpgroups_own_rows_of_a_shared_wgmma(schedule):
+    """V6 cooperative's WGMMAs span both consumer warpgroups, each multiplying half the rows: the modeled flops
+    (hence TFLOP/s and tensor-core time) are the problem's 2·M·N·K, as for ping-pong's one-warpgroup WGMMAs."""
+    from matmul_v6 import MatmulWGMMAV6
+
+    kernel, runtime = matmul_kernel(MatmulWGMMAV6, 1024, **schedule)
+    assert model_launch(kernel, runtime).flops == 2 * 1024 ** 3
+
+
 def test_one_stage_models_slower_than_four_when_latency_is_not_hidden():
     one = modeled_matmul(MatmulWGMMAV3, 8192, num_stages=1, block_m=128, block_n=128, block_k=64)
     four = modeled_matmul(MatmulWGMMAV3, 8192, num_stages=4, block_m=128, block_n=128, block_k=64)

@@ -195,7 +195,10 @@ class TimedMachine(BlockMachine):
             clock = self.clocks[task.index]
             if clock.wgmma_start is None:
                 clock.wgmma_start = clock.now
-            clock.wgmma_flops.append((2.0 * m * n * k, m, n, k, s.a.decl.dtype))
+            # A statement of several warpgroups runs as one partition per warpgroup (``partitions``), each
+            # multiplying its own rows: this partition's share of the flops and of the tensor cores' time.
+            rows = m * max(task.size // self.kernel.facts.target.warpgroup_threads, 1) // warpgroups
+            clock.wgmma_flops.append((2.0 * rows * n * k, rows, n, k, s.a.decl.dtype))
             instructions = (m // (64 * warpgroups)) * (k // form.k)
             return instructions * c.wgmma_issue_ns
         if isinstance(s, (Cast, Arithmetic, LoadShared, StoreShared)):
