@@ -13,10 +13,14 @@ Everything else is V6's cooperative schedule (it is a subclass: persistent block
   tile row ``2 i + r`` of each. The grid is at most ``num_sms`` blocks, an even number.
 - **Full stages** expect the bytes of both tiles on each block's own barrier: its A and the multicast B (rank 0's
   multicast completes B's bytes on the "full" barrier of each destination).
-- **Empty stages** count the consumers of both blocks: rank 0 refills B in both, so a stage is free only when both
-  blocks are done with it. One thread of each consumer warpgroup releases a stage in its own block and in its
-  partner (``cta=rank``, a remote arrival through distributed shared memory), so an empty barrier counts four
-  arrivals.
+- **Empty stages** are released in both blocks' names on rank 0: rank 0 refills B in both, so a stage is free there
+  only when both blocks are done with it. The consumers release a stage in their own block only, one arrival per
+  warpgroup as in V6. Rank 1's producer, which waits for its own consumers anyway, forwards each release to rank
+  0's barrier (``cta=0``, a remote arrival through distributed shared memory) when it next acquires the stage,
+  and arrives on its own barrier in place of that forward, so both blocks' empty barriers count three arrivals.
+  A remote arrival orders everything before it at cluster scope (``mbarrier.arrive.release.cluster``, a full
+  memory barrier in the issuing thread): made by the consumers, as V7 first did, it stalled a consumer warpgroup
+  at every K step; made by a producer thread that has written nothing, it costs that thread alone.
 - **Two cluster barriers.** ``cluster_sync()`` after the barriers are created (no block signals its partner's
   barriers before they exist) and at the end (no block exits, freeing its barriers, while its partner may still
   arrive on them), which replaces V6's producer drain.
@@ -70,9 +74,9 @@ class MatmulWGMMAV7(MatmulWGMMAV6):
         sb = self.shared_tensor(dtype=float16, shape=[self.num_stages, block_n, block_k])
         sc = self.shared_tensor(dtype=float16, shape=[1, block_m, block_n])  # one buffer, the tile stored whole
         # Full: this block's arrive_and_expect_tx plus its A bytes and the multicast B bytes. Empty: one arrival per
-        # consumer warpgroup of both blocks, because rank 0 refills B in both.
-        pipe = warpspec.Pipeline(self.num_stages, producer_arrivals=1,
-                                 consumer_arrivals=CLUSTER * CONSUMER_WARPGROUPS)
+        # consumer warpgroup of this block, plus on rank 0 rank 1's forwarded release (rank 0 refills B in both)
+        # and on rank 1 its producer's own arrival in its place.
+        pipe = warpspec.Pipeline(self.num_stages, producer_arrivals=1, consumer_arrivals=CONSUMER_WARPGROUPS + 1)
         self.cluster_sync()  # the partner's barriers exist before any block signals them
 
         with self.thread_group(thread_begin=PRODUCER_BEGIN, num_threads=WARPGROUP, max_registers=PRODUCER_REGISTERS):
@@ -106,10 +110,15 @@ class MatmulWGMMAV7(MatmulWGMMAV6):
         """The producer warp: every K-tile of every cluster tile of this cluster, into the ring: this block's A,
         and on rank 0 the pair's B, multicast into both blocks."""
         first, step = self.tile_walk(0, 1)
+        fills: int32 = 0  # stages this producer acquired so far
         for pair in self.range(first, num_pairs, step):
             offset_m, offset_n = self.cluster_tile_offsets(pair, pair_rows, tiles_n)
             for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
                 pipe.producer_acquire()
+                if self.cluster_rank != 0:
+                    with self.single_thread():
+                        self.forward_release(pipe.empty_barriers[pipe.producer_stage], fills >= self.num_stages)
+                fills = fills + 1
                 with self.single_thread():
                     self.mbarrier.arrive_and_expect_tx(
                         pipe.producer_barrier(),
@@ -122,18 +131,14 @@ class MatmulWGMMAV7(MatmulWGMMAV6):
                                               mbarrier=pipe.producer_barrier(), multicast=list(range(CLUSTER)))
                 pipe.producer_advance()
 
-    def release_stage(self, empty):
-        """One thread of each consumer warpgroup frees the stage of "empty" barrier ``empty`` in both blocks of the
-        cluster: the warpgroup's ``wgmma.wait_group`` has seen its WGMMAs that read the stage complete (they are
-        warpgroup-wide), so one arrival speaks for all its threads, and a stage costs 2 remote arrivals instead of
-        256."""
-        for warpgroup in range(CONSUMER_WARPGROUPS):
-            with self.thread_group(thread_begin=warpgroup * WARPGROUP, num_threads=WARPGROUP):
-                with self.single_thread():
-                    self.mbarrier.arrive(empty)  # this block's: a CTA-scope arrive
-                    for other in range(1, CLUSTER):  # the partners': remote arrivals
-                        self.mbarrier.arrive(empty, cta=(self.cluster_rank + other) % CLUSTER)
-
+    def forward_release(self, empty, filled_before):
+        """Rank 1's producer, having acquired the stage of "empty" barrier ``empty`` (its consumers released the
+        stage's last fill): pass that release on to rank 0's barrier, which counts it with rank 0's own consumers
+        (``filled_before``: the stage was filled before, so there is a release to pass on), then arrive on its own
+        barrier in place of the forward rank 0 gets, so that both count three arrivals per phase."""
+        if filled_before:
+            self.mbarrier.arrive(empty, cta=0)
+        self.mbarrier.arrive(empty)
 
 if __name__ == "__main__":
     check_matmul(MatmulWGMMAV7(), k=320)

@@ -13,7 +13,7 @@ import pytest
 import warpspec
 from example_checks import emulator, matmul_operands, relative_error  # noqa: F401 (emulator: autouse fixture)
 from matmul_v7 import CLUSTER, CONSUMER_THREADS, CONSUMER_WARPGROUPS, WARPGROUP, MatmulWGMMAV7
-from warpspec import CompileError, DeadlockError
+from warpspec import CompileError, DeadlockError, RaceError
 from warpspec.cli import main
 from warpspec.cuda import sass
 from warpspec.cuda.launch import build
@@ -81,27 +81,40 @@ def test_the_timing_model_refuses_clusters_with_a_compile_error():
     assert caught.value.location == str(kernel.loc)
 
 
-class ReleasesOnlyItsOwnStage(MatmulWGMMAV7):
-    """Each consumer warpgroup frees a stage in its own block only: rank 0's producer, which refills B in both
-    blocks, waits for the partner's consumers forever."""
+class NeverForwards(MatmulWGMMAV7):
+    """Rank 1's producer arrives on its own empty barrier but never passes its consumers' release on to rank 0:
+    rank 0's producer, which refills B in both blocks, waits for it forever."""
 
-    def release_stage(self, empty):
-        for warpgroup in range(CONSUMER_WARPGROUPS):
-            with self.thread_group(thread_begin=warpgroup * WARPGROUP, num_threads=WARPGROUP):
-                with self.single_thread():
-                    self.mbarrier.arrive(empty)
+    def forward_release(self, empty, filled_before):
+        self.mbarrier.arrive(empty)
 
 
-def test_a_stage_released_in_one_block_only_deadlocks_at_the_producers_acquire(operands):
+def test_a_release_never_forwarded_deadlocks_at_rank_0s_acquire(operands):
     with pytest.raises(DeadlockError) as caught:
-        matmul_error(ReleasesOnlyItsOwnStage(num_stages=3, block_m=128, block_n=256), operands)
+        matmul_error(NeverForwards(num_stages=3, block_m=128, block_n=256), operands)
     text = str(caught.value)
-    for rank in range(CLUSTER):
-        assert (f"threads 256-287 of block rank {rank}: blocked at {caught.value.location.split(':')[0]}") in text
-        assert (f"in mbarrier.wait on empty_barriers[0] of block rank {rank} for phase parity 0") in text
-        # Only this block's consumers released the stage: half the arrivals are still pending.
-        assert (f"empty_barriers[0] of block rank {rank}: 0 phase(s) completed, current phase parity 0, "
-                f"{CONSUMER_WARPGROUPS}/{CLUSTER * CONSUMER_WARPGROUPS} arrivals pending") in text
+    assert f"threads 256-287 of block rank 0: blocked at {caught.value.location.split(':')[0]}" in text
+    assert "in mbarrier.wait on empty_barriers[0] of block rank 0 for phase parity 0" in text
+    # Rank 0's own consumers released the stage; the forward from rank 1 is the arrival still pending.
+    assert "empty_barriers[0] of block rank 0: 0 phase(s) completed, current phase parity 0, 1/3 arrivals " \
+           "pending" in text
+
+
+class ForwardsOnTheFirstLap(MatmulWGMMAV7):
+    """Rank 1's producer forwards a release on its first lap too, when its consumers have released nothing: rank
+    0 refills a stage that rank 1's consumers may still be reading."""
+
+    def forward_release(self, empty, filled_before):
+        self.mbarrier.arrive(empty, cta=0)
+        self.mbarrier.arrive(empty)
+
+
+def test_a_release_forwarded_before_the_consumers_made_it_is_a_race(operands):
+    with pytest.raises(RaceError) as caught:
+        matmul_error(ForwardsOnTheFirstLap(num_stages=3, block_m=128, block_n=256), operands)
+    assert "tma.global_to_shared multicast to ranks [0, 1] writes sb[0] of block rank 1 while an asynchronous read " \
+           "of it (a wgmma or a TMA store) is still in flight" in str(caught.value)
+    assert "MatmulWGMMAV7.produce at " in caught.value.location
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
@@ -116,6 +129,11 @@ def test_v7_builds_for_sm90a(schedule):
     assert counts["HGMMA"] == stages * (schedule["block_m"] // 128) * (block_k // 16)
     assert counts["UCGABAR_ARV"] == 2 and counts["UCGABAR_WAIT"] == 2  # after init, before exit
     assert counts["LDL"] == 0 and counts["STL"] == 0
+    # A remote arrival's cluster-scope release is a full memory barrier in the arriving thread: one per copy of
+    # the producer's loop (rank 1's forwarded release, predicated), one per cluster barrier, none in the consumers'
+    # loop, where one stalled a warpgroup at every K step.
+    membars = re.findall(r"(@!?P\d+\s+)?MEMBAR\.ALL\.GPU", sass.disassemble(built.module.cubin))
+    assert len(membars) == stages + 2 and sum(1 for predicate in membars if predicate) == stages
     report = next(iter(sass.parse_ptxas_log(built.module.log).values()))
     assert report.spill_store_bytes == 0 and report.stack_bytes == 0
     threads = CONSUMER_THREADS + WARPGROUP
