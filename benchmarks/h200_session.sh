@@ -36,7 +36,7 @@ for step in "${steps[@]}"; do
                        k_size=2048 --schedule num_stages=2,block_m=128,block_n=128,block_k=64 --backend cuda
                        --out /tmp/timeline-cli) ;;
     v7-timeline) cmd=(python3 -m warpspec.cli timeline examples/matmul_v7.py:MatmulWGMMAV7 m_size=8192 n_size=8192
-                      k_size=8192 --schedule num_stages=4,block_m=128,block_n=128 --backend cuda
+                      k_size=8192 --schedule num_stages=4,block_m=128,block_n=256,epilogue_n=64 --backend cuda
                       --out /tmp/v7-timeline) ;;
     gemm) cmd=(python3 benchmarks/gemm.py --no-tune --json "$out/gemm.json") ;;
     tune-defaults) cmd=(bash -c "for d in float16 bfloat16; do python3 -m warpspec.cli tune --dtype \$d --runs 30 \

@@ -42,12 +42,19 @@ CLUSTER = 2  # blocks per cluster, along M
 CONSUMER_WARPGROUPS = CONSUMER_THREADS // WARPGROUP
 
 
-@warpspec.autotune("num_stages, block_m, block_n", [[3, 128, 256], [3, 256, 128], [4, 128, 128], [5, 128, 128]])
+@warpspec.autotune("num_stages, block_m, block_n, epilogue_n", [
+    [3, 128, 256, 256],
+    [4, 128, 256, 64],  # V6's chunked epilogue: a fourth stage gives the forwarded releases more time
+    [3, 256, 128, 128],
+    [4, 128, 128, 128],
+    [5, 128, 128, 128],
+])
 class MatmulWGMMAV7(MatmulWGMMAV6):
     """V6 cooperative in 2-block clusters multicasting B; the runtime ``num_sms`` bounds the grid."""
 
-    def __init__(self, num_stages, block_m, block_n, block_k=64):
-        super().__init__("cooperative", num_stages, block_m, block_n, block_n, block_k)  # the tile stored whole
+    def __init__(self, num_stages, block_m, block_n, epilogue_n, block_k=64):
+        # epilogue_n = block_n: the tile stored whole; fewer: in chunks of that many columns (V6's chunked epilogue)
+        super().__init__("cooperative", num_stages, block_m, block_n, epilogue_n, block_k)
 
     def __call__(
         self,
@@ -72,7 +79,7 @@ class MatmulWGMMAV7(MatmulWGMMAV6):
         gc = self.global_view(c_ptr, dtype=float16, shape=[m_size, n_size])
         sa = self.shared_tensor(dtype=float16, shape=[self.num_stages, block_m, block_k])
         sb = self.shared_tensor(dtype=float16, shape=[self.num_stages, block_n, block_k])
-        sc = self.shared_tensor(dtype=float16, shape=[1, block_m, block_n])  # one buffer, the tile stored whole
+        sc = self.shared_tensor(dtype=float16, shape=[self.epilogue_buffers, block_m, self.epilogue_n])
         # Full: this block's arrive_and_expect_tx plus its A bytes and the multicast B bytes. Empty: one arrival per
         # consumer warpgroup of this block, plus on rank 0 rank 1's forwarded release (rank 0 refills B in both)
         # and on rank 1 its producer's own arrival in its place.

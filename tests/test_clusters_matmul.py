@@ -40,8 +40,8 @@ def matmul_error(kernel, operands, num_sms=132) -> float:
 
 
 def test_the_space_is_small_and_every_schedule_pairs_blocks_along_m():
-    assert len(SCHEDULES) == 4
-    kernel = kernel_for(MatmulWGMMAV7(num_stages=4, block_m=128, block_n=128), {"n_size": N, "k_size": K})
+    assert len(SCHEDULES) == 5
+    kernel = kernel_for(MatmulWGMMAV7(num_stages=4, block_m=128, block_n=128, epilogue_n=128), {"n_size": N, "k_size": K})
     assert kernel.cluster == (CLUSTER, 1, 1)
 
 
@@ -65,15 +65,15 @@ def test_warpspec_check_passes_every_schedule_with_random_interleavings(num_sms,
                  "--all-schedules", "--seeds", "2"])
     lines = capsys.readouterr().out.splitlines()
     assert code == 0, lines
-    assert lines[-1] == "4 ok, 0 failed, 0 skipped"
-    assert all(re.match(r"ok +num_stages=\d block_m=\d+ block_n=\d+ +\(.* s, 1\+2 runs\)$", line)
+    assert lines[-1] == "5 ok, 0 failed, 0 skipped"
+    assert all(re.match(r"ok +num_stages=\d block_m=\d+ block_n=\d+ epilogue_n=\d+ +\(.* s, 1\+2 runs\)$", line)
                for line in lines[:-1]), lines
 
 
 def test_the_timing_model_refuses_clusters_with_a_compile_error():
     from warpspec.timeline.model import model_launch
 
-    kernel = kernel_for(MatmulWGMMAV7(num_stages=4, block_m=128, block_n=128), {"n_size": N, "k_size": K})
+    kernel = kernel_for(MatmulWGMMAV7(num_stages=4, block_m=128, block_n=128, epilogue_n=128), {"n_size": N, "k_size": K})
     with pytest.raises(CompileError, match=r"the timing model runs the blocks of one SM and does not model "
                                            r"thread-block clusters yet: MatmulWGMMAV7 sets self.attrs.cluster_blocks "
                                            r"to \[2, 1, 1\]") as caught:
@@ -91,7 +91,7 @@ class NeverForwards(MatmulWGMMAV7):
 
 def test_a_release_never_forwarded_deadlocks_at_rank_0s_acquire(operands):
     with pytest.raises(DeadlockError) as caught:
-        matmul_error(NeverForwards(num_stages=3, block_m=128, block_n=256), operands)
+        matmul_error(NeverForwards(num_stages=3, block_m=128, block_n=256, epilogue_n=256), operands)
     text = str(caught.value)
     assert f"threads 256-287 of block rank 0: blocked at {caught.value.location.split(':')[0]}" in text
     assert "in mbarrier.wait on empty_barriers[0] of block rank 0 for phase parity 0" in text
@@ -111,7 +111,7 @@ class ForwardsOnTheFirstLap(MatmulWGMMAV7):
 
 def test_a_release_forwarded_before_the_consumers_made_it_is_a_race(operands):
     with pytest.raises(RaceError) as caught:
-        matmul_error(ForwardsOnTheFirstLap(num_stages=3, block_m=128, block_n=256), operands)
+        matmul_error(ForwardsOnTheFirstLap(num_stages=3, block_m=128, block_n=256, epilogue_n=256), operands)
     assert "tma.global_to_shared multicast to ranks [0, 1] writes sb[0] of block rank 1 while an asynchronous read " \
            "of it (a wgmma or a TMA store) is still in flight" in str(caught.value)
     assert "MatmulWGMMAV7.produce at " in caught.value.location
