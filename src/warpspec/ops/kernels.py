@@ -56,8 +56,9 @@ class _Gemm(Script):
     scaled = False  # float8 kernels multiply by the per-tensor scale read from ``scale_ptr``
     block_k = 64  # K per stage: 128 bytes of each row (float8 kernels: 128 elements)
 
-    def __init__(self, b_k_major, has_bias, activation, persistent, num_stages, block_m, block_n):
+    def __init__(self, b_k_major, has_bias, activation, persistent, num_stages, block_m, block_n, group_m=GROUP_M):
         super().__init__()
+        self.group_m = group_m  # tile rows per rasterization band (not tuned: benchmarks/rasterization.py)
         self.b_k_major = b_k_major
         self.has_bias = has_bias
         self.activation = activation
@@ -145,11 +146,11 @@ class _Gemm(Script):
                     self.tma.wait_group(0)  # the last store's shared source must stay valid until it was read
 
     def tile_offsets(self, tile, tiles_m, tiles_n):
-        """The output offsets of tile index ``tile`` under grouped rasterization: bands of ``GROUP_M`` tile rows,
+        """The output offsets of tile index ``tile`` under grouped rasterization: bands of ``group_m`` tile rows,
         walked column by column, so consecutive tiles reuse one B tile column from L2 (V6's scheduler)."""
-        band_tiles = GROUP_M * tiles_n
-        first_m = tile // band_tiles * GROUP_M
-        band_rows = min(tiles_m - first_m, GROUP_M)  # the last band may be shorter
+        band_tiles = self.group_m * tiles_n
+        first_m = tile // band_tiles * self.group_m
+        band_rows = min(tiles_m - first_m, self.group_m)  # the last band may be shorter
         in_band = tile % band_tiles
         return self.block_m * (first_m + in_band % band_rows), self.block_n * (in_band // band_rows)
 
