@@ -63,6 +63,14 @@ def test_overwriting_a_tensor_saved_for_backward_is_caught_by_autograd():
         loss.backward()
 
 
+def test_inference_mode_tensors_are_written_too():
+    """Inference tensors keep no version counter; writing one is still a plain call."""
+    with torch.inference_mode():
+        a, w, _ = operands(seed=2)
+        c = ops.matmul(a, w.T)
+    torch.testing.assert_close(c.float(), a.float() @ w.float().T, rtol=4e-3, atol=4e-3)
+
+
 def test_torch_compile_fullgraph_has_no_graph_break():
     a, w, bias = operands(seed=1)
 
