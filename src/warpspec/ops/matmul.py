@@ -80,14 +80,16 @@ def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_
     """
     if kind_of(a, "a") == "torch":  # the other operands' kinds are checked with the rest (``_validate``)
         return _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b)
-    problem = validate(a, b, bias, activation, out, out_dtype)
+    found = signature(a, b, bias, activation, out, out_dtype)
+    problem = found.problem
     _check_scales(problem.in_dtype, scale_a, scale_b)
     if out is None:
         out = np.empty((problem.m, problem.n), dtype=problem.out_dtype.numpy)
-    if problem.m and problem.n:
+        found = found.with_output(a, b, bias, out)
+    if found.layout is not None:
         scale = _numpy_scale(scale_a, scale_b) if problem.in_dtype == float8_e4m3 else None
         with runtime.use_backend("emulator"):
-            launch(a, b, out, bias, scale, problem)
+            run(found, a, b, out, bias, scale)
     return out
 
 
@@ -386,14 +388,9 @@ def _torch_scale(a, scale_a, scale_b):
 # ------------------------------------------------------------------------------------------------ launch
 
 
-def launch(a, b, out, bias, scale, problem: Problem) -> None:
-    """Run the kernel of ``problem`` on validated operands, on the selected back end (``runtime.get_backend``)."""
-    run(signature(a, b, bias, problem.activation, out, None), a, b, out, bias, scale)
-
-
 def run(found: Signature, a, b, out, bias, scale) -> None:
-    """Run the kernel of the operands' signature ``found`` (with an output) on them: the pinned Script chosen at
-    the signature's first launch (``script_for``) called with the layout's arguments."""
+    """Run the kernel of the operands' signature ``found`` (with an output) on them, on the selected back end: the
+    pinned Script chosen at the signature's first launch (``script_for``) called with the layout's arguments."""
     if (_address(a) | _address(b) | _address(out)) % TMA_ALIGNMENT:
         name = next(name for name, value in (("a", a), ("b", b), ("out", out)) if _address(value) % TMA_ALIGNMENT)
         raise ArgumentError(f"{name} starts at an address that is not a multiple of {TMA_ALIGNMENT} bytes, as TMA "
@@ -436,8 +433,8 @@ class Layout:
         """The call arguments: sizes, pitches, arrays, scale (float8), ``num_sms``."""
         whole_a, whole_b, whole_out = self.contiguous
         b_view = b.T if self.b_k_major else b
-        arrays = (a if whole_a else span(a), b_view if whole_b else span(b_view), out if whole_out else span(out),
-                  (out if whole_out else span(out)) if bias is None else bias)
+        c = out if whole_out else span(out)
+        arrays = (a if whole_a else span(a), b_view if whole_b else span(b_view), c, c if bias is None else bias)
         return self.sizes + arrays + ((scale,) if self.scaled else ()) + (num_sms,)
 
 
