@@ -48,11 +48,13 @@ class GeneratedKernel:
 
 @dataclass(frozen=True)
 class DebugSite:
-    """A barrier wait of a debug build: the barrier array, the kernel line and the threads that wait there."""
+    """A bounded wait of a debug build: the barrier array (or flag view), the kernel line, the threads that wait
+    there, and what waits: ``"mbarrier"`` (``mbarrier.wait``) or ``"flag"`` (``flag.wait``)."""
 
     barrier: str
     loc: str
     threads: tuple[int, int]
+    kind: str = "mbarrier"
 
 
 # ------------------------------------------------------------------------------------------------ generator
@@ -136,9 +138,11 @@ class CodeGenerator:
                                sorted(self.maps.values(), key=lambda u: u.index), k, self.block_group,
                                tuple(self.debug_sites))
 
-    def debug_site(self, stmt) -> int:
-        """The site number of barrier wait ``stmt`` in a debug build (its entry in ``debug_sites``)."""
-        self.debug_sites.append(DebugSite(stmt.barrier.decl.name, str(stmt.loc), tuple(stmt.threads)))
+    def debug_site(self, stmt, name: str | None = None, kind: str = "mbarrier") -> int:
+        """The site number of wait ``stmt`` in a debug build (its entry in ``debug_sites``): an mbarrier wait, or
+        with ``kind="flag"`` a flag wait on the view ``name``."""
+        name = stmt.barrier.decl.name if name is None else name
+        self.debug_sites.append(DebugSite(name, str(stmt.loc), tuple(stmt.threads), kind))
         return len(self.debug_sites) - 1
 
     # -------------------------------------------------------------------------------------------- planning

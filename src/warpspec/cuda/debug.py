@@ -1,9 +1,9 @@
-"""Debug mode on the GPU: a barrier wait that hangs ends the kernel within a second, with a message.
+"""Debug mode on the GPU: a barrier or flag wait that hangs ends the kernel within a second, with a message.
 
 In debug mode (``warpspec.set_debug(True)``, ``with warpspec.debug():`` or ``WARPSPEC_DEBUG=1`` when warpspec is
-imported) Scripts launch a debug build of their kernel, whose ``mbarrier.wait`` gives up after a quarter of a
-second: the first thread to give up writes where it was (the wait's site, the barrier index, the parity, its block
-and thread) into a small record of page-locked host memory, then traps. The launch waits for the kernel and raises
+imported) Scripts launch a debug build of their kernel, whose ``mbarrier.wait`` and ``flag.wait`` give up after a
+quarter of a second: the first thread to give up writes where it was (the wait's site, the barrier or flag index,
+the parity or awaited value, its block and thread) into a small record of page-locked host memory, then traps. The launch waits for the kernel and raises
 ``BarrierTimeoutError`` at the wait's kernel line. A trap leaves the process's CUDA context unusable, so the record
 lives in host memory the host can still read, and the message says to restart. Plain builds are unchanged.
 """
@@ -65,8 +65,10 @@ def _timeout(site, words, seconds: float) -> BarrierTimeoutError:
     thread, parity, index = words[2] & 0xFFFF, (words[2] >> 16) & 0xFFFF, words[2] >> 32
     begin, count = site.threads
     who = "one thread" if count == 1 else f"threads [{begin}, {begin + count})"
+    waited = (f"flag.wait until {site.barrier}[{index}] == {parity} (the value's low 16 bits)" if site.kind == "flag"
+              else f"mbarrier.wait on {site.barrier}[{index}] for phase parity {parity}")
     return BarrierTimeoutError(
-        f"debug mode: mbarrier.wait on {site.barrier}[{index}] for phase parity {parity} did not pass within 0.25 s "
+        f"debug mode: {waited} did not pass within 0.25 s "
         f"({who} wait there; thread {thread} of block {block} gave up, the kernel was stopped after {seconds:.1f} s). "
         f"The GPU context of this process cannot be used after the stop: restart it to run kernels again",
         site.loc)

@@ -17,6 +17,13 @@ Within a block, a TMA store's destination must not be read back (``load_global``
 bulk group is observed by ``tma.wait_group`` and that wait is ordered before the reader (vector clocks, as for
 shared memory).
 
+Flags (``warpspec.isa.flag``) order one block's writes before a later block's reads: a ``flag.signal`` records a
+release (the signalling task's vector clock and the access id reached), and a ``flag.wait`` that passes on the value
+it wrote gives the waiting block that release. An access of an earlier block's element is then no race when the
+earlier access was a generic one (``load_global``, ``store_global``) that the release's clock covers, the new access
+is generic too, and the accessing task is ordered after the wait. TMA accesses on either side are not covered: their
+data moves in the async proxy, which a flag's release and acquire do not order.
+
 After the launch, the same writer ids say which elements of each view the kernel wrote through were never written
 by any block (``GlobalMemory.unwritten``): a tile scheduler that skips tiles breaks no instruction's rule, and this
 is how it is found.
@@ -29,7 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from warpspec.errors import RaceError
+from warpspec.emulator.clocks import join
+from warpspec.errors import BoundsError, RaceError
 from warpspec.ir import nodes as ir
 
 NOBODY = np.iinfo(np.int32).max  # no access yet: above every access id, so one comparison finds earlier blocks' ids
@@ -45,10 +53,34 @@ class Access:
     view: str
     argument: str
     loc: ir.Loc
+    task: int = -1  # the accessing task's index in its cluster, and its own clock entry then
+    epoch: int = 0
 
     def text(self) -> str:
         """The instruction, view, argument and line, as race messages name the other access."""
         return f"{self.what} of {self.view}, argument {self.argument!r}, at {self.loc}"
+
+
+#: The accesses a flag's release and acquire order across blocks: ordinary loads and stores (the generic proxy).
+GENERIC_ACCESSES = ("load_global", "store_global")
+
+
+@dataclass(frozen=True)
+class Release:
+    """A ``flag.signal``: the block, the signalling task's vector clock, and the id the next access would get."""
+
+    block: tuple[int, int, int]
+    start: int  # the block's (or its cluster's) first access id: releases with the same start share clocks
+    clock: tuple[int, ...]
+    bound: int
+
+
+class GlobalFlag:
+    """One int32 element of a flag view: ``name`` as messages show it (``flags[3]``)."""
+
+    def __init__(self, name: str, argument: "Argument", element: int):
+        self.name, self.argument, self.element = name, argument, element
+        self.key = (id(argument.buffer), argument.offset + element * argument.scale)
 
 
 @dataclass(frozen=True)
@@ -117,6 +149,8 @@ class GlobalMemory:
         self.arguments = _arguments(memory, names)
         self.accesses: list[Access] = []
         self.written: set[tuple[str, str]] = set()  # (argument, view) of every write, for ``unwritten``
+        self.releases: dict[tuple[int, int], Release] = {}  # flag element -> the last flag.signal into it
+        self.flag_initial: dict[tuple[int, int], int] = {}  # flag element -> its value when the launch began
 
     def start(self) -> int:
         """The id the next access will get: every access below it was made before now."""
@@ -134,7 +168,7 @@ class GlobalMemory:
         found = []
         for stmt, shape, strides in views:
             argument = self.arguments[stmt.pointer.uid]
-            if (argument.name, stmt.decl.name) not in self.written or 0 in shape:
+            if stmt.scratch or (argument.name, stmt.decl.name) not in self.written or 0 in shape:
                 continue
             whole = GlobalTile(argument, -1, shape, strides, [0] * len(shape), shape, None)
             never = whole.shadow("writer") == NOBODY
@@ -201,6 +235,7 @@ class BlockMemory:
         self.together = start is not None  # accesses from `start` on may be this block's or its cluster's
         self.start = memory.start() if start is None else start  # every access id below this is an earlier block's
         self.stores: dict[int, PendingStore] = {}  # by the TMA store's access id
+        self.acquired: list[tuple[Release, int, int]] = []  # (release, waiting task's index, its clock entry then)
 
     def tile(self, task, pointer: int, view: str, shape, strides, offsets, tile_shape, what: str,
              rows=None) -> GlobalTile:
@@ -210,8 +245,59 @@ class BlockMemory:
         accesses = self.memory.accesses
         # Views use only kernel parameters, so the launch checked that every view fits its array.
         tile = GlobalTile(argument, len(accesses), shape, strides, offsets, tile_shape, rows)
-        accesses.append(Access(self.block, what, view, argument.name, task.loc))
+        accesses.append(Access(self.block, what, view, argument.name, task.loc, task.index, task.clock[task.index]))
         return tile
+
+    # ----------------------------------------------------------------------------------------------- flags
+
+    def flag(self, pointer: int, view: str, shape, strides, index: int, what: str) -> GlobalFlag:
+        """Element ``index`` of the 1-D flag view ``view`` (of pointer ``pointer``); BoundsError outside it."""
+        if not 0 <= index < shape[0]:
+            raise BoundsError(f"{what}: index {index} is outside {view} (size {shape[0]})")
+        flag = GlobalFlag(f"{view}[{index}]", self.memory.arguments[pointer], index * strides[0])
+        self.memory.flag_initial.setdefault(flag.key, self.flag_value(flag))  # the first use sees the launch's value
+        return flag
+
+    def flag_value(self, flag: GlobalFlag) -> int:
+        """What the flag holds now."""
+        return int(flag.argument.data[flag.element])
+
+    def flag_holds(self, flag: GlobalFlag, value: int) -> bool:
+        """Whether the flag holds ``value`` now."""
+        return self.flag_value(flag) == value
+
+    def flag_signal(self, task, flag: GlobalFlag, value: int) -> None:
+        """``task`` sets the flag to ``value``, releasing what its clock covers."""
+        flag.argument.data[flag.element] = value
+        self.memory.releases[flag.key] = Release(self.block, self.start, tuple(task.clock),
+                                                 len(self.memory.accesses))
+
+    def flag_acquired(self, task, flag: GlobalFlag) -> None:
+        """``task``'s wait on the flag passed: it acquires the release that set the value (none when the value was
+        there before the launch). Within a block or cluster that joins clocks, as a barrier wait does; from an
+        earlier block it covers that block's released generic accesses (``_published``)."""
+        release = self.memory.releases.get(flag.key)
+        if release is None:
+            return
+        if release.start == self.start:
+            join(task.clock, list(release.clock))
+            return
+        value = self.flag_value(flag)
+        if self.memory.flag_initial[flag.key] == value:
+            raise RaceError(f"flag.wait in block {self.block} for {flag.name} == {value} may pass before block "
+                            f"{release.block}'s flag.signal: {flag.name} already held {value} when the launch began, "
+                            f"and blocks run in no fixed order. Give the flag back its old value once its data was "
+                            f"read (a flag.signal of it), so that every launch starts from it")
+        self.acquired.append((release, task.index, task.clock[task.index]))
+
+    def _published(self, task, access_id: int) -> bool:
+        """Whether an acquired release orders access ``access_id`` of an earlier block before ``task`` now."""
+        access = self.memory.accesses[access_id]
+        if access.what not in GENERIC_ACCESSES:
+            return False
+        return any(release.block == access.block and access_id < release.bound and
+                   release.clock[access.task] >= access.epoch and task.clock[waiter] >= epoch
+                   for release, waiter, epoch in self.acquired)
 
     def access(self, tile: GlobalTile) -> Access:
         """What made ``tile``'s access, and where."""
@@ -255,12 +341,25 @@ class BlockMemory:
         earlier = self._other_blocks(ids)
         if not earlier.any():
             return
+        if self.acquired and self.access(tile).what in GENERIC_ACCESSES:
+            for access_id in np.unique(ids[earlier]):
+                if access_id < self.start and self._published(task, int(access_id)):
+                    earlier &= ids != access_id
+            if not earlier.any():
+                return
         position = tuple(np.argwhere(earlier)[0])
         other, this = self.memory.accesses[ids[position]], self.access(tile)
         raise RaceError(f"{this.what} in block {this.block} {verb} {this.view}{tile.index(position)} (argument "
                         f"{this.argument!r}), which block {other.block} {other_verb} ({other.text()}): thread blocks "
                         f"run in no fixed order, so no block may read or write global memory that another block "
-                        f"writes", str(this.loc), task.machine.describe_tasks())
+                        f"writes{self._unless()}", str(this.loc), task.machine.describe_tasks())
+
+    def _unless(self) -> str:
+        """The way out a race message names: a flag, when the block waited for one (it did not cover this)."""
+        if self.acquired:
+            return (" unless a flag orders the two: a flag.wait of this block, before this access, that passed on a "
+                    "flag.signal the other block made after its access, both accesses ordinary loads or stores")
+        return " (to hand data from one block to a later one, use self.flag.signal and self.flag.wait)"
 
     def store_issued(self, task, tile: GlobalTile) -> None:
         """A TMA store into the tile is in flight until ``store_observed``: reading the tile back races."""

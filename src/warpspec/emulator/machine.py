@@ -399,6 +399,11 @@ class BlockMachine:
         return self.global_memory.tile(task, pointer, view.decl.name, shape, strides, offsets, tile_shape, what,
                                        rows)
 
+    def global_flag(self, task, view: ir.TensorRef, index: int, what: str):
+        """Element ``index`` of the 1-D int32 flag view ``view``, which instruction ``what`` of ``task`` uses."""
+        pointer, shape, strides = task.env[view.decl.uid]
+        return self.global_memory.flag(pointer, view.decl.name, shape, strides, index, what)
+
     def read_global_tile(self, task, view: ir.TensorRef, offsets, tile_shape, what: str) -> np.ndarray:
         """The tile of ``tile_shape`` at ``offsets`` of a global view, read now by ``what``; elements outside the
         view read as zero. RaceError if another block writes it, or if a TMA store into it is not waited for."""

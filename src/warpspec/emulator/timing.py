@@ -111,6 +111,25 @@ class NullMemory:
     def store_observed(self, task, tile) -> None:
         """No race checks in the model."""
 
+    def flag(self, pointer, view, shape, strides, index, what) -> str:
+        """A flag's name: the model keeps no flag values."""
+        return f"{view}[{index}]"
+
+    def flag_value(self, flag) -> int:
+        """The model keeps no flag values."""
+        return 0
+
+    def flag_holds(self, flag, value) -> bool:
+        """Every flag wait passes at once: the blocks a modeled SM waits for are taken to have signalled (the
+        model times one SM's blocks, not the others')."""
+        return True
+
+    def flag_signal(self, task, flag, value) -> None:
+        """Dropped: the model keeps no flag values."""
+
+    def flag_acquired(self, task, flag) -> None:
+        """No race checks in the model."""
+
 
 class SmResources:
     """What the blocks resident on one SM share: the tensor cores and the SM's share of memory bandwidth, each a

@@ -3,8 +3,8 @@ and the PTX they become), their checks, their IR statements and their emulation.
 add one."""
 
 from warpspec.isa import (  # noqa: F401
-    cluster, elementwise, fence, mbarrier, memory, profile, reduction, roles, tma, wgmma)
+    cluster, elementwise, fence, flag, mbarrier, memory, profile, reduction, roles, tma, wgmma)
 
 #: The families in the order ``self`` offers them; a family with a ``namespace`` is ``self.<namespace>``.
 FAMILIES = (memory.Memory, roles.Roles, fence.Fences, elementwise.Elementwise, reduction.Reductions,
-            mbarrier.Mbarrier, tma.Tma, wgmma.Wgmma, cluster.Cluster)
+            mbarrier.Mbarrier, tma.Tma, wgmma.Wgmma, cluster.Cluster, flag.Flags)

@@ -30,10 +30,12 @@ class GlobalView(ir.Stmt):
     decl: ir.TensorDecl
     pointer: ir.Var
     strides: tuple[ir.Expr, ...]
+    scratch: bool = False  # a workspace: elements the launch leaves unwritten are no finding
 
     def text(self, f) -> str:
+        scratch = ", scratch=True" if self.scratch else ""
         return (f"{self.decl.name} = global_view({self.pointer.name}, {self.decl.dtype.name}, "
-                f"shape={f(self.decl.shape)}, strides={f(self.strides)})")
+                f"shape={f(self.decl.shape)}, strides={f(self.strides)}{scratch})")
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,10 +122,12 @@ class Memory(LanguageObject):
     """Tensor declarations and memory operations reached on ``self``."""
 
     @language_call
-    def global_view(self, ptr, dtype, shape, strides=None) -> TensorValue:
+    def global_view(self, ptr, dtype, shape, strides=None, scratch=False) -> TensorValue:
         """View global memory at pointer parameter ``ptr`` as a tensor of ``dtype`` and ``shape`` (runtime
-        sizes allowed), row-major unless ``strides`` (in elements) are given. Executed by no thread: emits no
-        instruction; TMA uses it through a tensor map built on the host at launch."""
+        sizes allowed), row-major unless ``strides`` (in elements) are given. ``scratch=True`` marks a workspace
+        the kernel writes only in part (a stream-K GEMM's partial tiles): the emulator's check that every written
+        view was written whole skips it. Executed by no thread: emits no instruction; TMA uses it through a tensor
+        map built on the host at launch."""
         b = self.b
         if not isinstance(ptr, ir.Var) or ptr not in b.pointer_params:
             raise b.error(f"global_view needs a pointer parameter (annotated ~dtype), got {describe(ptr)}")
@@ -150,8 +154,10 @@ class Memory(LanguageObject):
         strides_exprs = tuple(b.to_integer(s, int32, "global_view strides") for s in strides)
         sizes = tuple(self._host_computed(e, "shape") for e in sizes)
         strides_exprs = tuple(self._host_computed(e, "strides") for e in strides_exprs)
+        if not isinstance(scratch, bool):
+            raise b.error(f"global_view scratch must be True or False, got {describe(scratch)}")
         decl = ir.TensorDecl(b.target_name(ptr.name), ir.GLOBAL, dtype, sizes, b.loc)
-        b.emit(GlobalView(b.loc, decl, ptr, strides_exprs))
+        b.emit(GlobalView(b.loc, decl, ptr, strides_exprs, scratch))
         return TensorValue(ir.TensorRef(decl))
 
     def _host_computed(self, expr: ir.Expr, what: str) -> ir.Expr:

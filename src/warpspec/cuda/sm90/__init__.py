@@ -2,7 +2,7 @@
 importing this package registers them all."""
 
 from warpspec.cuda.sm90 import (  # noqa: F401
-    cluster, elementwise, epilogue, fence, mbarrier, memory, prelude, profile, reduction, roles, tma, wgmma)
+    cluster, elementwise, epilogue, fence, flag, mbarrier, memory, prelude, profile, reduction, roles, tma, wgmma)
 from warpspec.target import SM90A
 
 #: The target these emitters are registered for.

@@ -35,6 +35,13 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
       " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, 0x989680;\n"
       " @!done bra WAIT_%=;\n}\n" :: "r"(bar), "r"(parity) : "memory");
 }
+__device__ __forceinline__ int flag_load_acquire(u64 flag) {
+  int value; asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(flag) : "memory");
+  return value;
+}
+__device__ __forceinline__ void flag_wait(u64 flag, int value) {
+  while (flag_load_acquire(flag) != value) {}
+}
 __device__ __forceinline__ unsigned short f32_to_f16(float x) {
   unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x)); return h;
 }
@@ -76,25 +83,33 @@ __device__ __forceinline__ float e5m2_to_f32(unsigned char b) {
 #: leaves the context unusable: the host can still read its own memory.
 DEBUG_PRELUDE = r"""
 __device__ unsigned long long *warpspec_debug_record;
+__device__ __forceinline__ void debug_give_up(unsigned site, unsigned index, unsigned detail) {
+  volatile unsigned long long *record = warpspec_debug_record;
+  if (atomicCAS(const_cast<unsigned long long *>(record), 0ull, 1ull + site) == 0ull) {
+    record[1] = (static_cast<unsigned long long>(blockIdx.z) << 42) |
+                (static_cast<unsigned long long>(blockIdx.y) << 21) | blockIdx.x;
+    record[2] = (static_cast<unsigned long long>(index) << 32) | ((detail & 0xFFFFu) << 16) | threadIdx.x;
+    __threadfence_system();
+  }
+  asm volatile("trap;");
+}
+__device__ __forceinline__ unsigned long long debug_now() {
+  unsigned long long now; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); return now;
+}
 __device__ __forceinline__ void mbar_wait_debug(unsigned bar, unsigned parity, unsigned site, unsigned index) {
-  unsigned long long start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  const unsigned long long start = debug_now();
   while (true) {
     unsigned done;
     asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, 0x989680;\n"
                  " selp.u32 %0, 1, 0, p;\n}\n" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
     if (done) return;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    if (now - start > 250000000ull) {
-      volatile unsigned long long *record = warpspec_debug_record;
-      if (atomicCAS(const_cast<unsigned long long *>(record), 0ull, 1ull + site) == 0ull) {
-        record[1] = (static_cast<unsigned long long>(blockIdx.z) << 42) |
-                    (static_cast<unsigned long long>(blockIdx.y) << 21) | blockIdx.x;
-        record[2] = (static_cast<unsigned long long>(index) << 32) | (parity << 16) | threadIdx.x;
-        __threadfence_system();
-      }
-      asm volatile("trap;");
-    }
+    if (debug_now() - start > 250000000ull) debug_give_up(site, index, parity);
+  }
+}
+__device__ __forceinline__ void flag_wait_debug(u64 flag, int value, unsigned site, unsigned index) {
+  const unsigned long long start = debug_now();
+  while (flag_load_acquire(flag) != value) {
+    if (debug_now() - start > 250000000ull) debug_give_up(site, index, static_cast<unsigned>(value));
   }
 }
 """
