@@ -6,7 +6,8 @@
 #
 # Steps: gpu-tests, main, tutorial, launch, matmul, schedules (V3's depths and tiles), v6, v7 (every schedule),
 # timeline (the instrumentation's cost and V3's timelines), timeline-cli, v7-timeline, gemm (ops.matmul's suite),
-# tune-defaults (tunes the suite's shapes and writes the shipped defaults), ops-tests, attention, attention-tests.
+# tune-defaults (tunes the suite's shapes and writes the shipped defaults), ops-tests, stream-k-tests (flags and
+# the stream-K schedules), stream-k (stream-K against whole tiles, cuBLAS beside), attention, attention-tests.
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-h200-logs}"
@@ -44,6 +45,9 @@ for step in "${steps[@]}"; do
                         --dtype float8_e4m3 --write-defaults --shapes 4096x14336x4096,8192x8192x8192 || exit; \
                         cp src/warpspec/ops/defaults.json '$out/defaults.json'") ;;
     ops-tests) cmd=(python3 -m pytest -q -x -m gpu tests/gpu/test_ops_matmul_gpu.py -p no:cacheprovider) ;;
+    stream-k-tests) cmd=(python3 -m pytest -q -m gpu tests/gpu/test_flags_gpu.py tests/gpu/test_ops_matmul_gpu.py
+                         -k "flag or stream_k or splits" -p no:cacheprovider) ;;
+    stream-k) cmd=(python3 benchmarks/stream_k.py --json "$out/stream_k.json") ;;
     attention) cmd=(python3 benchmarks/attention.py --head-dims 64,128,256 --seqs 8192 --causal both
                     --dtypes fp16,bf16 --json "$out/attention.json") ;;
     attention-tests) cmd=(python3 -m pytest -q -x -m gpu tests/gpu/test_attention_gpu.py -p no:cacheprovider) ;;

@@ -156,8 +156,9 @@ def ops_breakdown(calls: int, size: int = 2048) -> dict[str, float]:
     c = torch.empty(size, size, device="cuda", dtype=torch.float16)
     module.matmul(a, w_t, out=c)  # builds the kernel and sets the signature's launcher
     found = module.signature(a, w_t, None, None, c, None)
-    script, num_sms = found.launcher
-    args = found.layout.arguments(a, w_t, c, None, None, num_sms)
+    script, num_sms, elements = found.launcher
+    work = module.workspace_like(c, elements, num_sms) if elements else module.placeholders_like(c)
+    args = found.layout.arguments(a, w_t, c, None, None, work, num_sms)
     op = module._torch_op()
     nothing = warpspec.torch_ops.custom_op("warpspec_benchmarks::nothing", lambda x: None, schema="(Tensor x) -> ()")
     parts = {
@@ -170,7 +171,7 @@ def ops_breakdown(calls: int, size: int = 2048) -> dict[str, float]:
         "run(signature): checks, arguments, the pinned call": lambda: module.run(found, a, w_t, c, None, None),
         "the pinned Script call alone": lambda: script(*args),
         "signature lookup": lambda: module.signature(a, w_t, None, None, c, None),
-        "Layout.arguments": lambda: found.layout.arguments(a, w_t, c, None, None, num_sms),
+        "Layout.arguments": lambda: found.layout.arguments(a, w_t, c, None, None, work, num_sms),
         "torch.empty of C": lambda: torch.empty((size, size), dtype=torch.float16, device="cuda"),
         "runtime.get_backend": warpspec.runtime.get_backend,
     }

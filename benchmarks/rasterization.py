@@ -41,7 +41,8 @@ def main() -> None:
             args = matmul.arguments(a, w.T, out, None, None, problem)
             for group in groups:
                 kernel = matmul.kernel_class(problem)(b_k_major=True, has_bias=False, activation=None,
-                                                      persistent=True, num_stages=3, block_m=128, block_n=256,
+                                                      persistent=True, stream_k=False, num_stages=3, block_m=128,
+                                                      block_n=256,
                                                       group_m=group)
                 out.fill_(float("nan"))
                 kernel(*args)

@@ -202,19 +202,21 @@ def problem(m, n, k, dtype=warpspec.float16, has_bias=False):
 
 def test_heuristic_uses_small_tiles_for_small_problems_and_v6_tiles_for_large():
     assert ops_matmul.heuristic_schedule(problem(96, 80, 64)) == \
-        {"num_stages": 2, "block_m": 64, "block_n": 64, "persistent": False}
+        {"num_stages": 2, "block_m": 64, "block_n": 64, "persistent": False, "stream_k": False}
     assert ops_matmul.heuristic_schedule(problem(8192, 8192, 8192)) == \
-        {"num_stages": 3, "block_m": 128, "block_n": 256, "persistent": True}
+        {"num_stages": 3, "block_m": 128, "block_n": 256, "persistent": True,
+         "stream_k": True}
     assert ops_matmul.heuristic_schedule(problem(300, 100, 8192, warpspec.float8_e4m3)) == \
-        {"num_stages": 4, "block_m": 128, "block_n": 64, "persistent": False}
+        {"num_stages": 4, "block_m": 128, "block_n": 64, "persistent": False, "stream_k": False}
 
 
 def test_shipped_defaults_win_over_the_heuristic(monkeypatch, tmp_path):
-    table = {"float16": {"128x128x64": {"num_stages": 3, "block_m": 64, "block_n": 128, "persistent": True}}}
+    table = {"float16": {"128x128x64": {"num_stages": 3, "block_m": 64, "block_n": 128, "persistent": True,
+                                        "stream_k": False}}}
     path = tmp_path / "defaults.json"
     ops_matmul.write_defaults(table, path)
     ops_matmul.write_defaults({"bfloat16": {"1x1x1": {"num_stages": 2, "block_m": 64, "block_n": 64,
-                                                      "persistent": False}}}, path)
+                                                      "persistent": False, "stream_k": False}}}, path)
     monkeypatch.setattr(ops_matmul, "DEFAULTS_FILE", path)
     monkeypatch.setattr(ops_matmul, "_defaults", None)
     assert set(ops_matmul.shipped_defaults()) == {"float16", "bfloat16"}  # merged, not replaced
@@ -228,7 +230,8 @@ def test_the_shipped_defaults_file_holds_valid_schedules():
     for dtype_name, schedules in ops_matmul.shipped_defaults().items():
         kernel = next(cls for (name, _), cls in ops_matmul.GEMM_KERNELS.items() if name == dtype_name)
         valid = kernel(b_k_major=True, has_bias=False, activation=None).schedules()
-        assert valid and all(set(s) == {"num_stages", "block_m", "block_n", "persistent"} for s in valid)
+        keys = {"num_stages", "block_m", "block_n", "persistent", "stream_k"}
+        assert valid and all(set(s) == keys for s in valid)
         for bucket, schedule in schedules.items():
             assert len(bucket.split("x")) == 3 and schedule in valid, (dtype_name, bucket, schedule)
 
@@ -322,7 +325,7 @@ def test_a_stored_winner_wins_on_the_gpu_and_serves_the_epilogue_variants(tmp_pa
     tuned = ops_matmul.tuned_script(plain)
     assert tuner.stored_schedule(tuned, args, {}) is None
     assert ops_matmul.choose_schedule(plain, args, on_gpu=True) == ops_matmul.heuristic_schedule(plain)
-    winner = {"num_stages": 3, "block_m": 128, "block_n": 64, "persistent": True}
+    winner = {"num_stages": 3, "block_m": 128, "block_n": 64, "persistent": True, "stream_k": False}
     runtime_args, compile_time = bind_arguments(tuned.cls, args, {})
     material = tuner.tuning_material(tuned, runtime_args, compile_time, StoredWinnerBench().identity())
     fate = tuner.ScheduleFate(winner, "winner", time_ms=1.0)
@@ -340,7 +343,7 @@ def test_a_stored_winner_wins_on_the_gpu_and_serves_the_epilogue_variants(tmp_pa
 def test_a_shipped_default_that_cannot_build_for_the_output_dtype_falls_back(monkeypatch):
     """A float16 default whose stages leave no room for a float32 output's epilogue buffer (128 KB): the size
     rule's schedule runs instead, and the result is right."""
-    too_big = {"num_stages": 3, "block_m": 128, "block_n": 256, "persistent": True}
+    too_big = {"num_stages": 3, "block_m": 128, "block_n": 256, "persistent": True, "stream_k": False}
     monkeypatch.setattr(ops_matmul, "_defaults", {"float16": {"128x128x64": too_big}})
     monkeypatch.setattr(ops_matmul, "_chosen", {})
     monkeypatch.setattr(ops_matmul, "_signatures", {})

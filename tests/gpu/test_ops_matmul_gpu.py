@@ -128,6 +128,61 @@ def test_every_schedule_at_a_ragged_shape_with_few_sms(dtype):
     assert ran >= 30
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float8_e4m3fn])
+def test_every_stream_k_schedule_splits_the_last_wave_and_leaves_the_flags_zero(dtype):
+    """Stream-K schedules pinned with a grid bound of 7 SMs at a ragged shape with a long K (at least 8 K-tiles of
+    every dtype): the tiles left over after the whole waves are split over the blocks, the partial sums handed on
+    through the flags, launch after launch on one workspace; every flag is 0 after each launch."""
+    m, n, k = 1000, 520, 1360
+    a, w = operands(m, n, k, torch.float16)
+    a, w = a.to(dtype), w.to(dtype)
+    out_dtype = torch.bfloat16 if dtype == torch.float8_e4m3fn else dtype
+    bias = torch.randn(n, device="cuda").to(out_dtype)
+    scale = torch.tensor([0.5], device="cuda") if dtype == torch.float8_e4m3fn else None
+    out = torch.empty(m, n, device="cuda", dtype=out_dtype)
+    problem = ops_matmul.validate(a, w.T, bias, "gelu", out, None)
+    expected = ACTIVATIONS["gelu"]((0.5 if scale is not None else 1.0) * (a.float() @ w.float().T) + bias.float())
+    tuned = ops_matmul.tuned_script(problem)
+    args = ops_matmul.arguments(a, w.T, out, bias, scale, problem)[:-1] + (7,)
+    flags = args[-2]
+    ran = 0
+    # Every tile at 2 stages (each builds), and the size rule's 3 stages of 128x256: a compile each.
+    chosen = [s for s in tuned.schedules() if s["stream_k"] and (s["num_stages"] == 2 or (
+        s["num_stages"] == 3 and (s["block_m"], s["block_n"]) == (128, 256)))]
+    for schedule in chosen:
+        for _ in range(2):
+            out.fill_(float("nan"))
+            try:
+                tuned.instantiate(schedule)(*args)
+            except warpspec.CompileError as error:
+                assert "fit in a block" in str(error), (schedule, error)
+                break
+            assert relative_error(out, expected) < 1e-2, schedule
+            assert flags[:7].tolist() == [0] * 7, schedule
+        else:
+            ran += 1
+    assert ran >= 6
+
+
+def test_the_size_rule_splits_the_last_wave_at_8192_cubed_under_graph_capture_too():
+    """ops.matmul's own schedule at 8192³ is stream-K: eagerly, and replayed from a CUDA graph captured on a side
+    stream (the graph zeroes its own workspace's flags), the result matches cuBLAS."""
+    a, w = operands(8192, 8192, 8192, torch.float16)
+    expected = a @ w.T
+    eager = ops.matmul(a, w.T)
+    assert ops_matmul.chosen_schedule(ops_matmul.validate(a, w.T, None, None, None, None))["stream_k"] is True
+    assert relative_error(eager, expected) < 1e-2
+    out = torch.empty_like(expected)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ops.matmul(a, w.T, out=out)
+    for _ in range(3):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert relative_error(out, expected) < 1e-2
+
+
 def test_a_plain_eager_call_runs_the_implementation_and_anything_else_goes_through_the_op(monkeypatch):
     """Plain CUDA tensors, no mode, no gradient: the op's implementation runs without PyTorch's dispatcher. A
     dispatch mode, a gradient or the profiler send the call through the op (the dispatcher must see it). Both

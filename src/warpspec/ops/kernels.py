@@ -30,7 +30,7 @@ from __future__ import annotations
 from warpspec.dtypes import bfloat16, float8_e4m3, float16, float32, int32
 from warpspec.frontend.builder import cdiv
 from warpspec.pipeline import Pipeline
-from warpspec.script import Script, autotune
+from warpspec.script import Class, Script, autotune
 
 #: The epilogue activations, by the name ``ops.matmul`` takes (None: none).
 ACTIVATIONS = (None, "relu", "gelu", "silu")
@@ -46,6 +46,54 @@ GROUP_M = 8  # tile rows per rasterization band
 NUM_SMS = 132  # the H200's SMs: the default of the kernels' num_sms (ops.matmul passes the device's count)
 
 
+#: The output tiles (block_m, block_n) of the schedule space.
+TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
+#: Stream-K: the most blocks that share one tile of the last wave (its owner adds the others' partial sums one
+#: after another), and the fewest K-tiles a tile must have to be split at all.
+MAX_SPLIT = 4
+MIN_SPLIT_K_TILES = 8
+
+
+class StreamK(Class):
+    """The stream-K split of a persistent walk, computed alike by every block at run time. The walk's whole waves
+    stay whole tiles (``blockIdx.x, blockIdx.x + gridDim.x, ...`` below ``whole_tiles``); the K-tiles of the
+    ``num_tiles % gridDim.x`` tiles left over, which would leave most SMs idle in a last partial wave, are dealt out
+    evenly to ``blocks`` blocks (at most ``MAX_SPLIT`` per tile) as contiguous ranges of K-tiles.
+
+    A block walks its range's pieces from the last tile down. A piece that ends inside its tile is the block's
+    first, and its sum goes to the workspace (``leave_partial``); every other piece reaches its tile's end, and that
+    block finishes the tile: it adds the partial sums of the earlier blocks whose ranges began the tile
+    (``add_partial``), waiting for each one's flag, which that block set in its own first piece. So a block waits
+    only for blocks before it, as flags require (``warpspec.isa.flag``), and by the time it waits, those blocks did
+    their first piece long ago."""
+
+    def __init__(self, num_tiles, k_tiles, block_k: int):
+        self.k_tiles = k_tiles
+        self.block_k = block_k
+        grid = self.gridDim.x
+        left = num_tiles % grid if k_tiles >= MIN_SPLIT_K_TILES else 0
+        self.whole_tiles = num_tiles - left
+        self.blocks = max(min(grid, left * MAX_SPLIT), 1)  # at least 1, a divisor: no range has K-tiles then
+        self.total = left * k_tiles  # K-tiles to deal out
+        block = min(self.blockIdx.x, self.blocks)  # the ranges of blocks from ``self.blocks`` on are empty
+        self.begin = block * self.total // self.blocks
+        self.end = min(block + 1, self.blocks) * self.total // self.blocks
+        self.pieces = (self.end - 1) // k_tiles - self.begin // k_tiles + 1 if self.end > self.begin else 0
+
+    def piece(self, index):
+        """(tile among the left-over ones, first K element, end K element) of this block's piece ``index``: the
+        pieces from its range's last tile down."""
+        tile = (self.end - 1) // self.k_tiles - index
+        first = tile * self.k_tiles
+        return tile, max(self.begin - first, 0) * self.block_k, min(self.end - first, self.k_tiles) * self.block_k
+
+    def first_contributor(self, tile):
+        """The block whose range holds the first K-tile of left-over tile ``tile``: the blocks from it up to the
+        finishing one share the tile."""
+        # Block b's range begins at floor(b · total / blocks): the largest b whose range begins at x or before.
+        return ((tile * self.k_tiles + 1) * self.blocks + self.total - 1) // self.total - 1
+
+
 class _Gemm(Script):
     """Shared body; subclasses fix the element types through their ``__call__`` annotations."""
 
@@ -56,20 +104,24 @@ class _Gemm(Script):
     scaled = False  # float8 kernels multiply by the per-tensor scale read from ``scale_ptr``
     block_k = 64  # K per stage: 128 bytes of each row (float8 kernels: 128 elements)
 
-    def __init__(self, b_k_major, has_bias, activation, persistent, num_stages, block_m, block_n, group_m=GROUP_M):
+    def __init__(self, b_k_major, has_bias, activation, persistent, stream_k, num_stages, block_m, block_n,
+                 group_m=GROUP_M):
         super().__init__()
+        assert persistent or not stream_k, "stream-K splits the last wave of the persistent walk"
         self.group_m = group_m  # tile rows per rasterization band (not tuned: benchmarks/rasterization.py)
         self.b_k_major = b_k_major
         self.has_bias = has_bias
         self.activation = activation
         self.persistent = persistent
+        self.stream_k = stream_k
         self.num_stages = num_stages
         self.block_m = block_m
         self.block_n = block_n
         # 64 rows per warpgroup per WGMMA: tiles of 64 rows take one consumer warpgroup, taller tiles two.
         self.consumer_threads = WARPGROUP if block_m == 64 else 2 * WARPGROUP
 
-    def gemm(self, m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, scale_ptr, num_sms):
+    def gemm(self, m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, scale_ptr, ws_ptr, flags_ptr,
+             num_sms):
         """The kernel: C[m, n] = act(scale · sum_k A[m, k] B[k, n] + bias[n]) (scale only when ``self.scaled``)."""
         block_m, block_n, block_k, stages = self.block_m, self.block_n, self.block_k, self.num_stages
         tiles_m = cdiv(m_size, block_m)
@@ -77,6 +129,8 @@ class _Gemm(Script):
         num_tiles = tiles_m * tiles_n
         self.attrs.blocks = [min(num_tiles, num_sms) if self.persistent else num_tiles]
         self.attrs.warps = (self.consumer_threads + PRODUCER_THREADS) // 32
+        split = StreamK(num_tiles, cdiv(k_size, block_k), block_k) if self.stream_k else None
+        whole_tiles = num_tiles if split is None else split.whole_tiles
 
         ga = self.global_view(a_ptr, dtype=self.in_dtype, shape=[m_size, k_size], strides=[lda, 1])
         sa = self.shared_tensor(dtype=self.in_dtype, shape=[stages, block_m, block_k])
@@ -87,6 +141,11 @@ class _Gemm(Script):
             gb = self.global_view(b_ptr, dtype=self.in_dtype, shape=[k_size, n_size], strides=[ldb, 1])
             sb = self.shared_tensor(dtype=self.in_dtype, shape=[stages, block_k, block_n])
         gc = self.global_view(c_ptr, dtype=self.out_dtype, shape=[m_size, n_size], strides=[ldc, 1])
+        if split is not None:
+            # One partial tile and one flag per block (``warpspec.ops.workspace`` sizes them on the host).
+            grid = min(num_tiles, num_sms)
+            ws = self.global_view(ws_ptr, dtype=float32, shape=[grid * block_m, block_n], scratch=True)
+            flags = self.global_view(flags_ptr, dtype=int32, shape=[grid])
         # The persistent kernel's epilogue buffer: the TMA store of one tile reads it under the next's main loop.
         sc = self.shared_tensor(dtype=self.out_dtype, shape=[block_m, block_n]) if self.persistent else None
         pipe = Pipeline(stages, producer_arrivals=1, consumer_arrivals=self.consumer_threads)
@@ -94,24 +153,16 @@ class _Gemm(Script):
         with self.thread_group(thread_begin=self.consumer_threads, num_threads=PRODUCER_THREADS,
                                max_registers=PRODUCER_REGISTERS):
             filled: int32 = 0  # stages filled, to drain
-            for tile in self.range(self.blockIdx.x, num_tiles, self.gridDim.x):
+            for tile in self.range(self.blockIdx.x, whole_tiles, self.gridDim.x):
                 offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
                 filled = filled + cdiv(k_size, block_k)
-                for offset_k in self.range(0, k_size, block_k, unroll=stages):
-                    pipe.producer_acquire()
-                    stage = pipe.producer_stage
-                    with self.single_thread():
-                        self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(),
-                                                           transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
-                        self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k],
-                                                  mbarrier=pipe.producer_barrier())
-                        if self.b_k_major:
-                            self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k],
-                                                      mbarrier=pipe.producer_barrier())
-                        else:
-                            self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_k, offset_n],
-                                                      mbarrier=pipe.producer_barrier())
-                    pipe.producer_advance()
+                self.produce(pipe, ga, gb, sa, sb, offset_m, offset_n, 0, k_size)
+            if split is not None:
+                for piece in self.range(split.pieces):
+                    tile, k_begin, k_end = split.piece(piece)
+                    offset_m, offset_n = self.tile_offsets(whole_tiles + tile, tiles_m, tiles_n)
+                    filled = filled + (k_end - k_begin) // block_k
+                    self.produce(pipe, ga, gb, sa, sb, offset_m, offset_n, k_begin, k_end)
             # Stay until the consumers released every stage that was filled, so their arrivals never target a
             # barrier whose waiter has exited.
             for _ in self.range(min(stages, filled)):
@@ -119,31 +170,88 @@ class _Gemm(Script):
                 pipe.producer_advance()
 
         with self.thread_group(thread_begin=0, num_threads=self.consumer_threads, max_registers=CONSUMER_REGISTERS):
-            for tile in self.range(self.blockIdx.x, num_tiles, self.gridDim.x):
+            for tile in self.range(self.blockIdx.x, whole_tiles, self.gridDim.x):
                 offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
-                acc = self.register_tensor(dtype=float32, shape=[block_m, block_n], init=0.0)
-                for offset_k in self.range(0, k_size, block_k, unroll=stages):
-                    pipe.consumer_acquire()
-                    self.wgmma.fence()
-                    if self.b_k_major:
-                        self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
+                acc = self.consume(pipe, sa, sb, 0, k_size)
+                self.finish_tile(acc, sc, gc, m_size, n_size, bias_ptr, scale_ptr, offset_m, offset_n)
+            if split is not None:
+                for piece in self.range(split.pieces):
+                    tile, k_begin, k_end = split.piece(piece)
+                    offset_m, offset_n = self.tile_offsets(whole_tiles + tile, tiles_m, tiles_n)
+                    acc = self.consume(pipe, sa, sb, k_begin, k_end)
+                    if k_end < split.k_tiles * block_k:
+                        self.leave_partial(acc, ws, flags)
                     else:
-                        self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage], acc)
-                    self.wgmma.commit_group()
-                    self.wgmma.wait_group(1)  # the previous K-tile's group is done reading its stage: release it
-                    if offset_k > 0:
-                        self.mbarrier.arrive(pipe.empty_barriers[self.previous(pipe.consumer_stage)])
-                    pipe.consumer_advance()
-                self.wgmma.wait_group(0)
-                self.mbarrier.arrive(pipe.empty_barriers[self.previous(pipe.consumer_stage)])
-                result = self.epilogue(acc, m_size, n_size, bias_ptr, scale_ptr, offset_m, offset_n)
-                if self.persistent:
-                    self.store_through_shared(result, sc, gc, offset_m, offset_n)
-                else:
-                    self.store_global(gc, result, offsets=[offset_m, offset_n])
+                        for contributor in self.range(split.first_contributor(tile), self.blockIdx.x):
+                            acc = self.add_partial(acc, ws, flags, contributor)
+                        self.finish_tile(acc, sc, gc, m_size, n_size, bias_ptr, scale_ptr, offset_m, offset_n)
             if self.persistent:
                 with self.single_thread():
                     self.tma.wait_group(0)  # the last store's shared source must stay valid until it was read
+
+    def produce(self, pipe, ga, gb, sa, sb, offset_m, offset_n, k_begin, k_end):
+        """The producer's loads of one tile's K range ``[k_begin, k_end)`` (elements) into the ring."""
+        for offset_k in self.range(k_begin, k_end, self.block_k, unroll=self.num_stages):
+            pipe.producer_acquire()
+            stage = pipe.producer_stage
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(),
+                                                   transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
+                self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k],
+                                          mbarrier=pipe.producer_barrier())
+                if self.b_k_major:
+                    self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k],
+                                              mbarrier=pipe.producer_barrier())
+                else:
+                    self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_k, offset_n],
+                                              mbarrier=pipe.producer_barrier())
+            pipe.producer_advance()
+
+    def consume(self, pipe, sa, sb, k_begin, k_end):
+        """The consumers' main loop over one tile's K range ``[k_begin, k_end)`` into a fresh accumulator, which it
+        returns: one WGMMA group in flight, each stage released once the group after it was issued."""
+        acc = self.register_tensor(dtype=float32, shape=[self.block_m, self.block_n], init=0.0)
+        for offset_k in self.range(k_begin, k_end, self.block_k, unroll=self.num_stages):
+            pipe.consumer_acquire()
+            self.wgmma.fence()
+            if self.b_k_major:
+                self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
+            else:
+                self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage], acc)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(1)  # the previous K-tile's group is done reading its stage: release it
+            if offset_k > k_begin:
+                self.mbarrier.arrive(pipe.empty_barriers[self.previous(pipe.consumer_stage)])
+            pipe.consumer_advance()
+        self.wgmma.wait_group(0)
+        self.mbarrier.arrive(pipe.empty_barriers[self.previous(pipe.consumer_stage)])
+        return acc
+
+    def finish_tile(self, acc, sc, gc, m_size, n_size, bias_ptr, scale_ptr, offset_m, offset_n):
+        """The epilogue of a whole tile's sum and its store: through shared memory and TMA when persistent."""
+        result = self.epilogue(acc, m_size, n_size, bias_ptr, scale_ptr, offset_m, offset_n)
+        if self.persistent:
+            self.store_through_shared(result, sc, gc, offset_m, offset_n)
+        else:
+            self.store_global(gc, result, offsets=[offset_m, offset_n])
+
+    def leave_partial(self, acc, ws, flags):
+        """Stream-K: this block's sum over the first part of a tile's K range goes to its workspace slot, and its
+        flag says so to the block that finishes the tile (a later one)."""
+        self.store_global(ws, acc, offsets=[self.blockIdx.x * self.block_m, 0])
+        self.sync()  # every consumer's stores are ordered before the signal
+        with self.single_thread():
+            self.flag.signal(flags, self.blockIdx.x, 1)
+
+    def add_partial(self, acc, ws, flags, contributor):
+        """Stream-K: ``acc`` plus the partial sum block ``contributor`` (an earlier one) left for this tile."""
+        with self.single_thread():
+            self.flag.wait(flags, contributor, 1)
+            # Each slot is written once per launch and read once, so the flag can be given back its value now:
+            # the next launch finds every flag 0.
+            self.flag.signal(flags, contributor, 0)
+        self.sync()  # the other consumers' loads come after the wait
+        return acc + self.load_global(ws, offsets=[contributor * self.block_m, 0], shape=[self.block_m, self.block_n])
 
     def tile_offsets(self, tile, tiles_m, tiles_n):
         """The output offsets of tile index ``tile`` under grouped rasterization: bands of ``group_m`` tile rows,
@@ -203,8 +311,8 @@ class _Gemm(Script):
 def _schedules(cls):
     """The schedule space: 64-row tiles for small problems up to V5's and V6's tiles for large ones, 2 to 5
     stages, one tile per block or persistent."""
-    cls = autotune("persistent", [False, True])(cls)
-    cls = autotune("block_m, block_n", [[64, 64], [64, 128], [128, 64], [128, 128], [128, 256], [256, 128]])(cls)
+    cls = autotune("persistent, stream_k", [[False, False], [True, False], [True, True]])(cls)
+    cls = autotune("block_m, block_n", [list(tile) for tile in TILES])(cls)
     return autotune("num_stages", [2, 3, 4, 5])(cls)
 
 
@@ -216,8 +324,9 @@ class GemmF16(_Gemm):
 
     def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
                  a_ptr: ~float16, b_ptr: ~float16, c_ptr: ~float16, bias_ptr: ~float16,
-                 num_sms: int32 = NUM_SMS):
-        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, None, num_sms)
+                 ws_ptr: ~float32, flags_ptr: ~int32, num_sms: int32 = NUM_SMS):
+        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, None, ws_ptr, flags_ptr,
+                  num_sms)
 
 
 @_schedules
@@ -228,8 +337,9 @@ class GemmF16F32(_Gemm):
 
     def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
                  a_ptr: ~float16, b_ptr: ~float16, c_ptr: ~float32, bias_ptr: ~float32,
-                 num_sms: int32 = NUM_SMS):
-        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, None, num_sms)
+                 ws_ptr: ~float32, flags_ptr: ~int32, num_sms: int32 = NUM_SMS):
+        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, None, ws_ptr, flags_ptr,
+                  num_sms)
 
 
 @_schedules
@@ -240,8 +350,9 @@ class GemmBF16(_Gemm):
 
     def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
                  a_ptr: ~bfloat16, b_ptr: ~bfloat16, c_ptr: ~bfloat16, bias_ptr: ~bfloat16,
-                 num_sms: int32 = NUM_SMS):
-        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, None, num_sms)
+                 ws_ptr: ~float32, flags_ptr: ~int32, num_sms: int32 = NUM_SMS):
+        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, None, ws_ptr, flags_ptr,
+                  num_sms)
 
 
 @_schedules
@@ -252,8 +363,9 @@ class GemmBF16F32(_Gemm):
 
     def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
                  a_ptr: ~bfloat16, b_ptr: ~bfloat16, c_ptr: ~float32, bias_ptr: ~float32,
-                 num_sms: int32 = NUM_SMS):
-        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, None, num_sms)
+                 ws_ptr: ~float32, flags_ptr: ~int32, num_sms: int32 = NUM_SMS):
+        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, None, ws_ptr, flags_ptr,
+                  num_sms)
 
 
 @_schedules
@@ -264,8 +376,9 @@ class GemmE4M3BF16(_Gemm):
 
     def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
                  a_ptr: ~float8_e4m3, b_ptr: ~float8_e4m3, c_ptr: ~bfloat16, bias_ptr: ~bfloat16,
-                 scale_ptr: ~float32, num_sms: int32 = NUM_SMS):
-        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, scale_ptr, num_sms)
+                 scale_ptr: ~float32, ws_ptr: ~float32, flags_ptr: ~int32, num_sms: int32 = NUM_SMS):
+        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, scale_ptr, ws_ptr, flags_ptr,
+                  num_sms)
 
 
 @_schedules
@@ -276,8 +389,9 @@ class GemmE4M3F16(_Gemm):
 
     def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
                  a_ptr: ~float8_e4m3, b_ptr: ~float8_e4m3, c_ptr: ~float16, bias_ptr: ~float16,
-                 scale_ptr: ~float32, num_sms: int32 = NUM_SMS):
-        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, scale_ptr, num_sms)
+                 scale_ptr: ~float32, ws_ptr: ~float32, flags_ptr: ~int32, num_sms: int32 = NUM_SMS):
+        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, scale_ptr, ws_ptr, flags_ptr,
+                  num_sms)
 
 
 @_schedules
@@ -288,8 +402,9 @@ class GemmE4M3F32(_Gemm):
 
     def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
                  a_ptr: ~float8_e4m3, b_ptr: ~float8_e4m3, c_ptr: ~float32, bias_ptr: ~float32,
-                 scale_ptr: ~float32, num_sms: int32 = NUM_SMS):
-        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, scale_ptr, num_sms)
+                 scale_ptr: ~float32, ws_ptr: ~float32, flags_ptr: ~int32, num_sms: int32 = NUM_SMS):
+        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, scale_ptr, ws_ptr, flags_ptr,
+                  num_sms)
 
 
 #: (input dtype name, output dtype name) -> kernel class.

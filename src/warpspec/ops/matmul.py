@@ -32,6 +32,7 @@ from warpspec.dtypes import DType, bfloat16, float8_e4m3, float16, float32
 from warpspec.errors import ArgumentError, CompileError
 from warpspec.ops.kernels import ACTIVATIONS, GEMM_KERNELS, NUM_SMS
 from warpspec.ops.operands import dtype_of, kind_of, same_device, same_kind
+from warpspec.ops.workspace import placeholders_like, workspace_elements, workspace_like
 from warpspec.tune.cache import size_bucket
 
 #: Input dtype -> the output dtypes allowed (the first is the default).
@@ -397,16 +398,23 @@ def run(found: Signature, a, b, out, bias, scale) -> None:
                             f"requires (a slice that starts mid-row?)")
     if found.launcher is None:
         num_sms = sm_count()
-        found.launcher = (script_for(found.problem, found.layout.arguments(a, b, out, bias, scale, num_sms)),
-                          num_sms)
-    script, num_sms = found.launcher
-    script(*found.layout.arguments(a, b, out, bias, scale, num_sms))
+        stand_in = placeholders_like(out)
+        script = script_for(found.problem, found.layout.arguments(a, b, out, bias, scale, stand_in, num_sms))
+        problem = found.problem
+        elements = workspace_elements(problem.m, problem.n, num_sms, (script.block_m, script.block_n)) \
+            if script.stream_k else 0
+        found.launcher = (script, num_sms, elements)
+    script, num_sms, elements = found.launcher
+    work = workspace_like(out, elements, num_sms) if elements else placeholders_like(out)
+    script(*found.layout.arguments(a, b, out, bias, scale, work, num_sms))
 
 
 def arguments(a, b, out, bias, scale, problem: Problem) -> tuple:
     """The kernel's call arguments for ``problem`` on these operands (``Layout.arguments``), with the SM count of
-    the GPU launches go to (``sm_count``)."""
-    return Layout.of(a, b, out, problem).arguments(a, b, out, bias, scale, sm_count())
+    the GPU launches go to (``sm_count``) and a stream-K workspace that fits every schedule of the space."""
+    num_sms = sm_count()
+    work = workspace_like(out, workspace_elements(problem.m, problem.n, num_sms), num_sms)
+    return Layout.of(a, b, out, problem).arguments(a, b, out, bias, scale, work, num_sms)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -429,13 +437,14 @@ class Layout:
         contiguous = tuple(span(value) is value for value in (a, b_view, out))
         return cls(sizes, contiguous, problem.b_k_major, problem.in_dtype == float8_e4m3)
 
-    def arguments(self, a, b, out, bias, scale, num_sms: int) -> tuple:
-        """The call arguments: sizes, pitches, arrays, scale (float8), ``num_sms``."""
+    def arguments(self, a, b, out, bias, scale, workspace: tuple, num_sms: int) -> tuple:
+        """The call arguments: sizes, pitches, arrays, scale (float8), the stream-K ``workspace`` (partials,
+        flags: ``warpspec.ops.workspace``), ``num_sms``."""
         whole_a, whole_b, whole_out = self.contiguous
         b_view = b.T if self.b_k_major else b
         c = out if whole_out else span(out)
         arrays = (a if whole_a else span(a), b_view if whole_b else span(b_view), c, c if bias is None else bias)
-        return self.sizes + arrays + ((scale,) if self.scaled else ()) + (num_sms,)
+        return self.sizes + arrays + ((scale,) if self.scaled else ()) + tuple(workspace) + (num_sms,)
 
 
 _sm_counts: dict[int, int] = {}
@@ -584,11 +593,12 @@ def heuristic_schedule(problem: Problem) -> dict:
     buffer takes twice the shared memory."""
     if problem.m >= 2048 and problem.n >= 2048:
         return {"num_stages": 2 if problem.out_dtype == float32 else 3, "block_m": 128, "block_n": 256,
-                "persistent": True}
+                "persistent": True, "stream_k": True}
     block_m = 64 if problem.m <= 128 else 128
     block_n = 64 if problem.n <= 128 else 128
     k_tiles = -(-problem.k // kernel_class(problem).block_k)
-    return {"num_stages": 2 if k_tiles <= 2 else 4, "block_m": block_m, "block_n": block_n, "persistent": False}
+    return {"num_stages": 2 if k_tiles <= 2 else 4, "block_m": block_m, "block_n": block_n, "persistent": False,
+            "stream_k": False}
 
 
 # --------------------------------------------------------------------------------------------- torch op
@@ -709,6 +719,11 @@ def tuning_arguments(problem: Problem) -> tuple[tuple, list]:
             buffer.upload(dtypes.round_to(dtype, rng.standard_normal(shape, np.float32)))
         return buffer.array(shape, dtype)
 
+    def zeros(shape, dtype):
+        array = device(shape, dtype, random=False)
+        buffers[-1].upload(np.zeros(shape, dtype.numpy))
+        return array
+
     m, n, k = problem.m, problem.n, problem.k
     b_shape = (n, k) if problem.b_k_major else (k, n)
     out = device((m, n), problem.out_dtype, random=False)
@@ -717,7 +732,10 @@ def tuning_arguments(problem: Problem) -> tuple[tuple, list]:
         scale = device((1,), float32, random=False)
         buffers[-1].upload(np.ones(1, np.float32))
         args += (scale,)
-    return args + (sm_count(),), buffers
+    num_sms = sm_count()
+    # The stream-K schedules' partials and flags (zero: every launch leaves them so for the next).
+    args += (zeros((workspace_elements(m, n, num_sms),), float32), zeros((num_sms,), dtypes.int32))
+    return args + (num_sms,), buffers
 
 
 def write_defaults(table: dict, path: pathlib.Path = DEFAULTS_FILE) -> None:
