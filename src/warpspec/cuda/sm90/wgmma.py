@@ -27,6 +27,25 @@ def _emit_WgmmaCommit(gen, s: WgmmaCommit) -> None:
 @emits(WgmmaWait, TARGET)
 def _emit_WgmmaWait(gen, s: WgmmaWait) -> None:
     gen.line(f'asm volatile("wgmma.wait_group.sync.aligned {s.n};" ::: "memory");')
+    if s.n == 0:
+        _fence_accumulators(gen)
+
+
+def _fence_accumulators(gen) -> None:
+    """After ``wait_group(0)`` every WGMMA accumulator in scope holds its final values: pin each one's registers
+    here with an empty asm that reads and writes them (CUTLASS's warpgroup_fence_operand), so no read of them
+    below can be moved above the wait. The wait's asm names no register, and without the pin the compiler may
+    hoist a read (a store's bit casts of a float32 accumulator) above it; ptxas then serializes every WGMMA of the
+    kernel to stay correct (advisory C7514). After ``wait_group(N > 0)`` groups may still write them: no pin."""
+    accumulators = {stmt.d.decl.uid: stmt.d.decl for stmt in ir.walk(gen.kernel.body) if isinstance(stmt, WgmmaMma)}
+    for uid, decl in accumulators.items():
+        if uid not in gen.declared:
+            continue
+        f16 = decl.dtype.name == "float16"  # float16 accumulators are packed in pairs
+        count = gen.reg_layouts[uid].registers
+        gen.line("#pragma unroll")
+        gen.line(f'for (int i = 0; i < {(count + 1) // 2 if f16 else count}; ++i) '
+                 f'asm volatile("" : "{"+r" if f16 else "+f"}"({gen.tensor_name(decl)}[i]) :: "memory");')
 
 
 @emits(WgmmaMma, TARGET)
