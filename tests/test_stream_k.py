@@ -3,8 +3,9 @@ split over the blocks by K, their partial sums handed on through the workspace a
 matches numpy for every dtype, layout and tile; a workspace serves launch after launch; and the ways to get the
 hand-off wrong are each caught at their line.
 
-Small grids (``num_sms``) make every split happen at small shapes: 20 tiles over 3-9 blocks leave 2-6 tiles over,
-shared by up to four blocks each.
+Small grids (``num_sms``) make the splits happen at small shapes: 20 tiles of 64 x 64 over 6, 8 or 9 blocks leave 2
+or 4 tiles over (at most ``MAX_LEFT_PERCENT`` of the grid), each with 32 K-tiles (``MIN_SPLIT_K_TILES``), shared by
+up to four blocks.
 """
 
 import importlib
@@ -46,13 +47,17 @@ def stream_k(cls, block_m, block_n, b_k_major=True, has_bias=False, activation=N
                num_stages=stages, block_m=block_m, block_n=block_n)
 
 
-@pytest.mark.parametrize("num_sms", [3, 6, 7, 9])
+M, N, K = 300, 200, 64 * kernels.MIN_SPLIT_K_TILES  # 5 x 4 tiles of 64 x 64, the last row of tiles ragged
+
+
+@pytest.mark.parametrize("num_sms", [6, 8, 9])
 def test_the_left_over_tiles_split_over_any_grid_match_numpy(num_sms):
-    m, n, k = 300, 200, 640  # 5 x 4 tiles of 64 x 64, 10 K-tiles each, the last row of tiles ragged
+    m, n, k = M, N, K
     a, w = operands(m, n, k, np.float16)
     out = np.full((m, n), np.nan, np.float16)
-    _, flags = launch(stream_k(kernels.GemmF16, 64, 64), a, w.T, out, None, None, num_sms)
+    partials, flags = launch(stream_k(kernels.GemmF16, 64, 64), a, w.T, out, None, None, num_sms)
     assert_close(out, reference(a, w.T), np.float16)
+    assert partials.any()  # the split happened: partial tiles went through the workspace
     assert flags.tolist() == [0] * num_sms  # given back for the next launch
 
 
@@ -64,7 +69,7 @@ def test_the_left_over_tiles_split_over_any_grid_match_numpy(num_sms):
 ], ids=["float16-128x256", "bfloat16-float32-row-major", "bfloat16-256x128", "float8"])
 def test_every_dtype_and_layout_splits_with_its_epilogue(dtype, out_dtype, b_layout, tile):
     block_k = 128 if dtype == E4M3 else 64
-    m, n, k = 2 * tile[0] + 40, 2 * tile[1] + 8, 10 * block_k + 16  # 3 x 3 tiles, a ragged last K-tile
+    m, n, k = 2 * tile[0] + 40, 2 * tile[1] + 8, kernels.MIN_SPLIT_K_TILES * block_k + 16  # 3 x 3 tiles, ragged K
     a, w = operands(m, n, k, dtype)
     b = w.T if b_layout == "w.T" else np.ascontiguousarray(w.T)
     bias = np.random.default_rng(1).standard_normal(n).astype(out_dtype)
@@ -77,13 +82,13 @@ def test_every_dtype_and_layout_splits_with_its_epilogue(dtype, out_dtype, b_lay
     expected = reference(a, b, bias, "gelu", scale=0.25 if dtype == E4M3 else 1.0)
     if out_dtype != np.float32:
         assert_close(out, expected, out_dtype)
-    else:  # float32 sums of 656 products in two orders: a bound on their difference, by the products' magnitude
+    else:  # float32 sums of 2064 products in two orders: a bound on their difference, by the products' magnitude
         magnitude = np.abs(a.astype(np.float32)) @ np.abs(b.astype(np.float32))
         assert np.all(np.abs(out - expected) <= 2.0 ** -16 * (magnitude + 1))
 
 
 def test_one_workspace_serves_launch_after_launch_in_any_interleaving(monkeypatch):
-    m, n, k = 300, 200, 640
+    m, n, k = M, N, K
     a, w = operands(m, n, k, np.float16)
     kernel = stream_k(kernels.GemmF16, 64, 64)
     workspace = None
@@ -91,16 +96,18 @@ def test_one_workspace_serves_launch_after_launch_in_any_interleaving(monkeypatc
         if seed is not None:
             monkeypatch.setenv(SEED_VARIABLE, str(seed))
         out = np.full((m, n), np.nan, np.float16)
-        workspace = launch(kernel, a, w.T, out, None, None, 7, workspace)
+        workspace = launch(kernel, a, w.T, out, None, None, 8, workspace)
         assert_close(out, reference(a, w.T), np.float16)
 
 
-def test_a_short_k_is_not_split():
-    """Fewer than MIN_SPLIT_K_TILES K-tiles per tile: the walk stays whole tiles and the workspace is untouched."""
-    m, n, k = 300, 200, 64 * (kernels.MIN_SPLIT_K_TILES - 1)
-    a, w = operands(m, n, k, np.float16)
-    out = np.full((m, n), np.nan, np.float16)
-    partials, _ = launch(stream_k(kernels.GemmF16, 64, 64), a, w.T, out, None, None, 7)
+@pytest.mark.parametrize("k, num_sms", [(64 * (kernels.MIN_SPLIT_K_TILES - 1), 8), (K, 7)],
+                         ids=["short-k", "nearly-full-last-wave"])
+def test_a_short_k_or_a_nearly_full_last_wave_is_not_split(k, num_sms):
+    """Fewer than MIN_SPLIT_K_TILES K-tiles per tile, or 6 tiles left over on 7 blocks (more than MAX_LEFT_PERCENT):
+    the walk stays whole tiles and the workspace is untouched."""
+    a, w = operands(M, N, k, np.float16)
+    out = np.full((M, N), np.nan, np.float16)
+    partials, _ = launch(stream_k(kernels.GemmF16, 64, 64), a, w.T, out, None, None, num_sms)
     assert_close(out, reference(a, w.T), np.float16)
     assert not partials.any()
 
@@ -109,10 +116,10 @@ def test_ops_matmul_runs_the_heuristic_stream_k_schedule_with_a_workspace_per_ca
     """The size rule's schedule for large problems splits; ops.matmul passes it a zeroed workspace."""
     monkeypatch.setattr(ops_matmul, "heuristic_schedule", lambda problem: {
         "num_stages": 2, "block_m": 64, "block_n": 64, "persistent": True, "stream_k": True})
-    monkeypatch.setattr(ops_matmul, "sm_count", lambda: 7)
+    monkeypatch.setattr(ops_matmul, "sm_count", lambda: 8)
     monkeypatch.setattr(ops_matmul, "_chosen", {})
     monkeypatch.setattr(ops_matmul, "_signatures", {})
-    a, w = operands(300, 200, 640, np.float16)
+    a, w = operands(M, N, K, np.float16)
     for _ in range(2):
         assert_close(ops_matmul.matmul(a, w.T), reference(a, w.T), np.float16)
     problem = ops_matmul.validate(a, w.T, None, None, None, None)
@@ -185,12 +192,12 @@ PLANTED = [
 
 @pytest.mark.parametrize("cls, error, line, fragments", PLANTED)
 def test_each_planted_hand_off_mistake_is_caught_at_its_line(cls, error, line, fragments):
-    m, n, k = 300, 200, 640
+    m, n, k = M, N, K
     a, w = operands(m, n, k, np.float16)
     kernel = stream_k(cls, 64, 64)
     with pytest.raises(error) as caught:
-        workspace = launch(kernel, a, w.T, np.zeros((m, n), np.float16), None, None, 7)
-        launch(kernel, a, w.T, np.zeros((m, n), np.float16), None, None, 7, workspace)  # flags left set show here
+        workspace = launch(kernel, a, w.T, np.zeros((m, n), np.float16), None, None, 8)
+        launch(kernel, a, w.T, np.zeros((m, n), np.float16), None, None, 8, workspace)  # flags left set show here
     where = caught.value.location
     if line is not None:
         assert where.endswith(line_of(cls, line)), where

@@ -130,10 +130,11 @@ def test_every_schedule_at_a_ragged_shape_with_few_sms(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float8_e4m3fn])
 def test_every_stream_k_schedule_splits_the_last_wave_and_leaves_the_flags_zero(dtype):
-    """Stream-K schedules pinned with a grid bound of 7 SMs at a ragged shape with a long K (at least 8 K-tiles of
-    every dtype): the tiles left over after the whole waves are split over the blocks, the partial sums handed on
-    through the flags, launch after launch on one workspace; every flag is 0 after each launch."""
-    m, n, k = 1000, 520, 1360
+    """Stream-K schedules pinned with a grid bound of 7 SMs at a ragged shape with a long K (32 K-tiles or more in
+    every dtype): the tiles left over after the whole waves are split over the blocks where they fill at most 60% of
+    the grid, the partial sums handed on through the flags, launch after launch on one workspace; every flag is 0
+    after each launch."""
+    m, n, k = 1000, 520, 4112  # 32 K-tiles of float8's 128 columns, and a ragged one
     a, w = operands(m, n, k, torch.float16)
     a, w = a.to(dtype), w.to(dtype)
     out_dtype = torch.bfloat16 if dtype == torch.float8_e4m3fn else dtype
@@ -144,7 +145,7 @@ def test_every_stream_k_schedule_splits_the_last_wave_and_leaves_the_flags_zero(
     expected = ACTIVATIONS["gelu"]((0.5 if scale is not None else 1.0) * (a.float() @ w.float().T) + bias.float())
     tuned = ops_matmul.tuned_script(problem)
     args = ops_matmul.arguments(a, w.T, out, bias, scale, problem)[:-1] + (7,)
-    flags = args[-2]
+    partials, flags = args[-3], args[-2]
     ran = 0
     # Every tile at 2 stages (each builds), and the size rule's 3 stages of 128x256: a compile each.
     chosen = [s for s in tuned.schedules() if s["stream_k"] and (s["num_stages"] == 2 or (
@@ -152,6 +153,7 @@ def test_every_stream_k_schedule_splits_the_last_wave_and_leaves_the_flags_zero(
     for schedule in chosen:
         for _ in range(2):
             out.fill_(float("nan"))
+            partials.fill_(float("nan"))
             try:
                 tuned.instantiate(schedule)(*args)
             except warpspec.CompileError as error:
@@ -159,6 +161,8 @@ def test_every_stream_k_schedule_splits_the_last_wave_and_leaves_the_flags_zero(
                 break
             assert relative_error(out, expected) < 1e-2, schedule
             assert flags[:7].tolist() == [0] * 7, schedule
+            if (schedule["block_m"], schedule["block_n"]) == (128, 256):  # 24 tiles: 3 left over, split
+                assert not torch.isnan(partials).all(), schedule
         else:
             ran += 1
     assert ran >= 6

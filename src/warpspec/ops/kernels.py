@@ -49,16 +49,21 @@ NUM_SMS = 132  # the H200's SMs: the default of the kernels' num_sms (ops.matmul
 #: The output tiles (block_m, block_n) of the schedule space.
 TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
 #: Stream-K: the most blocks that share one tile of the last wave (its owner adds the others' partial sums one
-#: after another), and the fewest K-tiles a tile must have to be split at all.
+#: after another); the fewest K-tiles a tile must have to be split, and the largest share of the grid the left-over
+#: tiles may fill, in percent. A split costs each shared tile a partial tile's store and load and its blocks a
+#: pipeline ramp: it paid at 8192³ (68 tiles left over on 132 SMs, 128 K-tiles: +1.7%) and lost at 4096³ (116
+#: left over, the last wave nearly full: -4.5%) and at K = 1024 (16 K-tiles: -4%), docs/performance.md run 25.
 MAX_SPLIT = 4
-MIN_SPLIT_K_TILES = 8
+MIN_SPLIT_K_TILES = 32
+MAX_LEFT_PERCENT = 60
 
 
 class StreamK(Class):
     """The stream-K split of a persistent walk, computed alike by every block at run time. The walk's whole waves
     stay whole tiles (``blockIdx.x, blockIdx.x + gridDim.x, ...`` below ``whole_tiles``); the K-tiles of the
-    ``num_tiles % gridDim.x`` tiles left over, which would leave most SMs idle in a last partial wave, are dealt out
-    evenly to ``blocks`` blocks (at most ``MAX_SPLIT`` per tile) as contiguous ranges of K-tiles.
+    ``num_tiles % gridDim.x`` tiles left over, which would leave many SMs idle in a last partial wave, are dealt out
+    evenly to ``blocks`` blocks (at most ``MAX_SPLIT`` per tile) as contiguous ranges of K-tiles, when the tiles
+    have ``MIN_SPLIT_K_TILES`` K-tiles or more and fill at most ``MAX_LEFT_PERCENT`` of the grid.
 
     A block walks its range's pieces from the last tile down. A piece that ends inside its tile is the block's
     first, and its sum goes to the workspace (``leave_partial``); every other piece reaches its tile's end, and that
@@ -71,7 +76,9 @@ class StreamK(Class):
         self.k_tiles = k_tiles
         self.block_k = block_k
         grid = self.gridDim.x
-        left = num_tiles % grid if k_tiles >= MIN_SPLIT_K_TILES else 0
+        over = num_tiles % grid
+        # Else the last wave stays whole tiles.
+        left = over if k_tiles >= MIN_SPLIT_K_TILES and over * 100 <= grid * MAX_LEFT_PERCENT else 0
         self.whole_tiles = num_tiles - left
         self.blocks = max(min(grid, left * MAX_SPLIT), 1)  # at least 1, a divisor: no range has K-tiles then
         self.total = left * k_tiles  # K-tiles to deal out
