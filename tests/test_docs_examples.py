@@ -23,6 +23,7 @@ import pytest
 
 import buggy_kernels as bk
 import cluster_kernels as ck
+import flag_kernels as fk
 import global_race_kernels as gk
 import warpspec
 from warpspec import BarrierError, BoundsError, CompileError, DeadlockError, KernelError, RaceError
@@ -438,7 +439,18 @@ EMULATOR_CHECKS = {
     "blocks-overlap": lambda: gk.MoveRows()(32, 16, 16, 0, *overlapping_rows()),
     "tma-store-read-back": lambda: gk.StoreThenRead(wait=False, tma_reader=False)(
         *[np.zeros((64, 64), np.float16) for _ in range(3)]),
+    "flag-waits-for-a-later-block": lambda: running_sum(fk.RunningSum(wait_for="next")),
+    "flag-signal-before-sync": lambda: running_sum(fk.RunningSum(sync_before_signal=False)),
+    "flag-left-set": lambda: running_sum(fk.RunningSum(reset=False), launches=2),
 }
+
+
+def running_sum(kernel, launches=1):
+    """tests/flag_kernels.py's chain over 4 blocks, ``launches`` times with the same flags."""
+    x = np.ones((4 * fk.ROWS, 64), np.float32)
+    ws, out, flags = np.zeros_like(x), np.zeros_like(x), np.zeros(4, np.int32)
+    for _ in range(launches):
+        kernel(4, x, ws, flags, out)
 
 
 def overlapping_rows():

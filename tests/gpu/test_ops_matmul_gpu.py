@@ -101,11 +101,9 @@ def test_torch_compile_fullgraph_with_inductor():
     assert torch.equal(compiled(a, w, bias), f(a, w, bias))
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float8_e4m3fn])
-def test_every_schedule_at_a_ragged_shape_with_few_sms(dtype):
-    """Each schedule pinned, with a grid bound of 7 SMs: persistent blocks walk several ragged tiles and store
-    through TMA; the others take one tile each."""
-    m, n, k = 1000, 520, 336  # a 336-byte float8 row is a multiple of TMA's 16 bytes (328 is not)
+def gelu_call(m, n, k, dtype):
+    """Operands of an ``a @ w.T`` with a bias and gelu in ``dtype`` (float8: a scale of 0.5, a bfloat16 output), an
+    output to fill, the validated problem and the float32 reference: (a, w, bias, scale, out, problem, expected)."""
     a, w = operands(m, n, k, torch.float16)
     a, w = a.to(dtype), w.to(dtype)
     out_dtype = torch.bfloat16 if dtype == torch.float8_e4m3fn else dtype
@@ -114,6 +112,15 @@ def test_every_schedule_at_a_ragged_shape_with_few_sms(dtype):
     out = torch.empty(m, n, device="cuda", dtype=out_dtype)
     problem = ops_matmul.validate(a, w.T, bias, "gelu", out, None)
     expected = ACTIVATIONS["gelu"]((0.5 if scale is not None else 1.0) * (a.float() @ w.float().T) + bias.float())
+    return a, w, bias, scale, out, problem, expected
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float8_e4m3fn])
+def test_every_schedule_at_a_ragged_shape_with_few_sms(dtype):
+    """Each schedule pinned, with a grid bound of 7 SMs: persistent blocks walk several ragged tiles and store
+    through TMA; the others take one tile each."""
+    # a 336-byte float8 row is a multiple of TMA's 16 bytes (328 is not)
+    a, w, bias, scale, out, problem, expected = gelu_call(1000, 520, 336, dtype)
     tuned = ops_matmul.tuned_script(problem)
     ran = 0
     for schedule in tuned.schedules():
@@ -134,15 +141,8 @@ def test_every_stream_k_schedule_splits_the_last_wave_and_leaves_the_flags_zero(
     every dtype): the tiles left over after the whole waves are split over the blocks where they fill at most 60% of
     the grid, the partial sums handed on through the flags, launch after launch on one workspace; every flag is 0
     after each launch."""
-    m, n, k = 1000, 520, 4112  # 32 K-tiles of float8's 128 columns, and a ragged one
-    a, w = operands(m, n, k, torch.float16)
-    a, w = a.to(dtype), w.to(dtype)
-    out_dtype = torch.bfloat16 if dtype == torch.float8_e4m3fn else dtype
-    bias = torch.randn(n, device="cuda").to(out_dtype)
-    scale = torch.tensor([0.5], device="cuda") if dtype == torch.float8_e4m3fn else None
-    out = torch.empty(m, n, device="cuda", dtype=out_dtype)
-    problem = ops_matmul.validate(a, w.T, bias, "gelu", out, None)
-    expected = ACTIVATIONS["gelu"]((0.5 if scale is not None else 1.0) * (a.float() @ w.float().T) + bias.float())
+    # 32 K-tiles of float8's 128 columns, and a ragged one
+    a, w, bias, scale, out, problem, expected = gelu_call(1000, 520, 4112, dtype)
     tuned = ops_matmul.tuned_script(problem)
     args = ops_matmul.arguments(a, w.T, out, bias, scale, problem)[:-1] + (7,)
     partials, flags = args[-3], args[-2]
