@@ -11,12 +11,15 @@ works on the float32 accumulators in registers. What V5 fixes, this kernel takes
   linear layer's ``w.T``, the only layout float8 WGMMA reads); N-major B is a row-major [K, N] tile, read by the
   transposable 16-bit forms as stored;
 * the epilogue (``has_bias``, ``activation``) and, for float8 inputs, the per-tensor scale;
-* the schedule, tuned per shape bucket (``tune_key``): stages, tiles, and ``persistent``. Every block walks the
-  tiles ``blockIdx.x, blockIdx.x + gridDim.x, ...`` in V6's grouped rasterization (bands of ``GROUP_M`` tile rows,
-  so blocks running together share A and B tiles in L2). Not persistent: one block per tile, each walking one,
-  storing with ``store_global`` (which clips the ragged edges). Persistent: at most one block per SM (``num_sms``),
-  the producer filling the next tile's stages while the consumers finish the current one, and a TMA-store epilogue
-  through a shared buffer left in flight under the next tile's main loop (V6's cooperative variant).
+* the schedule, tuned per shape bucket (``tune_key``): stages, tiles, ``persistent`` and ``stream_k``. Every block
+  walks the tiles ``blockIdx.x, blockIdx.x + gridDim.x, ...`` in V6's grouped rasterization (bands of ``GROUP_M``
+  tile rows, so blocks running together share A and B tiles in L2). Not persistent: one block per tile, each
+  walking one, storing with ``store_global`` (which clips the ragged edges). Persistent: at most one block per SM
+  (``num_sms``), the producer filling the next tile's stages while the consumers finish the current one, and a
+  TMA-store epilogue through a shared buffer left in flight under the next tile's main loop (V6's cooperative
+  variant). Stream-K (persistent only): a partial last wave's tiles split by K between blocks (``StreamK``), which
+  hand partial sums on through a float32 workspace and int32 flags (``ws_ptr``, ``flags_ptr``:
+  ``warpspec.ops.workspace``).
 
 Runtime scalars are the sizes and the row pitches (in elements) of A, B and C, so strided views of larger tensors
 work without a copy. The epilogue broadcasts vectors against the accumulator: the bias is a [1, block_n] row of a
