@@ -53,8 +53,8 @@ class Access:
     view: str
     argument: str
     loc: ir.Loc
-    task: int = -1  # the accessing task's index in its cluster, and its own clock entry then
-    epoch: int = 0
+    task: int  # the accessing task's index in its cluster, and its own clock entry then
+    epoch: int
 
     def text(self) -> str:
         """The instruction, view, argument and line, as race messages name the other access."""
@@ -67,12 +67,12 @@ GENERIC_ACCESSES = ("load_global", "store_global")
 
 @dataclass(frozen=True)
 class Release:
-    """A ``flag.signal``: the block, the signalling task's vector clock, and the id the next access would get."""
+    """A ``flag.signal``: the block and the signalling task's vector clock (the signaller ticks right after, so the
+    clock covers exactly the accesses ordered before the signal)."""
 
     block: tuple[int, int, int]
     start: int  # the block's (or its cluster's) first access id: releases with the same start share clocks
     clock: tuple[int, ...]
-    bound: int
 
 
 class GlobalFlag:
@@ -269,8 +269,7 @@ class BlockMemory:
     def flag_signal(self, task, flag: GlobalFlag, value: int) -> None:
         """``task`` sets the flag to ``value``, releasing what its clock covers."""
         flag.argument.data[flag.element] = value
-        self.memory.releases[flag.key] = Release(self.block, self.start, tuple(task.clock),
-                                                 len(self.memory.accesses))
+        self.memory.releases[flag.key] = Release(self.block, self.start, tuple(task.clock))
 
     def flag_acquired(self, task, flag: GlobalFlag) -> None:
         """``task``'s wait on the flag passed: it acquires the release that set the value (none when the value was
@@ -295,8 +294,8 @@ class BlockMemory:
         access = self.memory.accesses[access_id]
         if access.what not in GENERIC_ACCESSES:
             return False
-        return any(release.block == access.block and access_id < release.bound and
-                   release.clock[access.task] >= access.epoch and task.clock[waiter] >= epoch
+        return any(release.block == access.block and release.clock[access.task] >= access.epoch and
+                   task.clock[waiter] >= epoch
                    for release, waiter, epoch in self.acquired)
 
     def access(self, tile: GlobalTile) -> Access:
