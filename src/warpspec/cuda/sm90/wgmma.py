@@ -8,6 +8,7 @@ from warpspec.isa.wgmma import WgmmaCommit, WgmmaFence, WgmmaMma, WgmmaWait
 from warpspec.ir import nodes as ir
 from warpspec.layout.fragments import AccumulatorLayout
 from warpspec.layout.shared import SharedTileLayout, wgmma_descriptor
+from warpspec.passes.layouts import packed
 from warpspec.isa.registry import emits
 from warpspec.target import SM90A
 
@@ -41,11 +42,11 @@ def _fence_accumulators(gen) -> None:
     for uid, decl in accumulators.items():
         if uid not in gen.declared:
             continue
-        f16 = decl.dtype.name == "float16"  # float16 accumulators are packed in pairs
+        pairs = packed(decl)  # float16 accumulators live as pairs in 32-bit words
         count = gen.reg_layouts[uid].registers
         gen.line("#pragma unroll")
-        gen.line(f'for (int i = 0; i < {(count + 1) // 2 if f16 else count}; ++i) '
-                 f'asm volatile("" : "{"+r" if f16 else "+f"}"({gen.tensor_name(decl)}[i]) :: "memory");')
+        gen.line(f'for (int i = 0; i < {(count + 1) // 2 if pairs else count}; ++i) '
+                 f'asm volatile("" : "{"+r" if pairs else "+f"}"({gen.tensor_name(decl)}[i]) :: "memory");')
 
 
 @emits(WgmmaMma, TARGET)
