@@ -18,6 +18,8 @@ import warpspec
 from warpspec import float16, float32
 
 MODES = ("shared", "registers", "rowstat")
+#: (N, K) of the forms the tests run: the N of the library's tiles, K of 64, 80 and 128 elements.
+SHAPES = [(n, k) for n in (64, 128, 256) for k in (64, 80, 128)]
 
 
 class WgmmaForm(warpspec.Script):

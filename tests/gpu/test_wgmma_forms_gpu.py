@@ -14,11 +14,9 @@ torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.gpu
 
-SHAPES = [(n, k) for n in (64, 128, 256) for k in (64, 80, 128)]
-
 
 @pytest.mark.parametrize("mode", wf.MODES)
-@pytest.mark.parametrize("n, k", SHAPES)
+@pytest.mark.parametrize("n, k", wf.SHAPES)
 def test_gpu_matches_the_emulator_and_numpy(mode, n, k):
     a, b, x, y = wf.operands(n, k)
     on_cpu = np.full((64, n), np.nan, dtype=np.float32)
