@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("--shapes", default=None, metavar="MxNxK,...")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", default=None)
-    args = parser.parse_args()
+    options = parser.parse_args()
 
     import torch
 
@@ -36,33 +36,33 @@ def main() -> None:
     import warpspec
 
     matmul = importlib.import_module("warpspec.ops.matmul")
-    shapes = matmul.parse_shapes(args.shapes) if args.shapes else SHAPES
+    shapes = matmul.parse_shapes(options.shapes) if options.shapes else SHAPES
     rows = []
     with warpspec.use_backend("cuda"):
         num_sms = matmul.sm_count()
-        for dtype_name in args.dtypes.split(","):
+        for dtype_name in options.dtypes.split(","):
             dtype = getattr(torch, dtype_name)
             for m, n, k in shapes:
                 a = torch.randn(m, k, device="cuda").to(dtype)
                 w = torch.randn(n, k, device="cuda").to(dtype)
                 out = torch.empty(m, n, device="cuda", dtype=dtype)
                 problem = matmul.validate(a, w.T, None, None, out, None)
-                args_ = matmul.arguments(a, w.T, out, None, None, problem)
+                call_args = matmul.arguments(a, w.T, out, None, None, problem)
                 kernels = {split: matmul.kernel_class(problem)(
                     b_k_major=True, has_bias=False, activation=None, persistent=True, stream_k=split, num_stages=3,
                     block_m=128, block_n=256) for split in (False, True)}
                 expected = a @ w.T
                 for split, kernel in kernels.items():
                     out.fill_(float("nan"))
-                    kernel(*args_)
+                    kernel(*call_args)
                     torch.cuda.synchronize()
                     error = support.relative_error(out, expected.float())
                     assert error < TOLERANCE, (dtype_name, (m, n, k), split, error)
                 times = {"cublas": [], False: [], True: []}
-                for _ in range(args.rounds):
+                for _ in range(options.rounds):
                     times["cublas"].append(support.bench(lambda: a @ w.T, 100, 500))  # noqa: B023
                     for split, kernel in kernels.items():
-                        times[split].append(support.bench(lambda: kernel(*args_), 100, 500))  # noqa: B023
+                        times[split].append(support.bench(lambda: kernel(*call_args), 100, 500))  # noqa: B023
                 ms = {key: statistics.median(values) for key, values in times.items()}
                 flops = 2.0 * m * n * k
                 tiles = -(-m // 128) * -(-n // 256)
@@ -75,14 +75,14 @@ def main() -> None:
                       f"{row['whole_tflops']:.0f} ({row['whole_ratio']:.3f}x), stream-K {row['stream_k_tflops']:.0f} "
                       f"({row['stream_k_ratio']:.3f}x) TFLOP/s", flush=True)
     print(f"\n{torch.cuda.get_device_name()}, ops.matmul's kernel at 3 stages, 128x256 tiles, persistent; medians of "
-          f"{args.rounds} rounds of do_bench(100, 500)")
+          f"{options.rounds} rounds of do_bench(100, 500)")
     print(f"{'dtype':<9} {'M·N·K':<17} {'waves':>6} {'cuBLAS':>7} {'whole':>7} {'ratio':>6} {'stream-K':>8} "
           f"{'ratio':>6}")
     for r in rows:
         print(f"{r['dtype']:<9} {r['shape']:<17} {r['waves']:6.2f} {r['cublas_tflops']:7.0f} {r['whole_tflops']:7.0f} "
               f"{r['whole_ratio']:6.3f} {r['stream_k_tflops']:8.0f} {r['stream_k_ratio']:6.3f}")
-    if args.json:
-        with open(args.json, "w") as handle:
+    if options.json:
+        with open(options.json, "w") as handle:
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, handle, indent=1)
 
 

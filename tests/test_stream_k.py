@@ -9,6 +9,7 @@ up to four blocks.
 """
 
 import importlib
+import inspect
 
 import numpy as np
 import pytest
@@ -168,8 +169,6 @@ class WaitsForALaterBlock(kernels.GemmF16):
 
 
 def line_of(cls, text: str) -> str:
-    import inspect
-
     lines, first = inspect.getsourcelines(cls)
     return f"{__file__}:{first + next(i for i, line in enumerate(lines) if text in line)}"
 
