@@ -7,8 +7,9 @@ one thread signals; the reader's thread waits for the value, synchronises, and i
 ``load_global``. The CUDA emission is ``warpspec.cuda.sm90.flag``.
 
 Thread blocks are not guaranteed to run at the same time, and the GPU starts them in launch order (blockIdx.x
-fastest, as the emulator runs them), so a block may wait only for a flag set by a block launched before it or by
-its own threads: a wait on a later block may never end. The emulator runs blocks one after another, so such a wait
+fastest, as the emulator runs them; the CUDA programming guide promises no order, and CUB's decoupled look-back
+relies on this one too), so a block may wait only for a flag set by a block launched before it or by its own
+threads: a wait on a later block may never end. The emulator runs blocks one after another, so such a wait
 is a ``DeadlockError`` there, at the wait's line. A wait that passes on a value a signal of another block wrote
 orders that block's generic global writes before the signal (``store_global``; not TMA stores, whose writes are
 in the async proxy) before this block's reads after the wait: those reads are not races. How the emulator tracks
