@@ -28,7 +28,7 @@ _built: dict[tuple, tuple[ir.Kernel, BuiltKernel]] = {}
 
 
 def compile_kernel(kernel: ir.Kernel, options: tuple[str, ...] = (), compiler: str | None = None, min_blocks: int = 1,
-          block_group: int = 0, quad_stores: bool = True, debug: bool = False) -> BuiltKernel:
+                   block_group: int = 0, quad_stores: bool = True, debug: bool = False) -> BuiltKernel:
     """Generate CUDA C++ for ``kernel`` and compile it for sm_90a (cached in memory and on disk) with
     ``compiler``: ``nvrtc`` (default) or ``nvcc``, by default from WARPSPEC_COMPILER; ``debug``: the debug build
     (bounded barrier waits, ``warpspec.debug``)."""
@@ -45,7 +45,7 @@ def compile_kernel(kernel: ir.Kernel, options: tuple[str, ...] = (), compiler: s
 
 
 def launch_kernel(kernel: ir.Kernel, arguments: dict, stream: int | None = None, built: BuiltKernel | None = None,
-               l2_promotion: int = 128) -> None:
+                  l2_promotion: int = 128) -> None:
     """Launch ``kernel`` on the current GPU with runtime ``arguments`` (by parameter name) on ``stream`` (a
     CUstream handle; default: PyTorch's current stream when PyTorch uses CUDA, else stream 0); ``built``
     overrides the default build (e.g. other compile options)."""

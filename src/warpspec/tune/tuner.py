@@ -202,7 +202,7 @@ def prepare(scripts: list[tuple[dict, object]], compile_time: dict) -> list[Cand
 
 
 def build_candidates(candidates: list[Candidate], *, workers: int | None = None, sass: bool = False,
-          progress: bool | None = None, on_built: Callable[[Candidate], None] | None = None) -> None:
+                     progress: bool | None = None, on_built: Callable[[Candidate], None] | None = None) -> None:
     """Compile every ``ok`` candidate, in parallel processes, recording registers, spills and build time (and
     with ``sass`` the disassembly and its KEY_INSTRUCTIONS counts). A compile error makes the candidate
     ``failed``, spilling makes it ``spills`` (with the byte counts in the reason). ``on_built`` is called in this
