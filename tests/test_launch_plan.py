@@ -367,7 +367,7 @@ def test_the_stream_the_context_and_a_refused_launch(side):
     kernel(*good().values())
     assert side.launches[-1].stream == 0x77 and side.launches[-1].context == 0xC0
     launch.launch_kernel(warpspec.runtime.kernel_for(kernel, {"n_size": 64}),
-                      {k: v for k, v in good().items() if k != "n_size"}, stream=0x99)
+                         {k: v for k, v in good().items() if k != "n_size"}, stream=0x99)
     assert side.launches[-1].stream == 0x99
     side.code = 1  # CUDA_ERROR_INVALID_VALUE
     with pytest.raises(Exception) as raised:
