@@ -33,13 +33,13 @@ TOLERANCE = {"fp16": 2e-2, "bf16": 4e-2}
 def _build_one(job):
     """Compile one kernel (in a worker process) so that the main process finds it in the disk cache."""
     dtype_name, head_dim, causal, schedule = job
-    from warpspec.cuda.launch import build
+    from warpspec.cuda.launch import compile_kernel
     from warpspec.ops.attention_kernel import ATTENTION_KERNELS
     from warpspec.runtime import kernel_for
 
     started = time.perf_counter()
     try:
-        build(kernel_for(ATTENTION_KERNELS[dtype_name](head_dim=head_dim, causal=causal, **schedule), {}))
+        compile_kernel(kernel_for(ATTENTION_KERNELS[dtype_name](head_dim=head_dim, causal=causal, **schedule), {}))
         return job, time.perf_counter() - started, None
     except Exception as error:  # a schedule that does not build (shared memory, registers) is reported, not fatal
         return job, time.perf_counter() - started, f"{type(error).__name__}: {error}"

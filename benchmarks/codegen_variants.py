@@ -26,12 +26,12 @@ def _build(job):
     schedule, variant, size = job
     from matmul_v3 import MatmulWGMMAV3
 
-    from warpspec.cuda.launch import build
+    from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import parse_ptxas_log
     from warpspec.runtime import kernel_for
 
     options = VARIANTS[variant][0]
-    built = build(kernel_for(MatmulWGMMAV3(**schedule), {"n_size": size, "k_size": size}), **options)
+    built = compile_kernel(kernel_for(MatmulWGMMAV3(**schedule), {"n_size": size, "k_size": size}), **options)
     report = next(iter(parse_ptxas_log(built.module.log).values()))
     return report.registers, report.spill_store_bytes
 
@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     import triton
     from matmul_v3 import MatmulWGMMAV3
 
-    from warpspec.cuda.launch import build, run_kernel
+    from warpspec.cuda.launch import compile_kernel, launch_kernel
     from warpspec.frontend.kernel import bind_arguments
     from warpspec.runtime import kernel_for
 
@@ -65,12 +65,12 @@ def main(argv=None) -> int:
         runtime, compile_time = bind_arguments(MatmulWGMMAV3, (size, size, size, a, b, c), {})
         kernel = kernel_for(script, compile_time)
         options, l2 = VARIANTS[variant]
-        built = build(kernel, **options)
+        built = compile_kernel(kernel, **options)
         c.fill_(float("nan"))
-        run_kernel(kernel, runtime, built=built, l2_promotion=l2)
+        launch_kernel(kernel, runtime, built=built, l2_promotion=l2)
         torch.cuda.synchronize()
         error = ((c.float() - ref.float()).norm() / ref.float().norm()).item()
-        ms = triton.testing.do_bench(lambda: run_kernel(kernel, runtime, built=built, l2_promotion=l2),
+        ms = triton.testing.do_bench(lambda: launch_kernel(kernel, runtime, built=built, l2_promotion=l2),
                                      warmup=100, rep=500, return_mode="median")
         regs, spill = resources[(str(schedule), variant)]
         rows.append((schedule, variant, regs, spill, ms, error))

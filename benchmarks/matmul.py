@@ -26,12 +26,12 @@ def _build_one(args):
     schedule, n_size, k_size = args
     from matmul_v3 import MatmulWGMMAV3
 
-    from warpspec.cuda.launch import build
+    from warpspec.cuda.launch import compile_kernel
     from warpspec.runtime import kernel_for
 
     started = time.perf_counter()
     try:
-        built = build(kernel_for(MatmulWGMMAV3(**schedule), {"n_size": n_size, "k_size": k_size}))
+        built = compile_kernel(kernel_for(MatmulWGMMAV3(**schedule), {"n_size": n_size, "k_size": k_size}))
         return schedule, time.perf_counter() - started, built.module.log, None
     except Exception as error:  # a schedule that fails to build is reported, not fatal
         return schedule, time.perf_counter() - started, "", f"{type(error).__name__}: {error}"

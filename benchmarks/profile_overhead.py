@@ -40,7 +40,7 @@ def main() -> None:
     import warpspec
     from matmul_v3 import MatmulWGMMAV3
     from warpspec.cuda.driver import DeviceBuffer
-    from warpspec.cuda.launch import build, run_kernel
+    from warpspec.cuda.launch import compile_kernel, launch_kernel
     from warpspec.dtypes import int64
     from warpspec.frontend.kernel import bind_arguments
     from warpspec.passes.instrument import PARAMETER
@@ -63,11 +63,11 @@ def main() -> None:
         buffer = DeviceBuffer(8 * words)
         buffer.upload(np.zeros(words, np.uint64))
         recorded = dict(runtime, **{PARAMETER: buffer.array((words,), int64)})
-        plain_built, profiled_built = build(kernel), build(profiled.kernel)
+        plain_built, profiled_built = compile_kernel(kernel), compile_kernel(profiled.kernel)
         plain, instrumented_ms = [], []
         for _ in range(options.rounds):
-            plain.append(time_ms(lambda: run_kernel(kernel, runtime, built=plain_built)))
-            instrumented_ms.append(time_ms(lambda: run_kernel(profiled.kernel, recorded, built=profiled_built)))
+            plain.append(time_ms(lambda: launch_kernel(kernel, runtime, built=plain_built)))
+            instrumented_ms.append(time_ms(lambda: launch_kernel(profiled.kernel, recorded, built=profiled_built)))
         row = dict(num_stages=num_stages, plain=statistics.median(plain),
                    instrumented=statistics.median(instrumented_ms))
         row["overhead"] = row["instrumented"] / row["plain"] - 1

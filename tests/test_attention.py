@@ -220,12 +220,12 @@ def test_example_runs_as_a_script(monkeypatch):
 def test_nvrtc_builds_the_shipped_schedules_without_spills(head_dim):
     """NVRTC compiles each head dim's shipped schedule (causal: the masked variant) with no spills, no stack and
     no ptxas advisory (a WGMMA pipeline serialized because registers are read under an mma would be one)."""
-    from warpspec.cuda.launch import build
+    from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.runtime import kernel_for
 
     kernel = ak.AttentionBF16(head_dim=head_dim, causal=True, **DEFAULT_SCHEDULES[head_dim])
-    built = build(kernel_for(kernel, {}))
+    built = compile_kernel(kernel_for(kernel, {}))
     (report,) = parse_ptxas_log(built.module.log).values()
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
     counts = count_instructions(disassemble(built.module.cubin), ["HGMMA", "LDL", "STL"])

@@ -1,4 +1,4 @@
-"""Progress of long runs: ``run_kernel``'s per-block hook and what ``warpspec check`` shows with it on stderr."""
+"""Progress of long runs: ``emulate_kernel``'s per-block hook and what ``warpspec check`` shows with it on stderr."""
 
 import io
 import re
@@ -9,7 +9,7 @@ import pytest
 
 from warpspec import dtypes
 from warpspec.cli import RunProgress, main
-from warpspec.emulator.run import SEED_VARIABLE, run_kernel
+from warpspec.emulator.run import SEED_VARIABLE, emulate_kernel
 from warpspec.runtime import kernel_for
 
 ROOT = Path(__file__).parents[1]
@@ -29,7 +29,7 @@ class Terminal(io.StringIO):
         return True
 
 
-def test_run_kernel_reports_each_block_in_launch_order():
+def test_emulate_kernel_reports_each_block_in_launch_order():
     from matmul_v3 import MatmulWGMMAV3
 
     script = MatmulWGMMAV3(num_stages=2, block_m=128, block_n=64, block_k=32)
@@ -38,7 +38,7 @@ def test_run_kernel_reports_each_block_in_launch_order():
     arrays = {name: dtypes.round_to(dtypes.float16, rng.standard_normal(size))
               for name, size in [("a_ptr", 130 * 96), ("b_ptr", 70 * 96), ("c_ptr", 130 * 70)]}
     calls = []
-    run_kernel(kernel, {"m_size": 130, **arrays}, lambda *call: calls.append(call))
+    emulate_kernel(kernel, {"m_size": 130, **arrays}, lambda *call: calls.append(call))
     # blocks [cdiv(130, 128), cdiv(70, 64)] = [2, 2], x fastest
     assert calls == [(0, 4, (0, 0, 0)), (1, 4, (1, 0, 0)), (2, 4, (0, 1, 0)), (3, 4, (1, 1, 0))]
     a, b = arrays["a_ptr"].reshape(130, 96), arrays["b_ptr"].reshape(70, 96)

@@ -13,7 +13,7 @@ import warpspec
 from warpspec import ArgumentError, BarrierError, BoundsError, CompileError, RaceError
 from warpspec.cuda import sass
 from warpspec.cuda.codegen import generate
-from warpspec.cuda.launch import build
+from warpspec.cuda.launch import compile_kernel
 from warpspec.emulator.run import SEED_VARIABLE, cluster_blocks, cluster_origins
 from warpspec.runtime import kernel_for
 
@@ -157,7 +157,7 @@ def test_cuda_emits_multicast_remote_arrive_and_the_cluster_barrier():
     assert source.count("mapa.shared::cluster.u32 remote, %0, %1;") == 2
     assert source.count("barrier.cluster.arrive.release.aligned;") == 2
     assert "if ((cluster_ctarank() == 0))" in source
-    counts = sass.count_instructions(sass.disassemble(build(kernel).module.cubin),
+    counts = sass.count_instructions(sass.disassemble(compile_kernel(kernel).module.cubin),
                                      ["UTMALDG.2D.MULTICAST", "UCGABAR_ARV", "UCGABAR_WAIT", "LDL", "STL"])
     assert counts["UTMALDG.2D.MULTICAST"] == 1
     assert counts["UCGABAR_ARV"] == 2 and counts["UCGABAR_WAIT"] == 2
@@ -179,5 +179,5 @@ def test_without_clusters_every_block_is_rank_0_and_cluster_sync_compiles_to_the
     assert np.array_equal(y, x)
     source = generate(kernel_for(ck.WithoutClusters(), {})).source
     assert "barrier.cluster.arrive.release.aligned;" in source and "if ((cluster_ctarank() == 0))" in source
-    assert sass.count_instructions(sass.disassemble(build(kernel_for(ck.WithoutClusters(), {})).module.cubin),
+    assert sass.count_instructions(sass.disassemble(compile_kernel(kernel_for(ck.WithoutClusters(), {})).module.cubin),
                                    ["UCGABAR_ARV"])["UCGABAR_ARV"] == 1

@@ -16,7 +16,7 @@ from matmul_v7 import CLUSTER, CONSUMER_THREADS, WARPGROUP, MatmulWGMMAV7
 from warpspec import CompileError, DeadlockError, RaceError
 from warpspec.cli import main
 from warpspec.cuda import sass
-from warpspec.cuda.launch import build
+from warpspec.cuda.launch import compile_kernel
 from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.runtime import kernel_for
 
@@ -119,7 +119,7 @@ def test_a_release_forwarded_before_the_consumers_made_it_is_a_race(operands):
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_v7_builds_for_sm90a(schedule):
-    built = build(kernel_for(MatmulWGMMAV7(**schedule), {"n_size": 8192, "k_size": 8192}))
+    built = compile_kernel(kernel_for(MatmulWGMMAV7(**schedule), {"n_size": 8192, "k_size": 8192}))
     counts = sass.count_instructions(sass.disassemble(built.module.cubin),
                                      ["HGMMA", "UTMALDG.2D.MULTICAST", "UCGABAR_ARV", "UCGABAR_WAIT", "LDL", "STL"])
     stages = schedule["num_stages"]

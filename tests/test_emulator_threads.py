@@ -11,7 +11,7 @@ from threadpoolctl import threadpool_info
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
 from matmul_v3 import MatmulWGMMAV3  # noqa: E402
-from warpspec.emulator.run import run_kernel  # noqa: E402
+from warpspec.emulator.run import emulate_kernel  # noqa: E402
 from warpspec.frontend.kernel import bind_arguments  # noqa: E402
 from warpspec.runtime import kernel_for  # noqa: E402
 
@@ -29,7 +29,7 @@ def test_blocks_run_on_one_blas_thread():
     a, b = np.ones((130, 32), np.float16), np.ones((70, 32), np.float16)
     c = np.zeros((130, 70), np.float16)
     runtime, compile_time = bind_arguments(MatmulWGMMAV3, (130, 70, 32, a, b, c), {})
-    run_kernel(kernel_for(script, compile_time), runtime, progress=lambda *_: seen.append(blas_threads()))
+    emulate_kernel(kernel_for(script, compile_time), runtime, progress=lambda *_: seen.append(blas_threads()))
     assert len(seen) == 4 and all(threads == [1] * len(before) for threads in seen)
     assert blas_threads() == before
     np.testing.assert_array_equal(c, np.full((130, 70), 32, np.float16))

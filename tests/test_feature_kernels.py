@@ -12,7 +12,7 @@ import pytest
 import feature_kernels as fk
 import warpspec
 from warpspec.cuda import sass
-from warpspec.cuda.launch import build
+from warpspec.cuda.launch import compile_kernel
 from warpspec.dtypes import bfloat16, round_to
 from warpspec.runtime import kernel_for
 
@@ -56,7 +56,7 @@ def test_register_tiles_on_the_emulator():
 
 def _machine_code(cls):
     kernel = kernel_for(cls(**_schedule(cls)), {})
-    built = build(kernel)
+    built = compile_kernel(kernel)
     return built, sass.disassemble(built.module.cubin)
 
 
@@ -144,7 +144,7 @@ def test_batched_copy_with_3d_tma_on_the_emulator_and_in_sass():
     with warpspec.use_backend("emulator"):
         fk.BatchedCopy()(3, 100, 136, src, dst)
     np.testing.assert_array_equal(dst, src)
-    built = build(kernel_for(fk.BatchedCopy(), {}))
+    built = compile_kernel(kernel_for(fk.BatchedCopy(), {}))
     text = sass.disassemble(built.module.cubin)
     assert "UTMALDG.3D" in text and "UTMASTG.3D" in text
 
@@ -247,7 +247,7 @@ def test_a_grid_stride_loop_on_the_emulator():
 
 def test_a_grid_stride_loop_evaluates_its_step_once_and_compiles():
     kernel = kernel_for(fk.GridStrideRows(), {})
-    source = build(kernel).generated.source
+    source = compile_kernel(kernel).generated.source
     (header,) = [line.strip() for line in source.splitlines() if line.strip().startswith("for (int tile")]
     assert re.fullmatch(r"for \(int tile = static_cast<int>\(blockIdx\.x\), loop_stop = .+, loop_step = "
                         r"\(static_cast<int>\(gridDim\.x\) \* step_scale\); tile < loop_stop; tile \+= loop_step\) \{",

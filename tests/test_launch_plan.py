@@ -173,7 +173,7 @@ def test_a_launch_hands_the_driver_what_the_kernel_needs(side):
     [call] = side.launches
     assert call.grid == (4, 1, 1) and call.block == (64, 1, 1) and call.stream == 0x5000
     assert call.function == 0xF00 and call.context == 0xC0
-    assert call.shared == launch.build(warpspec.runtime.kernel_for(Probe(cluster=2), {"n_size": 64})) \
+    assert call.shared == launch.compile_kernel(warpspec.runtime.kernel_for(Probe(cluster=2), {"n_size": 64})) \
         .generated.shared_bytes
     assert call.cluster == (CLUSTER_DIMENSION, (2, 1, 1))
     # Parameters in kernel order (m_size, src, dst, scale, flag, count, big, row_stride, col_stride), then maps.
@@ -289,7 +289,7 @@ def test_binding_errors_are_unchanged(side, call, message):
 
 def test_a_changed_dtype_device_rank_or_compile_time_value_gets_its_own_plan(side):
     kernel = Probe()
-    built = launch.build(warpspec.runtime.kernel_for(kernel, {"n_size": 64}))
+    built = launch.compile_kernel(warpspec.runtime.kernel_for(kernel, {"n_size": 64}))
     kernel(*good().values())
     assert len(built.plans) == 1
     # dtype: refused, never launched through the float16 plan
@@ -313,7 +313,7 @@ def test_a_changed_dtype_device_rank_or_compile_time_value_gets_its_own_plan(sid
                  row_stride=128).values())
     assert side.encoded[-1] == (BASE + 2**20, (128, 128), (256,), (64, 64), 128)
     assert len(built.plans) == 3 and len(side.launches) == 4
-    assert len(launch.build(warpspec.runtime.kernel_for(kernel, {"n_size": 128})).plans) == 1
+    assert len(launch.compile_kernel(warpspec.runtime.kernel_for(kernel, {"n_size": 128})).plans) == 1
     # and the first plan still serves its own arguments
     kernel(*good().values())
     assert side.launches[-1].function == 0xF00 and side.launches[-1].slot(0, "i") == 128
@@ -366,8 +366,8 @@ def test_the_stream_the_context_and_a_refused_launch(side):
     side.current_context = 0xBAD  # another context became current in this thread: the plan's is made current
     kernel(*good().values())
     assert side.launches[-1].stream == 0x77 and side.launches[-1].context == 0xC0
-    launch.run_kernel(warpspec.runtime.kernel_for(kernel, {"n_size": 64}),
-                      {k: v for k, v in good().items() if k != "n_size"}, stream=0x99)
+    launch.launch_kernel(warpspec.runtime.kernel_for(kernel, {"n_size": 64}),
+                         {k: v for k, v in good().items() if k != "n_size"}, stream=0x99)
     assert side.launches[-1].stream == 0x99
     side.code = 1  # CUDA_ERROR_INVALID_VALUE
     with pytest.raises(Exception) as raised:
@@ -387,7 +387,7 @@ def test_grouped_launch_order_flattens_the_grid_and_passes_its_shape(side):
     built = launch.BuiltKernel(generate(kernel, block_group=8), CompiledModule(b"", "", "fake", False))
     arguments = dict(m_size=300, a_ptr=array((300, 128)), b_ptr=array((256, 128), pointer=BASE + 2**20),
                      c_ptr=array((300, 256), pointer=BASE + 2**21))
-    launch.run_kernel(kernel, arguments, built=built)
+    launch.launch_kernel(kernel, arguments, built=built)
     [call] = side.launches
     assert call.grid == (3 * 4, 1, 1)
     # m_size, a, b, c, the two maps (A and B loads), then grid_x and grid_y

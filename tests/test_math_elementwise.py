@@ -16,7 +16,7 @@ import warpspec
 from warpspec import CompileError
 from warpspec.cuda import sass
 from warpspec.cuda.codegen import generate
-from warpspec.cuda.launch import build
+from warpspec.cuda.launch import compile_kernel
 from warpspec.layout.fragments import AccumulatorLayout
 from warpspec.passes.layouts import Accumulator, Slice
 from warpspec.runtime import kernel_for
@@ -50,7 +50,7 @@ def test_unary_functions_on_the_emulator_against_numpy(function):
 
 @pytest.mark.parametrize("function", FUNCTIONS)
 def test_unary_functions_become_their_ptx_and_compile(function):
-    built = build(kernel_for(mk.Unary(function), {}))
+    built = compile_kernel(kernel_for(mk.Unary(function), {}))
     assert PTX[function] in built.generated.source
     counts = sass.count_instructions(sass.disassemble(built.module.cubin), ["MUFU", "LDL", "STL"])
     assert counts["MUFU"] >= 8 and counts["LDL"] == 0 and counts["STL"] == 0  # 8 elements per thread
@@ -116,14 +116,14 @@ def test_the_bias_epilogue_loads_each_threads_columns_once_and_compiles():
     source = generate(kernel).source
     assert "unsigned biases_tile[8];" in source and "float scales_tile[4];" in source
     assert "< biases_size1" in source  # the ragged tail reads zero
-    built = build(kernel)
+    built = compile_kernel(kernel)
     counts = sass.count_instructions(sass.disassemble(built.module.cubin), ["HGMMA", "LDG", "LDL", "STL"])
     assert counts["HGMMA"] > 0 and counts["LDL"] == 0 and counts["STL"] == 0
     assert counts["LDG"] == 16 + 4
 
 
 def test_vectors_against_a_blocked_tile_compile():
-    build(kernel_for(mk.BlockedBias(), {}))
+    compile_kernel(kernel_for(mk.BlockedBias(), {}))
 
 
 def test_a_row_vector_stored_by_two_warpgroups_of_two_partitions_is_written():

@@ -11,7 +11,7 @@ import pytest
 import math_kernels as mk
 import warpspec
 from warpspec.cuda import sass
-from warpspec.cuda.launch import build
+from warpspec.cuda.launch import compile_kernel
 from warpspec.runtime import kernel_for
 from test_math_elementwise import assert_misuse_refused
 from test_math_reduction import _attention_inputs, _attention_reference
@@ -55,13 +55,13 @@ def test_each_comparison_on_the_emulator(op):
 
 @pytest.mark.parametrize("op", list(OPERATORS))
 def test_each_comparison_compiles(op):
-    built = build(kernel_for(mk.Compare(op), {}))
+    built = compile_kernel(kernel_for(mk.Compare(op), {}))
     counts = sass.count_instructions(sass.disassemble(built.module.cubin), ["LDL", "STL"])
     assert counts["LDL"] == 0 and counts["STL"] == 0
 
 
 def test_masks_compile():
-    built = build(kernel_for(mk.Masks(), {}))
+    built = compile_kernel(kernel_for(mk.Masks(), {}))
     assert "__uint_as_float(0xff800000u)" in built.generated.source  # -inf
     counts = sass.count_instructions(sass.disassemble(built.module.cubin), ["LDL", "STL"])
     assert counts["LDL"] == 0 and counts["STL"] == 0
@@ -82,7 +82,7 @@ def test_accumulator_indices_and_a_triangular_mask_on_the_emulator():
 
 
 def test_accumulator_indices_compile():
-    built = build(kernel_for(mk.AccumulatorIndices(**SCHEDULE), {}))
+    built = compile_kernel(kernel_for(mk.AccumulatorIndices(**SCHEDULE), {}))
     counts = sass.count_instructions(sass.disassemble(built.module.cubin), ["HGMMA", "LDL", "STL"])
     assert counts["HGMMA"] > 0 and counts["LDL"] == 0 and counts["STL"] == 0
     # The int32 index tile is stored in pairs of its own bits: through __float_as_uint each int was converted to
@@ -106,7 +106,7 @@ def test_masked_attention_on_the_emulator_against_numpy(causal):
 
 
 def test_causal_attention_compiles_without_local_memory():
-    built = build(kernel_for(mk.Attention(causal=True), {}))
+    built = compile_kernel(kernel_for(mk.Attention(causal=True), {}))
     counts = sass.count_instructions(sass.disassemble(built.module.cubin), ["HGMMA", "LDL", "STL"])
     assert counts["HGMMA"] == 16 and counts["LDL"] == 0 and counts["STL"] == 0
 

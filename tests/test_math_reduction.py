@@ -13,7 +13,7 @@ import math_kernels as mk
 import warpspec
 from warpspec import CompileError
 from warpspec.cuda import sass
-from warpspec.cuda.launch import build
+from warpspec.cuda.launch import compile_kernel
 from warpspec.layout.fragments import AccumulatorLayout
 from warpspec.passes.layouts import Accumulator, AFragment, same_registers
 from warpspec.runtime import kernel_for
@@ -54,7 +54,7 @@ def test_row_statistics_on_the_emulator_against_numpy(cls):
 def test_row_statistics_compile_to_quad_shuffles():
     """One warpgroup, 128 rows: a thread holds 4 rows, each reduced in the thread and across its quad with two
     butterfly shuffles, for the maximum and the sum: 16 SHFL.BFLY."""
-    built = build(kernel_for(mk.RowStatistics(**SCHEDULE), {}))
+    built = compile_kernel(kernel_for(mk.RowStatistics(**SCHEDULE), {}))
     assert built.generated.source.count("shfl.sync.bfly.b32") == 2 * 4 * 2
     text = sass.disassemble(built.module.cubin)
     counts = sass.count_instructions(text, ["SHFL.BFLY", "LDL", "STL"])
@@ -89,7 +89,7 @@ def test_attention_on_the_emulator_against_numpy():
 def test_attention_feeds_the_probabilities_from_registers_and_compiles():
     """The cast accumulator is the second mma's A operand from registers (the RS form), converted in place: the
     code has no local memory, and the four shuffles per row statistic and unrolled copy."""
-    built = build(kernel_for(mk.Attention(), {}))
+    built = compile_kernel(kernel_for(mk.Attention(), {}))
     source = built.generated.source
     mma = "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1"
     assert source.count(mma) == 2 * 2 * 4  # two unrolled copies x (QK^T, PV) x 4 k-steps

@@ -152,11 +152,11 @@ def test_nvrtc_builds_without_spills(schedule):
     """NVRTC compiles each variant at 8192x8192 with no spills, no stack and no ptxas advisory (a serialized WGMMA
     pipeline would be one), within the 168 registers per thread that 384 threads leave at launch; the cooperative
     one with its chunked epilogue (a column window of the float16 tile per chunk) and four stages."""
-    from warpspec.cuda.launch import build
+    from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import parse_ptxas_log
     from warpspec.runtime import kernel_for
 
-    built = build(kernel_for(MatmulWGMMAV6(**schedule), {"n_size": 8192, "k_size": 8192}))
+    built = compile_kernel(kernel_for(MatmulWGMMAV6(**schedule), {"n_size": 8192, "k_size": 8192}))
     (report,) = parse_ptxas_log(built.module.log).values()
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
     assert 0 < report.registers <= 168
@@ -166,14 +166,14 @@ def test_the_chunked_epilogue_stores_as_the_whole_tile_does():
     """The column window of each chunk's store_shared folds at compile time: the chunked build stores the same
     128 float16 values per thread as the whole-tile one, with no predicated shared store."""
     from warpspec.cuda import sass
-    from warpspec.cuda.launch import build
+    from warpspec.cuda.launch import compile_kernel
     from warpspec.runtime import kernel_for
 
     whole = dict(CHUNKED, num_stages=3, epilogue_n=256)
     stores = {}
     for name, schedule in [("chunked", CHUNKED), ("whole", whole)]:
-        listing = sass.disassemble(build(kernel_for(MatmulWGMMAV6(**schedule), {"n_size": 8192, "k_size": 8192}))
-                                   .module.cubin)
+        kernel = kernel_for(MatmulWGMMAV6(**schedule), {"n_size": 8192, "k_size": 8192})
+        listing = sass.disassemble(compile_kernel(kernel).module.cubin)
         stores[name] = re.findall(r"(@!?U?P\w+\s+)?STS", listing)
     assert len(stores["chunked"]) == len(stores["whole"]) == 128
     assert not any(stores["chunked"])

@@ -10,7 +10,7 @@ import warpspec
 from warpspec import float16, float32, int32
 from warpspec.cuda.codegen import generate
 from warpspec.dtypes import boolean, uint32
-from warpspec.emulator.run import run_kernel
+from warpspec.emulator.run import emulate_kernel
 from warpspec.ir import nodes as ir
 from warpspec.ir.evaluate import ExprCompiler
 from warpspec.isa.memory import StoreElement
@@ -77,7 +77,7 @@ def _lowered(kernel):
 
 def _ring_counts(kernel, n, stages):
     out = np.zeros((1, stages), np.float32)
-    run_kernel(kernel, {"n": n, "out_ptr": out})
+    emulate_kernel(kernel, {"n": n, "out_ptr": out})
     return out[0].tolist()
 
 
@@ -208,7 +208,7 @@ def test_nested_unrolled_loops_get_constants_from_both_rings():
             expected = [[float(len(range(o, n, 2)) * len(range(i, m, 3))) for i in range(3)] for o in range(2)]
             for candidate in (kernel, lowered):
                 out = np.zeros((2, 3), np.float32)
-                run_kernel(candidate, {"n": n, "m": m, "out_ptr": out})
+                emulate_kernel(candidate, {"n": n, "m": m, "out_ptr": out})
                 assert out.tolist() == expected, (n, m)
 
 
@@ -228,7 +228,7 @@ def test_the_passes_keep_the_examples_results_on_the_emulator(module, name, k_si
     outputs = []
     for candidate in (kernel, _lowered(kernel)):
         c = np.full((130, 70), np.nan, np.float16)
-        run_kernel(candidate, {"m_size": 130, "a_ptr": a, "b_ptr": b, "c_ptr": c})
+        emulate_kernel(candidate, {"m_size": 130, "a_ptr": a, "b_ptr": b, "c_ptr": c})
         outputs.append(c)
     reference = a.astype(np.float32) @ b.astype(np.float32).T
     assert np.array_equal(outputs[0], outputs[1])
@@ -239,7 +239,7 @@ def test_a_value_assigned_in_a_thread_group_is_not_known_after_it():
     """Only the group's threads ran the assignment: after the group ``row`` is 0 or 1, so the store must read it."""
     kernel = kernel_for(GroupAssigned(), {})
     out = np.zeros((2, 8), np.float32)
-    run_kernel(_lowered(kernel), {"out_ptr": out})
+    emulate_kernel(_lowered(kernel), {"out_ptr": out})
     assert out.tolist() == [[1.0] * 8, [1.0] * 8]  # each warp wrote its own row
     source = generate(kernel).source
     store = source[source.index("// ones"):]

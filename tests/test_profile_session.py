@@ -159,7 +159,7 @@ def test_a_gpu_launch_times_the_plain_build_then_records_the_instrumented_one(mo
         assert arguments[PARAMETER] == ("buffer", (buffer.words.size,), "int64")
         assert not buffer.words.any()  # zeroed before the recorded launch
         build = gpu.instrumented(plain_kernel[0], 4, 64, 2)
-        assert kernel is build.kernel and built is launch.build(build.kernel)
+        assert kernel is build.kernel and built is launch.compile_kernel(build.kernel)
         calls.append("record")
         buffer.words[:2] = 1
         wait = next(i for i, s in enumerate(build.sites) if s.kind == "wait" and s.group.begin == 0)

@@ -4,7 +4,7 @@ import gc
 from dataclasses import dataclass
 
 import warpspec
-import warpspec.cuda.codegen  # noqa: F401  (registers the sm90a emitters)
+import warpspec.cuda.sm90  # noqa: F401  (registers the sm90a emitters)
 import warpspec.emulator.machine  # noqa: F401  (registers the core statements' emulations)
 from warpspec.isa import registry
 from warpspec.ir import nodes as ir

@@ -214,13 +214,13 @@ def test_builds_that_store_an_accumulator_keep_their_wgmmas_pipelined(cls, persi
     """The partial tile's store (and a float32 output's) reads the accumulator right after wgmma.wait_group(0):
     the wait pins the accumulator's registers, so ptxas keeps the WGMMAs asynchronous (no C7514 advisory, which
     serialized every WGMMA of these builds and cost 10% at 8192³), with no spills and both main loops' WGMMAs."""
-    from warpspec.cuda.launch import build
+    from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.runtime import kernel_for
 
     kernel = cls(b_k_major=True, has_bias=True, activation="gelu", persistent=persistent, stream_k=split,
                  num_stages=stages, block_m=128, block_n=256 if persistent else 128)
-    built = build(kernel_for(kernel, {}))
+    built = compile_kernel(kernel_for(kernel, {}))
     (report,) = parse_ptxas_log(built.module.log).values()
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
     mnemonic = "QGMMA" if cls.in_dtype.name == "float8_e4m3" else "HGMMA"

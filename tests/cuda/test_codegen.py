@@ -6,7 +6,7 @@ import pytest
 
 from warpspec.cuda import sass
 from warpspec.cuda.codegen import generate
-from warpspec.cuda.launch import build
+from warpspec.cuda.launch import compile_kernel
 from warpspec.runtime import kernel_for
 
 KEY = ["HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "LDL", "STL"]
@@ -19,7 +19,7 @@ def _v3(**schedule):
 
 
 def test_v3_sass_has_wgmma_tma_and_mbarriers_and_no_local_memory():
-    built = build(_v3(num_stages=4, block_m=128, block_n=128, block_k=64))
+    built = compile_kernel(_v3(num_stages=4, block_m=128, block_n=128, block_k=64))
     counts = sass.count_instructions(sass.disassemble(built.module.cubin), KEY)
     # 4 unrolled stages x 4 k16 steps x 2 m64 blocks; 4 stages x (A + B) loads.
     assert counts["HGMMA"] == 32
@@ -50,7 +50,7 @@ def test_unrolled_ring_indices_are_constants():
 def test_copy_kernel_sass_has_tma_store():
     from tma_copy import TmaCopy
 
-    built = build(kernel_for(TmaCopy(tile_m=64, tile_n=64), {}))
+    built = compile_kernel(kernel_for(TmaCopy(tile_m=64, tile_n=64), {}))
     counts = sass.count_instructions(sass.disassemble(built.module.cubin), KEY)
     assert counts["UTMASTG"] == 1 and counts["UTMALDG"] == 1
     assert counts["LDL"] == 0 and counts["STL"] == 0
@@ -76,7 +76,7 @@ def test_every_example_compiles_for_sm90a(module, name):
 
     cls = getattr(importlib.import_module(module), name)
     schedule = cls().schedules()[0]
-    built = build(kernel_for(cls(**schedule), {"n_size": 256, "k_size": 256}))
+    built = compile_kernel(kernel_for(cls(**schedule), {"n_size": 256, "k_size": 256}))
     counts = sass.count_instructions(sass.disassemble(built.module.cubin), KEY)
     assert counts["HGMMA"] > 0 and counts["UTMALDG"] > 0
     assert counts["LDL"] == 0 and counts["STL"] == 0

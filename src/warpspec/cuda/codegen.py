@@ -1,7 +1,9 @@
 """IR → CUDA C++ with inline PTX, compiled header-less by NVRTC: the generator every target's emitters share.
 
 The generator walks the kernel and calls the emitter registered for each statement type and the target
-(``warpspec.isa.registry``; sm_90a's are in ``warpspec.cuda.sm90``, one module per instruction family). It owns
+(``warpspec.isa.registry``; sm_90a's are in ``warpspec.cuda.sm90``, one module per instruction family), and takes
+what else is the target's (the prelude, special registers, tensor-map planning) from its ``CudaTarget``
+(``warpspec.cuda.targets``), found by the kernel's target name: it names no target itself. It owns
 what all emitters need: C++ names, scalar expressions with constant folding, register arrays in the layouts the
 layout pass chose (``kernel.facts``), shared-memory and barrier addresses from the shared-memory plan, and the
 tensor maps the host encodes. Scalars are C++ locals; register tensors are per-thread arrays; shared tensors live
@@ -19,8 +21,8 @@ import math
 import re
 from dataclasses import dataclass, replace
 
-from warpspec.cuda import sm90
 from warpspec.cuda.cxx import C_TYPES, thread_prelude
+from warpspec.cuda.targets import cuda_target
 from warpspec.dtypes import DType, boolean, float32, int32, int64, uint32
 from warpspec.errors import CompileError
 from warpspec.isa import registry
@@ -39,7 +41,7 @@ class GeneratedKernel:
     source: str
     threads: int
     shared_bytes: int
-    tensor_maps: list[sm90.tma.TensorMapUse]
+    tensor_maps: list  # the target's tensor-map uses (``CudaTarget.plan_tensor_maps``), by parameter index
     kernel: ir.Kernel
     block_group: int = 0  # > 0: launched as a 1-D grid with grid_x, grid_y appended to the parameters
     #: Debug builds: what each bounded wait's site number stands for (``DebugSite``); empty in plain builds.
@@ -82,12 +84,13 @@ class CodeGenerator:
         self.used_names: set[str] = set()
         facts = kernel.facts
         self.target = facts.target
+        self.cuda_target = cuda_target(self.target.name)  # the prelude, special registers, tensor maps
         self.reg_layouts: dict[int, object] = facts.layouts
         self.shared = facts.shared.tiles  # shared decl uid -> passes.shared_memory.SharedPlacement
         self.barrier_offsets: dict[int, int] = facts.shared.barrier_offsets
         self.barrier_counts: dict[int, tuple[int, ...]] = facts.shared.barrier_counts
         self.shared_bytes = facts.shared.total_bytes
-        self.maps: dict[tuple[int, int], sm90.tma.TensorMapUse] = {}
+        self.maps: dict = {}  # the target's tensor-map uses by key (planned in generate)
         self.named_barriers: dict[tuple[int, int], int] = {}
         self.views: dict[int, GlobalView] = {s.decl.uid: s for s in ir.walk(kernel.body) if isinstance(s, GlobalView)}
         self.groups: list[tuple[int, int]] = []
@@ -101,7 +104,7 @@ class CodeGenerator:
     def generate(self) -> GeneratedKernel:
         """The kernel's C++ source and what the host needs to launch it."""
         k = self.kernel
-        self.maps = sm90.tma.plan_tensor_maps(self)
+        self.maps = self.cuda_target.plan_tensor_maps(self)
         self.emit_body(k.body)
         body = self.lines
         name = _identifier(k.name)
@@ -112,7 +115,7 @@ class CodeGenerator:
             else:
                 params.append(f"u64 {self.name_of(p.var)}")
         for use in sorted(self.maps.values(), key=lambda u: u.index):
-            params.append(f"const __grid_constant__ TmaMap map{use.index}")
+            params.append(f"const __grid_constant__ {self.cuda_target.tensor_map_type} map{use.index}")
         block_index = []
         if self.block_group:
             params += ["int grid_x", "int grid_y"]
@@ -123,7 +126,7 @@ class CodeGenerator:
                 f"  const int group_h_ = grid_y - first_y_ < {g} ? grid_y - first_y_ : {g};",
                 "  const int in_group_ = static_cast<int>(blockIdx.x) % per_group_;",
                 "  const int block_x = in_group_ / group_h_, block_y = first_y_ + in_group_ % group_h_;"]
-        prelude = sm90.prelude.PRELUDE + (sm90.prelude.DEBUG_PRELUDE if self.debug else "")
+        prelude = self.cuda_target.prelude + (self.cuda_target.debug_prelude if self.debug else "")
         head = [prelude, f'extern "C" __global__ void __launch_bounds__({k.num_threads}, {self.min_blocks})',
                 f"{name}({', '.join(params)}) {{",
                 "  extern __shared__ __align__(1024) unsigned char smem_raw[];",
@@ -194,8 +197,8 @@ class CodeGenerator:
         if isinstance(e, ir.Var):
             return self.name_of(e)
         if isinstance(e, ir.Special):
-            if e.name == "clusterRank":
-                return sm90.cluster.CLUSTER_RANK
+            if e.name in self.cuda_target.special_registers:
+                return self.cuda_target.special_registers[e.name]
             base, axis = e.name.split(".")
             if self.block_group and axis in "xy":
                 return f"block_{axis}" if base == "blockIdx" else f"grid_{axis}"
@@ -375,8 +378,9 @@ class CodeGenerator:
         return f"(smem + {placement.offset}u + static_cast<unsigned>({flat}) * {placement.tile_stride}u)"
 
 
-def _register_core_emitters(target: str) -> None:
-    """The core statements (scalars and control flow) are emitted by the generator itself, for every target."""
+def register_core_emitters(target: str) -> None:
+    """Register the generator's own emitters of the core statements (scalars and control flow) for ``target``
+    (called by each target's package)."""
     registry.emits(ir.Declare, target)(CodeGenerator.emit_declare)
     registry.emits(ir.Assign, target)(CodeGenerator.emit_assign)
     registry.emits(ir.If, target)(CodeGenerator.emit_if)
@@ -421,6 +425,3 @@ def generate(kernel: ir.Kernel, min_blocks: int = 1, block_group: int = 0, quad_
     wait (``warpspec.debug``)."""
     lowered = propagate(unroll(kernel))
     return replace(CodeGenerator(lowered, min_blocks, block_group, quad_stores, debug).generate(), kernel=kernel)
-
-
-_register_core_emitters(sm90.TARGET)

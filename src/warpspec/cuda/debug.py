@@ -15,7 +15,7 @@ import struct
 import time
 
 from warpspec.cuda.driver import CudaError, check, context, default_device, load_module
-from warpspec.cuda.launch import build, launch_planned
+from warpspec.cuda.launch import compile_kernel, launch_planned
 from warpspec.errors import BarrierTimeoutError
 from warpspec.ir import nodes as ir
 
@@ -44,7 +44,7 @@ def run_debug(kernel: ir.Kernel, arguments: dict) -> None:
     when one of its barrier waits gave up."""
     from cuda.bindings import driver as cu
 
-    built = build(kernel, debug=True)
+    built = compile_kernel(kernel, debug=True)
     device = default_device()
     host, device_pointer = _record(device)
     module = load_module(built.module.cubin, device)

@@ -27,8 +27,8 @@ class BuiltKernel:
 _built: dict[tuple, tuple[ir.Kernel, BuiltKernel]] = {}
 
 
-def build(kernel: ir.Kernel, options: tuple[str, ...] = (), compiler: str | None = None, min_blocks: int = 1,
-          block_group: int = 0, quad_stores: bool = True, debug: bool = False) -> BuiltKernel:
+def compile_kernel(kernel: ir.Kernel, options: tuple[str, ...] = (), compiler: str | None = None, min_blocks: int = 1,
+                   block_group: int = 0, quad_stores: bool = True, debug: bool = False) -> BuiltKernel:
     """Generate CUDA C++ for ``kernel`` and compile it for sm_90a (cached in memory and on disk) with
     ``compiler``: ``nvrtc`` (default) or ``nvcc``, by default from WARPSPEC_COMPILER; ``debug``: the debug build
     (bounded barrier waits, ``warpspec.debug``)."""
@@ -44,8 +44,8 @@ def build(kernel: ir.Kernel, options: tuple[str, ...] = (), compiler: str | None
     return built
 
 
-def run_kernel(kernel: ir.Kernel, arguments: dict, stream: int | None = None, built: BuiltKernel | None = None,
-               l2_promotion: int = 128) -> None:
+def launch_kernel(kernel: ir.Kernel, arguments: dict, stream: int | None = None, built: BuiltKernel | None = None,
+                  l2_promotion: int = 128) -> None:
     """Launch ``kernel`` on the current GPU with runtime ``arguments`` (by parameter name) on ``stream`` (a
     CUstream handle; default: PyTorch's current stream when PyTorch uses CUDA, else stream 0); ``built``
     overrides the default build (e.g. other compile options)."""
@@ -54,10 +54,10 @@ def run_kernel(kernel: ir.Kernel, arguments: dict, stream: int | None = None, bu
 
 def launch_planned(kernel: ir.Kernel, arguments: dict, stream: int | None = None, built: BuiltKernel | None = None,
                    l2_promotion: int = 128) -> LaunchPlan:
-    """``run_kernel``, returning the launch plan that launched: the first of ``built``'s plans that takes the
+    """``launch_kernel``, returning the launch plan that launched: the first of ``built``'s plans that takes the
     arguments, or a new one made for them (making one checks the arguments' signature, so an argument of the
     wrong kind, dtype or device raises its ArgumentError and leaves no plan behind)."""
-    built = built or build(kernel)
+    built = built or compile_kernel(kernel)
     stream = None if stream is None else int(stream)
     for plan in built.plans:
         if plan.l2_promotion == l2_promotion and plan.run(arguments, stream) is not MISS:

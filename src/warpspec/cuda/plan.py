@@ -263,7 +263,7 @@ def _array_signature(value, array) -> _Array:
 class LaunchPlan:
     """How to launch ``built`` (the ``BuiltKernel`` of ``kernel``) on one device for arguments of one signature.
 
-    ``run(arguments, stream=None)`` takes the runtime arguments by parameter name, as ``run_kernel`` does;
+    ``run(arguments, stream=None)`` takes the runtime arguments by parameter name, as ``launch_kernel`` does;
     ``entry(...)`` makes the variant a Script's call uses, taking the call's positional arguments. Both launch and
     return None, or return ``MISS`` without launching when the arguments are not of this plan's signature.
 

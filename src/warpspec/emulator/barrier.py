@@ -13,7 +13,7 @@ from warpspec.errors import BarrierError
 TX_LIMIT = 2**20 - 1
 
 
-class Mbarrier:
+class BarrierState:
     """One mbarrier: ``name`` is how the kernel spells it (``producer_barriers[2]``)."""
 
     def __init__(self, name: str, expected: int, num_tasks: int):

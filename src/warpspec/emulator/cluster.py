@@ -1,10 +1,10 @@
 """Thread-block clusters on the emulator: the blocks of one cluster run together, and what one block may do to
 another's shared memory and barriers.
 
-``run_kernel`` runs the grid cluster after cluster. The blocks of a cluster are ``BlockMachine``s joined to one
-``Cluster``: one scheduler runs every task of every block (with a seed, interleaved at random across blocks too),
-one list holds every block's asynchronous operations, and task indices count every task of the cluster, so vector
-clocks order accesses across blocks as within one. Each block keeps its own shared memory and barriers.
+``emulate_kernel`` runs the grid cluster after cluster. The blocks of a cluster are ``BlockMachine``s joined to one
+``ClusterMachine``: one scheduler runs every task of every block (with a seed, interleaved at random across blocks
+too), one list holds every block's asynchronous operations, and task indices count every task of the cluster, so
+vector clocks order accesses across blocks as within one. Each block keeps its own shared memory and barriers.
 
 Another block's barriers and shared memory are reached by a remote ``mbarrier.arrive(cta=rank)`` and by TMA
 multicast. Each such access is checked here:
@@ -24,7 +24,7 @@ from warpspec.emulator.clocks import join
 from warpspec.errors import BarrierError, BoundsError, RaceError
 
 
-class Cluster:
+class ClusterMachine:
     """The blocks of one cluster: ``size`` blocks of ``partitions`` tasks each, joined in rank order."""
 
     def __init__(self, size: int, partitions: int):

@@ -18,9 +18,9 @@ from collections import deque
 
 import numpy as np
 
-from warpspec.emulator.barrier import Mbarrier
+from warpspec.emulator.barrier import BarrierState
 from warpspec.emulator.clocks import join
-from warpspec.emulator.cluster import Cluster
+from warpspec.emulator.cluster import ClusterMachine
 from warpspec.emulator.global_memory import BlockMemory, GlobalTile
 from warpspec.emulator.shared import Region, SharedTensor
 from warpspec.errors import BarrierError, BoundsError, DeadlockError, KernelError, RaceError
@@ -47,7 +47,7 @@ def partitions(kernel: ir.Kernel) -> list[tuple[int, int]]:
     return list(zip(ordered[:-1], ordered[1:]))
 
 
-class Event:
+class AsyncOperation:
     """An async operation in flight; ``complete()`` applies its effects."""
 
     def __init__(self, kind: str, task, loc: ir.Loc, complete, describe: str, retire=None):
@@ -112,7 +112,7 @@ class BlockMachine:
     its ``cluster`` (a cluster of its own when None; ``specials["clusterRank"]`` is its rank there)."""
 
     def __init__(self, kernel: ir.Kernel, global_memory: BlockMemory, env: dict, specials: dict,
-                 rng: random.Random | None, cluster: Cluster | None = None):
+                 rng: random.Random | None, cluster: ClusterMachine | None = None):
         self.kernel = kernel
         self.global_memory = global_memory
         specials = {"clusterRank": 0, **specials}
@@ -120,16 +120,17 @@ class BlockMachine:
         self.exprs = ExprCompiler(specials)
         self.rng = rng
         self.ranges = partitions(kernel)
-        self.cluster = cluster or Cluster(1, len(self.ranges))
+        self.cluster = cluster or ClusterMachine(1, len(self.ranges))
         self.suffix = f" of block rank {self.rank}" if self.cluster.size > 1 else ""  # names in messages
         first = self.rank * len(self.ranges)
         self.tasks = [Task(self, first + i, b, e) for i, (b, e) in enumerate(self.ranges)]
         for task in self.tasks:
             task.env.update(env)
         self.shared: dict[int, SharedTensor] = {}
-        self.barriers: dict[int, list[Mbarrier]] = {}
+        self.barriers: dict[int, list[BarrierState]] = {}
         self.barrier_inits: dict[int, tuple[int, int]] = {}  # barrier decl uid -> (task index, epoch) of its init
-        self.events: list[Event] = self.cluster.events  # one list for the cluster: one scheduler completes them
+        # One list for the cluster: one scheduler completes them.
+        self.events: list[AsyncOperation] = self.cluster.events
         self.cluster.join(self)
         self.syncs: dict[tuple[int, int], dict] = {}
         self.next_event_id = 1
@@ -183,7 +184,7 @@ class BlockMachine:
                 raise DeadlockError("deadlock: every unfinished thread partition is blocked and no asynchronous "
                                     "operation is in flight", self._first_blocked_loc(), self.describe_tasks())
 
-    def _completable(self) -> list[Event]:
+    def _completable(self) -> list[AsyncOperation]:
         # WGMMA groups of one warpgroup retire in order; everything else may complete in any order.
         result, seen_wgmma = [], set()
         for event in self.events:
@@ -215,7 +216,7 @@ class BlockMachine:
             task.state, task.waiting_for, task.ready_check, task.woken = "blocked", block.text, block.check, False
             return moved
 
-    def _complete_event(self, event: Event) -> None:
+    def _complete_event(self, event: AsyncOperation) -> None:
         self.events.remove(event)
         saved = self.current
         self.current = event.task
@@ -307,11 +308,11 @@ class BlockMachine:
     def create_barriers(self, task, decl: ir.TensorDecl, counts) -> None:
         """The mbarrier array ``decl`` (created once, by the first partition to reach it: ``task``)."""
         if decl.uid not in self.barriers:
-            self.barriers[decl.uid] = [Mbarrier(f"{decl.name}[{i}]{self.suffix}", c, len(task.clock))
+            self.barriers[decl.uid] = [BarrierState(f"{decl.name}[{i}]{self.suffix}", c, len(task.clock))
                                        for i, c in enumerate(counts)]
             self.barrier_inits[decl.uid] = (task.index, task.clock[task.index])
 
-    def barrier(self, task, ref: ir.TensorRef, block: "BlockMachine | None" = None) -> Mbarrier:
+    def barrier(self, task, ref: ir.TensorRef, block: "BlockMachine | None" = None) -> BarrierState:
         """The one mbarrier ``ref`` names in ``task``: in this block, or in ``block`` of the cluster (the same
         barrier there, its index evaluated by ``task``)."""
         bars = (block or self).barriers.get(ref.decl.uid)
@@ -351,10 +352,10 @@ class BlockMachine:
         self.next_event_id += 1
         return op_id
 
-    def new_event(self, kind, task, loc, complete, text, retire=None) -> Event:
+    def new_event(self, kind, task, loc, complete, text, retire=None) -> AsyncOperation:
         """An asynchronous operation in flight: ``complete()`` applies it when the scheduler decides,
         ``retire()`` runs when the issuer's wait observes it."""
-        event = Event(kind, task, loc, complete, text, retire)
+        event = AsyncOperation(kind, task, loc, complete, text, retire)
         self.events.append(event)
         return event
 

@@ -16,7 +16,7 @@ from warpspec.arguments import check_view, launch_grid, scalar_value, view_shape
 from warpspec.dtypes import PointerType
 from warpspec.emulator.global_memory import GlobalMemory, UnwrittenOutput
 from warpspec.emulator.host import HostArray
-from warpspec.emulator.cluster import Cluster
+from warpspec.emulator.cluster import ClusterMachine
 from warpspec.emulator.machine import BlockMachine, partitions
 from warpspec.errors import ArgumentError, UnwrittenOutputWarning
 from warpspec.ir import nodes as ir
@@ -42,7 +42,7 @@ def emulator_seed() -> int | None:
 Progress = Callable[[int, int, tuple[int, int, int]], None]
 
 
-def run_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None = None) -> list[UnwrittenOutput]:
+def emulate_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None = None) -> list[UnwrittenOutput]:
     """Run ``kernel`` with runtime ``arguments`` (by parameter name) on the emulator, cluster after cluster (block
     after block without clusters), calling ``progress`` (if given) before each: a caller can show how far a long
     run is, or say which block it was in when it was interrupted. Returns, per view the kernel wrote through, the
@@ -75,7 +75,7 @@ def run_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None = N
             x0, y0, z0 = first
             if progress is not None:
                 progress(x0 + grid[0] * (y0 + grid[1] * z0), total, first)
-            cluster = Cluster(size, partitions_per_block)
+            cluster = ClusterMachine(size, partitions_per_block)
             start = global_memory.start()
             for rank, (x, y, z) in enumerate(cluster_blocks(first, shape)):
                 specials = {"blockIdx.x": x, "blockIdx.y": y, "blockIdx.z": z,
@@ -86,14 +86,18 @@ def run_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None = N
     return global_memory.unwritten(views)
 
 
+#: ``emulate_kernel``'s former name, which ``warpspec.cli`` still imports.
+run_kernel = emulate_kernel
+
+
 _PACKAGE = str(Path(__file__).resolve().parents[1])  # src/warpspec: frames inside it are not the caller's
 
 
 def call_on_emulator(kernel: ir.Kernel, arguments: dict) -> None:
-    """A kernel call's run on the emulator (the Python API): ``run_kernel``, each unwritten-output finding warned
+    """A kernel call's run on the emulator (the Python API): ``emulate_kernel``, each unwritten-output finding warned
     as an ``UnwrittenOutputWarning`` at the caller's line, the first frame outside warpspec whatever path led
     here (a plain call, an autotuned one, a profile session)."""
-    findings = run_kernel(kernel, arguments)
+    findings = emulate_kernel(kernel, arguments)
     if not findings:
         return
     level, frame = 2, sys._getframe(1)

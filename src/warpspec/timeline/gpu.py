@@ -219,12 +219,12 @@ class ProfileSession:
 
     def _record(self, kernel: ir.Kernel, arguments: dict) -> Timeline:
         from warpspec.cuda.driver import DeviceBuffer
-        from warpspec.cuda.launch import build, launch_planned
+        from warpspec.cuda.launch import compile_kernel, launch_planned
 
-        plain = build(kernel)
+        plain = compile_kernel(kernel)
         kernel_ms = self._time(kernel, arguments, plain)
         instrumented_build = instrumented(kernel, self.blocks, self.capacity, self.sm)
-        built = build(instrumented_build.kernel)
+        built = compile_kernel(instrumented_build.kernel)
         words = buffer_words(instrumented_build)
         buffer = DeviceBuffer(8 * words)
         device = _device_limits(buffer.device)

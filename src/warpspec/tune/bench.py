@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 
-from warpspec.cuda.launch import run_kernel
+from warpspec.cuda.launch import launch_kernel
 from warpspec.runtime import run_script
 
 L2_FLUSH_BYTES = 256 << 20
@@ -144,7 +144,7 @@ class CudaBench:
         ``BuiltKernel`` of ``kernel``); the flush buffer and events live as long as the block."""
         timer = clock()
         try:
-            yield lambda kernel, runtime, built: median_ms(timer, lambda: run_kernel(kernel, runtime, built=built),
+            yield lambda kernel, runtime, built: median_ms(timer, lambda: launch_kernel(kernel, runtime, built=built),
                                                            self.runs, self.warmup)
         finally:
             timer.close()

@@ -31,8 +31,9 @@ MAX_ACCUMULATOR_REGISTERS = 168
 
 
 @dataclass(frozen=True)
-class SharedPlan:
-    """What the CUDA back end's planning step decided for a kernel, without generating code."""
+class ResourceEstimate:
+    """The shared memory and registers a kernel needs, as the CUDA back end will plan them, without generating
+    code."""
 
     shared_bytes: int  # tiles and mbarriers; the launch adds the 1 KB alignment reserve on top
     limit_bytes: int  # the most a block may use, on the same terms
@@ -41,12 +42,12 @@ class SharedPlan:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class PruneVerdict:
     """The outcome of pruning one schedule: ``reason`` is None when it is worth compiling."""
 
     reason: str | None
     kernel: ir.Kernel | None = None  # None when the IR did not build
-    plan: SharedPlan | None = None  # None when planning failed
+    plan: ResourceEstimate | None = None  # None when planning failed
     shared_bytes: int | None = None  # planned shared memory (tiles and barriers), when the plan got that far
 
     @property
@@ -55,7 +56,7 @@ class Verdict:
         return self.reason is not None
 
 
-def plan_kernel(kernel: ir.Kernel) -> SharedPlan:
+def plan_kernel(kernel: ir.Kernel) -> ResourceEstimate:
     """What the analysis passes decided for ``kernel`` (its ``facts``: register layouts, shared memory), in the
     numbers the pruning rules read."""
     facts = kernel.facts
@@ -66,11 +67,11 @@ def plan_kernel(kernel: ir.Kernel) -> SharedPlan:
             registers = facts.layouts[stmt.d.decl.uid].registers
             accumulators[stmt.d.decl.name] = registers
             per_group[stmt.threads] = per_group.get(stmt.threads, 0) + registers
-    return SharedPlan(facts.shared.total_bytes, facts.shared.limit_bytes, accumulators,
-                      max(per_group.values(), default=0))
+    return ResourceEstimate(facts.shared.total_bytes, facts.shared.limit_bytes, accumulators,
+                            max(per_group.values(), default=0))
 
 
-def prune(script, compile_time: dict) -> Verdict:
+def prune(script, compile_time: dict) -> PruneVerdict:
     """Decide whether the pinned Script ``script`` can work for these compile-time arguments, before compiling.
 
     Builds the IR and runs the analysis passes (``kernel_for``, so the launch reuses it); the verdict's reason says
@@ -83,14 +84,14 @@ def prune(script, compile_time: dict) -> Verdict:
     except CompileError as error:
         needed = getattr(error, "shared_bytes", None)
         if needed is not None:
-            return Verdict(f"needs {needed} bytes of shared memory (tiles and barriers); a block has at most "
+            return PruneVerdict(f"needs {needed} bytes of shared memory (tiles and barriers); a block has at most "
                            f"{DEFAULT.shared_limit}; the shared_tensor at {error.location} crosses it",
                            shared_bytes=needed)
-        return Verdict(str(error))
+        return PruneVerdict(str(error))
     plan = plan_kernel(kernel)
     if plan.registers_per_thread > MAX_ACCUMULATOR_REGISTERS:
         names = " + ".join(f"{name} {count}" for name, count in plan.accumulator_registers.items())
-        return Verdict(f"WGMMA accumulators need {plan.registers_per_thread} f32 registers per thread ({names}); "
+        return PruneVerdict(f"WGMMA accumulators need {plan.registers_per_thread} f32 registers per thread ({names}); "
                        f"more than {MAX_ACCUMULATOR_REGISTERS} leave too few for the rest of the kernel", kernel, plan,
                        plan.shared_bytes)
-    return Verdict(None, kernel, plan, plan.shared_bytes)
+    return PruneVerdict(None, kernel, plan, plan.shared_bytes)

@@ -201,8 +201,8 @@ def prepare(scripts: list[tuple[dict, object]], compile_time: dict) -> list[Cand
     return candidates
 
 
-def build(candidates: list[Candidate], *, workers: int | None = None, sass: bool = False,
-          progress: bool | None = None, on_built: Callable[[Candidate], None] | None = None) -> None:
+def build_candidates(candidates: list[Candidate], *, workers: int | None = None, sass: bool = False,
+                     progress: bool | None = None, on_built: Callable[[Candidate], None] | None = None) -> None:
     """Compile every ``ok`` candidate, in parallel processes, recording registers, spills and build time (and
     with ``sass`` the disassembly and its KEY_INSTRUCTIONS counts). A compile error makes the candidate
     ``failed``, spilling makes it ``spills`` (with the byte counts in the reason). ``on_built`` is called in this
@@ -241,6 +241,10 @@ def build(candidates: list[Candidate], *, workers: int | None = None, sass: bool
                 finish(futures[future], result)
     if progress and jobs:
         print(file=sys.stderr)
+
+
+#: ``build_candidates``'s former name, which ``warpspec.cli`` still imports.
+build = build_candidates
 
 
 class _WorkerPool:
@@ -411,7 +415,7 @@ def tune(tuned, runtime: dict, compile_time: dict, bench=None) -> TuningReport:
             if candidate.fate.fate == "ok":
                 candidate.fate.fate = "timed"
 
-        build(candidates, on_built=lambda c: time_candidate(c) if c.fate.fate == "ok" else None)
+        build_candidates(candidates, on_built=lambda c: time_candidate(c) if c.fate.fate == "ok" else None)
         if not any(c.fate.fate == "timed" for c in candidates):
             # Only spilling schedules are left: a slow kernel beats no kernel.
             for candidate in candidates:
