@@ -966,7 +966,3 @@ def _int_at_least(low: int, what: str):
 
 _non_negative_int = _int_at_least(0, "a non-negative integer")
 _positive_int = _int_at_least(1, "a positive integer")
-
-
-if __name__ == "__main__":
-    sys.exit(main())
