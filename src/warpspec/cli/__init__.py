@@ -28,6 +28,8 @@ deletes tuning winners, compiled kernels, or (with neither option) both.
 [--runs N] [--write-defaults]`` tunes ``warpspec.ops.matmul``'s kernel on the GPU for each shape, stores the winners in the
 tuning cache and prints them as the shipped defaults' table (docs/ops.md).
 
+``warpspec --version`` prints ``warpspec`` and the version (``warpspec.__version__``).
+
 Each command is a module of this package (``check``, ``build``, ``timeline``, ``cache``, ``tune``) with an
 ``add_parser(subparsers)`` that adds its subparser and a ``<name>_command(args) -> int`` handler; ``COMMANDS`` below
 lists them and ``parser`` assembles them, with the arguments they share. What the commands share lives beside them:

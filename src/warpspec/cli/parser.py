@@ -7,12 +7,15 @@ import argparse
 from collections.abc import Sequence
 from types import ModuleType
 
+from warpspec import __version__
+
 
 def build_parser(commands: Sequence[ModuleType]) -> argparse.ArgumentParser:
     """The argument parser with one subparser per module of ``commands``, added by the module's
     ``add_parser(subparsers)`` in the order ``warpspec --help`` lists them."""
     parser = argparse.ArgumentParser(prog="warpspec", description="Write, check and run warp-specialized Hopper "
                                                                   "kernels.")
+    parser.add_argument("--version", action="version", version=f"warpspec {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in commands:
         command.add_parser(subparsers)
