@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import buggy_kernels
-from warpspec.cli import main, pointer_arrays
+from warpspec.cli import main
+from warpspec.cli.inputs import pointer_arrays
 from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.frontend.kernel import parameters
 

@@ -201,16 +201,16 @@ def test_internal_error_in_a_run_is_a_fail_line(capsys, monkeypatch):
 
 
 def test_internal_error_in_one_schedule_does_not_stop_the_sweep(capsys, monkeypatch):
-    import warpspec.cli
+    import warpspec.cli.check
 
-    real_pointer_arrays = warpspec.cli.pointer_arrays
+    real_pointer_arrays = warpspec.cli.check.pointer_arrays
 
     def pointer_arrays(script, params, scalars):
         if script.tile_m == 32:
             internal_failure(None)
         return real_pointer_arrays(script, params, scalars)
 
-    monkeypatch.setattr(warpspec.cli, "pointer_arrays", pointer_arrays)
+    monkeypatch.setattr(warpspec.cli.check, "pointer_arrays", pointer_arrays)
     code, lines, _ = run(capsys, "check", COPY, "m_size=64", "n_size=128", "--all-schedules")
     assert code == 1
     assert [line.split("  (")[0] for line in lines[:4:2]] == ["ok    tile_m=64 tile_n=64", "ok    tile_m=128 tile_n=32"]
@@ -248,11 +248,11 @@ def out_of_bounds(*args):
 
 
 def test_warpspec_error_while_preparing_a_schedule_reads_as_itself(capsys, monkeypatch):
-    import warpspec.cli
+    import warpspec.cli.check
     import warpspec.tune.tuner as tuner
 
     error = "BoundsError: kernel.py:12: index 9 is out of bounds for dimension 0 of consumer_phases (size 2)"
-    monkeypatch.setattr(warpspec.cli, "pointer_arrays", out_of_bounds)
+    monkeypatch.setattr(warpspec.cli.check, "pointer_arrays", out_of_bounds)
     code, lines, _ = run(capsys, "check", COPY, "m_size=64", "n_size=64")
     assert code == 1
     assert lines[:2] == [f"FAIL  tile_m=64 tile_n=64  {error}", "0 ok, 1 failed, 0 skipped"]
@@ -290,12 +290,12 @@ def test_ctrl_c_says_where_the_run_was(capsys, monkeypatch):
 
 
 def test_ctrl_c_outside_a_run_is_one_line(capsys, monkeypatch):
-    import warpspec.cli
+    import warpspec.cli.build
 
     def interrupted(*args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(warpspec.cli, "compile_time_arguments", interrupted)
+    monkeypatch.setattr(warpspec.cli.build, "compile_time_arguments", interrupted)
     code, lines, err = run(capsys, "build", COPY)
     assert code == 130 and lines == []
     assert err == "warpspec build: interrupted\n"

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from warpspec import dtypes
-from warpspec.cli import RunProgress, main
+from warpspec.cli import main
+from warpspec.cli.progress import RunProgress
 from warpspec.emulator.run import SEED_VARIABLE, emulate_kernel
 from warpspec.runtime import kernel_for
 

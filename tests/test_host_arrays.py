@@ -10,7 +10,7 @@ import feature_kernels as fk
 import warpspec
 from tma_copy import TmaCopy
 from warpspec import bfloat16, cdiv, dtypes, float8_e4m3, float8_e5m2, float32, int32
-from warpspec.cli import pointer_arrays
+from warpspec.cli.inputs import pointer_arrays
 from warpspec.emulator.host import written_pointers
 from warpspec.frontend.kernel import parameters
 from warpspec.runtime import kernel_for

@@ -55,12 +55,12 @@ def test_missing_argument_and_unknown_schedule_are_usage_errors(capsys, tmp_path
 def test_cuda_backend_records_a_kernel_the_model_cannot_run(capsys, tmp_path, monkeypatch):
     """A cluster kernel: the model refuses it (it runs one SM's blocks), yet the GPU recording is written; only
     the FLOP count, which the model supplies, is missing."""
-    from warpspec import cli
+    import warpspec.cli.timeline
     from warpspec.timeline.events import Event, Timeline
 
     recorded = Timeline(kernel="ClusterStream", source="gpu", schedule={}, kernel_ns=1000.0, roles=["group"],
                         events=[Event((0, 0, 0), "group", "wait", "wait full[0]", 0.0, 10.0, "k.py:1")])
-    monkeypatch.setattr(cli, "_gpu_timeline", lambda *args: recorded)
+    monkeypatch.setattr(warpspec.cli.timeline, "_gpu_timeline", lambda *args: recorded)
     target = f"{ROOT / 'tests' / 'cluster_kernels.py'}:ClusterStream"
     with_model = timeline(capsys, target, "m_size=64", "n_size=128", "--out", str(tmp_path / "model"))
     assert with_model[0] == 1 and "does not model thread-block clusters" in with_model[2]

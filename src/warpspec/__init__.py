@@ -5,6 +5,9 @@ Calling an instance runs it on the selected back end: ``cuda`` (an H100/H200) or
 for deadlocks, races and barrier misuse).
 """
 
+#: The release, read by pyproject.toml too (``[tool.setuptools.dynamic]``): the one place it is written.
+__version__ = "0.1.0"
+
 from warpspec.dtypes import (bfloat16, boolean, float8_e4m3, float8_e5m2, float16, float32, int8, int32, int64,
                              uint32)
 from warpspec.errors import (ArgumentError, BarrierError, BarrierTimeoutError, BoundsError, CompileError, DeadlockError,

@@ -86,9 +86,6 @@ def emulate_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None
     return global_memory.unwritten(views)
 
 
-#: ``emulate_kernel``'s former name, which ``warpspec.cli`` still imports.
-run_kernel = emulate_kernel
-
 
 _PACKAGE = str(Path(__file__).resolve().parents[1])  # src/warpspec: frames inside it are not the caller's
 

@@ -243,9 +243,6 @@ def build_candidates(candidates: list[Candidate], *, workers: int | None = None,
         print(file=sys.stderr)
 
 
-#: ``build_candidates``'s former name, which ``warpspec.cli`` still imports.
-build = build_candidates
-
 
 class _WorkerPool:
     """Build worker processes, each a fresh interpreter (``python -c``) serving compile jobs over its pipes.

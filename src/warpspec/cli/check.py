@@ -1,0 +1,191 @@
+"""``warpspec check``: run a kernel on the emulator with random inputs and print one verdict per schedule."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from contextlib import contextmanager
+from typing import NamedTuple
+
+from warpspec.cli.failures import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, UsageError, error_text, first_line,
+                                   kernel_wide_error)
+from warpspec.cli.inputs import DEFAULT_MAX_MEMORY, check_input_memory, pointer_arrays, pointer_sizes
+from warpspec.cli.kernel_arguments import scalar_arguments, selected_scripts
+from warpspec.cli.loading import kernel_parameters, load_script_class
+from warpspec.cli.parser import add_kernel_arguments, non_negative_int
+from warpspec.cli.progress import RunProgress
+from warpspec.cli.sizes import byte_size
+from warpspec.emulator.run import SEED_VARIABLE
+from warpspec.errors import ArgumentError, CompileError
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``warpspec check``'s subparser, with ``check_command`` as its handler."""
+    check = subparsers.add_parser(
+        "check", help="run a kernel on the emulator and report deadlocks, races and barrier misuse",
+        description="Run FILE.py's Script CLASS on the emulator with random inputs and print one verdict per "
+                    "schedule. Scalar parameters are given as NAME=VALUE; pointer parameters get random arrays "
+                    "sized from the kernel's global views.")
+    add_kernel_arguments(check, "a scalar kernel argument (runtime or compile-time), e.g. m_size=300")
+    which = check.add_mutually_exclusive_group()
+    which.add_argument("--schedule", metavar="K=V,...",
+                       help="pin one schedule of an autotuned kernel, e.g. num_stages=2,block_m=128,... (a "
+                            "word value names one of the parameter's tuned words: variant=pingpong)")
+    which.add_argument("--all-schedules", action="store_true",
+                       help="check every schedule of an autotuned kernel (default: the first that compiles)")
+    check.add_argument("--seeds", type=non_negative_int, default=0, metavar="N",
+                       help="after the deterministic run, run N more with WARPSPEC_EMULATOR_SEED=0..N-1")
+    check.add_argument("--max-memory", type=byte_size, default=DEFAULT_MAX_MEMORY, metavar="SIZE",
+                       help="refuse arguments whose random input arrays would take more than SIZE in all, e.g. "
+                            "512MiB or 16GiB (default: 4GiB)")
+    check.add_argument("--allow-partial-writes", action="store_true",
+                       help="accept a run after which elements of a view the kernel writes were written by no "
+                            "block (for a kernel that writes only part of an output by design)")
+    check.add_argument("--progress", action="store_true",
+                       help="show which block a long run is in on stderr even when stderr is not a terminal "
+                            "(on a terminal it is shown once a run takes more than a second)")
+    check.set_defaults(handler=check_command)
+
+
+class ScheduleOutcome(NamedTuple):
+    """What ``warpspec check`` found for one schedule."""
+
+    verdict: str  # ok, FAIL or skip
+    detail: str  # the rest of its line: the time taken, or the first line of the error
+    run: str = ""  # for FAIL: what failed ("compiling", "the deterministic run", "WARPSPEC_EMULATOR_SEED=2")
+    error: str = ""  # for FAIL and skip: the whole error
+
+
+def check_command(args) -> int:
+    """``warpspec check``: run the kernel on the emulator for each selected schedule and print the verdicts."""
+    script_cls = load_script_class(args.target)
+    params = kernel_parameters(script_cls)
+    scalars = scalar_arguments(script_cls.__name__, params, args.arguments)
+    scripts = selected_scripts(script_cls, args.schedule)
+    # Only a sweep over schedules the user did not pin skips one that does not compile for these arguments.
+    may_skip = args.schedule is None and len(scripts) > 1
+    progress = RunProgress(args.progress or sys.stderr.isatty())
+    verdicts, failures = [], []
+    # Skips are held back until a schedule compiles: if none does, they may all be one error of the kernel's.
+    held: list[tuple[str, ScheduleOutcome]] = []
+    compiled = False
+
+    def report(label: str, result: ScheduleOutcome) -> None:
+        progress.clear()
+        print(f"{result.verdict:<5} {label}  {result.detail}", flush=True)
+        verdicts.append(result.verdict)
+        if result.verdict == "FAIL":
+            failures.append((label, result))
+
+    try:
+        for label, script in scripts:
+            result = check_schedule(label, script, params, scalars, args.seeds, may_skip, args.max_memory,
+                                    progress, args.allow_partial_writes)
+            if result.verdict == "skip" and not compiled:
+                held.append((label, result))
+                continue
+            if not compiled:
+                compiled = True
+                for held_label, held_result in held:
+                    report(held_label, held_result)
+            report(label, result)
+            if result.verdict != "skip" and not args.all_schedules:
+                break  # without --all-schedules, the first schedule that compiles is the one checked
+    except KeyboardInterrupt:
+        progress.clear()
+        print(f"warpspec check: interrupted in {progress.where()}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if not compiled:
+        shared = kernel_wide_error([result.error for _, result in held], len(scripts))
+        if shared is not None:
+            held = [(f"{script_cls.__name__}, every schedule", ScheduleOutcome("FAIL", first_line(shared),
+                                                                               "compiling", shared))]
+        for label, result in held:
+            report(label, result)
+    print(f"{verdicts.count('ok')} ok, {verdicts.count('FAIL')} failed, {verdicts.count('skip')} skipped")
+    if failures:
+        label, result = failures[0]
+        print(f"\nfirst failure: {label} ({result.run}):\n{result.error}")
+        return EXIT_FAILURE
+    if "ok" not in verdicts:
+        print("no schedule compiles for these arguments")
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def check_schedule(label: str, script, params, scalars: dict, seeds: int, may_skip: bool, max_memory: int,
+                   progress: RunProgress, allow_partial_writes: bool = False) -> ScheduleOutcome:
+    """Check one pinned Script: ``ok``, ``FAIL`` or ``skip`` (a CompileError when ``may_skip``). A run after which
+    a view the kernel writes has elements no block wrote fails too, unless ``allow_partial_writes``. Raises
+    UsageError for inputs over ``max_memory`` bytes or arguments the kernel cannot take; tells ``progress`` what it
+    runs."""
+    from warpspec.emulator.run import emulate_kernel
+    from warpspec.frontend.kernel import bind_arguments
+    from warpspec.runtime import kernel_for
+
+    start = time.perf_counter()
+    preparing = "building the kernel and its inputs"
+    progress.start(label, preparing)
+    try:
+        check_input_memory(script, params, pointer_sizes(script, params, scalars), max_memory)
+        arrays = pointer_arrays(script, params, scalars)
+    except CompileError as error:
+        text = error_text(error)
+        return ScheduleOutcome("skip" if may_skip else "FAIL", first_line(text), "compiling", text)
+    except (UsageError, BrokenPipeError):  # the command's end, not this schedule's verdict
+        raise
+    except Exception as error:  # noqa: BLE001 - this schedule's verdict; the others are still checked
+        return _failed(preparing, error)
+    for seed in [None] + list(range(seeds)):
+        run = "the deterministic run" if seed is None else f"{SEED_VARIABLE}={seed}"
+        progress.start(label, run)
+        with _environment(SEED_VARIABLE, None if seed is None else str(seed)):
+            fresh = {name: array.copy() for name, array in arrays.items()}  # every run sees the same inputs
+            try:
+                # The emulator itself rather than script(...): its progress hook tells which block is running.
+                runtime, compile_time = bind_arguments(type(script), (), {**scalars, **fresh})
+                unwritten = emulate_kernel(kernel_for(script, compile_time), runtime, progress)
+            except ArgumentError as error:  # a value the kernel cannot take (type, range, empty grid)
+                raise UsageError(str(error)) from None
+            except BrokenPipeError:  # the progress line's reader went away: the command's end
+                raise
+            except Exception as error:  # noqa: BLE001 - this schedule's verdict; the others are still checked
+                return _failed(run, error)
+            if unwritten and not allow_partial_writes:
+                return _unwritten_verdict(run, unwritten)
+    return ScheduleOutcome("ok", f"({time.perf_counter() - start:.2f} s, 1+{seeds} runs)")
+
+
+def _failed(run: str, error: Exception) -> ScheduleOutcome:
+    """The FAIL verdict of ``error``, raised in ``run``."""
+    text = error_text(error)
+    return ScheduleOutcome("FAIL", first_line(text), run, text)
+
+
+def _unwritten_verdict(run: str, unwritten: list) -> ScheduleOutcome:
+    """The FAIL verdict of a run that left elements of written views unwritten (``UnwrittenOutput`` findings):
+    the first finding on the line, every one in the error."""
+    lines = [f"unwritten output: {finding.message()}" for finding in unwritten]
+    hint = ("every element of a view the kernel writes through should be written by some block (a tile scheduler "
+            "that skips tiles leaves them unwritten); pass --allow-partial-writes if the kernel writes only part "
+            "of it by design")
+    return ScheduleOutcome("FAIL", lines[0], run, "\n".join(lines + [hint]))
+
+
+@contextmanager
+def _environment(name: str, value: str | None):
+    """Set (or, with None, remove) an environment variable for the duration of the block."""
+    saved = os.environ.get(name)
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved

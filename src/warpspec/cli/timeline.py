@@ -1,0 +1,101 @@
+"""``warpspec timeline``: one schedule's launch, from the CPU timing model or an instrumented GPU run, written as a
+Perfetto trace, a Gantt chart and a summary with a diagnosis."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import warpspec
+from warpspec import dtypes
+from warpspec.cli.failures import EXIT_OK, KernelFailure, UsageError, error_text
+from warpspec.cli.inputs import DEFAULT_MAX_MEMORY, bound_kernel, check_input_memory, pointer_arrays, pointer_sizes
+from warpspec.cli.kernel_arguments import scalar_arguments, selected_scripts
+from warpspec.cli.loading import kernel_parameters, load_script_class
+from warpspec.cli.parser import add_kernel_arguments, non_negative_int, positive_int
+from warpspec.errors import ArgumentError, CompileError
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``warpspec timeline``'s subparser, with ``timeline_command`` as its handler."""
+    timeline = subparsers.add_parser(
+        "timeline", help="write a kernel's timeline: a Perfetto trace, a Gantt chart and a summary with a diagnosis",
+        description="Run FILE.py's Script CLASS on the CPU timing model (--backend emulator, the default) or on "
+                    "the GPU with an instrumented build (--backend cuda, random inputs as warpspec check makes "
+                    "them) and write DIR/trace.json, DIR/timeline.png and DIR/summary.txt; the summary is printed.")
+    add_kernel_arguments(timeline, "a scalar kernel argument (runtime or compile-time), e.g. m_size=8192")
+    timeline.add_argument("--schedule", metavar="K=V,...",
+                          help="pin one schedule of an autotuned kernel (default: the first that compiles)")
+    timeline.add_argument("--backend", choices=("emulator", "cuda"), default="emulator",
+                          help="emulator: the CPU timing model (no GPU needed); cuda: measure on the GPU")
+    timeline.add_argument("--out", metavar="DIR", default="timeline",
+                          help="the folder to write trace.json, timeline.png and summary.txt to (default: timeline)")
+    timeline.add_argument("--blocks", type=positive_int, default=64, metavar="N",
+                          help="with --backend cuda: record at most the first N blocks that run on the SM "
+                               "(default: 64)")
+    timeline.add_argument("--sm", type=non_negative_int, default=0, metavar="S",
+                          help="with --backend cuda: record the blocks that run on SM S (default: 0)")
+    timeline.add_argument("--window", default="2", metavar="all|N|A:B",
+                          help="what timeline.png shows: the first N waves of blocks (default: 2), A:B microseconds, "
+                               "or all; trace.json always has every event")
+    timeline.set_defaults(handler=timeline_command)
+
+
+def timeline_command(args) -> int:
+    """``warpspec timeline``: model (or, with ``--backend cuda``, record) one schedule's launch, write its trace,
+    chart and summary into ``--out`` and print the summary."""
+    from warpspec.timeline import write
+    from warpspec.timeline.chart import parse_window
+    from warpspec.timeline.model import model_launch
+
+    try:
+        window = parse_window(args.window)
+    except ArgumentError as error:
+        raise UsageError(str(error)) from None
+    script_cls = load_script_class(args.target)
+    params = kernel_parameters(script_cls)
+    scalars = scalar_arguments(script_cls.__name__, params, args.arguments)
+    errors = []
+    for label, script in selected_scripts(script_cls, args.schedule):
+        try:
+            kernel, runtime = bound_kernel(script, params, scalars)
+            break
+        except CompileError as error:
+            errors.append((label, error_text(error)))
+    else:
+        label, text = errors[0]
+        raise KernelFailure(label if len(errors) == 1 else f"{script_cls.__name__}, every schedule", text)
+    if args.backend == "emulator":
+        timeline = model_launch(kernel, runtime)
+    else:
+        timeline = _gpu_timeline(script, params, scalars, args.blocks, args.sm)
+        if timeline.flops is None:
+            try:
+                timeline.flops = model_launch(kernel, runtime).flops  # the model counts the WGMMA work exactly
+            except CompileError:
+                pass  # a launch the model cannot run (clusters): the recording stands, without TFLOP/s
+    try:
+        text = write(timeline, args.out, window)
+    except ImportError as error:
+        raise UsageError(str(error)) from None
+    print(text, end="")
+    print(f"wrote {Path(args.out) / 'trace.json'}, {Path(args.out) / 'timeline.png'} and "
+          f"{Path(args.out) / 'summary.txt'}")
+    return EXIT_OK
+
+
+def _gpu_timeline(script, params, scalars: dict, blocks: int, sm: int):
+    """The timeline an instrumented GPU launch of ``script`` records (``warpspec.profile``), with random inputs."""
+    check_input_memory(script, params, pointer_sizes(script, params, scalars), DEFAULT_MAX_MEMORY)
+    try:
+        import torch
+    except ImportError:
+        raise UsageError("--backend cuda passes the inputs as torch tensors: install torch") from None
+    arrays = {name: dtypes.numpy_to_torch(array).cuda() for name, array in pointer_arrays(script, params,
+                                                                                          scalars).items()}
+    with warpspec.use_backend("cuda"), warpspec.profile(blocks=blocks, sm=sm) as session:
+        script(**scalars, **arrays)
+        torch.cuda.synchronize()
+    if not session.timelines:
+        raise UsageError("the profiled call recorded no launch")
+    return session.timelines[-1]
