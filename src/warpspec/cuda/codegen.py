@@ -27,7 +27,7 @@ from warpspec.isa import registry
 from warpspec.isa.memory import GlobalView
 from warpspec.ir import nodes as ir
 from warpspec.passes.constants import UNKNOWN, fold, propagate
-from warpspec.passes.layouts import Replicated, layout_begin, packed
+from warpspec.layout.registers import Replicated, layout_begin, packed
 from warpspec.passes.unroll import unroll
 
 

@@ -1,7 +1,7 @@
 """Row reductions of register tensors: ``self.reduce_max(x, axis=1)`` and ``self.reduce_sum(x, axis=1)``.
 
 The row maximum and row sum of a float32 WGMMA accumulator tile [M, N] (FlashAttention's softmax statistics),
-giving a column vector [M, 1] in the accumulator's row slice (``warpspec.passes.layouts.Slice``), ready to be
+giving a column vector [M, 1] in the accumulator's row slice (``warpspec.layout.registers.Slice``), ready to be
 broadcast back against the tile. A thread holds each of its rows' values in N/4 registers, and the four lanes of a
 quad hold the rest of those rows, so the reduction runs in the thread, then across the quad with two butterfly
 shuffles; the CUDA emission is ``warpspec.cuda.sm90.reduction``. The layout pass refuses any other layout.

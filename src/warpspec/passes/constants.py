@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from warpspec.dtypes import DType
 from warpspec.ir import nodes as ir
 from warpspec.ir.evaluate import OPERATORS, wrap
-from warpspec.passes.unroll import map_exprs, rewrite_stmt
+from warpspec.ir.rewrite import map_exprs, rewrite_stmt
 
 
 class _Unknown:
