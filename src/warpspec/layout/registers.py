@@ -258,8 +258,33 @@ def packed(decl: ir.TensorDecl) -> bool:
     return decl.dtype.nbytes == 2
 
 
-def describe(layout) -> str:
+def describe_layout(layout) -> str:
     """How an error message names ``layout``."""
     return {Accumulator: "wgmma accumulator fragments", AFragment: "wgmma A fragments",
             Blocked: "blocked over a thread group", Replicated: "replicated"}.get(type(layout)) or \
-        f"the {'column' if layout.axis == 0 else 'row'} slice of {describe(layout.parent)}"
+        f"the {'column' if layout.axis == 0 else 'row'} slice of {describe_layout(layout.parent)}"
+
+
+
+@dataclass(frozen=True)
+class LayoutRule:
+    """What one statement says about register-tensor layouts, declared by its family (``registry.LAYOUT_RULE``)
+    and combined over a kernel by ``warpspec.passes.layouts``.
+
+    ``fixed``: (decl, layout) pairs the instruction imposes (WGMMA operands). ``alike``: tensors that share one
+    layout (an elementwise result and its same-shaped operands); ``broadcast``: (decl, axis) vectors broadcast
+    against them. ``derived``: (decl, source decl, function of the source's layout) for a result whose layout
+    follows from an operand's (a row reduction). ``defines``: the tensor the statement defines, replicated when
+    nothing else fixes its layout; ``blocked``: first try a Blocked layout over the executing thread group (a
+    load). ``stored``: a register tensor the statement stores, which exactly the threads holding it must execute;
+    ``indexed``: one it writes by element index. ``call``: the language call, for messages."""
+
+    fixed: tuple = ()
+    alike: tuple = ()
+    broadcast: tuple = ()
+    derived: tuple | None = None
+    defines: ir.TensorDecl | None = None
+    blocked: bool = False
+    stored: ir.TensorDecl | None = None
+    indexed: ir.TensorDecl | None = None
+    call: str = ""

@@ -9,39 +9,40 @@ import math
 from dataclasses import fields
 
 from warpspec.errors import CompileError
-from warpspec.isa.elementwise import Arithmetic, Cast, TileIndex, broadcast_axis
-from warpspec.isa.reduction import ReduceRows
-from warpspec.isa.memory import AllocRegister, LoadGlobal, LoadShared, StoreElement, StoreGlobal, StoreShared
-from warpspec.isa.roles import ThreadGroup
-from warpspec.isa.wgmma import WgmmaMma
+from warpspec.isa import registry
 from warpspec.ir import nodes as ir
 from warpspec.ir.rewrite import map_exprs
-from warpspec.layout.fragments import AccumulatorLayout
-from warpspec.layout.registers import (AFragment, Accumulator, Blocked, Replicated, Slice, describe, same_registers,
-                                       slice_of)
+from warpspec.layout.registers import Blocked, LayoutRule, Replicated, describe_layout, same_registers, slice_of
 from warpspec.target import Target
 
 #: Largest register tensor every thread may hold whole, in elements.
 MAX_REPLICATED = 256
 
 
-def infer_layouts(kernel: ir.Kernel, target: Target) -> dict[int, object]:
-    """The layout of every register tensor of ``kernel`` (by decl uid), from its uses: WGMMA operands fix
-    fragment layouts, elementwise operations share their operands' layout in both directions, loads not otherwise
-    constrained get a Blocked layout over their thread group, and small remaining tensors are replicated."""
-    layouts: dict[int, object] = {}
-    statements: list[tuple[ir.Stmt, tuple[int, int]]] = []
+def layout_rules(kernel: ir.Kernel, target: Target) -> list[tuple[ir.Stmt, tuple[int, int], LayoutRule]]:
+    """Every statement of ``kernel`` that declares a layout rule (``registry.LAYOUT_RULE``), in program order,
+    with the threads ``(begin, count)`` that run it and its rule."""
+    rules = []
 
     def visit(body, group):
         for stmt in body:
-            statements.append((stmt, group))
-            if isinstance(stmt, ThreadGroup):
-                visit(stmt.body, (stmt.begin, stmt.count))
-            else:
-                for child in ir.children(stmt):
-                    visit(child, group)
+            rule = registry.fact_of(registry.LAYOUT_RULE, type(stmt))
+            if rule is not None:
+                rules.append((stmt, group, rule(stmt, target)))
+            narrowed = registry.fact_of(registry.BODY_THREADS, type(stmt))
+            for child in ir.children(stmt):
+                visit(child, group if narrowed is None else narrowed(stmt))
 
     visit(kernel.body, (0, kernel.num_threads))
+    return rules
+
+
+def infer_layouts(rules: list) -> dict[int, object]:
+    """The layout of every register tensor of a kernel (by decl uid), from its statements' ``layout_rules``:
+    WGMMA operands fix fragment layouts, elementwise operations share their operands' layout in both directions,
+    loads not otherwise constrained get a Blocked layout over their thread group, and small remaining tensors are
+    replicated."""
+    layouts: dict[int, object] = {}
 
     def assign(decl: ir.TensorDecl, layout, stmt: ir.Stmt) -> bool:
         previous = layouts.get(decl.uid)
@@ -49,131 +50,103 @@ def infer_layouts(kernel: ir.Kernel, target: Target) -> dict[int, object]:
             layouts[decl.uid] = layout
             return True
         if not same_registers(previous, layout):
-            raise CompileError(f"register tensor {decl.name} would need two layouts ({describe(previous)} and "
-                               f"{describe(layout)}); convert through shared memory (store_shared, sync, "
+            raise CompileError(f"register tensor {decl.name} would need two layouts ({describe_layout(previous)} and "
+                               f"{describe_layout(layout)}); convert through shared memory (store_shared, sync, "
                                f"load_shared)", str(stmt.loc))
         return False
 
-    for stmt, _ in statements:
-        if isinstance(stmt, WgmmaMma):
-            m, n = stmt.d.shape
-            warpgroups = stmt.threads[1] // target.warpgroup_threads
-            assign(stmt.d.decl, Accumulator(AccumulatorLayout(m, n, warpgroups=warpgroups), stmt.threads[0]), stmt)
-            if stmt.a.kind == ir.REGISTER:
-                assign(stmt.a.decl, AFragment(m, stmt.a.shape[1], warpgroups, stmt.threads[0],
-                                              target.warpgroup_threads), stmt)
-
-    def same_layout_sets():
-        """Per elementwise statement, the tensors that share one layout (its result and same-shaped operands),
-        and the broadcast vectors among its operands with their axis."""
-        for stmt, _ in statements:
-            if isinstance(stmt, TileIndex):
-                yield stmt, [stmt.decl, stmt.like.decl], []
-            if isinstance(stmt, (Cast, Arithmetic)):
-                refs = [o for o in ((stmt.src,) if isinstance(stmt, Cast) else stmt.operands)
-                        if isinstance(o, ir.TensorRef)]
-                yield (stmt, [stmt.decl] + [o.decl for o in refs if o.decl.shape == stmt.decl.shape],
-                       [(o.decl, broadcast_axis(o.decl.shape, stmt.decl.shape)) for o in refs
-                        if o.decl.shape != stmt.decl.shape])
+    for stmt, _, rule in rules:
+        for decl, layout in rule.fixed:
+            assign(decl, layout, stmt)
 
     # Broadcast vectors, and the tensors computed with them, take their layout from the 2-D tensor they are
     # combined with (or are replicated with it), never a load's default Blocked layout.
-    vectors = {decl.uid for _, _, broadcast in same_layout_sets() for decl, _ in broadcast}
+    alike = [(stmt, rule) for stmt, _, rule in rules if rule.alike]
+    vectors = {decl.uid for _, rule in alike for decl, _ in rule.broadcast}
     grown = True
     while grown:
         grown = False
-        for _, shared, _ in same_layout_sets():
-            if any(d.uid in vectors for d in shared) and not all(d.uid in vectors for d in shared):
-                vectors |= {d.uid for d in shared}
+        for _, rule in alike:
+            if any(d.uid in vectors for d in rule.alike) and not all(d.uid in vectors for d in rule.alike):
+                vectors |= {d.uid for d in rule.alike}
                 grown = True
 
     def propagate():
         changed = True
         while changed:
             changed = False
-            for stmt, tensors, broadcast in same_layout_sets():
-                known = [layouts[d.uid] for d in tensors if d.uid in layouts]
+            for stmt, rule in alike:
+                known = [layouts[d.uid] for d in rule.alike if d.uid in layouts]
                 if known:
-                    for decl in tensors:
+                    for decl in rule.alike:
                         changed |= assign(decl, known[0], stmt)
-                    for decl, axis in broadcast:
+                    for decl, axis in rule.broadcast:
                         changed |= assign(decl, slice_of(known[0], axis, decl.shape), stmt)
-            for stmt, _ in statements:
-                if isinstance(stmt, ReduceRows) and stmt.src.decl.uid in layouts:
-                    changed |= assign(stmt.decl, _row_slice(stmt, layouts[stmt.src.decl.uid]), stmt)
+            for stmt, _, rule in rules:
+                if rule.derived is not None:
+                    decl, source, derive = rule.derived
+                    if source.uid in layouts:
+                        changed |= assign(decl, derive(layouts[source.uid]), stmt)
 
     propagate()
-    for stmt, group in statements:
-        if isinstance(stmt, (LoadGlobal, LoadShared)) and stmt.decl.uid not in layouts.keys() | vectors:
-            shape = stmt.decl.shape
+    for stmt, group, rule in rules:
+        decl = rule.defines
+        if rule.blocked and decl.uid not in layouts.keys() | vectors:
+            shape = decl.shape
             if len(shape) > 2:
-                what = "load_global" if isinstance(stmt, LoadGlobal) else "load_shared"
-                raise CompileError(f"{what} into registers takes 1-D or 2-D tiles", str(stmt.loc))
-            elem = stmt.decl.dtype.nbytes
+                raise CompileError(f"{rule.call} into registers takes 1-D or 2-D tiles", str(stmt.loc))
+            elem = decl.dtype.nbytes
             vector = max(1, 16 // elem)
             while shape[-1] % vector:
                 vector //= 2
-            layouts[stmt.decl.uid] = Blocked(tuple(shape), group[0], group[1], vector)
+            layouts[decl.uid] = Blocked(tuple(shape), group[0], group[1], vector)
     propagate()
-    for stmt, group in statements:
-        if isinstance(stmt, (AllocRegister, ir.DefineTensor)) and stmt.decl.uid not in layouts:
-            size = math.prod(stmt.decl.shape)
+    for stmt, _, rule in rules:
+        decl = rule.defines
+        if decl is not None and decl.uid not in layouts:
+            size = math.prod(decl.shape)
             if size > MAX_REPLICATED:
-                raise CompileError(f"register tensor {stmt.decl.name} ({size} elements) is not a wgmma operand, "
+                raise CompileError(f"register tensor {decl.name} ({size} elements) is not a wgmma operand, "
                                    f"not loaded, and too large to replicate in every thread (at most "
                                    f"{MAX_REPLICATED} elements)", str(stmt.loc))
-            layouts[stmt.decl.uid] = Replicated(tuple(stmt.decl.shape))
+            layouts[decl.uid] = Replicated(tuple(decl.shape))
     propagate()  # a vector replicated above must match its replicated 2-D tensor
     return layouts
 
 
-def _row_slice(stmt: ReduceRows, layout) -> Slice:
-    """The layout of a row reduction's result: the row slice of its accumulator operand, which every thread
-    holding the accumulator computes (the quad's shuffles need them all); a CompileError otherwise."""
-    name = stmt.src.decl.name
-    if not isinstance(layout, Accumulator):
-        raise CompileError(f"reduce_{stmt.op} of {name} needs wgmma accumulator fragments (each row held by the four "
-                           f"lanes of a quad), but {name} is {describe(layout)}", str(stmt.loc))
-    if tuple(stmt.threads) != tuple(layout.owners):
-        begin, count = layout.owners
-        raise CompileError(f"reduce_{stmt.op} of {name} is executed by threads [{stmt.threads[0]}, "
-                           f"{stmt.threads[0] + stmt.threads[1]}), but {name} is held by threads [{begin}, "
-                           f"{begin + count}): every one of those threads must execute it", str(stmt.loc))
-    return Slice(layout, 1)
-
-
-def check_stores(kernel: ir.Kernel, layouts: dict) -> None:
+def check_stores(rules: list, layouts: dict) -> None:
     """Refuse a store of a distributed register tensor by threads other than exactly those holding it: each thread
     stores only the elements it holds, so a subset (a single thread, one of two warpgroups) would write part of
     the tile on the GPU while the whole tile is the kernel's meaning."""
-    for stmt in ir.walk(kernel.body):
-        if not isinstance(stmt, (StoreGlobal, StoreShared)):
+    for stmt, _, rule in rules:
+        if rule.stored is None:
             continue
-        layout = layouts.get(stmt.src.decl.uid)
+        layout = layouts.get(rule.stored.uid)
         owners = getattr(layout, "owners", None)
         if owners is None or tuple(stmt.threads) == tuple(owners):
             continue
         begin, count = stmt.threads
         who = "a single thread (single_thread)" if count == 1 else f"threads [{begin}, {begin + count})"
-        what = "store_global" if isinstance(stmt, StoreGlobal) else "store_shared"
-        raise CompileError(f"{what} of {stmt.src.decl.name} is executed by {who}, but {stmt.src.decl.name} is held "
-                           f"as {describe(layout)} by threads [{owners[0]}, {owners[0] + owners[1]}), each holding "
-                           f"part of it: every one of those threads must execute the store (and no other)",
+        name = rule.stored.name
+        raise CompileError(f"{rule.call} of {name} is executed by {who}, but {name} is held as "
+                           f"{describe_layout(layout)} by threads [{owners[0]}, {owners[0] + owners[1]}), each "
+                           f"holding part of it: every one of those threads must execute the store (and no other)",
                            str(stmt.loc))
 
 
-def check_element_access(kernel: ir.Kernel, layouts: dict) -> None:
+def check_element_access(kernel: ir.Kernel, rules: list, layouts: dict) -> None:
     """Refuse element reads (``t[i]``) and writes of a register tensor that is spread over threads (fragments,
     blocked tiles): a thread holds only some elements, so an element index names a value it may not have."""
     def refuse(decl: ir.TensorDecl, stmt: ir.Stmt, verb: str) -> None:
         layout = layouts.get(decl.uid)
         if layout is not None and not isinstance(layout, Replicated):
-            raise CompileError(f"elements of {decl.name} are spread over threads ({describe(layout)}); {verb} them "
-                               f"with tensor operations, not by index", str(stmt.loc))
+            raise CompileError(f"elements of {decl.name} are spread over threads ({describe_layout(layout)}); {verb} "
+                               f"them with tensor operations, not by index", str(stmt.loc))
 
+    indexed = {id(stmt): rule.indexed for stmt, _, rule in rules if rule.indexed is not None}
     for stmt in ir.walk(kernel.body):
-        if isinstance(stmt, StoreElement):
-            refuse(stmt.tensor.decl, stmt, "write")
+        if id(stmt) in indexed:
+            refuse(indexed[id(stmt)], stmt, "write")
         for f in fields(stmt):
             if f.name not in type(stmt).blocks:
                 map_exprs(getattr(stmt, f.name), lambda e, stmt=stmt: _check_load(e, stmt, refuse))
