@@ -27,7 +27,7 @@ from dataclasses import replace
 
 from warpspec.dtypes import boolean
 from warpspec.ir import nodes as ir
-from warpspec.ir.rewrite import map_exprs, rewrite_stmt
+from warpspec.ir.rewrite import rewrite_stmt
 
 
 def unroll(kernel: ir.Kernel) -> ir.Kernel:
