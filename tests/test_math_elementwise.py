@@ -18,7 +18,7 @@ from warpspec.cuda import sass
 from warpspec.cuda.codegen import generate
 from warpspec.cuda.launch import compile_kernel
 from warpspec.layout.fragments import AccumulatorLayout
-from warpspec.passes.layouts import Accumulator, Slice
+from warpspec.layout.registers import Accumulator, Slice
 from warpspec.runtime import kernel_for
 
 FUNCTIONS = ["exp2", "exp", "tanh", "log2", "sqrt"]

@@ -15,7 +15,7 @@ from warpspec import CompileError
 from warpspec.cuda import sass
 from warpspec.cuda.launch import compile_kernel
 from warpspec.layout.fragments import AccumulatorLayout
-from warpspec.passes.layouts import Accumulator, AFragment, same_registers
+from warpspec.layout.registers import Accumulator, AFragment, same_registers
 from warpspec.runtime import kernel_for
 from test_math_elementwise import _eval, assert_misuse_refused
 

@@ -1,4 +1,5 @@
-"""Every IR statement type has an emulation and, for each CUDA target, an emitter (or a deliberate refusal)."""
+"""Every IR statement type has an emulation, for each CUDA target an emitter (or a deliberate refusal), and the
+facts ``registry.REQUIRED`` asks of it (a register tensor's definer: its layout rule)."""
 
 import gc
 from dataclasses import dataclass
@@ -20,6 +21,9 @@ def missing(target: str) -> list[str]:
             gaps.append(f"{node.__module__}.{node.__name__}: no emulation")
         if node not in emitters:
             gaps.append(f"{node.__module__}.{node.__name__}: no emitter for {target}")
+        for fact, base in registry.REQUIRED.items():
+            if issubclass(node, base) and node not in registry.facts(fact):
+                gaps.append(f"{node.__module__}.{node.__name__}: no {fact}")
     return gaps
 
 
@@ -42,6 +46,24 @@ def test_a_new_statement_without_semantics_is_reported():
     del Unfinished
     gc.collect()
     assert missing(SM90A.name) == []
+
+
+def test_a_register_tensor_definer_without_a_layout_rule_is_reported():
+    @dataclass(frozen=True, eq=False)
+    class Unlaid(ir.DefineTensor):
+        """A statement defining a register tensor without saying which layout it gives."""
+
+    assert f"{__name__}.Unlaid: no layout rule" in missing(SM90A.name)
+    del Unlaid
+    gc.collect()
+    assert missing(SM90A.name) == []
+
+
+def test_the_families_declare_their_layout_rules():
+    rules = {node.__name__ for node in registry.facts(registry.LAYOUT_RULE)}
+    assert {"WgmmaMma", "Cast", "Arithmetic", "TileIndex", "ReduceRows", "LoadGlobal", "LoadShared", "AllocRegister",
+            "StoreGlobal", "StoreShared", "StoreElement"} == rules
+    assert {node.__name__ for node in registry.facts(registry.BODY_THREADS)} == {"ThreadGroup"}
 
 
 def test_an_unsupported_statement_is_refused_at_its_line():

@@ -28,8 +28,9 @@ from warpspec.errors import CompileError
 from warpspec.isa import registry
 from warpspec.isa.memory import GlobalView
 from warpspec.ir import nodes as ir
+from warpspec.ir.visit import ExprVisitor
 from warpspec.passes.constants import UNKNOWN, fold, propagate
-from warpspec.passes.layouts import Replicated, layout_begin, packed
+from warpspec.layout.registers import Replicated, layout_begin, packed
 from warpspec.passes.unroll import unroll
 
 
@@ -98,6 +99,7 @@ class CodeGenerator:
         self.declared: set[int] = set()  # register tensors whose arrays are declared
         self.single_depth = 0  # > 0 inside single_thread: instructions already run on one thread
         self.current_loc: ir.Loc | None = None
+        self.expressions = _CExpressions(self)
 
     # ------------------------------------------------------------------------------------------- entry point
 
@@ -189,37 +191,11 @@ class CodeGenerator:
     # ------------------------------------------------------------------------------------------ expressions
 
     def cexpr(self, e: ir.Expr) -> str:
+        """``e`` as a C++ expression."""
         value = fold(e)  # constants the passes left as expressions (and those emitters build) become literals
         if value is not UNKNOWN:
             return _literal(value, e.dtype)
-        if isinstance(e, ir.Const):
-            return _literal(e.value, e.type)
-        if isinstance(e, ir.Var):
-            return self.name_of(e)
-        if isinstance(e, ir.Special):
-            if e.name in self.cuda_target.special_registers:
-                return self.cuda_target.special_registers[e.name]
-            base, axis = e.name.split(".")
-            if self.block_group and axis in "xy":
-                return f"block_{axis}" if base == "blockIdx" else f"grid_{axis}"
-            return f"static_cast<int>({base}.{axis})"
-        if isinstance(e, ir.Binary):
-            a, b = self.cexpr(e.a), self.cexpr(e.b)
-            if e.op in ("min", "max"):
-                return f"({a} {'<' if e.op == 'min' else '>'} {b} ? {a} : {b})"
-            if e.op == "cdiv":
-                return f"(({a} + {b} - 1) / {b})"
-            op = {"//": "/", "and": "&&", "or": "||"}.get(e.op, e.op)
-            return f"({a} {op} {b})"
-        if isinstance(e, ir.Unary):
-            return f"({'!' if e.op == 'not' else e.op}{self.cexpr(e.a)})"
-        if isinstance(e, ir.Select):
-            return f"({self.cexpr(e.cond)} ? {self.cexpr(e.a)} : {self.cexpr(e.b)})"
-        if isinstance(e, ir.Convert):
-            return f"static_cast<{C_TYPES[e.type.name]}>({self.cexpr(e.a)})"
-        if isinstance(e, ir.Load):
-            return self.register_element(e.tensor, e.indices)
-        raise self.error(f"cannot generate code for {type(e).__name__}")
+        return self.expressions.visit(e)
 
     def register_element(self, ref: ir.TensorRef, indices) -> str:
         decl = ref.decl
@@ -376,6 +352,51 @@ class CodeGenerator:
         if isinstance(flat, int):
             return f"(smem + {placement.offset + flat * placement.tile_stride}u)"
         return f"(smem + {placement.offset}u + static_cast<unsigned>({flat}) * {placement.tile_stride}u)"
+
+
+class _CExpressions(ExprVisitor):
+    """Expressions as C++ for ``gen``: every operand goes back through ``gen.cexpr``, which folds it first."""
+
+    def __init__(self, gen: "CodeGenerator"):
+        self.gen = gen
+
+    def const(self, e):
+        return _literal(e.value, e.type)
+
+    def var(self, e):
+        return self.gen.name_of(e)
+
+    def special(self, e):
+        if e.name in self.gen.cuda_target.special_registers:
+            return self.gen.cuda_target.special_registers[e.name]
+        base, axis = e.name.split(".")
+        if self.gen.block_group and axis in "xy":
+            return f"block_{axis}" if base == "blockIdx" else f"grid_{axis}"
+        return f"static_cast<int>({base}.{axis})"
+
+    def binary(self, e):
+        a, b = self.gen.cexpr(e.a), self.gen.cexpr(e.b)
+        if e.op in ("min", "max"):
+            return f"({a} {'<' if e.op == 'min' else '>'} {b} ? {a} : {b})"
+        if e.op == "cdiv":
+            return f"(({a} + {b} - 1) / {b})"
+        op = {"//": "/", "and": "&&", "or": "||"}.get(e.op, e.op)
+        return f"({a} {op} {b})"
+
+    def unary(self, e):
+        return f"({'!' if e.op == 'not' else e.op}{self.gen.cexpr(e.a)})"
+
+    def select(self, e):
+        return f"({self.gen.cexpr(e.cond)} ? {self.gen.cexpr(e.a)} : {self.gen.cexpr(e.b)})"
+
+    def convert(self, e):
+        return f"static_cast<{C_TYPES[e.type.name]}>({self.gen.cexpr(e.a)})"
+
+    def load(self, e):
+        return self.gen.register_element(e.tensor, e.indices)
+
+    def other(self, e):
+        raise self.gen.error(f"cannot generate code for {type(e).__name__}")
 
 
 def register_core_emitters(target: str) -> None:

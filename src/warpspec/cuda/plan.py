@@ -37,6 +37,7 @@ from warpspec.errors import ArgumentError, CompileError
 from warpspec.isa.memory import GlobalView
 from warpspec.ir import nodes as ir
 from warpspec.ir.evaluate import OPERATORS, wrap
+from warpspec.ir.visit import ExprVisitor
 
 
 class _Miss:
@@ -166,7 +167,7 @@ class _Unsupported(Exception):
     """An expression the host cannot evaluate from the parameters alone."""
 
 
-class _Source:
+class _Source(ExprVisitor):
     """Python source of IR expressions over the kernel parameters, with the evaluator's semantics (integers wrap
     to their type, // and % truncate, a zero divisor raises). Constants that are not plain integers are bound in
     ``namespace``."""
@@ -176,42 +177,52 @@ class _Source:
         self.block_index = block_index  # blockIdx.* read as 0 (views, as the first block sees them)
 
     def __call__(self, e: ir.Expr) -> str:
-        if isinstance(e, ir.Const):
-            return self.constant(wrap(e.value, e.type))
-        if isinstance(e, ir.Var):
-            if e.uid not in self.names:
-                raise _Unsupported(e.name)
-            return self.names[e.uid]
-        if isinstance(e, ir.Special):
-            if self.block_index and e.name.startswith("blockIdx."):
-                return "0"
+        return self.visit(e)
+
+    def const(self, e):
+        return self.constant(wrap(e.value, e.type))
+
+    def var(self, e):
+        if e.uid not in self.names:
             raise _Unsupported(e.name)
-        if isinstance(e, ir.Binary):
-            a, b = self(e.a), self(e.b)
-            if e.op == "cdiv" and isinstance(e.b, ir.Const) and wrap(e.b.value, e.b.type) != 0:
-                return self.wrapped(f"(-(-{a} // {b}))", e.type)  # the evaluator's cdiv, without a zero test
-            if e.op in ("//", "%", "cdiv"):
-                return self.wrapped(f"_divide({e.op!r}, {a}, {b})", e.type)
-            if e.op in ("+", "-", "*", "/", "&", "|", "^", "<<", ">>"):
-                return self.wrapped(f"({a} {e.op} {b})", e.type, truncate=e.op == "/")
-            if e.op in ir.COMPARISONS:
-                return f"({a} {e.op} {b})"
-            # min, max, and, or: the evaluator's functions (they evaluate both operands, as it does)
-            name = "_op_" + e.op
-            self.namespace[name] = OPERATORS[e.op]
-            return self.wrapped(f"{name}({a}, {b})", e.type)
-        if isinstance(e, ir.Unary):
-            a = self(e.a)
-            if e.op == "not":
-                return f"(not {a})"
-            return self.wrapped(f"({e.op}{a})", e.dtype)
-        if isinstance(e, ir.Select):
-            return f"({self(e.a)} if {self(e.cond)} else {self(e.b)})"
-        if isinstance(e, ir.Convert):
-            a = self(e.a)
-            if e.type.kind in ("int", "uint"):
-                return self.wrapped(f"_trunc({a})", e.type)
-            return self.wrapped(a, e.type)
+        return self.names[e.uid]
+
+    def special(self, e):
+        if self.block_index and e.name.startswith("blockIdx."):
+            return "0"
+        raise _Unsupported(e.name)
+
+    def binary(self, e):
+        a, b = self(e.a), self(e.b)
+        if e.op == "cdiv" and isinstance(e.b, ir.Const) and wrap(e.b.value, e.b.type) != 0:
+            return self.wrapped(f"(-(-{a} // {b}))", e.type)  # the evaluator's cdiv, without a zero test
+        if e.op in ("//", "%", "cdiv"):
+            return self.wrapped(f"_divide({e.op!r}, {a}, {b})", e.type)
+        if e.op in ("+", "-", "*", "/", "&", "|", "^", "<<", ">>"):
+            return self.wrapped(f"({a} {e.op} {b})", e.type, truncate=e.op == "/")
+        if e.op in ir.COMPARISONS:
+            return f"({a} {e.op} {b})"
+        # min, max, and, or: the evaluator's functions (they evaluate both operands, as it does)
+        name = "_op_" + e.op
+        self.namespace[name] = OPERATORS[e.op]
+        return self.wrapped(f"{name}({a}, {b})", e.type)
+
+    def unary(self, e):
+        a = self(e.a)
+        if e.op == "not":
+            return f"(not {a})"
+        return self.wrapped(f"({e.op}{a})", e.dtype)
+
+    def select(self, e):
+        return f"({self(e.a)} if {self(e.cond)} else {self(e.b)})"
+
+    def convert(self, e):
+        a = self(e.a)
+        if e.type.kind in ("int", "uint"):
+            return self.wrapped(f"_trunc({a})", e.type)
+        return self.wrapped(a, e.type)
+
+    def other(self, e):
         raise _Unsupported(type(e).__name__)
 
     def constant(self, value) -> str:

@@ -25,8 +25,6 @@ from warpspec.emulator.global_memory import BlockMemory, GlobalTile
 from warpspec.emulator.shared import Region, SharedTensor
 from warpspec.errors import BarrierError, BoundsError, DeadlockError, KernelError, RaceError
 from warpspec.isa import registry
-from warpspec.isa.roles import ThreadGroup
-from warpspec.isa.wgmma import WgmmaMma
 from warpspec.ir import nodes as ir
 from warpspec.ir.evaluate import ExprCompiler, check_element_index, wrap
 
@@ -38,9 +36,11 @@ def partitions(kernel: ir.Kernel) -> list[tuple[int, int]]:
     cuts = {0, kernel.num_threads}
     warpgroup = kernel.facts.target.warpgroup_threads
     for stmt in ir.walk(kernel.body):
-        if isinstance(stmt, ThreadGroup):
-            cuts.update((stmt.begin, stmt.begin + stmt.count))
-        elif isinstance(stmt, WgmmaMma):
+        narrowed = registry.fact_of(registry.BODY_THREADS, type(stmt))
+        if narrowed is not None:
+            begin, count = narrowed(stmt)
+            cuts.update((begin, begin + count))
+        elif registry.fact_of(registry.PER_WARPGROUP, type(stmt)):
             begin, count = stmt.threads
             cuts.update(range(begin, begin + count, warpgroup))
     ordered = sorted(cuts)

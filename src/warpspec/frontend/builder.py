@@ -28,7 +28,7 @@ from warpspec.isa import elementwise
 from warpspec.isa.memory import StoreElement
 from warpspec.isa.values import RuntimeRange, TensorValue, describe
 from warpspec.ir import nodes as ir
-from warpspec.passes.unroll import map_exprs
+from warpspec.ir.rewrite import map_exprs
 
 _PY_BINOPS = {
     ast.Add: ("+", operator.add), ast.Sub: ("-", operator.sub), ast.Mult: ("*", operator.mul),

@@ -14,6 +14,7 @@ import operator
 from warpspec.dtypes import DType
 from warpspec.errors import BoundsError
 from warpspec.ir import nodes as ir
+from warpspec.ir.visit import ExprVisitor
 
 
 def wrap(value, dtype: DType):
@@ -57,7 +58,7 @@ OPERATORS = {
 }
 
 
-class ExprCompiler:
+class ExprCompiler(ExprVisitor):
     """Compiles Exprs to ``f(env) -> value`` closures; ``env`` maps Var uids and register tensor uids to values.
 
     ``specials`` maps ``blockIdx.x`` and friends to their values for the block being run.
@@ -71,56 +72,64 @@ class ExprCompiler:
         key = id(expr)
         fn = self.cache.get(key)
         if fn is None:
-            fn = self.cache[key] = self._compile(expr)
+            fn = self.cache[key] = self.visit(expr)
         return fn
 
-    def _compile(self, e: ir.Expr):
-        if isinstance(e, ir.Const):
-            value = wrap(e.value, e.type)
-            return lambda env: value
-        if isinstance(e, ir.Var):
-            uid = e.uid
-            return lambda env: env[uid]
-        if isinstance(e, ir.Special):
-            value = self.specials[e.name]
-            return lambda env: value
-        if isinstance(e, ir.Binary):
-            a, b, op, dtype = self(e.a), self(e.b), OPERATORS[e.op], e.type
-            if e.op in ("//", "%", "cdiv"):
-                def checked(env, a=a, b=b):
-                    divisor = b(env)
-                    if divisor == 0:
-                        raise ZeroDivisionError(f"integer division by zero in {e.op!r}")
-                    return wrap(op(a(env), divisor), dtype)
-                return checked
-            if dtype.kind in ("bool",):
-                return lambda env: bool(op(a(env), b(env)))
-            return lambda env: wrap(op(a(env), b(env)), dtype)
-        if isinstance(e, ir.Unary):
-            a, dtype = self(e.a), e.dtype
-            if e.op == "not":
-                return lambda env: not a(env)
-            if e.op == "~":
-                return lambda env: wrap(~a(env), dtype)
-            return lambda env: wrap(-a(env), dtype)
-        if isinstance(e, ir.Select):
-            c, a, b = self(e.cond), self(e.a), self(e.b)
-            return lambda env: a(env) if c(env) else b(env)
-        if isinstance(e, ir.Convert):
-            a, dtype = self(e.a), e.type
-            if dtype.kind in ("int", "uint"):
-                return lambda env: wrap(math.trunc(a(env)), dtype)
-            return lambda env: wrap(a(env), dtype)
-        if isinstance(e, ir.Load):
-            uid, decl = e.tensor.decl.uid, e.tensor.decl
-            indices = [self(i) for i in e.tensor.index + e.indices]
-            dtype = decl.dtype
+    def const(self, e):
+        value = wrap(e.value, e.type)
+        return lambda env: value
 
-            def load(env):
-                idx = tuple(i(env) for i in indices)
-                check_element_index(decl, idx)
-                return wrap(env[uid][idx].item(), dtype)
-            return load
+    def var(self, e):
+        uid = e.uid
+        return lambda env: env[uid]
+
+    def special(self, e):
+        value = self.specials[e.name]
+        return lambda env: value
+
+    def binary(self, e):
+        a, b, op, dtype = self(e.a), self(e.b), OPERATORS[e.op], e.type
+        if e.op in ("//", "%", "cdiv"):
+            def checked(env, a=a, b=b):
+                divisor = b(env)
+                if divisor == 0:
+                    raise ZeroDivisionError(f"integer division by zero in {e.op!r}")
+                return wrap(op(a(env), divisor), dtype)
+            return checked
+        if dtype.kind in ("bool",):
+            return lambda env: bool(op(a(env), b(env)))
+        return lambda env: wrap(op(a(env), b(env)), dtype)
+
+    def unary(self, e):
+        a, dtype = self(e.a), e.dtype
+        if e.op == "not":
+            return lambda env: not a(env)
+        if e.op == "~":
+            return lambda env: wrap(~a(env), dtype)
+        return lambda env: wrap(-a(env), dtype)
+
+    def select(self, e):
+        c, a, b = self(e.cond), self(e.a), self(e.b)
+        return lambda env: a(env) if c(env) else b(env)
+
+    def convert(self, e):
+        a, dtype = self(e.a), e.type
+        if dtype.kind in ("int", "uint"):
+            return lambda env: wrap(math.trunc(a(env)), dtype)
+        return lambda env: wrap(a(env), dtype)
+
+    def load(self, e):
+        uid, decl = e.tensor.decl.uid, e.tensor.decl
+        indices = [self(i) for i in e.tensor.index + e.indices]
+        dtype = decl.dtype
+
+        def read(env):
+            idx = tuple(i(env) for i in indices)
+            check_element_index(decl, idx)
+            return wrap(env[uid][idx].item(), dtype)
+        return read
+
+    def other(self, e):
         raise TypeError(f"cannot evaluate {type(e).__name__}")
 
 

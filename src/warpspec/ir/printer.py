@@ -3,36 +3,55 @@
 from __future__ import annotations
 
 from warpspec.ir import nodes as ir
+from warpspec.ir.visit import ExprVisitor
+
+
+class _Text(ExprVisitor):
+    """Expressions as text."""
+
+    def const(self, e):
+        return repr(e.value)
+
+    def var(self, e):
+        return e.name
+
+    def special(self, e):
+        return e.name
+
+    def binary(self, e):
+        if e.op in ("min", "max", "cdiv"):
+            return f"{e.op}({self.visit(e.a)}, {self.visit(e.b)})"
+        return f"({self.visit(e.a)} {e.op} {self.visit(e.b)})"
+
+    def unary(self, e):
+        return f"({e.op} {self.visit(e.a)})"
+
+    def select(self, e):
+        return f"({self.visit(e.a)} if {self.visit(e.cond)} else {self.visit(e.b)})"
+
+    def convert(self, e):
+        return f"{e.type.name}({self.visit(e.a)})"
+
+    def load(self, e):
+        return f"{self.visit(e.tensor)}[{', '.join(self.visit(i) for i in e.indices)}]"
+
+    def other(self, e):
+        if isinstance(e, ir.TensorRef):
+            text = e.decl.name
+            if e.index:
+                text += f"[{', '.join(self.visit(i) for i in e.index)}]"
+            return text + (".T" if e.transposed else "")
+        if isinstance(e, (tuple, list)):
+            return "[" + ", ".join(self.visit(x) for x in e) + "]"
+        return repr(e)
+
+
+_TEXT = _Text()
 
 
 def format_expr(e) -> str:
     """One expression as text (tensor refs and Python values too)."""
-    if isinstance(e, ir.Const):
-        return repr(e.value)
-    if isinstance(e, ir.Var):
-        return e.name
-    if isinstance(e, ir.Special):
-        return e.name
-    if isinstance(e, ir.Binary):
-        if e.op in ("min", "max", "cdiv"):
-            return f"{e.op}({format_expr(e.a)}, {format_expr(e.b)})"
-        return f"({format_expr(e.a)} {e.op} {format_expr(e.b)})"
-    if isinstance(e, ir.Unary):
-        return f"({e.op} {format_expr(e.a)})"
-    if isinstance(e, ir.Select):
-        return f"({format_expr(e.a)} if {format_expr(e.cond)} else {format_expr(e.b)})"
-    if isinstance(e, ir.Convert):
-        return f"{e.type.name}({format_expr(e.a)})"
-    if isinstance(e, ir.Load):
-        return f"{format_expr(e.tensor)}[{', '.join(format_expr(i) for i in e.indices)}]"
-    if isinstance(e, ir.TensorRef):
-        text = e.decl.name
-        if e.index:
-            text += f"[{', '.join(format_expr(i) for i in e.index)}]"
-        return text + (".T" if e.transposed else "")
-    if isinstance(e, (tuple, list)):
-        return "[" + ", ".join(format_expr(x) for x in e) + "]"
-    return repr(e)
+    return _TEXT.visit(e)
 
 
 def format_body(body, indent: int = 0) -> list[str]:

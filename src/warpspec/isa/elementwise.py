@@ -19,9 +19,10 @@ import numpy as np
 from warpspec import dtypes
 from warpspec.dtypes import DType, boolean, int32
 from warpspec.isa.base import LanguageObject, language_call
-from warpspec.isa.registry import emulates
+from warpspec.isa.registry import LAYOUT_RULE, emulates, fact
 from warpspec.isa.values import TensorValue, describe
 from warpspec.ir import nodes as ir
+from warpspec.layout.registers import LayoutRule
 
 #: Operators on register tensors (both back ends implement exactly these), with their numpy function.
 TENSOR_OPERATORS = {"+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide, "min": np.minimum,
@@ -295,3 +296,23 @@ def _arithmetic(machine, task, s: Arithmetic):
 @emulates(TileIndex)
 def _tile_index_values(machine, task, s: TileIndex):
     machine.define_register(task, s.decl, np.indices(s.decl.shape, dtype=np.int32)[s.axis])
+
+
+# --------------------------------------------------------------------------------------------------- facts
+
+@fact(LAYOUT_RULE, Cast)
+@fact(LAYOUT_RULE, Arithmetic)
+def _elementwise_layouts(stmt: Cast | Arithmetic, target) -> LayoutRule:
+    """The result shares its layout with its same-shaped tensor operands; smaller ones are broadcast vectors."""
+    refs = [o for o in ((stmt.src,) if isinstance(stmt, Cast) else stmt.operands) if isinstance(o, ir.TensorRef)]
+    shape = stmt.decl.shape
+    return LayoutRule(alike=(stmt.decl,) + tuple(o.decl for o in refs if o.decl.shape == shape),
+                      broadcast=tuple((o.decl, broadcast_axis(o.decl.shape, shape)) for o in refs
+                                      if o.decl.shape != shape),
+                      defines=stmt.decl)
+
+
+@fact(LAYOUT_RULE, TileIndex)
+def _tile_index_layout(stmt: TileIndex, target) -> LayoutRule:
+    """The indices are laid out as the tensor they index."""
+    return LayoutRule(alike=(stmt.decl, stmt.like.decl), defines=stmt.decl)

@@ -15,10 +15,11 @@ import numpy as np
 from warpspec import dtypes
 from warpspec.dtypes import DType, int32
 from warpspec.isa.base import LanguageObject, language_call, offsets_of, static_tensor_type
-from warpspec.isa.registry import emulates
+from warpspec.isa.registry import LAYOUT_RULE, declare, emulates
 from warpspec.isa.values import TensorValue, describe
 from warpspec.ir import nodes as ir
 from warpspec.ir.evaluate import check_element_index, wrap
+from warpspec.layout.registers import LayoutRule
 
 # ------------------------------------------------------------------------------------------------------- IR
 
@@ -339,3 +340,15 @@ def _store_global(machine, task, s: StoreGlobal):
     offsets = [machine.ev(task, o) for o in s.offsets]
     machine.write_global_tile(task, s.dst, offsets, src, "store_global",
                               rows=machine.row_share(task, s.threads, src.shape[0]))
+
+
+# --------------------------------------------------------------------------------------------------- facts
+
+# Register layouts: a load is blocked over its thread group unless a use fixes its layout, a register tensor is
+# replicated, a stored tensor is stored by exactly its holders, an element write needs every element in every thread.
+declare(LAYOUT_RULE, LoadGlobal, lambda s, target: LayoutRule(defines=s.decl, blocked=True, call="load_global"))
+declare(LAYOUT_RULE, LoadShared, lambda s, target: LayoutRule(defines=s.decl, blocked=True, call="load_shared"))
+declare(LAYOUT_RULE, AllocRegister, lambda s, target: LayoutRule(defines=s.decl))
+declare(LAYOUT_RULE, StoreGlobal, lambda s, target: LayoutRule(stored=s.src.decl, call="store_global"))
+declare(LAYOUT_RULE, StoreShared, lambda s, target: LayoutRule(stored=s.src.decl, call="store_shared"))
+declare(LAYOUT_RULE, StoreElement, lambda s, target: LayoutRule(indexed=s.tensor.decl))

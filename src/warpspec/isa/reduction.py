@@ -1,7 +1,7 @@
 """Row reductions of register tensors: ``self.reduce_max(x, axis=1)`` and ``self.reduce_sum(x, axis=1)``.
 
 The row maximum and row sum of a float32 WGMMA accumulator tile [M, N] (FlashAttention's softmax statistics),
-giving a column vector [M, 1] in the accumulator's row slice (``warpspec.passes.layouts.Slice``), ready to be
+giving a column vector [M, 1] in the accumulator's row slice (``warpspec.layout.registers.Slice``), ready to be
 broadcast back against the tile. A thread holds each of its rows' values in N/4 registers, and the four lanes of a
 quad hold the rest of those rows, so the reduction runs in the thread, then across the quad with two butterfly
 shuffles; the CUDA emission is ``warpspec.cuda.sm90.reduction``. The layout pass refuses any other layout.
@@ -14,10 +14,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from warpspec.dtypes import float32
+from warpspec.errors import CompileError
 from warpspec.isa.base import LanguageObject, language_call
-from warpspec.isa.registry import emulates
+from warpspec.isa.registry import LAYOUT_RULE, emulates, fact
 from warpspec.isa.values import TensorValue
 from warpspec.ir import nodes as ir
+from warpspec.layout.registers import Accumulator, LayoutRule, Slice, describe_layout
 
 #: The reductions, with their numpy function.
 REDUCTIONS = {"max": np.max, "sum": np.sum}
@@ -86,3 +88,26 @@ def _reduce(b, op: str, x, axis) -> TensorValue:
 def _reduce_rows(machine, task, s: ReduceRows):
     src = machine.register(task, s.src, f"reduce_{s.op}").astype(np.float32)
     machine.define_register(task, s.decl, REDUCTIONS[s.op](src, axis=1, keepdims=True))
+
+
+# --------------------------------------------------------------------------------------------------- facts
+
+@fact(LAYOUT_RULE, ReduceRows)
+def _reduction_layout(stmt: ReduceRows, target) -> LayoutRule:
+    """The result is the row slice of the accumulator it reduces."""
+    return LayoutRule(derived=(stmt.decl, stmt.src.decl, lambda layout: _row_slice(stmt, layout)), defines=stmt.decl)
+
+
+def _row_slice(stmt: ReduceRows, layout) -> Slice:
+    """The layout of a row reduction's result: the row slice of its accumulator operand, which every thread
+    holding the accumulator computes (the quad's shuffles need them all); a CompileError otherwise."""
+    name = stmt.src.decl.name
+    if not isinstance(layout, Accumulator):
+        raise CompileError(f"reduce_{stmt.op} of {name} needs wgmma accumulator fragments (each row held by the four "
+                           f"lanes of a quad), but {name} is {describe_layout(layout)}", str(stmt.loc))
+    if tuple(stmt.threads) != tuple(layout.owners):
+        begin, count = layout.owners
+        raise CompileError(f"reduce_{stmt.op} of {name} is executed by threads [{stmt.threads[0]}, "
+                           f"{stmt.threads[0] + stmt.threads[1]}), but {name} is held by threads [{begin}, "
+                           f"{begin + count}): every one of those threads must execute it", str(stmt.loc))
+    return Slice(layout, 1)

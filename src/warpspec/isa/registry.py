@@ -5,6 +5,11 @@ returning None or a generator that yields while the task waits) and once per CUD
 (``@emits(Node, target)``: ``fn(generator, stmt)``). A target may refuse a node deliberately with
 ``unsupported(Node, target, reason)``, which becomes a CompileError at the kernel line. ``tests/test_registry.py``
 walks every statement type and fails when one lacks an emulation or an emitter.
+
+Other facts about a statement type are registered beside it the same way, by name: ``declare(FACT, Node, value)``
+or ``@fact(FACT, Node)`` on a function, read by the pass that needs them with ``fact_of(FACT, type(stmt))``, so a
+central pass asks the family instead of testing node classes. ``REQUIRED`` names the facts every concrete
+statement deriving from a base must declare; the registry test reports a statement type lacking one.
 """
 
 from __future__ import annotations
@@ -14,6 +19,18 @@ from warpspec.ir import nodes as ir
 
 _EMULATIONS: dict[type, object] = {}
 _EMITTERS: dict[tuple[type, str], object] = {}
+_FACTS: dict[str, dict[type, object]] = {}
+
+#: ``fn(stmt, target) -> layout.registers.LayoutRule``: what a statement says about the layouts of the register
+#: tensors it defines, reads or stores (``passes.layouts`` combines them).
+LAYOUT_RULE = "layout rule"
+#: ``fn(stmt) -> (begin, count)``: the threads that run the nested bodies of a statement that narrows them.
+BODY_THREADS = "body threads"
+#: Present (True) on statement types whose completion is each warpgroup's own (WGMMA): the emulator runs a group
+#: issuing them as one partition per warpgroup.
+PER_WARPGROUP = "per warpgroup"
+#: Fact -> the statement base whose every concrete subclass must declare it.
+REQUIRED: dict[str, type] = {LAYOUT_RULE: ir.DefineTensor}
 
 
 def emulates(node: type):
@@ -44,6 +61,32 @@ def unsupported(node: type, target: str, reason: str) -> None:
         raise CompileError(f"{reason} (not supported by the CUDA back end for {target} yet)", str(stmt.loc))
     refuse.unsupported = reason
     emits(node, target)(refuse)
+
+
+def declare(name: str, node: type, value) -> None:
+    """Register ``value`` as fact ``name`` of statement type ``node``."""
+    table = _FACTS.setdefault(name, {})
+    if node in table:
+        raise RuntimeError(f"{node.__name__} already declares its {name}")
+    table[node] = value
+
+
+def fact(name: str, node: type):
+    """Register the decorated function as fact ``name`` of statement type ``node``."""
+    def register(function):
+        declare(name, node, function)
+        return function
+    return register
+
+
+def fact_of(name: str, node: type, default=None):
+    """Fact ``name`` of statement type ``node``, or ``default`` when it declares none."""
+    return _FACTS.get(name, {}).get(node, default)
+
+
+def facts(name: str) -> dict[type, object]:
+    """Every statement type declaring fact ``name``, with its value."""
+    return dict(_FACTS.get(name, {}))
 
 
 def emulation(node: type):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from warpspec.isa.base import LanguageObject, language_call
-from warpspec.isa.registry import emulates
+from warpspec.isa.registry import BODY_THREADS, emulates, fact
 from warpspec.ir import nodes as ir
 
 # ------------------------------------------------------------------------------------------------------- IR
@@ -162,3 +162,11 @@ def _single_thread(machine, task, s: SingleThread):
 @emulates(Sync)
 def _sync(machine, task, s: Sync):
     return machine.sync(task, s.begin, s.count)
+
+
+# --------------------------------------------------------------------------------------------------- facts
+
+@fact(BODY_THREADS, ThreadGroup)
+def _group_threads(stmt: ThreadGroup) -> tuple[int, int]:
+    """A thread group's body runs on its own threads."""
+    return stmt.begin, stmt.count

@@ -16,9 +16,11 @@ import numpy as np
 from warpspec import dtypes
 from warpspec.errors import KernelError
 from warpspec.isa.base import LanguageObject, language_call
-from warpspec.isa.registry import emulates
+from warpspec.isa.registry import LAYOUT_RULE, PER_WARPGROUP, declare, emulates, fact
 from warpspec.ir import nodes as ir
 from warpspec.ir.printer import format_expr
+from warpspec.layout.fragments import AccumulatorLayout
+from warpspec.layout.registers import AFragment, Accumulator, LayoutRule
 
 # ------------------------------------------------------------------------------------------------------- IR
 
@@ -215,3 +217,20 @@ def _wait(machine, task, s: WgmmaWait):
             task.wgmma_groups.popleft().retire()
 
     return machine.wait_until(ready, f"in wgmma.wait_group({s.n})", after=observe)
+
+
+# --------------------------------------------------------------------------------------------------- facts
+
+@fact(LAYOUT_RULE, WgmmaMma)
+def _mma_layouts(stmt: WgmmaMma, target) -> LayoutRule:
+    """D is held in accumulator fragments over the executing warpgroups, a register A in A fragments of them."""
+    m, n = stmt.d.shape
+    warpgroups = stmt.threads[1] // target.warpgroup_threads
+    fixed = [(stmt.d.decl, Accumulator(AccumulatorLayout(m, n, warpgroups=warpgroups), stmt.threads[0]))]
+    if stmt.a.kind == ir.REGISTER:
+        fixed.append((stmt.a.decl, AFragment(m, stmt.a.shape[1], warpgroups, stmt.threads[0],
+                                             target.warpgroup_threads)))
+    return LayoutRule(fixed=tuple(fixed))
+
+
+declare(PER_WARPGROUP, WgmmaMma, True)  # each warpgroup's wgmma.wait_group says nothing of the other's

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from warpspec.ir import nodes as ir
-from warpspec.passes.layouts import check_element_access, check_stores, infer_layouts
+from warpspec.passes.layouts import check_element_access, check_stores, infer_layouts, layout_rules
 from warpspec.passes.shared_memory import SharedPlan, plan_shared
 from warpspec.target import Target
 
@@ -31,7 +31,8 @@ class KernelFacts:
 def analyse(kernel: ir.Kernel, target: Target) -> ir.Kernel:
     """``kernel`` with its facts attached; CompileError at the offending line when layouts or shared memory do
     not work out."""
-    layouts = infer_layouts(kernel, target)
-    check_stores(kernel, layouts)
-    check_element_access(kernel, layouts)
+    rules = layout_rules(kernel, target)
+    layouts = infer_layouts(rules)
+    check_stores(rules, layouts)
+    check_element_access(kernel, rules, layouts)
     return replace(kernel, facts=KernelFacts(layouts, plan_shared(kernel, target), target))

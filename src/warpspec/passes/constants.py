@@ -27,7 +27,8 @@ from dataclasses import dataclass, replace
 from warpspec.dtypes import DType
 from warpspec.ir import nodes as ir
 from warpspec.ir.evaluate import OPERATORS, wrap
-from warpspec.passes.unroll import map_exprs, rewrite_stmt
+from warpspec.ir.rewrite import map_exprs, rewrite_stmt
+from warpspec.ir.visit import ExprVisitor
 
 
 class _Unknown:
@@ -43,29 +44,45 @@ UNKNOWN = _Unknown()
 def fold(e: ir.Expr, env: dict | None = None):
     """The value of ``e`` when its variables have the values in ``env`` (Var uid → value; none by default), or
     UNKNOWN. Floating-point arithmetic is never folded: the generated code rounds it as the GPU does."""
-    if isinstance(e, ir.Const):
+    return _Folder(env).visit(e)
+
+
+class _Folder(ExprVisitor):
+    """``fold`` over one environment: specials, element loads and anything else are UNKNOWN."""
+
+    def __init__(self, env: dict | None):
+        self.env = env
+
+    def const(self, e):
         return wrap(e.value, e.type)
-    if isinstance(e, ir.Var):
-        return UNKNOWN if env is None else env.get(e.uid, UNKNOWN)
-    if isinstance(e, ir.Binary):
-        a, b = fold(e.a, env), fold(e.b, env)
+
+    def var(self, e):
+        return UNKNOWN if self.env is None else self.env.get(e.uid, UNKNOWN)
+
+    def binary(self, e):
+        a, b = self.visit(e.a), self.visit(e.b)
         if a is UNKNOWN or b is UNKNOWN or isinstance(a, float) or isinstance(b, float):
             return UNKNOWN
         if e.op in ("//", "%", "cdiv") and b == 0:
             return UNKNOWN
         return wrap(OPERATORS[e.op](a, b), e.type)
-    if isinstance(e, ir.Unary):
-        a = fold(e.a, env)
+
+    def unary(self, e):
+        a = self.visit(e.a)
         if a is UNKNOWN or isinstance(a, float):
             return UNKNOWN
         return not a if e.op == "not" else wrap(~a if e.op == "~" else -a, e.dtype)
-    if isinstance(e, ir.Convert):
-        a = fold(e.a, env)
+
+    def convert(self, e):
+        a = self.visit(e.a)
         return UNKNOWN if a is UNKNOWN or e.type.is_float else wrap(a, e.type)
-    if isinstance(e, ir.Select):
-        c = fold(e.cond, env)
-        return UNKNOWN if c is UNKNOWN else fold(e.a if c else e.b, env)
-    return UNKNOWN
+
+    def select(self, e):
+        c = self.visit(e.cond)
+        return UNKNOWN if c is UNKNOWN else self.visit(e.a if c else e.b)
+
+    def other(self, e):
+        return UNKNOWN
 
 
 def propagate(kernel: ir.Kernel) -> ir.Kernel:

@@ -1,287 +1,48 @@
-"""Register layouts: which thread holds which element of a register tensor, in which register, and how layouts
-are inferred from a kernel's uses. Both back ends run the inference (the emulator to refuse what the GPU code could
-not do, the CUDA back end to generate the per-thread code).
-
-- ``Accumulator``: WGMMA D fragments (m64nNk16 per warpgroup, repeated over the tile).
-- ``AFragment``: WGMMA A-from-registers fragments (m64k16 per warpgroup and k-step).
-- ``Blocked``: the row-major elements dealt to the threads of a group in 16-byte chunks (loads and stores).
-- ``Replicated``: every thread holds the whole (small) tensor, e.g. a ring's phase array.
-- ``Slice``: a row vector [1, N] or column vector [M, 1] broadcast against a 2-D layout: each thread holds the
-  columns (rows) it holds of the 2-D tensor (a bias added to an accumulator, a row maximum subtracted from it).
-
-Each layout says which threads hold it (``owners``) and, for register ``i`` of a thread, which element (row, col)
-it holds, written as expressions over ``g_`` (warpgroup of the thread within its group), ``w_`` (warp within the
-warpgroup), ``lane_`` and ``t_`` (thread within the group), the names the CUDA back end's ``thread_prelude``
-declares. Tensors of 16-bit types are stored as packed pairs in
-32-bit words, the form WGMMA reads and writes.
+"""Register-layout inference: which layout (``warpspec.layout.registers``) every register tensor of a kernel has,
+from its uses, and the checks that follow from it. Both back ends run the inference (the emulator to refuse what the
+GPU code could not do, the CUDA back end to generate the per-thread code).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 from warpspec.errors import CompileError
-from warpspec.isa.elementwise import Arithmetic, Cast, TileIndex, broadcast_axis
-from warpspec.isa.reduction import ReduceRows
-from warpspec.isa.memory import AllocRegister, LoadGlobal, LoadShared, StoreElement, StoreGlobal, StoreShared
-from warpspec.isa.roles import ThreadGroup
-from warpspec.isa.wgmma import WgmmaMma
+from warpspec.isa import registry
 from warpspec.ir import nodes as ir
-from warpspec.passes.unroll import map_exprs
-from warpspec.layout.fragments import AccumulatorLayout
+from warpspec.ir.rewrite import map_exprs
+from warpspec.layout.registers import Blocked, LayoutRule, Replicated, describe_layout, same_registers, slice_of
 from warpspec.target import Target
 
 #: Largest register tensor every thread may hold whole, in elements.
 MAX_REPLICATED = 256
 
 
-@dataclass(frozen=True)
-class Accumulator:
-    """WGMMA accumulator fragments over the warpgroups of threads ``[begin, begin + count)``."""
-
-    layout: AccumulatorLayout
-    begin: int
-
-    @property
-    def owners(self) -> tuple[int, int]:
-        return (self.begin, self.layout.threads)
-
-    @property
-    def registers(self) -> int:
-        return self.layout.registers_per_thread()
-
-    def coords(self, i: int) -> tuple[str, str]:
-        acc = self.layout
-        half_n = acc.instr_n // 2
-        block, ii = divmod(i, half_n)
-        mb, ni = divmod(block, acc.n_instructions)
-        row = f"g_ * {acc.m // acc.warpgroups} + {mb * 64 + 8 * ((ii >> 1) & 1)} + 16 * w_ + (lane_ >> 2)"
-        col = f"{ni * acc.instr_n + 8 * (ii >> 2) + (ii & 1)} + 2 * (lane_ & 3)"
-        return row, col
-
-    def valid(self, i: int) -> str | None:
-        return None
-
-
-@dataclass(frozen=True)
-class AFragment:
-    """WGMMA A fragments of a [m, k] 16-bit tile over ``warpgroups`` warpgroups from ``begin``: per warpgroup
-    m/warpgroups/64 row blocks × k/16 steps × 8 elements, element e of a block packing pair e // 2."""
-
-    m: int
-    k: int
-    warpgroups: int
-    begin: int
-    warpgroup_threads: int = 128
-
-    @property
-    def owners(self) -> tuple[int, int]:
-        return (self.begin, self.warpgroups * self.warpgroup_threads)
-
-    @property
-    def k_steps(self) -> int:
-        return self.k // 16
-
-    @property
-    def m_blocks(self) -> int:
-        return self.m // self.warpgroups // 64
-
-    @property
-    def registers(self) -> int:
-        return self.m_blocks * self.k_steps * 8
-
-    def coords(self, i: int) -> tuple[str, str]:
-        block, e = divmod(i, 8)
-        mb, ks = divmod(block, self.k_steps)
-        j, half = divmod(e, 2)
-        row = f"g_ * {self.m // self.warpgroups} + {mb * 64 + 8 * (j & 1)} + 16 * w_ + (lane_ >> 2)"
-        col = f"{ks * 16 + 8 * (j >> 1) + half} + 2 * (lane_ & 3)"
-        return row, col
-
-    def valid(self, i: int) -> str | None:
-        return None
-
-
-@dataclass(frozen=True)
-class Blocked:
-    """The row-major elements of ``shape`` dealt to threads ``[begin, begin + count)`` in chunks of ``vector``
-    consecutive elements: thread t holds chunks t, t + count, t + 2·count, ..."""
-
-    shape: tuple[int, ...]
-    begin: int
-    count: int
-    vector: int
-
-    @property
-    def owners(self) -> tuple[int, int]:
-        return (self.begin, self.count)
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def registers(self) -> int:
-        chunks = -(-self.size // (self.vector * self.count))
-        return chunks * self.vector
-
-    def _flat(self, i: int) -> str:
-        chunk, e = divmod(i, self.vector)
-        return f"(({chunk * self.count} + t_) * {self.vector} + {e})"
-
-    def coords(self, i: int) -> tuple[str, str]:
-        flat = self._flat(i)
-        if len(self.shape) == 1:
-            return "0", flat
-        cols = self.shape[-1]
-        return f"({flat} / {cols})", f"({flat} % {cols})"
-
-    def valid(self, i: int) -> str | None:
-        if self.registers * self.count == self.size:
-            return None
-        return f"({self._flat(i)} < {self.size})"
-
-
-@dataclass(frozen=True)
-class Replicated:
-    """Every thread holds all ``size`` elements, register i = flat element i."""
-
-    shape: tuple[int, ...]
-    owners = None  # every thread that runs the defining statement holds all of it
-
-    @property
-    def registers(self) -> int:
-        return math.prod(self.shape)
-
-    def coords(self, i: int) -> tuple[str, str]:
-        if len(self.shape) == 1:
-            return "0", str(i)
-        return str(i // self.shape[-1]), str(i % self.shape[-1])
-
-    def valid(self, i: int) -> str | None:
-        return None
-
-
-@dataclass(frozen=True)
-class Slice:
-    """The vector a 2-D ``parent`` layout broadcasts along ``axis`` (0: a row vector [1, N], one value per column;
-    1: a column vector [M, 1], one value per row): each thread holds the columns (rows) it holds of the parent.
-    Against accumulator fragments a thread holds each of its distinct columns (rows) once: n/4 columns, or 2 rows
-    per m64 block; against other layouts one register per parent register (the parent's column or row)."""
-
-    parent: object
-    axis: int
-
-    @property
-    def owners(self) -> tuple[int, int]:
-        return self.parent.owners
-
-    @property
-    def begin(self) -> int:
-        return layout_begin(self.parent)
-
-    @property
-    def registers(self) -> int:
-        if isinstance(self.parent, Accumulator):
-            acc = self.parent.layout
-            return acc.n // 4 if self.axis == 0 else acc.m_blocks * 2
-        return self.parent.registers
-
-    def coords(self, i: int) -> tuple[str, str]:
-        if isinstance(self.parent, Accumulator):
-            acc = self.parent.layout
-            if self.axis == 0:
-                ni, r = divmod(i, acc.instr_n // 4)
-                return "0", f"{ni * acc.instr_n + 8 * (r >> 1) + (r & 1)} + 2 * (lane_ & 3)"
-            mb, h = divmod(i, 2)
-            return f"g_ * {acc.m // acc.warpgroups} + {mb * 64 + 8 * h} + 16 * w_ + (lane_ >> 2)", "0"
-        row, col = self.parent.coords(i)
-        return ("0", col) if self.axis == 0 else (row, "0")
-
-    def valid(self, i: int) -> str | None:
-        return None if isinstance(self.parent, Accumulator) else self.parent.valid(i)
-
-    def parent_register(self, i: int) -> int:
-        """The register of this vector that parent register ``i``'s element is combined with."""
-        if not isinstance(self.parent, Accumulator):
-            return i
-        acc = self.parent.layout
-        block, ii = divmod(i, acc.instr_n // 2)
-        mb, ni = divmod(block, acc.n_instructions)
-        if self.axis == 0:
-            return ni * (acc.instr_n // 4) + (ii >> 2) * 2 + (ii & 1)
-        return mb * 2 + ((ii >> 1) & 1)
-
-
-def slice_of(parent, axis: int, shape) -> object:
-    """The layout of a vector of ``shape`` broadcast along ``axis`` against a tensor in ``parent``: a ``Slice``,
-    or ``Replicated`` when every thread holds the whole parent."""
-    return Replicated(tuple(shape)) if isinstance(parent, Replicated) else Slice(parent, axis)
-
-
-def broadcast_register(parent, vector, axis: int, i: int) -> int:
-    """The register of a broadcast vector (layout ``vector``, its ``slice_of`` ``parent``) combined with parent
-    register ``i``."""
-    if isinstance(vector, Replicated):
-        row, col = parent.coords(i)
-        return int(col) if axis == 0 else int(row)
-    return vector.parent_register(i)
-
-
-def same_registers(a, b) -> bool:
-    """Whether layouts ``a`` and ``b`` put every element in the same register of the same thread, so that one
-    tensor may be read in the other's layout: equal layouts, or the accumulator of an [M, N] tile and the A
-    fragments of the [M, K = N] tile over the same warpgroups. For m64nNk16 the two fragment figures coincide (PTX
-    ISA 9.7.15.5.1: register i of the accumulator holds the element that A element register i holds, k-step by
-    k-step), which is what lets a softmax's probabilities, cast to 16 bits, feed the next mma from registers."""
-    if a == b:
-        return True
-    if _row_vectors_alike(a, b):
-        return True
-    if isinstance(b, Accumulator):
-        a, b = b, a
-    if not (isinstance(a, Accumulator) and isinstance(b, AFragment)):
-        return False
-    acc = a.layout
-    return ((acc.m, acc.n, acc.warpgroups, a.begin) == (b.m, b.k, b.warpgroups, b.begin)
-            and acc.instr_n % 16 == 0 and b.warpgroup_threads == 128)
-
-
-def _row_vectors_alike(a, b) -> bool:
-    """Whether ``a`` and ``b`` are column vectors ([M, 1], one value per row) of accumulators that differ only in
-    N: a thread holds the same rows of every m64 block whatever the width, so a running row maximum of an
-    attention's [64, block_n] scores also scales its [64, head_dim] output."""
-    if not (isinstance(a, Slice) and isinstance(b, Slice) and a.axis == b.axis == 1):
-        return False
-    if not (isinstance(a.parent, Accumulator) and isinstance(b.parent, Accumulator)):
-        return False
-    pa, pb = a.parent.layout, b.parent.layout
-    return (pa.m, pa.warpgroups, a.parent.begin) == (pb.m, pb.warpgroups, b.parent.begin)
-
-
-def layout_begin(layout) -> int:
-    """The first thread of the group a layout is spread over (0 for replicated tensors)."""
-    return getattr(layout, "begin", 0)
-
-
-def infer_layouts(kernel: ir.Kernel, target: Target) -> dict[int, object]:
-    """The layout of every register tensor of ``kernel`` (by decl uid), from its uses: WGMMA operands fix
-    fragment layouts, elementwise operations share their operands' layout in both directions, loads not otherwise
-    constrained get a Blocked layout over their thread group, and small remaining tensors are replicated."""
-    layouts: dict[int, object] = {}
-    statements: list[tuple[ir.Stmt, tuple[int, int]]] = []
+def layout_rules(kernel: ir.Kernel, target: Target) -> list[tuple[ir.Stmt, tuple[int, int], LayoutRule]]:
+    """Every statement of ``kernel`` that declares a layout rule (``registry.LAYOUT_RULE``), in program order,
+    with the threads ``(begin, count)`` that run it and its rule."""
+    rules = []
 
     def visit(body, group):
         for stmt in body:
-            statements.append((stmt, group))
-            if isinstance(stmt, ThreadGroup):
-                visit(stmt.body, (stmt.begin, stmt.count))
-            else:
-                for child in ir.children(stmt):
-                    visit(child, group)
+            rule = registry.fact_of(registry.LAYOUT_RULE, type(stmt))
+            if rule is not None:
+                rules.append((stmt, group, rule(stmt, target)))
+            narrowed = registry.fact_of(registry.BODY_THREADS, type(stmt))
+            for child in ir.children(stmt):
+                visit(child, group if narrowed is None else narrowed(stmt))
 
     visit(kernel.body, (0, kernel.num_threads))
+    return rules
+
+
+def infer_layouts(rules: list) -> dict[int, object]:
+    """The layout of every register tensor of a kernel (by decl uid), from its statements' ``layout_rules``:
+    WGMMA operands fix fragment layouts, elementwise operations share their operands' layout in both directions,
+    loads not otherwise constrained get a Blocked layout over their thread group, and small remaining tensors are
+    replicated."""
+    layouts: dict[int, object] = {}
 
     def assign(decl: ir.TensorDecl, layout, stmt: ir.Stmt) -> bool:
         previous = layouts.get(decl.uid)
@@ -289,131 +50,103 @@ def infer_layouts(kernel: ir.Kernel, target: Target) -> dict[int, object]:
             layouts[decl.uid] = layout
             return True
         if not same_registers(previous, layout):
-            raise CompileError(f"register tensor {decl.name} would need two layouts ({_describe(previous)} and "
-                               f"{_describe(layout)}); convert through shared memory (store_shared, sync, "
+            raise CompileError(f"register tensor {decl.name} would need two layouts ({describe_layout(previous)} and "
+                               f"{describe_layout(layout)}); convert through shared memory (store_shared, sync, "
                                f"load_shared)", str(stmt.loc))
         return False
 
-    for stmt, _ in statements:
-        if isinstance(stmt, WgmmaMma):
-            m, n = stmt.d.shape
-            warpgroups = stmt.threads[1] // target.warpgroup_threads
-            assign(stmt.d.decl, Accumulator(AccumulatorLayout(m, n, warpgroups=warpgroups), stmt.threads[0]), stmt)
-            if stmt.a.kind == ir.REGISTER:
-                assign(stmt.a.decl, AFragment(m, stmt.a.shape[1], warpgroups, stmt.threads[0],
-                                              target.warpgroup_threads), stmt)
-
-    def same_layout_sets():
-        """Per elementwise statement, the tensors that share one layout (its result and same-shaped operands),
-        and the broadcast vectors among its operands with their axis."""
-        for stmt, _ in statements:
-            if isinstance(stmt, TileIndex):
-                yield stmt, [stmt.decl, stmt.like.decl], []
-            if isinstance(stmt, (Cast, Arithmetic)):
-                refs = [o for o in ((stmt.src,) if isinstance(stmt, Cast) else stmt.operands)
-                        if isinstance(o, ir.TensorRef)]
-                yield (stmt, [stmt.decl] + [o.decl for o in refs if o.decl.shape == stmt.decl.shape],
-                       [(o.decl, broadcast_axis(o.decl.shape, stmt.decl.shape)) for o in refs
-                        if o.decl.shape != stmt.decl.shape])
+    for stmt, _, rule in rules:
+        for decl, layout in rule.fixed:
+            assign(decl, layout, stmt)
 
     # Broadcast vectors, and the tensors computed with them, take their layout from the 2-D tensor they are
     # combined with (or are replicated with it), never a load's default Blocked layout.
-    vectors = {decl.uid for _, _, broadcast in same_layout_sets() for decl, _ in broadcast}
+    alike = [(stmt, rule) for stmt, _, rule in rules if rule.alike]
+    vectors = {decl.uid for _, rule in alike for decl, _ in rule.broadcast}
     grown = True
     while grown:
         grown = False
-        for _, shared, _ in same_layout_sets():
-            if any(d.uid in vectors for d in shared) and not all(d.uid in vectors for d in shared):
-                vectors |= {d.uid for d in shared}
+        for _, rule in alike:
+            if any(d.uid in vectors for d in rule.alike) and not all(d.uid in vectors for d in rule.alike):
+                vectors |= {d.uid for d in rule.alike}
                 grown = True
 
     def propagate():
         changed = True
         while changed:
             changed = False
-            for stmt, tensors, broadcast in same_layout_sets():
-                known = [layouts[d.uid] for d in tensors if d.uid in layouts]
+            for stmt, rule in alike:
+                known = [layouts[d.uid] for d in rule.alike if d.uid in layouts]
                 if known:
-                    for decl in tensors:
+                    for decl in rule.alike:
                         changed |= assign(decl, known[0], stmt)
-                    for decl, axis in broadcast:
+                    for decl, axis in rule.broadcast:
                         changed |= assign(decl, slice_of(known[0], axis, decl.shape), stmt)
-            for stmt, _ in statements:
-                if isinstance(stmt, ReduceRows) and stmt.src.decl.uid in layouts:
-                    changed |= assign(stmt.decl, _row_slice(stmt, layouts[stmt.src.decl.uid]), stmt)
+            for stmt, _, rule in rules:
+                if rule.derived is not None:
+                    decl, source, derive = rule.derived
+                    if source.uid in layouts:
+                        changed |= assign(decl, derive(layouts[source.uid]), stmt)
 
     propagate()
-    for stmt, group in statements:
-        if isinstance(stmt, (LoadGlobal, LoadShared)) and stmt.decl.uid not in layouts.keys() | vectors:
-            shape = stmt.decl.shape
+    for stmt, group, rule in rules:
+        decl = rule.defines
+        if rule.blocked and decl.uid not in layouts.keys() | vectors:
+            shape = decl.shape
             if len(shape) > 2:
-                what = "load_global" if isinstance(stmt, LoadGlobal) else "load_shared"
-                raise CompileError(f"{what} into registers takes 1-D or 2-D tiles", str(stmt.loc))
-            elem = stmt.decl.dtype.nbytes
+                raise CompileError(f"{rule.call} into registers takes 1-D or 2-D tiles", str(stmt.loc))
+            elem = decl.dtype.nbytes
             vector = max(1, 16 // elem)
             while shape[-1] % vector:
                 vector //= 2
-            layouts[stmt.decl.uid] = Blocked(tuple(shape), group[0], group[1], vector)
+            layouts[decl.uid] = Blocked(tuple(shape), group[0], group[1], vector)
     propagate()
-    for stmt, group in statements:
-        if isinstance(stmt, (AllocRegister, ir.DefineTensor)) and stmt.decl.uid not in layouts:
-            size = math.prod(stmt.decl.shape)
+    for stmt, _, rule in rules:
+        decl = rule.defines
+        if decl is not None and decl.uid not in layouts:
+            size = math.prod(decl.shape)
             if size > MAX_REPLICATED:
-                raise CompileError(f"register tensor {stmt.decl.name} ({size} elements) is not a wgmma operand, "
+                raise CompileError(f"register tensor {decl.name} ({size} elements) is not a wgmma operand, "
                                    f"not loaded, and too large to replicate in every thread (at most "
                                    f"{MAX_REPLICATED} elements)", str(stmt.loc))
-            layouts[stmt.decl.uid] = Replicated(tuple(stmt.decl.shape))
+            layouts[decl.uid] = Replicated(tuple(decl.shape))
     propagate()  # a vector replicated above must match its replicated 2-D tensor
     return layouts
 
 
-def _row_slice(stmt: ReduceRows, layout) -> Slice:
-    """The layout of a row reduction's result: the row slice of its accumulator operand, which every thread
-    holding the accumulator computes (the quad's shuffles need them all); a CompileError otherwise."""
-    name = stmt.src.decl.name
-    if not isinstance(layout, Accumulator):
-        raise CompileError(f"reduce_{stmt.op} of {name} needs wgmma accumulator fragments (each row held by the four "
-                           f"lanes of a quad), but {name} is {_describe(layout)}", str(stmt.loc))
-    if tuple(stmt.threads) != tuple(layout.owners):
-        begin, count = layout.owners
-        raise CompileError(f"reduce_{stmt.op} of {name} is executed by threads [{stmt.threads[0]}, "
-                           f"{stmt.threads[0] + stmt.threads[1]}), but {name} is held by threads [{begin}, "
-                           f"{begin + count}): every one of those threads must execute it", str(stmt.loc))
-    return Slice(layout, 1)
-
-
-def check_stores(kernel: ir.Kernel, layouts: dict) -> None:
+def check_stores(rules: list, layouts: dict) -> None:
     """Refuse a store of a distributed register tensor by threads other than exactly those holding it: each thread
     stores only the elements it holds, so a subset (a single thread, one of two warpgroups) would write part of
     the tile on the GPU while the whole tile is the kernel's meaning."""
-    for stmt in ir.walk(kernel.body):
-        if not isinstance(stmt, (StoreGlobal, StoreShared)):
+    for stmt, _, rule in rules:
+        if rule.stored is None:
             continue
-        layout = layouts.get(stmt.src.decl.uid)
+        layout = layouts.get(rule.stored.uid)
         owners = getattr(layout, "owners", None)
         if owners is None or tuple(stmt.threads) == tuple(owners):
             continue
         begin, count = stmt.threads
         who = "a single thread (single_thread)" if count == 1 else f"threads [{begin}, {begin + count})"
-        what = "store_global" if isinstance(stmt, StoreGlobal) else "store_shared"
-        raise CompileError(f"{what} of {stmt.src.decl.name} is executed by {who}, but {stmt.src.decl.name} is held "
-                           f"as {_describe(layout)} by threads [{owners[0]}, {owners[0] + owners[1]}), each holding "
-                           f"part of it: every one of those threads must execute the store (and no other)",
+        name = rule.stored.name
+        raise CompileError(f"{rule.call} of {name} is executed by {who}, but {name} is held as "
+                           f"{describe_layout(layout)} by threads [{owners[0]}, {owners[0] + owners[1]}), each "
+                           f"holding part of it: every one of those threads must execute the store (and no other)",
                            str(stmt.loc))
 
 
-def check_element_access(kernel: ir.Kernel, layouts: dict) -> None:
+def check_element_access(kernel: ir.Kernel, rules: list, layouts: dict) -> None:
     """Refuse element reads (``t[i]``) and writes of a register tensor that is spread over threads (fragments,
     blocked tiles): a thread holds only some elements, so an element index names a value it may not have."""
     def refuse(decl: ir.TensorDecl, stmt: ir.Stmt, verb: str) -> None:
         layout = layouts.get(decl.uid)
         if layout is not None and not isinstance(layout, Replicated):
-            raise CompileError(f"elements of {decl.name} are spread over threads ({_describe(layout)}); {verb} them "
-                               f"with tensor operations, not by index", str(stmt.loc))
+            raise CompileError(f"elements of {decl.name} are spread over threads ({describe_layout(layout)}); {verb} "
+                               f"them with tensor operations, not by index", str(stmt.loc))
 
+    indexed = {id(stmt): rule.indexed for stmt, _, rule in rules if rule.indexed is not None}
     for stmt in ir.walk(kernel.body):
-        if isinstance(stmt, StoreElement):
-            refuse(stmt.tensor.decl, stmt, "write")
+        if id(stmt) in indexed:
+            refuse(indexed[id(stmt)], stmt, "write")
         for f in fields(stmt):
             if f.name not in type(stmt).blocks:
                 map_exprs(getattr(stmt, f.name), lambda e, stmt=stmt: _check_load(e, stmt, refuse))
@@ -423,14 +156,3 @@ def _check_load(expr: ir.Expr, stmt: ir.Stmt, refuse) -> ir.Expr:
     if isinstance(expr, ir.Load):
         refuse(expr.tensor.decl, stmt, "read")
     return expr
-
-
-def packed(decl: ir.TensorDecl) -> bool:
-    """16-bit register tensors live as pairs packed in 32-bit words."""
-    return decl.dtype.nbytes == 2
-
-
-def _describe(layout) -> str:
-    return {Accumulator: "wgmma accumulator fragments", AFragment: "wgmma A fragments",
-            Blocked: "blocked over a thread group", Replicated: "replicated"}.get(type(layout)) or \
-        f"the {'column' if layout.axis == 0 else 'row'} slice of {_describe(layout.parent)}"

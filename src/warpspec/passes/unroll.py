@@ -1,4 +1,4 @@
-"""Loop unrolling as an IR → IR transform, and the generic rewriting of IR fields it is built on.
+"""Loop unrolling as an IR → IR transform, built on the generic rewriting of IR fields in ``warpspec.ir.rewrite``.
 
 ``self.range(start, stop, step, unroll=k)`` becomes a loop over trips of ``step * k`` whose body holds ``k``
 copies of the original body. Copy ``j`` runs the original iteration ``trip + j * step``; it is nested inside copy
@@ -18,50 +18,16 @@ Nesting makes the path through all ``k`` copies the only one that reaches the ne
 index) known at the loop head. Each copy declares its own loop variable and renames every variable declared in the
 body (fresh uids), so copies are independent and later passes may give each its own constants.
 
-The rewriting is generic over dataclass fields: any statement of any instruction family may hold Exprs,
-TensorRefs (whose indices are Exprs) and tuples of them in its fields, and nested statement lists in the fields
-named by ``type(stmt).blocks``; new families need nothing here.
+The rewriting is generic over dataclass fields (``warpspec.ir.rewrite``); new families need nothing here.
 """
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 
 from warpspec.dtypes import boolean
 from warpspec.ir import nodes as ir
-
-
-def map_exprs(value, function):
-    """``value`` with ``function`` applied bottom-up to every Expr in it: an Expr (its operands first), a
-    TensorRef's indices, the items of a tuple. Anything else (a TensorDecl, a Loc, ints) is returned as is; parts
-    that do not change keep their identity."""
-    if isinstance(value, ir.Expr):
-        changes = {}
-        for f in fields(value):
-            old = getattr(value, f.name)
-            new = map_exprs(old, function)
-            if new is not old:
-                changes[f.name] = new
-        return function(replace(value, **changes) if changes else value)
-    if isinstance(value, ir.TensorRef):
-        index = map_exprs(value.index, function)
-        return value if index is value.index else replace(value, index=index)
-    if isinstance(value, tuple):
-        items = tuple(map_exprs(item, function) for item in value)
-        return value if all(new is old for new, old in zip(items, value)) else items
-    return value
-
-
-def rewrite_stmt(stmt: ir.Stmt, expr_function, block_function) -> ir.Stmt:
-    """``stmt`` rebuilt with ``map_exprs(field, expr_function)`` for its fields and ``block_function(block)`` for
-    its nested statement lists (``type(stmt).blocks``); ``stmt`` itself when nothing changes."""
-    changes = {}
-    for f in fields(stmt):
-        old = getattr(stmt, f.name)
-        new = block_function(old) if f.name in type(stmt).blocks else map_exprs(old, expr_function)
-        if new is not old:
-            changes[f.name] = new
-    return replace(stmt, **changes) if changes else stmt
+from warpspec.ir.rewrite import rewrite_stmt
 
 
 def unroll(kernel: ir.Kernel) -> ir.Kernel:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from warpspec.isa.elementwise import Arithmetic, Cast, TileIndex, broadcast_axis
 from warpspec.ir import nodes as ir
 from warpspec.isa.registry import emits
-from warpspec.passes.layouts import broadcast_register, same_registers, slice_of
+from warpspec.layout.registers import broadcast_register, same_registers, slice_of
 from warpspec.target import SM90A
 
 TARGET = SM90A.name

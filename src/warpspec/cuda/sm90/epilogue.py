@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from warpspec.cuda.cxx import C_TYPES, thread_prelude
 from warpspec.isa.memory import StoreGlobal
-from warpspec.passes.layouts import Accumulator, packed
+from warpspec.layout.registers import Accumulator, packed
 
 
 def _store_head(gen, layout: Accumulator, view: str, row: str, col_expr: str) -> None:

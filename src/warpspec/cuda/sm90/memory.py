@@ -12,7 +12,7 @@ from warpspec.dtypes import float32
 from warpspec.isa.memory import (AllocRegister, AllocShared, GlobalView, LoadGlobal, LoadShared, StoreElement,
                                  StoreGlobal, StoreShared)
 from warpspec.ir import nodes as ir
-from warpspec.passes.layouts import Accumulator, Replicated, packed
+from warpspec.layout.registers import Accumulator, Replicated, packed
 from warpspec.isa.registry import emits
 from warpspec.target import SM90A
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from warpspec.isa.reduction import ReduceRows
 from warpspec.isa.registry import emits
-from warpspec.passes.layouts import Slice
+from warpspec.layout.registers import Slice
 from warpspec.target import SM90A
 
 TARGET = SM90A.name

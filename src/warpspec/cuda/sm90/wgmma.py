@@ -8,7 +8,7 @@ from warpspec.isa.wgmma import WgmmaCommit, WgmmaFence, WgmmaMma, WgmmaWait
 from warpspec.ir import nodes as ir
 from warpspec.layout.fragments import AccumulatorLayout
 from warpspec.layout.shared import SharedTileLayout, wgmma_descriptor
-from warpspec.passes.layouts import packed
+from warpspec.layout.registers import packed
 from warpspec.isa.registry import emits
 from warpspec.target import SM90A
 
