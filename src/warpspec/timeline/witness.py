@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from warpspec.emulator.explore import format_choices
-from warpspec.isa.mbarrier import MbarrierWait
+from warpspec.isa.mbarrier import AllocBarriers, MbarrierWait
 from warpspec.isa.roles import Sync
 from warpspec.isa.tma import TmaLoad, TmaStore, TmaWait
 from warpspec.isa.wgmma import WgmmaCommit, WgmmaMma, WgmmaWait
@@ -25,7 +25,7 @@ ASYNC_ROLE = "async ops"
 
 #: The timeline kind of the instruction a step stopped at (an arrive for the other mbarrier instructions).
 _KINDS = ((MbarrierWait, "wait"), (TmaLoad, "tma"), (TmaStore, "tma"), (TmaWait, "tma_wait"), (WgmmaMma, "wgmma"),
-          (WgmmaCommit, "wgmma"), (WgmmaWait, "wgmma_wait"), (Sync, "sync"))
+          (WgmmaCommit, "wgmma"), (WgmmaWait, "wgmma_wait"), (Sync, "sync"), (AllocBarriers, "sync"))
 
 
 def _statements(kernel: ir.Kernel) -> dict:
@@ -92,7 +92,7 @@ def witness_timeline(result, schedule: dict | None = None) -> Timeline:
                 issued[steps[later].process] = index
     finish = len(steps) * STEP_NS
     for role, (since, text, line) in blocked.items():
-        events.append(Event(block, role, "wait", _wait_label(text), since, finish + STEP_NS, line))
+        events.append(Event(block, role, "wait", _wait_label(text), since, finish, line))
     _barrier_rows(steps, block, roles, events, finish + STEP_NS)
     partitions = len([r for r in roles if not r.startswith("mbarrier")])
     roles[partitions:partitions] = [f"{ASYNC_ROLE} {lane + 1}" for lane in range(len(lanes))]
