@@ -111,6 +111,7 @@ class StoreThenReadElsewhere(Script):
         with self.thread_group(thread_begin=32, num_threads=32):
             if self.ordered:
                 self.mbarrier.wait(done[0], phase=0)
+                self.mbarrier.wait(loaded[1], phase=0)  # no copy may be in flight when the block exits
             else:
                 self.mbarrier.wait(loaded[1], phase=0)
             tile = self.load_global(dst, offsets=[0, 0], shape=[64, 64])  # <<< elsewhere-read

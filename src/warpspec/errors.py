@@ -59,6 +59,12 @@ class BarrierError(KernelError):
     allocated, a wait two or more phases behind, or a transaction count left non-zero when the kernel ends."""
 
 
+class InFlightAtExitError(KernelError):
+    """A block's threads all exited while an asynchronous copy they issued was still in flight: a TMA store no
+    ``tma.wait_group`` waited for, or a TMA load whose barrier no thread waited on. ``location`` is the copy's
+    line."""
+
+
 class BoundsError(KernelError):
     """An index outside a shared, register or barrier array at run time, or a global view whose shape the kernel
     computes reaching outside its array (global accesses outside a view are clipped or read as zero, as TMA does,

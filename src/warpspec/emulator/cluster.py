@@ -15,13 +15,18 @@ multicast. Each such access is checked here:
   (``BarrierError``);
 * the target block must not have exited, and when it exits, every access into it must be ordered before its end
   (its threads waited for the arrivals or copies, or a final ``cluster_sync``), and no multicast into it may still
-  be in flight (``RaceError``): a block's shared memory and barriers are gone once its threads have exited.
+  be in flight (``RaceError``): a block's shared memory and barriers are gone once its threads have exited;
+* no copy a block issued may be in flight when its threads have all exited (``InFlightAtExitError`` at the copy's
+  line): a TMA store not waited for by ``tma.wait_group``, or a TMA load whose barrier nobody waits on.
 """
 
 from __future__ import annotations
 
 from warpspec.emulator.clocks import join
-from warpspec.errors import BarrierError, BoundsError, RaceError
+from warpspec.errors import BarrierError, BoundsError, InFlightAtExitError, RaceError
+
+#: What a block's exit may not leave in flight, by event kind, and what waits for it.
+_WAITED_BY = {"tma": "a wait on its mbarrier", "tma_store": "tma.commit_group and tma.wait_group(0)"}
 
 
 class ClusterMachine:
@@ -94,6 +99,14 @@ class ClusterMachine:
         end = [0] * self.num_tasks
         for t in machine.tasks:
             join(end, t.clock)
+        for event in self.events:
+            # A multicast is its target block's to wait for; a store never committed has its own error at the end.
+            if event.task.machine is machine and event.kind in _WAITED_BY and not any(
+                    event in incoming for incoming in self.incoming.values()) and event not in event.task.tma_uncommitted:
+                raise InFlightAtExitError(f"the threads of the block have all exited while {event.text} (issued "
+                                          f"by {event.task.name}) is still in flight: its copy may not have "
+                                          f"happened when the block ends; wait for it first "
+                                          f"({_WAITED_BY[event.kind]})", str(event.loc), machine.describe_tasks())
         for event in self.incoming.pop(rank, ()):
             if not event.done:
                 raise RaceError(f"block rank {rank} exits while {event.text} (issued by {event.task.name}) may "

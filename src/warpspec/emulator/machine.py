@@ -8,17 +8,18 @@ The block's threads split into partitions at every thread-group boundary; each p
 and is one task (a generator over the kernel body). Tasks run until they block; only when every task is blocked
 does the oldest pending async operation (a TMA copy or a WGMMA group) complete, so a missing wait shows up as a
 race or a deadlock rather than as luck. With a seed, tasks are interleaved and async operations completed early in a
-random order instead, exploring other legal schedules.
+random order instead, exploring other legal schedules. Every such decision is the ``chooser``'s
+(``warpspec.emulator.choosers``).
 """
 
 from __future__ import annotations
 
-import random
 from collections import deque
 
 import numpy as np
 
 from warpspec.emulator.barrier import BarrierState
+from warpspec.emulator.choosers import Chooser
 from warpspec.emulator.clocks import join
 from warpspec.emulator.cluster import ClusterMachine
 from warpspec.emulator.global_memory import BlockMemory, GlobalTile
@@ -112,13 +113,13 @@ class BlockMachine:
     its ``cluster`` (a cluster of its own when None; ``specials["clusterRank"]`` is its rank there)."""
 
     def __init__(self, kernel: ir.Kernel, global_memory: BlockMemory, env: dict, specials: dict,
-                 rng: random.Random | None, cluster: ClusterMachine | None = None):
+                 chooser: Chooser | None, cluster: ClusterMachine | None = None):
         self.kernel = kernel
         self.global_memory = global_memory
         specials = {"clusterRank": 0, **specials}
         self.rank = specials["clusterRank"]
         self.exprs = ExprCompiler(specials)
-        self.rng = rng
+        self.chooser = chooser or Chooser()
         self.ranges = partitions(kernel)
         self.cluster = cluster or ClusterMachine(1, len(self.ranges))
         self.suffix = f" of block rank {self.rank}" if self.cluster.size > 1 else ""  # names in messages
@@ -158,10 +159,7 @@ class BlockMachine:
     def _schedule(self) -> None:
         while True:
             progressed = False
-            order = list(self.cluster.tasks)
-            if self.rng:
-                self.rng.shuffle(order)
-            for task in order:
+            for task in self.chooser.order(self.cluster.tasks):
                 if task.state == "finished":
                     continue
                 if task.state == "blocked":
@@ -174,11 +172,10 @@ class BlockMachine:
                     self._complete_event(self.events[0])
                     continue
                 return
-            if progressed and not (self.rng and self.events and self.rng.random() < 0.3):
+            if progressed and not (self.events and self.chooser.complete_early()):
                 continue
             if self.events:
-                event = self.rng.choice(self._completable()) if self.rng else self._completable()[0]
-                self._complete_event(event)
+                self._complete_event(self.chooser.event(self._completable()))
                 continue
             if not progressed:
                 raise DeadlockError("deadlock: every unfinished thread partition is blocked and no asynchronous "
@@ -208,7 +205,7 @@ class BlockMachine:
                 return True
             moved = True
             if block is None:
-                if self.rng and self.rng.random() < 0.5:
+                if self.chooser.preempt(task):
                     return True  # a preemption point: let another task run
                 continue
             if block.check():
@@ -274,7 +271,7 @@ class BlockMachine:
 
     def preempt(self):
         """A point where a seeded run may switch to another task."""
-        if self.rng:
+        if self.chooser.preempts:
             yield None
 
     def wait_until(self, check, text: str, after=None):

@@ -16,6 +16,7 @@ from warpspec.arguments import check_view, launch_grid, scalar_value, view_shape
 from warpspec.dtypes import PointerType
 from warpspec.emulator.global_memory import GlobalMemory, UnwrittenOutput
 from warpspec.emulator.host import HostArray
+from warpspec.emulator.choosers import Chooser, SeededChooser
 from warpspec.emulator.cluster import ClusterMachine
 from warpspec.emulator.machine import BlockMachine, partitions
 from warpspec.errors import ArgumentError, UnwrittenOutputWarning
@@ -41,12 +42,18 @@ def emulator_seed() -> int | None:
 #: blockIdx.
 Progress = Callable[[int, int, tuple[int, int, int]], None]
 
+#: ``run_cluster(build, global_memory)``: runs one cluster, where ``build(chooser)`` makes its blocks' machines
+#: afresh (a ``ClusterMachine``) over ``global_memory`` as it is now; the default builds them once and runs them.
+ClusterRunner = Callable[[Callable[[Chooser], ClusterMachine], GlobalMemory], None]
 
-def emulate_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None = None) -> list[UnwrittenOutput]:
+
+def emulate_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None = None,
+               run_cluster: ClusterRunner | None = None) -> list[UnwrittenOutput]:
     """Run ``kernel`` with runtime ``arguments`` (by parameter name) on the emulator, cluster after cluster (block
     after block without clusters), calling ``progress`` (if given) before each: a caller can show how far a long
     run is, or say which block it was in when it was interrupted. Returns, per view the kernel wrote through, the
-    elements no block wrote (empty when every written view was written whole)."""
+    elements no block wrote (empty when every written view was written whole). ``run_cluster`` replaces how each
+    cluster runs (``warpspec.emulator.explore`` runs it under many schedules)."""
     env, memory = {}, {}
     for param in kernel.params:
         value = arguments[param.name]
@@ -63,7 +70,7 @@ def emulate_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None
         check_view(names[stmt.pointer.uid], stmt, shape, strides, memory[stmt.pointer.uid].size)
     global_memory = GlobalMemory(memory, names)
     seed = emulator_seed()
-    rng = random.Random(seed) if seed is not None else None
+    chooser = SeededChooser(random.Random(seed)) if seed is not None else Chooser()
     total = grid[0] * grid[1] * grid[2]
     shape = kernel.cluster
     size = shape[0] * shape[1] * shape[2]
@@ -75,14 +82,21 @@ def emulate_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None
             x0, y0, z0 = first
             if progress is not None:
                 progress(x0 + grid[0] * (y0 + grid[1] * z0), total, first)
-            cluster = ClusterMachine(size, partitions_per_block)
-            start = global_memory.start()
-            for rank, (x, y, z) in enumerate(cluster_blocks(first, shape)):
-                specials = {"blockIdx.x": x, "blockIdx.y": y, "blockIdx.z": z,
-                            "gridDim.x": grid[0], "gridDim.y": grid[1], "gridDim.z": grid[2], "clusterRank": rank}
-                BlockMachine(kernel, global_memory.block((x, y, z), start if size > 1 else None), env, specials,
-                             rng, cluster)
-            cluster.machines[0].run()
+
+            def build(chooser: Chooser, first=first) -> ClusterMachine:
+                cluster = ClusterMachine(size, partitions_per_block)
+                start = global_memory.start()
+                for rank, (x, y, z) in enumerate(cluster_blocks(first, shape)):
+                    specials = {"blockIdx.x": x, "blockIdx.y": y, "blockIdx.z": z, "gridDim.x": grid[0],
+                                "gridDim.y": grid[1], "gridDim.z": grid[2], "clusterRank": rank}
+                    BlockMachine(kernel, global_memory.block((x, y, z), start if size > 1 else None), env,
+                                 specials, chooser, cluster)
+                return cluster
+
+            if run_cluster is None:
+                build(chooser).machines[0].run()
+            else:
+                run_cluster(build, global_memory)
     return global_memory.unwritten(views)
 
 

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from warpspec.errors import ArgumentError
-from warpspec.timeline.events import KINDS, Timeline
+from warpspec.timeline.events import KINDS, WITNESS_KINDS, Timeline
 from warpspec.timeline.summary import at_once, block_spans
 
 #: A colour per event kind (colour-blind-safe palette).
 COLOURS = dict(zip(KINDS, ("#d55e00", "#0072b2", "#009e73", "#56b4e9", "#e69f00", "#cc79a7", "#999999")))
+COLOURS.update(zip(WITNESS_KINDS, ("#f0e442", "#bbbbbb", "#a6cee3", "#dddddd")))
 
 #: The waves a chart shows unless told otherwise.
 WAVES = 2
@@ -94,8 +95,11 @@ def write_chart(timeline: Timeline, path: str | Path, window_spec=WAVES) -> Path
     shown = window(timeline, window_spec)
     rows = [(block, role) for block in shown.blocks for role in timeline.roles]
     index = {row: i for i, row in enumerate(rows)}
-    figure, axes = pyplot.subplots(figsize=(14, 1.6 + 0.45 * max(len(rows), 1)))
-    for kind in KINDS:
+    width = 14 if timeline.failure is None else min(max(14, 0.35 * timeline.failure.time_ns / 1e3), 60)
+    figure, axes = pyplot.subplots(figsize=(width, 1.6 + 0.45 * max(len(rows), 1)))
+    witness = timeline.failure is not None
+    kinds = [k for k in KINDS + WITNESS_KINDS if any(e.kind == k for e in timeline.events)] if witness else KINDS
+    for kind in kinds:
         spans = {}
         for e in timeline.events:
             row = index.get((e.block, e.role))
@@ -103,18 +107,32 @@ def write_chart(timeline: Timeline, path: str | Path, window_spec=WAVES) -> Path
                 continue
             spans.setdefault(row, []).append((e.start_ns / 1e3, max(e.duration_ns, 1) / 1e3))
         for row, bars in spans.items():
-            axes.broken_barh(bars, (row - 0.4, 0.8), facecolors=COLOURS[kind], linewidth=0)
+            axes.broken_barh(bars, (row - 0.4, 0.8), facecolors=COLOURS[kind], linewidth=0.5 if witness else 0,
+                             edgecolor="white")
+    if witness:  # a counterexample has few events: each is labelled, and the failure marked
+        for e in timeline.events:
+            row = index.get((e.block, e.role))
+            if row is not None and e.duration_ns >= 1000:
+                axes.text((e.start_ns + e.end_ns) / 2e3, row, e.name, ha="center", va="center", fontsize=6,
+                          clip_on=True)
+        failure = timeline.failure
+        axes.axvline(failure.time_ns / 1e3, color="#d00000", linewidth=2)
+
     sm = {e.block: e.sm for e in timeline.events}
     axes.set_yticks(range(len(rows)), [f"block {b[0]},{b[1]},{b[2]}" + (f" (SM {sm[b]})" if sm[b] is not None else "")
                                        + f"  {role}" for b, role in rows], fontsize=8)
     axes.set_ylim(len(rows) - 0.5, -0.5)
     axes.set_xlim(shown.start_ns / 1e3, max(shown.end_ns, shown.start_ns + 1) / 1e3)
-    axes.set_xlabel("time (µs)")
-    axes.legend(handles=[Patch(color=COLOURS[k], label=k) for k in KINDS], loc="upper left",
+    axes.set_xlabel(timeline.unit)
+    axes.legend(handles=[Patch(color=COLOURS[k], label=k) for k in kinds], loc="upper left",
                 bbox_to_anchor=(1.005, 1.0), fontsize=8)
     schedule = " ".join(f"{k}={v}" for k, v in timeline.schedule.items())
     source = "CPU timing model" if timeline.source == "model" else "GPU"
     title = f"{timeline.kernel}  {schedule}  ({source}, kernel {timeline.kernel_ns / 1e3:.1f} µs)"
+    if witness:
+        failure = timeline.failure
+        title = (f"{timeline.kernel}  {schedule}  counterexample: {timeline.notes[0]} (red line)\n"
+                 f"{failure.line}: {failure.text}")
     per_sm = f"{timeline.occupancy.blocks} block(s) per SM" if timeline.occupancy is not None else None
     detail = "; ".join(text.replace(" us", " µs") for text in (per_sm, shown.note) if text)
     axes.set_title(title + (f"\n{detail}" if detail else ""), fontsize=10)

@@ -14,6 +14,11 @@ from warpspec.isa.wgmma import WgmmaMma
 #: "epilogue": from a consumer's last wait_group to its role's end; "sync": a block or named barrier.
 KINDS = ("wait", "tma", "wgmma", "wgmma_wait", "tma_wait", "epilogue", "sync")
 
+#: The further kinds of a counterexample's timeline (``warpspec.timeline.witness``): "arrive": an mbarrier arrive;
+#: "step": a partition running to its next visible operation; "in_flight": an asynchronous operation from its issue
+#: to its completion; "phase": an mbarrier's state (phase, arrivals, tx-count) between two changes.
+WITNESS_KINDS = ("arrive", "step", "in_flight", "phase")
+
 
 @dataclass(frozen=True)
 class Event:
@@ -33,8 +38,8 @@ class Event:
     barrier: str | None = None  # for "wait": the barrier as named in the kernel, e.g. "full_barriers[2]"
 
     def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"event kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        if self.kind not in KINDS + WITNESS_KINDS:
+            raise ValueError(f"event kind {self.kind!r} is not one of {', '.join(KINDS + WITNESS_KINDS)}")
 
     @property
     def duration_ns(self) -> float:
@@ -78,6 +83,15 @@ def resident_blocks(shared_bytes: int, registers: int, threads: int, device: dic
     return limits[limit], limit
 
 
+@dataclass(frozen=True)
+class Failure:
+    """Where a counterexample's timeline ends: the error at ``time_ns``, its kernel ``line`` and its ``text``."""
+
+    time_ns: float
+    line: str
+    text: str
+
+
 @dataclass
 class Timeline:
     """The events of one launch of ``kernel`` (its class name) with ``schedule`` (compile-time values), from
@@ -86,7 +100,8 @@ class Timeline:
     ``kernel_ns``: the whole launch's time, measured (an uninstrumented run) or modeled; ``flops``: the useful
     floating-point operations of the launch when known (for TFLOP/s); ``roles``: every role's name in block order,
     so a role with no events still gets a track; ``sm``: the SM whose blocks the events are (every block that ran
-    there, up to the recording's cap); ``occupancy``: how many blocks an SM holds, when known."""
+    there, up to the recording's cap); ``occupancy``: how many blocks an SM holds, when known; ``failure`` and
+    ``unit``: a counterexample's error and its time axis (one step per microsecond)."""
 
     kernel: str
     source: str
@@ -98,6 +113,8 @@ class Timeline:
     notes: list[str] = field(default_factory=list)
     sm: int | None = None
     occupancy: Occupancy | None = None
+    failure: Failure | None = None  # a counterexample's error, marked on its chart
+    unit: str = "time (µs)"  # the chart's time axis (a counterexample counts steps instead)
 
 
 def role_name(group: ir.Stmt) -> str:
