@@ -43,7 +43,7 @@ class Cluster(LanguageObject):
         this block's shared memory. Without clusters it orders the block's threads like ``self.sync()``.
         PTX: ``barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;``"""
         b = self.b
-        if b.groups:
+        if b.in_thread_group():
             raise b.error("self.cluster_sync() must be executed by every thread of the block: call it outside "
                           "thread groups and single_thread")
         b.block_threads()
@@ -52,7 +52,7 @@ class Cluster(LanguageObject):
 
 def cluster_size(b) -> int:
     """How many blocks the kernel's cluster holds, as ``self.attrs.cluster_blocks`` says so far."""
-    x, y, z = b.language.attrs.cluster_blocks
+    x, y, z = b.kernel_attribute("cluster_blocks")
     return x * y * z
 
 

@@ -79,7 +79,7 @@ class Mbarrier(LanguageObject):
         and to TMA. Returns a barrier array; index it (``barriers[stage]``) to name one barrier.
         """
         b = self.b
-        if b.groups or b.depth:
+        if b.in_thread_group() or b.depth:
             raise b.error("mbarrier.alloc must be called by the whole block, outside thread groups, loops and "
                           "branches")
         counts = list(counts) if isinstance(counts, (list, tuple)) else [counts]

@@ -129,9 +129,9 @@ class Memory(LanguageObject):
         view was written whole skips it. Executed by no thread: emits no instruction; TMA uses it through a tensor
         map built on the host at launch."""
         b = self.b
-        if not isinstance(ptr, ir.Var) or ptr not in b.pointer_params:
+        pointee = b.pointer_dtype(ptr)
+        if not isinstance(ptr, ir.Var) or pointee is None:
             raise b.error(f"global_view needs a pointer parameter (annotated ~dtype), got {describe(ptr)}")
-        pointee = b.pointer_params[ptr]
         if not isinstance(dtype, DType):
             raise b.error(f"global_view dtype must be a dtype such as float16, got {describe(dtype)}")
         if dtype != pointee:

@@ -68,14 +68,8 @@ class _Group(LanguageObject):
     def build_block(self, build_body) -> None:
         b = self.b
         loc = b.loc
-        # A group's names are its own: values computed by some threads do not exist on the others.
-        b.groups.append((self.begin, self.count, self.single))
-        b.scopes.append({})
-        try:
+        with b.enter_thread_group(self.begin, self.count, self.single):
             body = b.nested(build_body)
-        finally:
-            b.scopes.pop()
-            b.groups.pop()
         if self.single:
             b.emit(SingleThread(loc, self.begin, self.count, body))
         else:
@@ -131,11 +125,11 @@ class Roles(LanguageObject):
         if single:
             raise b.error("self.sync() inside single_thread would wait for threads that never arrive")
         if (begin, count) != (0, b.block_threads()):
-            b.named_syncs.add((begin, count))
+            syncing = b.claim_named_barrier(begin, count)
             groups = target.named_barriers - 1  # barrier 0 is the whole block's (__syncthreads)
-            if len(b.named_syncs) > groups:
+            if syncing > groups:
                 raise b.error(f"self.sync() over threads [{begin}, {begin + count}) would be the "
-                              f"{len(b.named_syncs)}th distinct thread group to sync, but {target.name} has "
+                              f"{syncing}th distinct thread group to sync, but {target.name} has "
                               f"{target.named_barriers} named barriers per block and barrier 0 is the whole "
                               f"block's: at most {groups} thread groups can sync; sync the whole block or fewer "
                               f"distinct groups")
