@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from warpspec.dtypes import DType
 from warpspec.isa.values import TensorValue, describe
+from warpspec.isa.contracts import BuildContext
 from warpspec.ir import nodes as ir
+from warpspec.target import Target
 
 
 def language_call(function):
@@ -30,11 +32,11 @@ class LanguageObject:
 
     namespace: str | None = None
 
-    def __init__(self, builder):
+    def __init__(self, builder: BuildContext):
         self.b = builder
 
     @property
-    def target(self):
+    def target(self) -> Target:
         """The Target the kernel is built for."""
         return self.b.target
 
@@ -55,7 +57,7 @@ class LanguageObject:
         return tuple(name for name in dir(cls) if getattr(getattr(cls, name), "_language_call", False))
 
 
-def static_tensor_type(b, dtype, shape, what: str) -> tuple[DType, tuple[int, ...]]:
+def static_tensor_type(b: BuildContext, dtype, shape, what: str) -> tuple[DType, tuple[int, ...]]:
     """``(dtype, shape)`` of a tensor whose shape is known at compile time, or a CompileError naming ``what``."""
     if not isinstance(dtype, DType):
         raise b.error(f"{what} dtype must be a dtype such as float16, got {describe(dtype)}")
@@ -66,7 +68,7 @@ def static_tensor_type(b, dtype, shape, what: str) -> tuple[DType, tuple[int, ..
     return dtype, dims
 
 
-def offsets_of(b, offsets, view: TensorValue, what: str) -> tuple[ir.Expr, ...]:
+def offsets_of(b: BuildContext, offsets, view: TensorValue, what: str) -> tuple[ir.Expr, ...]:
     """One int32 offset per dimension of ``view``: integers or runtime integer values, never floats."""
     offsets = list(offsets) if isinstance(offsets, (list, tuple)) else [offsets]
     if len(offsets) != len(view.shape):
@@ -74,7 +76,7 @@ def offsets_of(b, offsets, view: TensorValue, what: str) -> tuple[ir.Expr, ...]:
     return tuple(b.to_index(o, f"{what} offset") for o in offsets)
 
 
-def barrier_ref(b, value, what: str) -> ir.TensorRef:
+def barrier_ref(b: BuildContext, value, what: str) -> ir.TensorRef:
     """The one mbarrier ``value`` names (``barriers[stage]``), or a CompileError naming ``what``."""
     if not isinstance(value, TensorValue) or value.kind != ir.BARRIER:
         raise b.error(f"{what} must be one mbarrier (e.g. barriers[stage]), got {describe(value)}")

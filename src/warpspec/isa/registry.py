@@ -99,7 +99,8 @@ def statement_types() -> list[type]:
     pending: list[type] = [ir.Stmt]
     while pending:
         cls = pending.pop()
-        for sub in cls.__subclasses__():
+        subclasses: list[type] = cls.__subclasses__()
+        for sub in subclasses:
             pending.append(sub)
             if not sub.__dict__.get("abstract", False):
                 found.append(sub)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from warpspec.isa.base import LanguageObject, language_call
+from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
 from warpspec.isa.registry import emulates
 from warpspec.ir import nodes as ir
 
@@ -140,19 +141,19 @@ class Roles(LanguageObject):
 
 
 @emulates(ThreadGroup)
-def _thread_group(machine, task, s: ThreadGroup):
+def _thread_group(machine: EmulationMachine, task: EmulationTask, s: ThreadGroup) -> Steps | None:
     if s.begin <= task.begin and task.end <= s.begin + s.count:
         return machine.exec_body(task, s.body)
     return None
 
 
 @emulates(SingleThread)
-def _single_thread(machine, task, s: SingleThread):
+def _single_thread(machine: EmulationMachine, task: EmulationTask, s: SingleThread) -> Steps | None:
     if task.begin <= s.begin < task.end:
         return machine.exec_body(task, s.body)
     return None
 
 
 @emulates(Sync)
-def _sync(machine, task, s: Sync):
+def _sync(machine: EmulationMachine, task: EmulationTask, s: Sync) -> Steps | None:
     return machine.sync(task, s.begin, s.count)

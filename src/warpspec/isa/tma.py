@@ -112,7 +112,7 @@ class Tma(LanguageObject):
         dst = b.to_tensor(dst, "tma.global_to_shared dst", (ir.SHARED,))
         self._box(dst, src, "tma.global_to_shared")
         bar = barrier_ref(b, mbarrier, "tma.global_to_shared mbarrier")
-        ranks = ()
+        ranks: tuple[int, ...] = ()
         if multicast is not None:
             ranks = tuple(b.to_int(r, "tma.global_to_shared multicast") for r in
                           (multicast if isinstance(multicast, (list, tuple)) else [multicast]))
