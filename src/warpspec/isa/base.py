@@ -1,11 +1,12 @@
 """What every instruction family builds on: the base of language objects and the shared argument checks.
 
 A family's methods run inside the front end with already-evaluated arguments (Python values for compile-time
-ones, IR Exprs for runtime scalars, ``TensorValue``s for tensors). ``self.b`` is the front end's builder: methods
-check where they are used through it (``b.group``, ``b.depth``), convert arguments (``b.to_expr``, ``b.to_int``,
-``b.to_tensor``), raise ``b.error(...)`` at the kernel line and ``b.emit(...)`` IR. The front end binds the
-arguments against the method's signature first, so a missing or unknown argument is a CompileError at the
-kernel line too.
+ones, IR Exprs for runtime scalars, ``TensorValue``s for tensors). ``self.b`` is the build context, typed as the
+Protocol ``warpspec.isa.contracts.BuildContext`` (the front end's ``KernelContext`` implements it): methods check
+where they are used through it (``b.group``, ``b.depth``, ``b.in_thread_group()``), convert arguments
+(``b.to_expr``, ``b.to_int``, ``b.to_tensor``), raise ``b.error(...)`` at the kernel line and ``b.emit(...)`` IR;
+nothing else of the front end. The front end binds the arguments against the method's signature first, so a
+missing or unknown argument is a CompileError at the kernel line too.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def language_call(function):
 
 
 class LanguageObject:
-    """Base of objects reachable from ``self`` in a kernel; holds the front end's builder.
+    """Base of objects reachable from ``self`` in a kernel; holds the build context (``self.b``).
 
     A family whose ``namespace`` is a name (``"mbarrier"``) is reached as ``self.mbarrier``; one whose namespace is
     None contributes its public ``language_call`` methods to ``self`` directly (``self.shared_tensor``).
@@ -32,8 +33,8 @@ class LanguageObject:
 
     namespace: str | None = None
 
-    def __init__(self, builder: BuildContext):
-        self.b = builder
+    def __init__(self, context: BuildContext):
+        self.b = context
 
     @property
     def target(self) -> Target:

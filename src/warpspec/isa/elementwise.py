@@ -195,7 +195,7 @@ def _check_operands(b: BuildContext, what: str, tensors) -> None:
 
 
 def unary(b: BuildContext, function: str, x) -> TensorValue:
-    """``function(x)`` of a float register tensor, emitted at the builder's line."""
+    """``function(x)`` of a float register tensor, emitted at the build context's line."""
     x = b.to_tensor(x, f"self.{function} x", (ir.REGISTER,))
     if not x.dtype.is_float:
         raise b.error(f"self.{function} takes a floating-point tensor; {x.name} is {x.dtype.name}")
@@ -206,7 +206,7 @@ def unary(b: BuildContext, function: str, x) -> TensorValue:
 
 def binary(b: BuildContext, symbol: str, x, y) -> TensorValue:
     """``x symbol y`` where at least one side is a register tensor and the other a tensor of the same shape, a
-    broadcast vector ([1, N] or [M, 1] against [M, N], either side) or a scalar; emitted at the builder's line."""
+    broadcast vector ([1, N] or [M, 1] against [M, N], either side) or a scalar; emitted at the build context's line."""
     if symbol not in TENSOR_OPERATORS and symbol not in COMPARISONS and symbol not in LOGICAL:
         raise b.error(f"operator {symbol!r} is not supported on tensors; use one of "
                       f"{', '.join([*TENSOR_OPERATORS, *COMPARISONS, *LOGICAL])}")
@@ -259,7 +259,7 @@ def _scalar_operand(b: BuildContext, value, tensor: TensorValue, symbol: str):
 
 
 def negate(b: BuildContext, x: TensorValue) -> TensorValue:
-    """``-x`` of a register tensor, emitted at the builder's line."""
+    """``-x`` of a register tensor, emitted at the build context's line."""
     if x.kind != ir.REGISTER:
         raise b.error(f"arithmetic needs register tensors; {x.name} is a {x.kind} tensor")
     decl = b.new_register_tensor("tmp", x.dtype, x.shape)

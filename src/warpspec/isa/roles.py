@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from warpspec.isa.base import LanguageObject, language_call
-from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
+from warpspec.isa.contracts import BuildContext, EmulationMachine, EmulationTask, Steps
 from warpspec.isa.registry import emulates
 from warpspec.ir import nodes as ir
 
@@ -62,8 +62,8 @@ class Sync(ir.Stmt):
 class _Group(LanguageObject):
     """The context of ``with self.thread_group(...)`` / ``with self.single_thread()``."""
 
-    def __init__(self, builder, begin: int, count: int, single: bool, max_registers=None):
-        super().__init__(builder)
+    def __init__(self, context: BuildContext, begin: int, count: int, single: bool, max_registers=None):
+        super().__init__(context)
         self.begin, self.count, self.single, self.max_registers = begin, count, single, max_registers
 
     def build_block(self, build_body) -> None:
