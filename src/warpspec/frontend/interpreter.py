@@ -24,7 +24,7 @@ from warpspec.dtypes import DType, boolean, float32, int32
 from warpspec import target as targets
 from warpspec.errors import CompileError
 from warpspec.frontend.bindings import Binding, ClassInstance, InlineFunction
-from warpspec.frontend.context import KernelContext, _python_type
+from warpspec.frontend.context import _RANK, KernelContext, _python_type
 from warpspec.isa import elementwise
 from warpspec.isa.memory import StoreElement
 from warpspec.isa.values import RuntimeRange, TensorValue, describe
