@@ -12,7 +12,7 @@ from warpspec.dtypes import (bfloat16, boolean, float8_e4m3, float8_e5m2, float1
                              uint32)
 from warpspec.errors import (ArgumentError, BarrierError, BarrierTimeoutError, BoundsError, CompileError, DeadlockError,
                              KernelError, RaceError, UnwrittenOutputWarning, WarpspecError)
-from warpspec.frontend.builder import cdiv
+from warpspec.frontend.interpreter import cdiv
 from warpspec.pipeline import Pipeline
 from warpspec.script import Class, Script, autotune
 from warpspec.environment import environment

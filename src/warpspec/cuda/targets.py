@@ -12,6 +12,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
+from warpspec.cuda.contracts import CodeGenerator
 from warpspec.errors import CompileError
 
 #: The package that registers each target name's emitters and CudaTarget when imported.
@@ -32,7 +33,7 @@ class CudaTarget:
     #: (``blockIdx.x``, ...) are the generator's.
     special_registers: dict[str, str]
     #: ``plan(generator)``: the tensor maps the kernel's copies use, by key, each with an ``index`` (its parameter).
-    plan_tensor_maps: Callable[[object], dict]
+    plan_tensor_maps: Callable[[CodeGenerator], dict]
     #: The C++ type of a tensor-map kernel parameter (passed ``const __grid_constant__``).
     tensor_map_type: str
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from warpspec.emulator.clocks import join
 from warpspec.errors import BarrierError, BoundsError, InFlightAtExitError, RaceError
+from warpspec.isa.tma import TmaState
 
 #: What a block's exit may not leave in flight, by event kind, and what waits for it.
 _WAITED_BY = {"tma": "a wait on its mbarrier", "tma_store": "tma.commit_group and tma.wait_group(0)"}
@@ -101,8 +102,9 @@ class ClusterMachine:
             join(end, t.clock)
         for event in self.events:
             # A multicast is its target block's to wait for; a store never committed has its own error at the end.
+            uncommitted = event.task.family_state(TmaState).uncommitted
             if event.task.machine is machine and event.kind in _WAITED_BY and not any(
-                    event in incoming for incoming in self.incoming.values()) and event not in event.task.tma_uncommitted:
+                    event in incoming for incoming in self.incoming.values()) and event not in uncommitted:
                 raise InFlightAtExitError(f"the threads of the block have all exited while {event.text} (issued "
                                           f"by {event.task.name}) is still in flight: its copy may not have "
                                           f"happened when the block ends; wait for it first "

@@ -14,7 +14,7 @@ random order instead, exploring other legal schedules. Every such decision is th
 
 from __future__ import annotations
 
-from collections import deque
+from typing import TypeVar
 
 import numpy as np
 
@@ -26,8 +26,12 @@ from warpspec.emulator.global_memory import BlockMemory, GlobalTile
 from warpspec.emulator.shared import Region, SharedTensor
 from warpspec.errors import BarrierError, BoundsError, DeadlockError, KernelError, RaceError
 from warpspec.isa import registry
+from warpspec.isa.wgmma import WgmmaState
 from warpspec.ir import nodes as ir
 from warpspec.ir.evaluate import ExprCompiler, check_element_index, wrap
+
+
+State = TypeVar("State")
 
 
 def partitions(kernel: ir.Kernel) -> list[tuple[int, int]]:
@@ -71,13 +75,16 @@ class Task:
         self.waiting_for = ""
         self.ready_check = None  # callable telling whether a blocked task may go on
         self.woken = False
-        self.wgmma_uncommitted: list = []
-        self.wgmma_groups: deque = deque()
-        self.wgmma_fenced = False
-        self.tma_uncommitted: list = []
-        self.tma_groups: deque = deque()
-        self.inflight_accumulators: dict[int, int] = {}  # register tensor uid -> pending mma count
+        self._family_states: dict[type, object] = {}  # each family's state, by its state class
         self.generator = None
+
+    def family_state(self, kind: type[State]) -> State:
+        """This task's state of one instruction family: an instance of ``kind`` (a dataclass of the family's
+        module, such as ``warpspec.isa.wgmma.WgmmaState``), created empty on first use."""
+        state = self._family_states.get(kind)
+        if state is None:
+            state = self._family_states[kind] = kind()
+        return state  # type: ignore[return-value]
 
     @property
     def size(self) -> int:
@@ -246,12 +253,8 @@ class BlockMachine:
                                        f"expected bytes that never arrived, or bytes that arrived unexpected "
                                        f"({bar.describe()})", str(self.kernel.loc), self.describe_tasks())
         for task in self.tasks:
-            if task.wgmma_uncommitted:
-                raise KernelError(f"{task.name} issued wgmma.mma that was never committed (wgmma.commit_group)",
-                                  str(task.wgmma_uncommitted[0][0]), self.describe_tasks())
-            if task.tma_uncommitted:
-                raise KernelError(f"{task.name} issued tma.shared_to_global that was never committed "
-                                  f"(tma.commit_group)", str(task.tma_uncommitted[0].loc), self.describe_tasks())
+            for check in registry.exit_checks():
+                check(self, task)
 
     # ------------------------------------------------------------------------------------------- statements
 
@@ -368,10 +371,11 @@ class BlockMachine:
 
     def touch_accumulator(self, task, decl: ir.TensorDecl, what: str) -> None:
         """A register access: a RaceError while an mma writing ``decl`` is in flight; ends the wgmma fence."""
-        if task.inflight_accumulators.get(decl.uid):
+        wgmma = task.family_state(WgmmaState)
+        if wgmma.inflight_accumulators.get(decl.uid):
             raise RaceError(f"{what} touches register tensor {decl.name} while a wgmma.mma writing it is still in "
                             f"flight; wgmma.wait_group must cover that mma first")
-        task.wgmma_fenced = False
+        wgmma.fenced = False
 
     def row_share(self, task, threads, rows: int) -> tuple[int, int]:
         """Rows of a register tile this partition holds when its group spans several partitions (each warpgroup

@@ -27,7 +27,7 @@ from warpspec.isa.mbarrier import AllocBarriers, MbarrierArrive, MbarrierArriveE
 from warpspec.isa.memory import LoadGlobal, LoadShared, StoreGlobal, StoreShared
 from warpspec.isa.roles import Sync, ThreadGroup
 from warpspec.isa.tma import TmaLoad, TmaStore, TmaWait
-from warpspec.isa.wgmma import WgmmaCommit, WgmmaMma, WgmmaWait
+from warpspec.isa.wgmma import WgmmaCommit, WgmmaMma, WgmmaState, WgmmaWait
 from warpspec.ir import nodes as ir
 from warpspec.ir.printer import format_expr
 
@@ -241,7 +241,7 @@ class TimedMachine(BlockMachine):
             group = clock.wgmma_flops
             duration = sum(f / self.costs.wgmma_flops_per_ns(m, n, k, dt) for f, m, n, k, dt in group)
             self.flops += sum(f for f, *_ in group)
-            self.done_at[task.wgmma_groups[-1]] = self.sm.compute(clock.now, duration)
+            self.done_at[task.family_state(WgmmaState).groups[-1]] = self.sm.compute(clock.now, duration)
             if task.index in self.recorded:
                 self._add(task, "wgmma", "wgmma", clock.wgmma_start if group else start, clock.now, s.loc)
             clock.wgmma_start, clock.wgmma_flops = None, []

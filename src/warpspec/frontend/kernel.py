@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from warpspec.dtypes import DType, PointerType, boolean, float32, int32, int64, uint32
 from warpspec.errors import ArgumentError, CompileError
 from warpspec.frontend.bindings import Binding, InlineFunction
-from warpspec.frontend.builder import Builder, _parse_function
+from warpspec.frontend.interpreter import Interpreter, _parse_function
 from warpspec.frontend.language import Language
 from warpspec.ir import nodes as ir
 from warpspec.passes import analyse
@@ -48,7 +48,7 @@ def parameters(script_cls) -> tuple[Parameter, ...]:
     launch binds its arguments against them)."""
     function = kernel_function(script_cls)
     node, path = _parse_function(function)
-    builder = Builder()
+    builder = Interpreter()
     builder.globals, builder.file = function.__globals__, path
     result = []
     args = node.args
@@ -109,7 +109,7 @@ def build_kernel(script, compile_time: dict) -> ir.Kernel:
     cls = type(script)
     function = kernel_function(cls)
     node, path = _parse_function(function)
-    builder = Builder()
+    builder = Interpreter()
     language = Language(builder)
     builder.language = language
     builder.globals, builder.file = function.__globals__, path
@@ -121,15 +121,12 @@ def build_kernel(script, compile_time: dict) -> ir.Kernel:
         if p.runtime:
             dtype = p.annotation.dtype if isinstance(p.annotation, PointerType) else p.annotation
             var = ir.Var(p.name, int64 if isinstance(p.annotation, PointerType) else dtype)
-            builder.host_values[var.uid] = var  # the host knows a parameter's launch value
-            if isinstance(p.annotation, PointerType):
-                builder.pointer_params[var] = p.annotation.dtype
+            builder.declare_parameter(var, p.annotation.dtype if isinstance(p.annotation, PointerType) else None)
             params.append(ir.Param(p.name, p.annotation, var))
             scope[p.name] = Binding(var, 0)
         else:
             scope[p.name] = Binding(compile_time[p.name], 0)
-    builder.scopes = [scope]
-    builder.exec_body(node.body)
+    body = builder.build_body(node.body, scope)
     attrs = language.attrs
     loc = ir.Loc(path, node.lineno)
     if attrs.warps is None:
@@ -138,7 +135,7 @@ def build_kernel(script, compile_time: dict) -> ir.Kernel:
         raise CompileError("the kernel never sets self.attrs.blocks", str(loc))
     constants = tuple(sorted(compile_time.items())) + tuple(sorted(script.schedule().items()))
     kernel = ir.Kernel(cls.__name__, tuple(params), attrs.blocks, attrs.warps, attrs.cluster_blocks,
-                       tuple(builder.blocks[0]), constants, loc)
+                       body, constants, loc)
     return analyse(kernel, builder.target)
 
 

@@ -25,7 +25,7 @@ class Attrs(LanguageObject):
 
     def set_attribute(self, name: str, value) -> None:
         b = self.b
-        if b.depth or b.groups:
+        if b.depth or b.in_thread_group():
             raise b.error(f"self.attrs.{name} must be set at the top level of the kernel, outside thread groups, "
                           f"loops and branches")
         if name == "blocks":
@@ -41,7 +41,7 @@ class Attrs(LanguageObject):
             if self.warps is not None and self.warps != warps:
                 raise b.error("self.attrs.warps is set twice")
             self.warps = warps
-            b.num_threads = warps * b.target.warp_threads
+            b.set_block_threads(warps * b.target.warp_threads)
         elif name == "cluster_blocks":
             sizes = list(value) if isinstance(value, (list, tuple)) else [value]
             sizes = [b.to_int(s, "self.attrs.cluster_blocks") for s in sizes]

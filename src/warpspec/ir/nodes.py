@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Union
+from typing import ClassVar, Union
 
 from warpspec.dtypes import DType, PointerType, int32
 
@@ -234,7 +234,7 @@ class Stmt:
     """
 
     abstract = True
-    blocks = ()
+    blocks: ClassVar[tuple[str, ...]] = ()
     loc: Loc
 
 

@@ -1,18 +1,21 @@
 """What every instruction family builds on: the base of language objects and the shared argument checks.
 
 A family's methods run inside the front end with already-evaluated arguments (Python values for compile-time
-ones, IR Exprs for runtime scalars, ``TensorValue``s for tensors). ``self.b`` is the front end's builder: methods
-check where they are used through it (``b.group``, ``b.depth``), convert arguments (``b.to_expr``, ``b.to_int``,
-``b.to_tensor``), raise ``b.error(...)`` at the kernel line and ``b.emit(...)`` IR. The front end binds the
-arguments against the method's signature first, so a missing or unknown argument is a CompileError at the
-kernel line too.
+ones, IR Exprs for runtime scalars, ``TensorValue``s for tensors). ``self.b`` is the build context, typed as the
+Protocol ``warpspec.isa.contracts.BuildContext`` (the front end's ``KernelContext`` implements it): methods check
+where they are used through it (``b.group``, ``b.depth``, ``b.in_thread_group()``), convert arguments
+(``b.to_expr``, ``b.to_int``, ``b.to_tensor``), raise ``b.error(...)`` at the kernel line and ``b.emit(...)`` IR;
+nothing else of the front end. The front end binds the arguments against the method's signature first, so a
+missing or unknown argument is a CompileError at the kernel line too.
 """
 
 from __future__ import annotations
 
 from warpspec.dtypes import DType
 from warpspec.isa.values import TensorValue, describe
+from warpspec.isa.contracts import BuildContext
 from warpspec.ir import nodes as ir
+from warpspec.target import Target
 
 
 def language_call(function):
@@ -22,7 +25,7 @@ def language_call(function):
 
 
 class LanguageObject:
-    """Base of objects reachable from ``self`` in a kernel; holds the front end's builder.
+    """Base of objects reachable from ``self`` in a kernel; holds the build context (``self.b``).
 
     A family whose ``namespace`` is a name (``"mbarrier"``) is reached as ``self.mbarrier``; one whose namespace is
     None contributes its public ``language_call`` methods to ``self`` directly (``self.shared_tensor``).
@@ -30,11 +33,11 @@ class LanguageObject:
 
     namespace: str | None = None
 
-    def __init__(self, builder):
-        self.b = builder
+    def __init__(self, context: BuildContext):
+        self.b = context
 
     @property
-    def target(self):
+    def target(self) -> Target:
         """The Target the kernel is built for."""
         return self.b.target
 
@@ -55,7 +58,7 @@ class LanguageObject:
         return tuple(name for name in dir(cls) if getattr(getattr(cls, name), "_language_call", False))
 
 
-def static_tensor_type(b, dtype, shape, what: str) -> tuple[DType, tuple[int, ...]]:
+def static_tensor_type(b: BuildContext, dtype, shape, what: str) -> tuple[DType, tuple[int, ...]]:
     """``(dtype, shape)`` of a tensor whose shape is known at compile time, or a CompileError naming ``what``."""
     if not isinstance(dtype, DType):
         raise b.error(f"{what} dtype must be a dtype such as float16, got {describe(dtype)}")
@@ -66,7 +69,7 @@ def static_tensor_type(b, dtype, shape, what: str) -> tuple[DType, tuple[int, ..
     return dtype, dims
 
 
-def offsets_of(b, offsets, view: TensorValue, what: str) -> tuple[ir.Expr, ...]:
+def offsets_of(b: BuildContext, offsets, view: TensorValue, what: str) -> tuple[ir.Expr, ...]:
     """One int32 offset per dimension of ``view``: integers or runtime integer values, never floats."""
     offsets = list(offsets) if isinstance(offsets, (list, tuple)) else [offsets]
     if len(offsets) != len(view.shape):
@@ -74,7 +77,7 @@ def offsets_of(b, offsets, view: TensorValue, what: str) -> tuple[ir.Expr, ...]:
     return tuple(b.to_index(o, f"{what} offset") for o in offsets)
 
 
-def barrier_ref(b, value, what: str) -> ir.TensorRef:
+def barrier_ref(b: BuildContext, value, what: str) -> ir.TensorRef:
     """The one mbarrier ``value`` names (``barriers[stage]``), or a CompileError naming ``what``."""
     if not isinstance(value, TensorValue) or value.kind != ir.BARRIER:
         raise b.error(f"{what} must be one mbarrier (e.g. barriers[stage]), got {describe(value)}")

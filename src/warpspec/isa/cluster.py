@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from warpspec.isa.base import LanguageObject, language_call
+from warpspec.isa.contracts import BuildContext, EmulationMachine, EmulationTask, Steps
 from warpspec.isa.registry import emulates
 from warpspec.ir import nodes as ir
 
@@ -43,20 +44,20 @@ class Cluster(LanguageObject):
         this block's shared memory. Without clusters it orders the block's threads like ``self.sync()``.
         PTX: ``barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;``"""
         b = self.b
-        if b.groups:
+        if b.in_thread_group():
             raise b.error("self.cluster_sync() must be executed by every thread of the block: call it outside "
                           "thread groups and single_thread")
         b.block_threads()
         b.emit(ClusterSync(b.loc))
 
 
-def cluster_size(b) -> int:
+def cluster_size(b: BuildContext) -> int:
     """How many blocks the kernel's cluster holds, as ``self.attrs.cluster_blocks`` says so far."""
-    x, y, z = b.language.attrs.cluster_blocks
+    x, y, z = b.kernel_attribute("cluster_blocks")
     return x * y * z
 
 
-def check_rank(b, rank: int, what: str) -> None:
+def check_rank(b: BuildContext, rank: int, what: str) -> None:
     """A CompileError naming ``what`` unless ``rank`` is a rank of the kernel's cluster."""
     size = cluster_size(b)
     if not 0 <= rank < size:
@@ -68,7 +69,7 @@ def check_rank(b, rank: int, what: str) -> None:
 
 
 @emulates(ClusterSync)
-def _cluster_sync(machine, task, s: ClusterSync):
+def _cluster_sync(machine: EmulationMachine, task: EmulationTask, s: ClusterSync) -> Steps | None:
     cluster = machine.cluster
     return machine.rendezvous(task, len(cluster.tasks), cluster.barrier,
                               "in cluster_sync() (barrier.cluster over every block of the cluster)")

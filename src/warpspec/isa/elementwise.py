@@ -19,6 +19,7 @@ import numpy as np
 from warpspec import dtypes
 from warpspec.dtypes import DType, boolean, int32
 from warpspec.isa.base import LanguageObject, language_call
+from warpspec.isa.contracts import BuildContext, EmulationMachine, EmulationTask
 from warpspec.isa.registry import LAYOUT_RULE, emulates, fact
 from warpspec.isa.values import TensorValue, describe
 from warpspec.ir import nodes as ir
@@ -170,7 +171,7 @@ class Elementwise(LanguageObject):
         return TensorValue(ir.TensorRef(decl))
 
 
-def _tile_index(b, axis: int, x) -> TensorValue:
+def _tile_index(b: BuildContext, axis: int, x) -> TensorValue:
     what = f"self.{('row', 'col')[axis]}_index"
     x = b.to_tensor(x, f"{what} x", (ir.REGISTER,))
     if len(x.shape) != 2:
@@ -184,7 +185,7 @@ def _shaped(value) -> str:
     return f"{value.name}{list(value.shape)}" if isinstance(value, TensorValue) else describe(value)
 
 
-def _check_operands(b, what: str, tensors) -> None:
+def _check_operands(b: BuildContext, what: str, tensors) -> None:
     """Register tensors of one dtype, or a CompileError naming ``what``."""
     for t in tensors:
         if t.kind != ir.REGISTER:
@@ -194,8 +195,8 @@ def _check_operands(b, what: str, tensors) -> None:
         raise b.error(f"dtypes differ: {x.name} is {x.dtype.name}, {y.name} is {y.dtype.name}; cast one")
 
 
-def unary(b, function: str, x) -> TensorValue:
-    """``function(x)`` of a float register tensor, emitted at the builder's line."""
+def unary(b: BuildContext, function: str, x) -> TensorValue:
+    """``function(x)`` of a float register tensor, emitted at the build context's line."""
     x = b.to_tensor(x, f"self.{function} x", (ir.REGISTER,))
     if not x.dtype.is_float:
         raise b.error(f"self.{function} takes a floating-point tensor; {x.name} is {x.dtype.name}")
@@ -204,9 +205,9 @@ def unary(b, function: str, x) -> TensorValue:
     return TensorValue(ir.TensorRef(decl))
 
 
-def binary(b, symbol: str, x, y) -> TensorValue:
+def binary(b: BuildContext, symbol: str, x, y) -> TensorValue:
     """``x symbol y`` where at least one side is a register tensor and the other a tensor of the same shape, a
-    broadcast vector ([1, N] or [M, 1] against [M, N], either side) or a scalar; emitted at the builder's line."""
+    broadcast vector ([1, N] or [M, 1] against [M, N], either side) or a scalar; emitted at the build context's line."""
     if symbol not in TENSOR_OPERATORS and symbol not in COMPARISONS and symbol not in LOGICAL:
         raise b.error(f"operator {symbol!r} is not supported on tensors; use one of "
                       f"{', '.join([*TENSOR_OPERATORS, *COMPARISONS, *LOGICAL])}")
@@ -228,7 +229,7 @@ def binary(b, symbol: str, x, y) -> TensorValue:
     return TensorValue(ir.TensorRef(decl))
 
 
-def broadcast_shape(b, tensors, text: str) -> tuple:
+def broadcast_shape(b: BuildContext, tensors, text: str) -> tuple:
     """The result shape of an elementwise operation on ``tensors`` (spelled ``text`` in errors): their common
     shape, or the 2-D [M, N] one's when each other is of that shape, a row vector [1, N] or a column vector
     [M, 1]; a CompileError naming them otherwise."""
@@ -249,7 +250,7 @@ def broadcast_axis(vector_shape, full_shape) -> int | None:
     return 0 if vector_shape[0] == 1 else 1
 
 
-def _scalar_operand(b, value, tensor: TensorValue, symbol: str):
+def _scalar_operand(b: BuildContext, value, tensor: TensorValue, symbol: str):
     """The scalar side of ``tensor symbol value`` in the tensor's type: into an integer tensor only an integer,
     never a truncated float."""
     if tensor.dtype.is_integer:
@@ -258,8 +259,8 @@ def _scalar_operand(b, value, tensor: TensorValue, symbol: str):
     return b.to_expr(value, tensor.dtype, f"the scalar operand of {symbol!r} on {tensor.name}")
 
 
-def negate(b, x: TensorValue) -> TensorValue:
-    """``-x`` of a register tensor, emitted at the builder's line."""
+def negate(b: BuildContext, x: TensorValue) -> TensorValue:
+    """``-x`` of a register tensor, emitted at the build context's line."""
     if x.kind != ir.REGISTER:
         raise b.error(f"arithmetic needs register tensors; {x.name} is a {x.kind} tensor")
     decl = b.new_register_tensor("tmp", x.dtype, x.shape)
@@ -271,13 +272,13 @@ def negate(b, x: TensorValue) -> TensorValue:
 
 
 @emulates(Cast)
-def _cast(machine, task, s: Cast):
+def _cast(machine: EmulationMachine, task: EmulationTask, s: Cast) -> None:
     src = machine.register(task, s.src, "cast")
     machine.define_register(task, s.decl, dtypes.round_to(s.decl.dtype, src.astype(np.float32)))
 
 
 @emulates(Arithmetic)
-def _arithmetic(machine, task, s: Arithmetic):
+def _arithmetic(machine: EmulationMachine, task: EmulationTask, s: Arithmetic) -> None:
     values = [np.asarray(machine.register(task, o, s.op) if isinstance(o, ir.TensorRef) else machine.ev(task, o))
               for o in s.operands]
     # floats in f32, as the GPU code computes them (a comparison too); conditions and integers as they are
@@ -294,7 +295,7 @@ def _arithmetic(machine, task, s: Arithmetic):
 
 
 @emulates(TileIndex)
-def _tile_index_values(machine, task, s: TileIndex):
+def _tile_index_values(machine: EmulationMachine, task: EmulationTask, s: TileIndex) -> None:
     machine.define_register(task, s.decl, np.indices(s.decl.shape, dtype=np.int32)[s.axis])
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from warpspec.isa.base import LanguageObject, language_call
+from warpspec.isa.contracts import EmulationMachine, EmulationTask
 from warpspec.isa.registry import emulates
 from warpspec.ir import nodes as ir
 
@@ -29,6 +30,6 @@ class Fences(LanguageObject):
 
 
 @emulates(FenceProxyAsync)
-def _fence_proxy_async(machine, task, s: FenceProxyAsync):
+def _fence_proxy_async(machine: EmulationMachine, task: EmulationTask, s: FenceProxyAsync) -> None:
     for tensor in machine.shared.values():
         tensor.unfenced[tensor.write_task == task.index] = False

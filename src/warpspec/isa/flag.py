@@ -19,9 +19,11 @@ this is ``warpspec.emulator.global_memory``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from warpspec.dtypes import int32
 from warpspec.isa.base import LanguageObject, language_call
+from warpspec.isa.contracts import BuildContext, EmulationMachine, EmulationTask, Steps
 from warpspec.isa.registry import emulates
 from warpspec.isa.values import TensorValue, describe
 from warpspec.ir import nodes as ir
@@ -52,7 +54,7 @@ class FlagWait(ir.Instruction):
 # ------------------------------------------------------------------------------------------------ language
 
 
-def _flag_operands(b, flags, index, value, what: str) -> tuple[ir.TensorRef, ir.Expr, ir.Expr]:
+def _flag_operands(b: BuildContext, flags, index, value, what: str) -> tuple[ir.TensorRef, ir.Expr, ir.Expr]:
     """The view, index and value of a flag operation, or a CompileError naming ``what``'s argument."""
     if not isinstance(flags, TensorValue) or flags.kind != ir.GLOBAL:
         raise b.error(f"{what} flags must be a global view (self.global_view of an int32 pointer), got "
@@ -90,13 +92,13 @@ class Flags(LanguageObject):
 # ----------------------------------------------------------------------------------------------- emulation
 
 
-def _flag(machine, task, s: FlagSignal | FlagWait, what: str):
+def _flag(machine: EmulationMachine, task: EmulationTask, s: FlagSignal | FlagWait, what: str) -> Any:
     """The flag element ``s`` names in ``task``, as the block's global memory locates it."""
     return machine.global_flag(task, s.flags, machine.ev(task, s.index), what)
 
 
 @emulates(FlagSignal)
-def _signal(machine, task, s: FlagSignal):
+def _signal(machine: EmulationMachine, task: EmulationTask, s: FlagSignal) -> Steps | None:
     flag = _flag(machine, task, s, "flag.signal")
     machine.global_memory.flag_signal(task, flag, machine.ev(task, s.value))
     task.tick()
@@ -104,7 +106,7 @@ def _signal(machine, task, s: FlagSignal):
 
 
 @emulates(FlagWait)
-def _wait(machine, task, s: FlagWait):
+def _wait(machine: EmulationMachine, task: EmulationTask, s: FlagWait) -> Steps | None:
     flag = _flag(machine, task, s, "flag.wait")
     memory, value = machine.global_memory, machine.ev(task, s.value)
     held = memory.flag_value(flag)

@@ -8,11 +8,13 @@ emulation. The emulator's barrier model (arrival counts, signed tx-count, parity
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from warpspec.dtypes import int32, uint32
 from warpspec.errors import BarrierError
 from warpspec.isa.base import LanguageObject, barrier_ref, language_call
 from warpspec.isa.cluster import check_rank
+from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
 from warpspec.isa.registry import emulates
 from warpspec.isa.values import TensorValue
 from warpspec.ir import nodes as ir
@@ -79,7 +81,7 @@ class Mbarrier(LanguageObject):
         and to TMA. Returns a barrier array; index it (``barriers[stage]``) to name one barrier.
         """
         b = self.b
-        if b.groups or b.depth:
+        if b.in_thread_group() or b.depth:
             raise b.error("mbarrier.alloc must be called by the whole block, outside thread groups, loops and "
                           "branches")
         counts = list(counts) if isinstance(counts, (list, tuple)) else [counts]
@@ -110,7 +112,7 @@ class Mbarrier(LanguageObject):
         if cta is not None:
             rank = b.to_integer(cta, int32, "mbarrier.arrive cta")
             if isinstance(rank, ir.Const):
-                check_rank(b, rank.value, "mbarrier.arrive cta")
+                check_rank(b, cast(int, rank.value), "mbarrier.arrive cta")
         b.emit(MbarrierArrive(b.loc, b.threads(), ref, rank))
 
     @language_call
@@ -139,7 +141,7 @@ class Mbarrier(LanguageObject):
 
 
 @emulates(AllocBarriers)
-def _alloc_barriers(machine, task, s: AllocBarriers):
+def _alloc_barriers(machine: EmulationMachine, task: EmulationTask, s: AllocBarriers) -> Steps | None:
     machine.create_barriers(task, s.decl, s.counts)
     # Initialisation is visible to all threads only after a block-wide barrier, which the CUDA back end emits
     # right after init: model it as a sync of the whole block.
@@ -148,7 +150,7 @@ def _alloc_barriers(machine, task, s: AllocBarriers):
 
 
 @emulates(MbarrierArrive)
-def _arrive(machine, task, s: MbarrierArrive):
+def _arrive(machine: EmulationMachine, task: EmulationTask, s: MbarrierArrive) -> Steps | None:
     if s.cta is None:
         bar = machine.barrier(task, s.barrier)
     else:
@@ -160,7 +162,7 @@ def _arrive(machine, task, s: MbarrierArrive):
 
 
 @emulates(MbarrierArriveExpectTx)
-def _arrive_expect_tx(machine, task, s: MbarrierArriveExpectTx):
+def _arrive_expect_tx(machine: EmulationMachine, task: EmulationTask, s: MbarrierArriveExpectTx) -> Steps | None:
     count = machine.arrivals(task, s)
     nbytes = machine.ev(task, s.nbytes)
     machine.barrier(task, s.barrier).arrive(count, task.clock, tx=nbytes * count)
@@ -169,7 +171,7 @@ def _arrive_expect_tx(machine, task, s: MbarrierArriveExpectTx):
 
 
 @emulates(MbarrierWait)
-def _wait(machine, task, s: MbarrierWait):
+def _wait(machine: EmulationMachine, task: EmulationTask, s: MbarrierWait) -> Steps | None:
     bar = machine.barrier(task, s.barrier)
     parity = machine.ev(task, s.phase)
     if parity not in (0, 1):

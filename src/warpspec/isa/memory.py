@@ -15,6 +15,7 @@ import numpy as np
 from warpspec import dtypes
 from warpspec.dtypes import DType, int32
 from warpspec.isa.base import LanguageObject, language_call, offsets_of, static_tensor_type
+from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
 from warpspec.isa.registry import LAYOUT_RULE, declare, emulates
 from warpspec.isa.values import TensorValue, describe
 from warpspec.ir import nodes as ir
@@ -130,9 +131,9 @@ class Memory(LanguageObject):
         view was written whole skips it. Executed by no thread: emits no instruction; TMA uses it through a tensor
         map built on the host at launch."""
         b = self.b
-        if not isinstance(ptr, ir.Var) or ptr not in b.pointer_params:
+        pointee = b.pointer_dtype(ptr)
+        if not isinstance(ptr, ir.Var) or pointee is None:
             raise b.error(f"global_view needs a pointer parameter (annotated ~dtype), got {describe(ptr)}")
-        pointee = b.pointer_params[ptr]
         if not isinstance(dtype, DType):
             raise b.error(f"global_view dtype must be a dtype such as float16, got {describe(dtype)}")
         if dtype != pointee:
@@ -142,7 +143,8 @@ class Memory(LanguageObject):
             raise b.error(f"global_view shape needs 1 to 5 dimensions, got {len(shape)}")
         sizes = tuple(b.to_integer(s, int32, "global_view shape") for s in shape)
         if strides is None:
-            strides, running = [], 1
+            strides = []
+            running: int | ir.Expr = 1
             for size in reversed(shape):  # row-major; folds to constants where the sizes are
                 strides.append(running)
                 # a runtime extent makes every outer stride runtime ([1, n_size]: n_size, then n_size * 1)
@@ -274,19 +276,19 @@ class Memory(LanguageObject):
 
 
 @emulates(GlobalView)
-def _global_view(machine, task, s: GlobalView):
+def _global_view(machine: EmulationMachine, task: EmulationTask, s: GlobalView) -> None:
     shape = tuple(machine.ev(task, e) for e in s.decl.shape)
     strides = tuple(machine.ev(task, e) for e in s.strides)
     task.env[s.decl.uid] = (s.pointer.uid, shape, strides)
 
 
 @emulates(AllocShared)
-def _alloc_shared(machine, task, s: AllocShared):
+def _alloc_shared(machine: EmulationMachine, task: EmulationTask, s: AllocShared) -> None:
     machine.create_shared(s.decl)
 
 
 @emulates(AllocRegister)
-def _alloc_register(machine, task, s: AllocRegister):
+def _alloc_register(machine: EmulationMachine, task: EmulationTask, s: AllocRegister) -> None:
     dtype = s.decl.dtype
     fill = (np.nan if dtype.is_float else 0) if s.init is None else machine.ev(task, s.init)
     data = dtypes.round_to(dtype, np.full(s.decl.shape, fill, dtype=np.float32)) if dtype.is_float else \
@@ -296,7 +298,7 @@ def _alloc_register(machine, task, s: AllocRegister):
 
 
 @emulates(StoreElement)
-def _store_element(machine, task, s: StoreElement):
+def _store_element(machine: EmulationMachine, task: EmulationTask, s: StoreElement) -> None:
     decl = s.tensor.decl
     machine.touch_accumulator(task, decl, "an element write")
     idx = tuple(machine.ev(task, e) for e in s.tensor.index + s.indices)
@@ -306,13 +308,13 @@ def _store_element(machine, task, s: StoreElement):
 
 
 @emulates(LoadGlobal)
-def _load_global(machine, task, s: LoadGlobal):
+def _load_global(machine: EmulationMachine, task: EmulationTask, s: LoadGlobal) -> None:
     offsets = [machine.ev(task, o) for o in s.offsets]
     machine.define_register(task, s.decl, machine.read_global_tile(task, s.view, offsets, s.decl.shape, "load_global"))
 
 
 @emulates(LoadShared)
-def _load_shared(machine, task, s: LoadShared):
+def _load_shared(machine: EmulationMachine, task: EmulationTask, s: LoadShared) -> None:
     region = machine.region(task, s.src)
     region.check_readable(task, "load_shared", async_proxy=False)
     region.record_read(task)
@@ -320,7 +322,7 @@ def _load_shared(machine, task, s: LoadShared):
 
 
 @emulates(StoreShared)
-def _store_shared(machine, task, s: StoreShared):
+def _store_shared(machine: EmulationMachine, task: EmulationTask, s: StoreShared) -> Steps | None:
     region = machine.region(task, s.dst)
     src = machine.register(task, s.src, "store_shared")
     rows = machine.row_share(task, s.threads, src.shape[0])
@@ -335,7 +337,7 @@ def _store_shared(machine, task, s: StoreShared):
 
 
 @emulates(StoreGlobal)
-def _store_global(machine, task, s: StoreGlobal):
+def _store_global(machine: EmulationMachine, task: EmulationTask, s: StoreGlobal) -> None:
     src = machine.register(task, s.src, "store_global")
     offsets = [machine.ev(task, o) for o in s.offsets]
     machine.write_global_tile(task, s.dst, offsets, src, "store_global",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
 from warpspec.isa.registry import emulates
 from warpspec.ir import nodes as ir
 
@@ -122,6 +123,6 @@ class ProfileFinish(ir.Stmt):
 @emulates(ProfileEnd)
 @emulates(ProfileJoin)
 @emulates(ProfileFinish)
-def _record_nothing(machine, task, s):
+def _record_nothing(machine: EmulationMachine, task: EmulationTask, s) -> Steps | None:
     """Every profiling statement's emulation: nothing happens."""
     return None

@@ -9,20 +9,23 @@ shuffles; the CUDA emission is ``warpspec.cuda.sm90.reduction``. The layout pass
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from warpspec.dtypes import float32
 from warpspec.errors import CompileError
 from warpspec.isa.base import LanguageObject, language_call
+from warpspec.isa.contracts import BuildContext, EmulationMachine, EmulationTask
 from warpspec.isa.registry import LAYOUT_RULE, emulates, fact
 from warpspec.isa.values import TensorValue
 from warpspec.ir import nodes as ir
 from warpspec.layout.registers import Accumulator, LayoutRule, Slice, describe_layout
 
 #: The reductions, with their numpy function.
-REDUCTIONS = {"max": np.max, "sum": np.sum}
+REDUCTIONS: dict[str, Callable[..., Any]] = {"max": np.max, "sum": np.sum}
 
 # ------------------------------------------------------------------------------------------------------- IR
 
@@ -61,7 +64,7 @@ class Reductions(LanguageObject):
         return _reduce(self.b, "sum", x, axis)
 
 
-def _reduce(b, op: str, x, axis) -> TensorValue:
+def _reduce(b: BuildContext, op: str, x, axis) -> TensorValue:
     what = f"self.reduce_{op}"
     x = b.to_tensor(x, f"{what} x", (ir.REGISTER,))
     axis = b.to_int(axis, f"{what} axis")
@@ -85,7 +88,7 @@ def _reduce(b, op: str, x, axis) -> TensorValue:
 
 
 @emulates(ReduceRows)
-def _reduce_rows(machine, task, s: ReduceRows):
+def _reduce_rows(machine: EmulationMachine, task: EmulationTask, s: ReduceRows) -> None:
     src = machine.register(task, s.src, f"reduce_{s.op}").astype(np.float32)
     machine.define_register(task, s.decl, REDUCTIONS[s.op](src, axis=1, keepdims=True))
 

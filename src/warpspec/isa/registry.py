@@ -4,7 +4,10 @@ Every statement type is registered once for the emulator (``@emulates(Node)``: `
 returning None or a generator that yields while the task waits) and once per CUDA target that claims it
 (``@emits(Node, target)``: ``fn(generator, stmt)``). A target may refuse a node deliberately with
 ``unsupported(Node, target, reason)``, which becomes a CompileError at the kernel line. ``tests/test_registry.py``
-walks every statement type and fails when one lacks an emulation or an emitter.
+walks every statement type and fails when one lacks an emulation or an emitter. A family whose emulation keeps
+state on the task (``task.family_state(...)``) checks it when the block ends with ``@at_exit``:
+``fn(machine, task)``, raising a KernelError. The types of these functions' arguments are the Protocols of
+``warpspec.isa.contracts`` (emulations) and ``warpspec.cuda.contracts`` (emitters).
 
 Other facts about a statement type are registered beside it the same way, by name: ``declare(FACT, Node, value)``
 or ``@fact(FACT, Node)`` on a function, read by the pass that needs them with ``fact_of(FACT, type(stmt))``, so a
@@ -14,12 +17,18 @@ statement deriving from a base must declare; the registry test reports a stateme
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 from warpspec.errors import CompileError
 from warpspec.ir import nodes as ir
 
-_EMULATIONS: dict[type, object] = {}
-_EMITTERS: dict[tuple[type, str], object] = {}
-_FACTS: dict[str, dict[type, object]] = {}
+Function = TypeVar("Function", bound=Callable[..., Any])
+
+_EMULATIONS: dict[type, Any] = {}
+_EMITTERS: dict[tuple[type, str], Any] = {}
+_EXIT_CHECKS: list[Any] = []
+_FACTS: dict[str, dict[type, Any]] = {}
 
 #: ``fn(stmt, target) -> layout.registers.LayoutRule``: what a statement says about the layouts of the register
 #: tensors it defines, reads or stores (``passes.layouts`` combines them).
@@ -33,9 +42,9 @@ PER_WARPGROUP = "per warpgroup"
 REQUIRED: dict[str, type] = {LAYOUT_RULE: ir.DefineTensor}
 
 
-def emulates(node: type):
+def emulates(node: type) -> Callable[[Function], Function]:
     """Register the decorated function as the emulator's semantics of statement type ``node``."""
-    def register(function):
+    def register(function: Function) -> Function:
         if node in _EMULATIONS:
             raise RuntimeError(f"{node.__name__} already has an emulation: {_EMULATIONS[node].__qualname__}")
         _EMULATIONS[node] = function
@@ -43,9 +52,9 @@ def emulates(node: type):
     return register
 
 
-def emits(node: type, target: str):
+def emits(node: type, target: str) -> Callable[[Function], Function]:
     """Register the decorated function as the CUDA emitter of statement type ``node`` for ``target``."""
-    def register(function):
+    def register(function: Function) -> Function:
         key = (node, target)
         if key in _EMITTERS:
             raise RuntimeError(f"{node.__name__} already has an emitter for {target}")
@@ -57,9 +66,9 @@ def emits(node: type, target: str):
 def unsupported(node: type, target: str, reason: str) -> None:
     """Declare that ``target``'s back end refuses ``node``: compiling a kernel that uses it is a CompileError at the
     statement's line saying ``reason``."""
-    def refuse(generator, stmt):
+    def refuse(generator: Any, stmt: ir.Stmt) -> None:
         raise CompileError(f"{reason} (not supported by the CUDA back end for {target} yet)", str(stmt.loc))
-    refuse.unsupported = reason
+    refuse.unsupported = reason  # type: ignore[attr-defined]
     emits(node, target)(refuse)
 
 
@@ -89,7 +98,19 @@ def facts(name: str) -> dict[type, object]:
     return dict(_FACTS.get(name, {}))
 
 
-def emulation(node: type):
+def at_exit(check: Function) -> Function:
+    """Register ``check(machine, task)``, run for every task of a block when the block ends (in the order the
+    family modules register them): a family's state on the task that must be empty by then."""
+    _EXIT_CHECKS.append(check)
+    return check
+
+
+def exit_checks() -> tuple[Any, ...]:
+    """Every registered end-of-block check, in registration order."""
+    return tuple(_EXIT_CHECKS)
+
+
+def emulation(node: type) -> Any:
     """The emulation function of statement type ``node``."""
     try:
         return _EMULATIONS[node]
@@ -97,7 +118,7 @@ def emulation(node: type):
         raise CompileError(f"the emulator has no semantics for {node.__name__}") from None
 
 
-def emitter(node: type, target: str):
+def emitter(node: type, target: str) -> Any:
     """The emitter of statement type ``node`` for ``target``."""
     try:
         return _EMITTERS[(node, target)]
@@ -105,22 +126,24 @@ def emitter(node: type, target: str):
         raise CompileError(f"the CUDA back end for {target} has no emitter for {node.__name__}") from None
 
 
-def emulations() -> dict[type, object]:
+def emulations() -> dict[type, Any]:
     """Every registered emulation, by statement type."""
     return dict(_EMULATIONS)
 
 
-def emitters(target: str) -> dict[type, object]:
+def emitters(target: str) -> dict[type, Any]:
     """Every registered emitter of ``target``, by statement type."""
     return {node: fn for (node, name), fn in _EMITTERS.items() if name == target}
 
 
 def statement_types() -> list[type]:
     """Every concrete IR statement type: subclasses of ``ir.Stmt`` that are not abstract bases."""
-    found, pending = [], [ir.Stmt]
+    found: list[type] = []
+    pending: list[type] = [ir.Stmt]
     while pending:
         cls = pending.pop()
-        for sub in cls.__subclasses__():
+        subclasses: list[type] = cls.__subclasses__()
+        for sub in subclasses:
             pending.append(sub)
             if not sub.__dict__.get("abstract", False):
                 found.append(sub)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from warpspec.isa.base import LanguageObject, language_call
+from warpspec.isa.contracts import BuildContext, EmulationMachine, EmulationTask, Steps
 from warpspec.isa.registry import BODY_THREADS, emulates, fact
 from warpspec.ir import nodes as ir
 
@@ -61,21 +62,15 @@ class Sync(ir.Stmt):
 class _Group(LanguageObject):
     """The context of ``with self.thread_group(...)`` / ``with self.single_thread()``."""
 
-    def __init__(self, builder, begin: int, count: int, single: bool, max_registers=None):
-        super().__init__(builder)
+    def __init__(self, context: BuildContext, begin: int, count: int, single: bool, max_registers=None):
+        super().__init__(context)
         self.begin, self.count, self.single, self.max_registers = begin, count, single, max_registers
 
     def build_block(self, build_body) -> None:
         b = self.b
         loc = b.loc
-        # A group's names are its own: values computed by some threads do not exist on the others.
-        b.groups.append((self.begin, self.count, self.single))
-        b.scopes.append({})
-        try:
+        with b.enter_thread_group(self.begin, self.count, self.single):
             body = b.nested(build_body)
-        finally:
-            b.scopes.pop()
-            b.groups.pop()
         if self.single:
             b.emit(SingleThread(loc, self.begin, self.count, body))
         else:
@@ -131,11 +126,11 @@ class Roles(LanguageObject):
         if single:
             raise b.error("self.sync() inside single_thread would wait for threads that never arrive")
         if (begin, count) != (0, b.block_threads()):
-            b.named_syncs.add((begin, count))
+            syncing = b.claim_named_barrier(begin, count)
             groups = target.named_barriers - 1  # barrier 0 is the whole block's (__syncthreads)
-            if len(b.named_syncs) > groups:
+            if syncing > groups:
                 raise b.error(f"self.sync() over threads [{begin}, {begin + count}) would be the "
-                              f"{len(b.named_syncs)}th distinct thread group to sync, but {target.name} has "
+                              f"{syncing}th distinct thread group to sync, but {target.name} has "
                               f"{target.named_barriers} named barriers per block and barrier 0 is the whole "
                               f"block's: at most {groups} thread groups can sync; sync the whole block or fewer "
                               f"distinct groups")
@@ -146,21 +141,21 @@ class Roles(LanguageObject):
 
 
 @emulates(ThreadGroup)
-def _thread_group(machine, task, s: ThreadGroup):
+def _thread_group(machine: EmulationMachine, task: EmulationTask, s: ThreadGroup) -> Steps | None:
     if s.begin <= task.begin and task.end <= s.begin + s.count:
         return machine.exec_body(task, s.body)
     return None
 
 
 @emulates(SingleThread)
-def _single_thread(machine, task, s: SingleThread):
+def _single_thread(machine: EmulationMachine, task: EmulationTask, s: SingleThread) -> Steps | None:
     if task.begin <= s.begin < task.end:
         return machine.exec_body(task, s.body)
     return None
 
 
 @emulates(Sync)
-def _sync(machine, task, s: Sync):
+def _sync(machine: EmulationMachine, task: EmulationTask, s: Sync) -> Steps | None:
     return machine.sync(task, s.begin, s.count)
 
 

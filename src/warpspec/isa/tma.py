@@ -7,12 +7,15 @@ CUDA emission is ``warpspec.cuda.sm90.tma``; the tile layouts and tensor-map box
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
 
-from warpspec.errors import BarrierError
+from warpspec.errors import BarrierError, KernelError
 from warpspec.isa.base import LanguageObject, barrier_ref, language_call, offsets_of
 from warpspec.isa.cluster import check_rank
-from warpspec.isa.registry import emulates
+from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
+from warpspec.isa.registry import at_exit, emulates
 from warpspec.isa.values import TensorValue
 from warpspec.ir import nodes as ir
 from warpspec.ir.printer import format_expr
@@ -109,7 +112,7 @@ class Tma(LanguageObject):
         dst = b.to_tensor(dst, "tma.global_to_shared dst", (ir.SHARED,))
         self._box(dst, src, "tma.global_to_shared")
         bar = barrier_ref(b, mbarrier, "tma.global_to_shared mbarrier")
-        ranks = ()
+        ranks: tuple[int, ...] = ()
         if multicast is not None:
             ranks = tuple(b.to_int(r, "tma.global_to_shared multicast") for r in
                           (multicast if isinstance(multicast, (list, tuple)) else [multicast]))
@@ -151,8 +154,16 @@ class Tma(LanguageObject):
 # ----------------------------------------------------------------------------------------------- emulation
 
 
+@dataclass
+class TmaState:
+    """A task's bulk-async groups of TMA stores on the emulator: ``task.family_state(TmaState)``."""
+
+    uncommitted: list[Any] = field(default_factory=list)  # store events issued since the last commit
+    groups: deque[list[Any]] = field(default_factory=deque)  # committed groups, oldest first, until observed
+
+
 @emulates(TmaLoad)
-def _tma_load(machine, task, s: TmaLoad):
+def _tma_load(machine: EmulationMachine, task: EmulationTask, s: TmaLoad) -> Steps:
     # Each destination: this block's dst and barrier, or with multicast the same ones in every listed block.
     what = "tma.global_to_shared" + (f" multicast to ranks {list(s.multicast)}" if s.multicast else "")
     destinations = []
@@ -173,7 +184,7 @@ def _tma_load(machine, task, s: TmaLoad):
     for block, region, bar in destinations:
         region.view("async_writer")[...] = machine.next_operation_id()
 
-        def complete(region=region, bar=bar):
+        def complete(region: Any = region, bar: Any = bar) -> None:
             region.view("data")[...] = machine.global_memory.read(task, source)
             region.view("async_writer")[...] = 0
             region.record_write(task.index, issue_clock[task.index])
@@ -196,7 +207,7 @@ def _tma_load(machine, task, s: TmaLoad):
 
 
 @emulates(TmaStore)
-def _tma_store(machine, task, s: TmaStore):
+def _tma_store(machine: EmulationMachine, task: EmulationTask, s: TmaStore) -> Steps:
     region = machine.region(task, s.src)
     offsets = [machine.ev(task, o) for o in s.offsets]
     region.check_readable(task, "tma.shared_to_global", async_proxy=True)
@@ -206,40 +217,51 @@ def _tma_store(machine, task, s: TmaStore):
     destination = machine.global_tile(task, s.dst, offsets, s.src.shape, "tma.shared_to_global")
     machine.global_memory.store_issued(task, destination)
 
-    def complete():
+    def complete() -> None:
         machine.global_memory.write(task, destination, region.view("data"))
 
-    def retire():
+    def retire() -> None:
         region.view("async_readers")[...] -= 1
         region.record_read(task)  # the read ends, for ordering purposes, when the issuer observes it
         machine.global_memory.store_observed(task, destination)
 
     event = machine.new_event("tma_store", task, s.loc, complete,
                               f"TMA store {region.text} -> {format_expr(s.dst)}{offsets}", retire)
-    task.tma_uncommitted.append(event)
+    task.family_state(TmaState).uncommitted.append(event)
     return machine.preempt()
 
 
 @emulates(TmaCommit)
-def _tma_commit(machine, task, s: TmaCommit):
-    task.tma_groups.append(task.tma_uncommitted)
-    task.tma_uncommitted = []
+def _tma_commit(machine: EmulationMachine, task: EmulationTask, s: TmaCommit) -> None:
+    state = task.family_state(TmaState)
+    state.groups.append(state.uncommitted)
+    state.uncommitted = []
 
 
 @emulates(TmaWait)
-def _tma_wait(machine, task, s: TmaWait):
-    def ready():
+def _tma_wait(machine: EmulationMachine, task: EmulationTask, s: TmaWait) -> Steps:
+    groups = task.family_state(TmaState).groups
+
+    def ready() -> bool:
         # PTX: every group but the newest n is complete. Bulk groups may complete out of order (a seeded run
         # completes them at random), so counting the incomplete ones is not enough: an older one may be among them.
-        older = len(task.tma_groups) - s.n
-        return all(all(e.done for e in group) for group in list(task.tma_groups)[:max(older, 0)])
+        older = len(groups) - s.n
+        return all(all(e.done for e in group) for group in list(groups)[:max(older, 0)])
 
-    def observe():
+    def observe() -> None:
         # Only now does the program know the stores have read their sources: until then a write into them
         # races, however early the copy engine actually finished. It knows it of the groups older than the newest
         # n only: those may have finished too, but wait_group(n) does not say so.
-        while len(task.tma_groups) > s.n:
-            for event in task.tma_groups.popleft():
+        while len(groups) > s.n:
+            for event in groups.popleft():
                 event.retire()
 
     return machine.wait_until(ready, f"in tma.wait_group({s.n})", after=observe)
+
+
+@at_exit
+def _uncommitted_stores(machine: EmulationMachine, task: EmulationTask) -> None:
+    uncommitted = task.family_state(TmaState).uncommitted
+    if uncommitted:
+        raise KernelError(f"{task.name} issued tma.shared_to_global that was never committed "
+                          f"(tma.commit_group)", str(uncommitted[0].loc), machine.describe_tasks())

@@ -9,14 +9,18 @@ A/B/D types and K steps exist is the target's table (``warpspec.target.WGMMA_FOR
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from warpspec import dtypes
 from warpspec.errors import KernelError
 from warpspec.isa.base import LanguageObject, language_call
-from warpspec.isa.registry import LAYOUT_RULE, PER_WARPGROUP, declare, emulates, fact
+from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
+from warpspec.isa.registry import LAYOUT_RULE, PER_WARPGROUP, at_exit, declare, emulates, fact
 from warpspec.ir import nodes as ir
 from warpspec.ir.printer import format_expr
 from warpspec.layout.fragments import AccumulatorLayout
@@ -136,18 +140,30 @@ class Wgmma(LanguageObject):
 # ----------------------------------------------------------------------------------------------- emulation
 
 
+@dataclass
+class WgmmaState:
+    """A task's (a warpgroup's) WGMMAs on the emulator: ``task.family_state(WgmmaState)``."""
+
+    #: The mmas issued since the last commit: (loc, complete, retire, text) each.
+    uncommitted: list[tuple[ir.Loc, Callable[[], None], Callable[[], None], str]] = field(default_factory=list)
+    groups: deque[Any] = field(default_factory=deque)  # committed groups' events, oldest first, until observed
+    fenced: bool = False  # a wgmma.fence since the last register access
+    inflight_accumulators: dict[int, int] = field(default_factory=dict)  # register tensor uid -> pending mmas
+
+
 @emulates(WgmmaFence)
-def _fence(machine, task, s: WgmmaFence):
-    task.wgmma_fenced = True
+def _fence(machine: EmulationMachine, task: EmulationTask, s: WgmmaFence) -> None:
+    task.family_state(WgmmaState).fenced = True
 
 
 @emulates(WgmmaMma)
-def _mma(machine, task, s: WgmmaMma):
-    if not task.wgmma_fenced:
+def _mma(machine: EmulationMachine, task: EmulationTask, s: WgmmaMma) -> Steps:
+    state = task.family_state(WgmmaState)
+    if not state.fenced:
         raise KernelError(f"wgmma.mma into {s.d.decl.name} without a wgmma.fence() after the last register "
                           f"access; the PTX ISA requires the fence before the first mma_async and after touching "
                           f"its registers")
-    operands = []
+    operands: list[Any] = []
     for ref, name in ((s.a, "a"), (s.b, "b")):
         if ref.kind == ir.SHARED:
             region = machine.region(task, ref)
@@ -157,15 +173,15 @@ def _mma(machine, task, s: WgmmaMma):
             operands.append(region)
         else:
             operands.append(machine.register(task, ref, "wgmma.mma a"))
-            task.wgmma_fenced = True
+            state.fenced = True
     rows = machine.row_share(task, s.threads, s.d.shape[0])
     d_uid = s.d.decl.uid
-    task.inflight_accumulators[d_uid] = task.inflight_accumulators.get(d_uid, 0) + 1
+    state.inflight_accumulators[d_uid] = state.inflight_accumulators.get(d_uid, 0) + 1
     is_region = [ref.kind == ir.SHARED for ref in (s.a, s.b)]
     text = " @ ".join((o.text + (".T" if r.transposed else "")) if shared else format_expr(r)
                       for o, r, shared in zip(operands, (s.a, s.b), is_region))
 
-    def complete():
+    def complete() -> None:
         a = operands[0].view("data") if is_region[0] else operands[0]
         b = operands[1].view("data")
         if s.b.transposed:
@@ -177,46 +193,57 @@ def _mma(machine, task, s: WgmmaMma):
         product = a @ b.astype(np.float32)
         d[rows[0]:rows[1]] = dtypes.round_to(s.d.decl.dtype, d[rows[0]:rows[1]].astype(np.float32) + product)
 
-    def retire():
+    def retire() -> None:
         # The shared operands are free and the accumulator readable only once wait_group observes the group.
         for operand, shared in zip(operands, is_region):
             if shared:
                 operand.view("async_readers")[...] -= 1
                 operand.record_read(task)  # ordered from here on: a release before this point races
-        task.inflight_accumulators[d_uid] -= 1
+        state.inflight_accumulators[d_uid] -= 1
 
-    task.wgmma_uncommitted.append((s.loc, complete, retire, f"wgmma {text} -> {s.d.decl.name}"))
+    state.uncommitted.append((s.loc, complete, retire, f"wgmma {text} -> {s.d.decl.name}"))
     return machine.preempt()
 
 
 @emulates(WgmmaCommit)
-def _commit(machine, task, s: WgmmaCommit):
-    mmas = task.wgmma_uncommitted
-    task.wgmma_uncommitted = []
+def _commit(machine: EmulationMachine, task: EmulationTask, s: WgmmaCommit) -> None:
+    state = task.family_state(WgmmaState)
+    mmas = state.uncommitted
+    state.uncommitted = []
 
-    def complete():
+    def complete() -> None:
         for _, fn, _, _ in mmas:
             fn()
 
-    def retire():
+    def retire() -> None:
         for _, _, fn, _ in mmas:
             fn()
 
     text = "; ".join(t for _, _, _, t in mmas) or "empty wgmma group"
     loc = mmas[0][0] if mmas else s.loc
-    task.wgmma_groups.append(machine.new_event("wgmma", task, loc, complete, text, retire))
+    state.groups.append(machine.new_event("wgmma", task, loc, complete, text, retire))
 
 
 @emulates(WgmmaWait)
-def _wait(machine, task, s: WgmmaWait):
-    def ready():
-        return sum(not e.done for e in task.wgmma_groups) <= s.n
+def _wait(machine: EmulationMachine, task: EmulationTask, s: WgmmaWait) -> Steps:
+    groups = task.family_state(WgmmaState).groups
 
-    def observe():
-        while task.wgmma_groups and task.wgmma_groups[0].done and len(task.wgmma_groups) > s.n:
-            task.wgmma_groups.popleft().retire()
+    def ready() -> bool:
+        return sum(not e.done for e in groups) <= s.n
+
+    def observe() -> None:
+        while groups and groups[0].done and len(groups) > s.n:
+            groups.popleft().retire()
 
     return machine.wait_until(ready, f"in wgmma.wait_group({s.n})", after=observe)
+
+
+@at_exit
+def _uncommitted_mmas(machine: EmulationMachine, task: EmulationTask) -> None:
+    uncommitted = task.family_state(WgmmaState).uncommitted
+    if uncommitted:
+        raise KernelError(f"{task.name} issued wgmma.mma that was never committed (wgmma.commit_group)",
+                          str(uncommitted[0][0]), machine.describe_tasks())
 
 
 # --------------------------------------------------------------------------------------------------- facts
@@ -226,7 +253,8 @@ def _mma_layouts(stmt: WgmmaMma, target) -> LayoutRule:
     """D is held in accumulator fragments over the executing warpgroups, a register A in A fragments of them."""
     m, n = stmt.d.shape
     warpgroups = stmt.threads[1] // target.warpgroup_threads
-    fixed = [(stmt.d.decl, Accumulator(AccumulatorLayout(m, n, warpgroups=warpgroups), stmt.threads[0]))]
+    accumulator = Accumulator(AccumulatorLayout(m, n, warpgroups=warpgroups), stmt.threads[0])
+    fixed: list[tuple[ir.TensorDecl, object]] = [(stmt.d.decl, accumulator)]
     if stmt.a.kind == ir.REGISTER:
         fixed.append((stmt.a.decl, AFragment(m, stmt.a.shape[1], warpgroups, stmt.threads[0],
                                              target.warpgroup_threads)))

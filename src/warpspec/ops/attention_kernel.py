@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from warpspec.dtypes import bfloat16, float16, float32, int32, uint32
 from warpspec.errors import ArgumentError
-from warpspec.frontend.builder import cdiv
+from warpspec.frontend.interpreter import cdiv
 from warpspec.pipeline import Pipeline
 from warpspec.script import Script, autotune
 

@@ -31,7 +31,7 @@ host, which keeps a call free of host synchronisation (CUDA graphs, ``torch.comp
 from __future__ import annotations
 
 from warpspec.dtypes import bfloat16, float8_e4m3, float16, float32, int32
-from warpspec.frontend.builder import cdiv
+from warpspec.frontend.interpreter import cdiv
 from warpspec.pipeline import Pipeline
 from warpspec.script import Class, Script, autotune
 

@@ -3,6 +3,7 @@ its cluster as a C++ expression."""
 
 from __future__ import annotations
 
+from warpspec.cuda.contracts import CodeGenerator
 from warpspec.isa.cluster import ClusterSync
 from warpspec.isa.registry import emits
 from warpspec.target import SM90A
@@ -14,7 +15,7 @@ CLUSTER_RANK = "cluster_ctarank()"
 
 
 @emits(ClusterSync, TARGET)
-def _emit_ClusterSync(gen, s: ClusterSync) -> None:
+def _emit_ClusterSync(gen: CodeGenerator, s: ClusterSync) -> None:
     # The .aligned forms: every thread of each warp executes the barrier together (it is called outside thread
     # groups, so whole warps reach it).
     gen.line('asm volatile("barrier.cluster.arrive.release.aligned;\\n barrier.cluster.wait.acquire.aligned;" ::: '

@@ -11,6 +11,7 @@ coordinate expressions over the thread index.
 
 from __future__ import annotations
 
+from warpspec.cuda.contracts import CodeGenerator
 from warpspec.isa.elementwise import Arithmetic, Cast, TileIndex, broadcast_axis
 from warpspec.ir import nodes as ir
 from warpspec.isa.registry import emits
@@ -29,7 +30,7 @@ _UNARY_PTX = {
 }
 
 
-def _operand(gen, s, o, layout, i) -> str:
+def _operand(gen: CodeGenerator, s, o, layout, i) -> str:
     """C++ for element register ``i`` (an int or the C++ loop index) of a tensor operand (floats as f32), or for a
     scalar operand."""
     integer = not s.decl.dtype.is_float
@@ -44,24 +45,24 @@ def _operand(gen, s, o, layout, i) -> str:
     return gen.cexpr(o) if integer else gen.to_f32(gen.cexpr(o), o.dtype)
 
 
-def _stored(gen, s, value: str) -> str:
+def _stored(gen: CodeGenerator, s, value: str) -> str:
     return value if not s.decl.dtype.is_float else gen.to_storage(value, s.decl.dtype)
 
 
-def _store_elements(gen, s, value: str, layout) -> None:
+def _store_elements(gen: CodeGenerator, s, value: str, layout) -> None:
     store = gen.set_element(s.decl, "i", _stored(gen, s, value))
     gen.line("#pragma unroll")
     gen.line(f"for (int i = 0; i < {layout.registers}; ++i) {{ {store} }}")
 
 
 @emits(Cast, TARGET)
-def _emit_Cast(gen, s: Cast) -> None:
+def _emit_Cast(gen: CodeGenerator, s: Cast) -> None:
     layout = gen.reg_layouts[s.decl.uid]
     gen.declare_registers(s.decl)
     _store_elements(gen, s, _operand(gen, s, s.src, layout, "i"), layout)
 
 
-def _value(gen, s: Arithmetic, values: list[str]) -> str:
+def _value(gen: CodeGenerator, s: Arithmetic, values: list[str]) -> str:
     if s.op == "neg":
         return f"(-{values[0]})"
     if s.op in ("min", "max"):
@@ -73,7 +74,7 @@ def _value(gen, s: Arithmetic, values: list[str]) -> str:
 
 
 @emits(Arithmetic, TARGET)
-def _emit_Arithmetic(gen, s: Arithmetic) -> None:
+def _emit_Arithmetic(gen: CodeGenerator, s: Arithmetic) -> None:
     layout = gen.reg_layouts[s.decl.uid]
     gen.declare_registers(s.decl)
     if s.op in _UNARY_PTX:
@@ -93,7 +94,7 @@ def _emit_Arithmetic(gen, s: Arithmetic) -> None:
 
 
 @emits(TileIndex, TARGET)
-def _emit_TileIndex(gen, s: TileIndex) -> None:
+def _emit_TileIndex(gen: CodeGenerator, s: TileIndex) -> None:
     gen.declare_registers(s.decl)
 
     def body(i, row, col, valid):

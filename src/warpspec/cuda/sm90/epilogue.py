@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+from warpspec.cuda.contracts import CodeGenerator
 from warpspec.cuda.cxx import C_TYPES, thread_prelude
 from warpspec.isa.memory import StoreGlobal
 from warpspec.layout.registers import Accumulator, packed
 
 
-def _store_head(gen, layout: Accumulator, view: str, row: str, col_expr: str) -> None:
+def _store_head(gen: CodeGenerator, layout: Accumulator, view: str, row: str, col_expr: str) -> None:
     acc = layout.layout
     gen.line(thread_prelude(layout.begin))
     gen.line(f"const int row0_ = {row} + g_ * {acc.m // acc.warpgroups} + 16 * w_ + (lane_ >> 2);")
@@ -16,7 +17,7 @@ def _store_head(gen, layout: Accumulator, view: str, row: str, col_expr: str) ->
     gen.line(f"unsigned char *const base_ = reinterpret_cast<unsigned char *>({view}_base);")
 
 
-def store_pairs(gen, s: StoreGlobal, layout: Accumulator, view: str, row: str, col: str):
+def store_pairs(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: str, row: str, col: str):
     """Each thread stores its fragment's adjacent column pairs (4 or 8 bytes) where aligned and in bounds."""
     acc = layout.layout
     src = s.src.decl
@@ -55,7 +56,7 @@ def store_pairs(gen, s: StoreGlobal, layout: Accumulator, view: str, row: str, c
     gen.line("}")
 
 
-def store_quads(gen, s: StoreGlobal, layout: Accumulator, view: str, row: str, col: str):
+def store_quads(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: str, row: str, col: str):
     """16-bit tiles: the four lanes of a quad exchange column pairs through shuffles so each lane stores 8
     consecutive columns (16 bytes, whole 32-byte sectors per quad) instead of 4 bytes at a time."""
     acc = layout.layout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from warpspec.cuda.contracts import CodeGenerator
 from warpspec.isa.fence import FenceProxyAsync
 from warpspec.isa.registry import emits
 from warpspec.target import SM90A
@@ -10,5 +11,5 @@ TARGET = SM90A.name
 
 
 @emits(FenceProxyAsync, TARGET)
-def _emit_FenceProxyAsync(gen, s: FenceProxyAsync) -> None:
+def _emit_FenceProxyAsync(gen: CodeGenerator, s: FenceProxyAsync) -> None:
     gen.line('asm volatile("fence.proxy.async.shared::cta;" ::: "memory");')

@@ -3,6 +3,7 @@ this block's barrier, or through mapa to another block's in the cluster), arrive
 
 from __future__ import annotations
 
+from warpspec.cuda.contracts import CodeGenerator
 from warpspec.isa.mbarrier import AllocBarriers, MbarrierArrive, MbarrierArriveExpectTx, MbarrierWait
 from warpspec.isa.registry import emits
 from warpspec.target import SM90A
@@ -11,7 +12,7 @@ TARGET = SM90A.name
 
 
 @emits(AllocBarriers, TARGET)
-def _emit_AllocBarriers(gen, s: AllocBarriers) -> None:
+def _emit_AllocBarriers(gen: CodeGenerator, s: AllocBarriers) -> None:
     offset = gen.barrier_offsets[s.decl.uid]
     gen.line("if (threadIdx.x == 0) {")
     for i, count in enumerate(s.counts):
@@ -22,7 +23,7 @@ def _emit_AllocBarriers(gen, s: AllocBarriers) -> None:
 
 
 @emits(MbarrierArrive, TARGET)
-def _emit_MbarrierArrive(gen, s: MbarrierArrive) -> None:
+def _emit_MbarrierArrive(gen: CodeGenerator, s: MbarrierArrive) -> None:
     if s.cta is None:
         gen.line(f"mbar_arrive({gen.barrier_address(s.barrier)});")
         return
@@ -33,12 +34,12 @@ def _emit_MbarrierArrive(gen, s: MbarrierArrive) -> None:
 
 
 @emits(MbarrierArriveExpectTx, TARGET)
-def _emit_MbarrierArriveExpectTx(gen, s: MbarrierArriveExpectTx) -> None:
+def _emit_MbarrierArriveExpectTx(gen: CodeGenerator, s: MbarrierArriveExpectTx) -> None:
     gen.line(f"mbar_arrive_expect_tx({gen.barrier_address(s.barrier)}, {gen.cexpr(s.nbytes)});")
 
 
 @emits(MbarrierWait, TARGET)
-def _emit_MbarrierWait(gen, s: MbarrierWait) -> None:
+def _emit_MbarrierWait(gen: CodeGenerator, s: MbarrierWait) -> None:
     if gen.debug:  # a bounded wait that reports which barrier of which statement it gave up on
         site = gen.debug_site(s)
         index = gen.cexpr(s.barrier.index[0])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from warpspec.cuda.contracts import CodeGenerator
 from warpspec.cuda.cxx import C_TYPES
 from warpspec.cuda.sm90 import epilogue
 from warpspec.dtypes import float32
@@ -20,7 +21,7 @@ TARGET = SM90A.name
 
 
 @emits(GlobalView, TARGET)
-def _emit_GlobalView(gen, s: GlobalView) -> None:
+def _emit_GlobalView(gen: CodeGenerator, s: GlobalView) -> None:
     name = gen.tensor_name(s.decl)
     gen.line(f"const u64 {name}_base = {gen.name_of(s.pointer)};")
     for axis, (size, stride) in enumerate(zip(s.decl.shape, s.strides)):
@@ -30,14 +31,14 @@ def _emit_GlobalView(gen, s: GlobalView) -> None:
 
 
 @emits(AllocShared, TARGET)
-def _emit_AllocShared(gen, s: AllocShared) -> None:
+def _emit_AllocShared(gen: CodeGenerator, s: AllocShared) -> None:
     placement = gen.shared[s.decl.uid]
     gen.line(f"// {s.decl.name}: {s.decl.dtype.name}{list(s.decl.shape)} at shared +{placement.offset}, "
               f"{placement.tile.swizzle_bytes}B swizzle, {placement.tile_stride} B per tile")
 
 
 @emits(AllocRegister, TARGET)
-def _emit_AllocRegister(gen, s: AllocRegister) -> None:
+def _emit_AllocRegister(gen: CodeGenerator, s: AllocRegister) -> None:
     decl = s.decl
     gen.declare_registers(decl)
     if s.init is None:
@@ -57,7 +58,7 @@ def _emit_AllocRegister(gen, s: AllocRegister) -> None:
 
 
 @emits(StoreElement, TARGET)
-def _emit_StoreElement(gen, s: StoreElement) -> None:
+def _emit_StoreElement(gen: CodeGenerator, s: StoreElement) -> None:
     decl = s.tensor.decl
     if not isinstance(gen.reg_layouts.get(decl.uid), Replicated):
         raise gen.error(f"elements of {decl.name} are spread over threads; they cannot be assigned one by one",
@@ -78,7 +79,7 @@ def _emit_StoreElement(gen, s: StoreElement) -> None:
     gen.line("}")
 
 
-def _global_address(gen, view: str, rank: int, offsets, row: str, col: str):
+def _global_address(gen: CodeGenerator, view: str, rank: int, offsets, row: str, col: str):
     """(in-bounds condition, element offset) of tile element (row, col) of a view at ``offsets``."""
     if rank == 1:
         c = f"({offsets[0]} + {col})"
@@ -89,7 +90,7 @@ def _global_address(gen, view: str, rank: int, offsets, row: str, col: str):
 
 
 @emits(LoadGlobal, TARGET)
-def _emit_LoadGlobal(gen, s: LoadGlobal) -> None:
+def _emit_LoadGlobal(gen: CodeGenerator, s: LoadGlobal) -> None:
     decl = s.decl
     layout = gen.reg_layouts[decl.uid]
     gen.declare_registers(decl)
@@ -109,7 +110,7 @@ def _emit_LoadGlobal(gen, s: LoadGlobal) -> None:
     gen.element_loop(layout, body)
 
 
-def shared_offset(gen, ref: ir.TensorRef, row: str, col: str) -> str:
+def shared_offset(gen: CodeGenerator, ref: ir.TensorRef, row: str, col: str) -> str:
     """C++ byte offset inside the tile of ``ref`` where element (row, col) lives (the TMA swizzle applied)."""
     tile = gen.shared[ref.decl.uid].tile
     mask = tile.span // 16 - 1
@@ -118,14 +119,14 @@ def shared_offset(gen, ref: ir.TensorRef, row: str, col: str) -> str:
     return f"((({col}) / {tile.box_cols}) * {tile.column_box_stride} + {swizzled})"
 
 
-def shared_pointer(gen, ref: ir.TensorRef, ctype: str, row: str, col: str) -> str:
+def shared_pointer(gen: CodeGenerator, ref: ir.TensorRef, ctype: str, row: str, col: str) -> str:
     base = gen.tile_address(ref, gen.current_loc)
     return (f"reinterpret_cast<{ctype} *>(smem_ptr + ({base} - smem) + "
             f"{shared_offset(gen, ref, row, col)})")
 
 
 @emits(LoadShared, TARGET)
-def _emit_LoadShared(gen, s: LoadShared) -> None:
+def _emit_LoadShared(gen: CodeGenerator, s: LoadShared) -> None:
     decl, src = s.decl, s.src
     layout = gen.reg_layouts[decl.uid]
     gen.declare_registers(decl)
@@ -141,7 +142,7 @@ def _emit_LoadShared(gen, s: LoadShared) -> None:
 
 
 @emits(StoreShared, TARGET)
-def _emit_StoreShared(gen, s: StoreShared) -> None:
+def _emit_StoreShared(gen: CodeGenerator, s: StoreShared) -> None:
     src, dst = s.src.decl, s.dst
     layout = gen.reg_layouts[src.uid]
     ctype = C_TYPES[src.dtype.name]
@@ -161,7 +162,7 @@ def _emit_StoreShared(gen, s: StoreShared) -> None:
 
 
 @emits(StoreGlobal, TARGET)
-def _emit_StoreGlobal(gen, s: StoreGlobal) -> None:
+def _emit_StoreGlobal(gen: CodeGenerator, s: StoreGlobal) -> None:
     layout = gen.reg_layouts[s.src.decl.uid]
     view = gen.tensor_name(s.dst.decl)
     offsets = [gen.cexpr(o) for o in s.offsets]

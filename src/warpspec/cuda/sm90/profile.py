@@ -16,6 +16,7 @@ instruction's memory accesses across it.
 
 from __future__ import annotations
 
+from warpspec.cuda.contracts import CodeGenerator
 from warpspec.isa.profile import (BLOCK, COUNT, COUNT_BITS, COUNT_MASK, END_CLOCK, END_NS, EVENT_WORDS,
                                   GRID_TAG_MASK, HEADER_WORDS, SMID, START_CLOCK, START_NS, WRITTEN, ProfileEnd,
                                   ProfileFinish, ProfileJoin, ProfileSetup, ProfileStart, array_words)
@@ -38,7 +39,7 @@ def _read(register: str, what: str) -> str:
 
 
 @emits(ProfileSetup, TARGET)
-def _emit_ProfileSetup(gen, s: ProfileSetup) -> None:
+def _emit_ProfileSetup(gen: CodeGenerator, s: ProfileSetup) -> None:
     recorders, blocks = len(s.recorders), s.sampled
     choose = "".join(f"warp == {t // 32} ? {r} : " for r, t in enumerate(s.recorders)) + "-1"
     x, y, z = (gen.cexpr(ir.Special(f"blockIdx.{axis}")) for axis in "xyz")
@@ -99,13 +100,13 @@ def _emit_ProfileSetup(gen, s: ProfileSetup) -> None:
 
 
 @emits(ProfileStart, TARGET)
-def _emit_ProfileStart(gen, s: ProfileStart) -> None:
+def _emit_ProfileStart(gen: CodeGenerator, s: ProfileStart) -> None:
     # Only recording warps read the clock: the blocks not sampled pay a predicate per site, nothing more.
     gen.line(f"if ({_RECORD} != nullptr) {_read(_timer(s.site), 'clock64')}")
 
 
 @emits(ProfileEnd, TARGET)
-def _emit_ProfileEnd(gen, s: ProfileEnd) -> None:
+def _emit_ProfileEnd(gen: CodeGenerator, s: ProfileEnd) -> None:
     index = gen.cexpr(s.index)
     # Inside single_thread the one thread that runs the site records it; elsewhere the warp's first thread does,
     # and every lane of the warp counts it.
@@ -126,13 +127,13 @@ def _emit_ProfileEnd(gen, s: ProfileEnd) -> None:
 
 
 @emits(ProfileJoin, TARGET)
-def _emit_ProfileJoin(gen, s: ProfileJoin) -> None:
+def _emit_ProfileJoin(gen: CodeGenerator, s: ProfileJoin) -> None:
     # Lanes agreed before the single thread's body, and only its thread counted since: the maximum is its count.
     gen.line(f'if ({_RECORD} != nullptr) asm volatile("redux.sync.max.u32 %0, %0, 0xffffffff;" : "+r"({_COUNT}));')
 
 
 @emits(ProfileFinish, TARGET)
-def _emit_ProfileFinish(gen, s: ProfileFinish) -> None:
+def _emit_ProfileFinish(gen: CodeGenerator, s: ProfileFinish) -> None:
     gen.line(f"if ({_RECORD} != nullptr && {_LEAD}) {{")
     gen.indent += 1
     gen.line("u64 ns_, clock_;")

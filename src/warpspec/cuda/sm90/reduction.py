@@ -9,6 +9,7 @@ row's result, as the row slice layout says.
 
 from __future__ import annotations
 
+from warpspec.cuda.contracts import CodeGenerator
 from warpspec.isa.reduction import ReduceRows
 from warpspec.isa.registry import emits
 from warpspec.layout.registers import Slice
@@ -22,7 +23,7 @@ def _combine(op: str, a: str, b: str) -> str:
 
 
 @emits(ReduceRows, TARGET)
-def _emit_ReduceRows(gen, s: ReduceRows) -> None:
+def _emit_ReduceRows(gen: CodeGenerator, s: ReduceRows) -> None:
     # The source's accumulator fragments (passes.layouts refuses others) say which registers hold which row. The
     # result's own layout may be the row slice of another accumulator (an [M, 1] maximum of S scaling a wider or
     # narrower O holds the same rows in the same registers), whose register count is not the source's.

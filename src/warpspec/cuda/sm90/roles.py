@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from warpspec.cuda.contracts import CodeGenerator
 from warpspec.isa.roles import SingleThread, Sync, ThreadGroup
 from warpspec.isa.registry import emits
 from warpspec.target import SM90A
@@ -11,7 +12,7 @@ TARGET = SM90A.name
 
 
 @emits(ThreadGroup, TARGET)
-def _emit_ThreadGroup(gen, s: ThreadGroup) -> None:
+def _emit_ThreadGroup(gen: CodeGenerator, s: ThreadGroup) -> None:
     warp_threads = gen.target.warp_threads
     first, last = s.begin // warp_threads, (s.begin + s.count) // warp_threads
     gen.line(f"if (warp >= {first} && warp < {last}) {{  // threads [{s.begin}, {s.begin + s.count})")
@@ -30,7 +31,7 @@ def _emit_ThreadGroup(gen, s: ThreadGroup) -> None:
 
 
 @emits(SingleThread, TARGET)
-def _emit_SingleThread(gen, s: SingleThread) -> None:
+def _emit_SingleThread(gen: CodeGenerator, s: SingleThread) -> None:
     if s.count == 32 and s.begin % 32 == 0:
         gen.line("if (elect_one()) {")
     else:
@@ -44,7 +45,7 @@ def _emit_SingleThread(gen, s: SingleThread) -> None:
 
 
 @emits(Sync, TARGET)
-def _emit_Sync(gen, s: Sync) -> None:
+def _emit_Sync(gen: CodeGenerator, s: Sync) -> None:
     if s.begin == 0 and s.count == gen.kernel.num_threads:
         gen.line("__syncthreads();")
         return

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from warpspec.cuda.contracts import CodeGenerator
 from warpspec.isa.tma import TmaCommit, TmaLoad, TmaStore, TmaWait
 from warpspec.ir import nodes as ir
 from warpspec.layout.shared import SharedTileLayout, tma_boxes
@@ -24,9 +25,9 @@ class TensorMapUse:
     tile: SharedTileLayout
 
 
-def plan_tensor_maps(gen) -> dict:
+def plan_tensor_maps(gen: CodeGenerator) -> dict[tuple[int, int], TensorMapUse]:
     """One tensor map per (global view, shared tile) pair that a TMA copy moves between, by (view, tile) uid."""
-    maps = {}
+    maps: dict[tuple[int, int], TensorMapUse] = {}
     for stmt in ir.walk(gen.kernel.body):
         if isinstance(stmt, (TmaLoad, TmaStore)):
             view, tile_ref = (stmt.src, stmt.dst) if isinstance(stmt, TmaLoad) else (stmt.dst, stmt.src)
@@ -37,7 +38,7 @@ def plan_tensor_maps(gen) -> dict:
     return maps
 
 
-def _issue_block(gen, s) -> tuple[str, str]:
+def _issue_block(gen: CodeGenerator, s) -> tuple[str, str]:
     """Open/close text that makes one thread issue: already one inside single_thread, else elect a lane of the
     (one-warp) group."""
     if gen.single_depth:
@@ -45,7 +46,7 @@ def _issue_block(gen, s) -> tuple[str, str]:
     return "if (elect_one()) {", "}"
 
 
-def _tma_coordinates(gen, offsets, box) -> list[str]:
+def _tma_coordinates(gen: CodeGenerator, offsets, box) -> list[str]:
     """PTX coordinates of one box, innermost dimension first: the tile's column and row offsets plus the
     box's place in the tile, then the leading dimensions' offsets."""
     exprs = [gen.cexpr(o) for o in offsets]
@@ -54,7 +55,7 @@ def _tma_coordinates(gen, offsets, box) -> list[str]:
 
 
 @emits(TmaLoad, TARGET)
-def _emit_TmaLoad(gen, s: TmaLoad) -> None:
+def _emit_TmaLoad(gen: CodeGenerator, s: TmaLoad) -> None:
     use = gen.maps[(s.src.decl.uid, s.dst.decl.uid)]
     dst = gen.tile_address(s.dst, s.loc)
     bar = gen.barrier_address(s.barrier)
@@ -78,7 +79,7 @@ def _emit_TmaLoad(gen, s: TmaLoad) -> None:
 
 
 @emits(TmaStore, TARGET)
-def _emit_TmaStore(gen, s: TmaStore) -> None:
+def _emit_TmaStore(gen: CodeGenerator, s: TmaStore) -> None:
     use = gen.maps[(s.dst.decl.uid, s.src.decl.uid)]
     src = gen.tile_address(s.src, s.loc)
     rank = len(s.offsets)
@@ -96,13 +97,13 @@ def _emit_TmaStore(gen, s: TmaStore) -> None:
 
 
 @emits(TmaCommit, TARGET)
-def _emit_TmaCommit(gen, s: TmaCommit) -> None:
+def _emit_TmaCommit(gen: CodeGenerator, s: TmaCommit) -> None:
     open_, close = _issue_block(gen, s)
     gen.line(f'{open_} asm volatile("cp.async.bulk.commit_group;" ::: "memory"); {close}')
 
 
 @emits(TmaWait, TARGET)
-def _emit_TmaWait(gen, s: TmaWait) -> None:
+def _emit_TmaWait(gen: CodeGenerator, s: TmaWait) -> None:
     open_, close = _issue_block(gen, s)
     gen.line(f'{open_} asm volatile("cp.async.bulk.wait_group {s.n};" ::: "memory"); {close}')
     if not gen.single_depth:

@@ -4,6 +4,7 @@ K step), the form taken from the target's table."""
 
 from __future__ import annotations
 
+from warpspec.cuda.contracts import CodeGenerator
 from warpspec.isa.wgmma import WgmmaCommit, WgmmaFence, WgmmaMma, WgmmaWait
 from warpspec.ir import nodes as ir
 from warpspec.layout.fragments import AccumulatorLayout
@@ -16,23 +17,23 @@ TARGET = SM90A.name
 
 
 @emits(WgmmaFence, TARGET)
-def _emit_WgmmaFence(gen, s: WgmmaFence) -> None:
+def _emit_WgmmaFence(gen: CodeGenerator, s: WgmmaFence) -> None:
     gen.line('asm volatile("wgmma.fence.sync.aligned;" ::: "memory");')
 
 
 @emits(WgmmaCommit, TARGET)
-def _emit_WgmmaCommit(gen, s: WgmmaCommit) -> None:
+def _emit_WgmmaCommit(gen: CodeGenerator, s: WgmmaCommit) -> None:
     gen.line('asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");')
 
 
 @emits(WgmmaWait, TARGET)
-def _emit_WgmmaWait(gen, s: WgmmaWait) -> None:
+def _emit_WgmmaWait(gen: CodeGenerator, s: WgmmaWait) -> None:
     gen.line(f'asm volatile("wgmma.wait_group.sync.aligned {s.n};" ::: "memory");')
     if s.n == 0:
         _fence_accumulators(gen)
 
 
-def _fence_accumulators(gen) -> None:
+def _fence_accumulators(gen: CodeGenerator) -> None:
     """After ``wait_group(0)`` every WGMMA accumulator in scope holds its final values: pin each one's registers
     here with an empty asm that reads and writes them (CUTLASS's warpgroup_fence_operand), so no read of them
     below can be moved above the wait. The wait's asm names no register, and without the pin the compiler may
@@ -50,7 +51,7 @@ def _fence_accumulators(gen) -> None:
 
 
 @emits(WgmmaMma, TARGET)
-def _emit_WgmmaMma(gen, s: WgmmaMma) -> None:
+def _emit_WgmmaMma(gen: CodeGenerator, s: WgmmaMma) -> None:
     acc = gen.reg_layouts[s.d.decl.uid]
     layout: AccumulatorLayout = acc.layout
     b_place = gen.shared[s.b.decl.uid]
@@ -110,7 +111,7 @@ def _emit_WgmmaMma(gen, s: WgmmaMma) -> None:
     gen.line("}")
 
 
-def _group_offset_bytes(gen, tile: SharedTileLayout, major: str, rows_per_group: int) -> int:
+def _group_offset_bytes(gen: CodeGenerator, tile: SharedTileLayout, major: str, rows_per_group: int) -> int:
     if major == "K":
         return rows_per_group * tile.row_bytes
     return (rows_per_group // tile.box_cols) * tile.column_box_stride

@@ -1,11 +1,11 @@
-"""Python source → IR.
+"""Python source → IR: the AST interpreter.
 
 The front end walks the AST of a Script's ``__call__`` (and of every helper it calls, inlined) as an abstract
 interpreter: names hold compile-time Python values, runtime scalars (IR ``Expr``s) or handles (tensors, language
 objects, Class instances). Anything over compile-time values is computed in Python; anything touching a runtime value
 becomes IR. Language calls (``self.mbarrier.wait(...)``) are methods of the instruction families in
 ``warpspec.isa``: the builder binds their arguments, then they check their placement and emit IR statements
-through it. Helper methods and ``warpspec.Class`` methods are inlined; every line built inside one carries the call
+through the build context (``warpspec.frontend.context``, which the interpreter is). Helper methods and ``warpspec.Class`` methods are inlined; every line built inside one carries the call
 site it was inlined at, so errors name the user's line first.
 """
 
@@ -20,15 +20,15 @@ import textwrap
 from dataclasses import replace
 from functools import lru_cache
 
-from warpspec.dtypes import DType, boolean, float32, int32, int64, uint32
+from warpspec.dtypes import DType, boolean, float32, int32
 from warpspec import target as targets
 from warpspec.errors import CompileError
 from warpspec.frontend.bindings import Binding, ClassInstance, InlineFunction
+from warpspec.frontend.context import _RANK, KernelContext, _python_type
 from warpspec.isa import elementwise
 from warpspec.isa.memory import StoreElement
 from warpspec.isa.values import RuntimeRange, TensorValue, describe
 from warpspec.ir import nodes as ir
-from warpspec.ir.rewrite import map_exprs
 
 _PY_BINOPS = {
     ast.Add: ("+", operator.add), ast.Sub: ("-", operator.sub), ast.Mult: ("*", operator.mul),
@@ -42,7 +42,6 @@ _PY_COMPARE = {
     ast.Is: (None, operator.is_), ast.IsNot: (None, operator.is_not),
     ast.In: (None, lambda a, b: a in b), ast.NotIn: (None, lambda a, b: a not in b),
 }
-_RANK = {boolean: 0, int32: 1, uint32: 2, int64: 3, float32: 4}
 #: Inlined calls nested deeper than this are a helper that calls itself (directly or through others). A level costs
 #: the front end's visitors 26 Python frames for a call under a thread group, a loop and a branch, so 16 levels stay
 #: well below Python's default limit of 1000 frames: the error is a CompileError, never a RecursionError.
@@ -72,152 +71,31 @@ def _parse_function(function) -> tuple[ast.FunctionDef, str]:
     return node, path
 
 
-class Builder:
-    """Builds one ``ir.Kernel`` from a Script instance and its compile-time arguments."""
+class Interpreter(KernelContext):
+    """Builds one ``ir.Kernel`` from a Script instance and its compile-time arguments by walking its Python AST;
+    the families it calls see it as their build context."""
 
     def __init__(self, target: targets.Target = targets.DEFAULT):
-        self.target = target
-        self.blocks: list[list[ir.Stmt]] = [[]]
-        self.groups: list[tuple[int, int, bool]] = []  # (begin, count, single_thread)
-        self.depth = 0  # runtime if/for nesting
-        self.loc = ir.Loc("<kernel>", 0)
+        super().__init__(target)
         self.file = "<kernel>"
-        self.scopes: list[dict[str, Binding]] = []
         self.globals: dict = {}
-        self.language = None  # the object `self` stands for in a Script, set by build_kernel
-        self.num_threads = None  # set once attrs.warps is known
-        self.attrs = None
-        self.pointer_params: dict = {}  # pointer parameter Var -> pointee DType
-        self.assigning: str | None = None  # the name being assigned, to name the tensors it creates
         self.function_depth: int | None = None  # runtime depth at which the inlined function being built began
         self.function_groups = 0  # thread groups open when it began
         self.call_site: ir.Loc | None = None  # where the function being inlined was called (None: the kernel body)
         self.function_name: str | None = None  # its qualified name
         self.inline_depth = 0
-        #: What the host knows of runtime variables before the launch (the grid is computed there), by uid: the
-        #: current value over the parameters' launch values, or (a str) what makes it unknown. Parameters start as
-        #: themselves; a variable assigned inside a runtime loop, a branch or a thread group is dropped.
-        self.host_values: dict[int, ir.Expr | str] = {}
-        self.named_syncs: set[tuple[int, int]] = set()  # thread groups that use a named barrier for sync()
 
-    # ------------------------------------------------------------------------------------------------ emitting
-
-    def error(self, message: str) -> CompileError:
-        """A CompileError at the statement being built."""
-        return CompileError(message, str(self.loc))
-
-    def emit(self, stmt: ir.Stmt) -> ir.Stmt:
-        self.blocks[-1].append(stmt)
-        return stmt
-
-    def nested(self, build) -> tuple[ir.Stmt, ...]:
-        """Run ``build()`` collecting the statements it emits into a new list."""
-        self.blocks.append([])
-        try:
-            build()
-        finally:
-            body = self.blocks.pop()
-        return tuple(body)
-
-    @property
-    def group(self) -> tuple[int, int, bool]:
-        """The innermost thread group as (begin, count, single_thread); the whole block outside any group."""
-        if self.groups:
-            return self.groups[-1]
-        return (0, self.block_threads(), False)
-
-    def block_threads(self) -> int:
-        if self.num_threads is None:
-            raise self.error("set self.attrs.warps before using thread groups or instructions")
-        return self.num_threads
-
-    def threads(self) -> tuple[int, int]:
-        """(begin, count) of the threads that execute an instruction emitted here: 1 inside single_thread."""
-        begin, count, single = self.group
-        return (begin, 1) if single else (begin, count)
-
-    # -------------------------------------------------------------------------------------------- conversions
-
-    def to_expr(self, value, dtype: DType | None = None, what: str = "value") -> ir.Expr:
-        """A runtime Expr for ``value`` (a Python scalar or an Expr), converted to ``dtype`` when given."""
-        if isinstance(value, ir.Expr):
-            if dtype is not None and value.dtype != dtype:
-                return ir.Convert(value, dtype)
-            return value
-        if isinstance(value, bool):
-            return ir.Const(value, dtype or boolean)
-        if isinstance(value, int):
-            target = dtype or (int32 if -2**31 <= value < 2**31 else int64)
-            if target.is_integer:
-                _check_int_range(self, value, target)
-            return ir.Const(float(value) if target.is_float else value, target)
-        if isinstance(value, float):
-            target = dtype or float32
-            return ir.Const(value if target.is_float else int(value), target)
-        raise self.error(f"{what} must be a scalar, got {describe(value)}")
-
-    def to_integer(self, value, dtype: DType, what: str) -> ir.Expr:
-        """An integer Expr of ``dtype`` for ``value``; a float (compile-time or runtime) is a CompileError naming
-        ``what``, never truncated."""
-        if isinstance(value, float) or (isinstance(value, ir.Expr) and value.dtype.is_float):
-            shown = repr(value) if isinstance(value, float) else describe(value)
-            raise self.error(f"{what} must be an integer, got {shown}; convert it with int(...) or use // for "
-                             f"integer division")
-        if not isinstance(value, (int, ir.Expr)):
-            raise self.error(f"{what} must be an integer, got {describe(value)}")
-        return self.to_expr(value, dtype, what)
-
-    def to_index(self, value, what: str) -> ir.Expr:
-        """An int32 index or offset (see ``to_integer``)."""
-        return self.to_integer(value, int32, what)
-
-    def new_register_tensor(self, name: str, dtype: DType, shape) -> ir.TensorDecl:
-        """The declaration of a register tensor defined by the statement being built."""
-        return ir.TensorDecl(name, ir.REGISTER, dtype, tuple(shape), self.loc)
-
-    def host_value(self, expr: ir.Expr, root: bool = False) -> ir.Expr | str:
-        """``expr`` as the host computes it before the launch, over the parameters' launch values (top-level
-        variables replaced by their current values), or what makes it unknown there: ``blockIdx.x``, ``'tiles', a
-        runtime variable assigned inside a runtime loop, ...``, ``'first', which depends on blockIdx.x``
-        (``root``: the first cause alone, without the variable it came through)."""
-        for leaf in ir.leaves(expr):
-            if isinstance(leaf, ir.Special):
-                return leaf.name
-            if isinstance(leaf, ir.Load):
-                return f"an element of register tensor {leaf.tensor.decl.name}"
-            if isinstance(leaf, ir.Var):
-                known = self.host_values.get(leaf.uid)
-                if known is None:
-                    return (f"{leaf.name!r}, a runtime variable assigned inside a runtime loop, a branch or a thread "
-                            f"group")
-                if isinstance(known, str):
-                    return known if root else f"{leaf.name!r}, which depends on {known}"
-        return self._substitute_host_values(expr)
-
-    def _substitute_host_values(self, expr: ir.Expr) -> ir.Expr:
-        """``expr`` with every variable replaced by its (known) host value."""
-        return map_exprs(expr, lambda e: self.host_values[e.uid] if isinstance(e, ir.Var) else e)
-
-    def to_int(self, value, what: str) -> int:
-        """``value`` as a compile-time int, or a CompileError naming ``what``."""
-        if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, ir.Expr):
-                raise self.error(f"{what} must be known at compile time, but it depends on runtime values")
-            raise self.error(f"{what} must be an int, got {describe(value)}")
-        return value
-
-    def to_tensor(self, value, what: str, kinds=None) -> TensorValue:
-        if not isinstance(value, TensorValue):
-            raise self.error(f"{what} must be a tensor, got {describe(value)}")
-        if kinds and value.kind not in kinds:
-            raise self.error(f"{what} must be a {' or '.join(kinds)} tensor, but {value.name} is a {value.kind} "
-                             f"tensor")
-        return value
+    def build_body(self, body: list[ast.stmt], scope: dict[str, Binding]) -> tuple[ir.Stmt, ...]:
+        """The statements of the kernel body ``body``, run with the names of ``scope`` (``self`` and the
+        parameters)."""
+        self._scopes = [scope]
+        self.exec_body(body)
+        return tuple(self._blocks[0])
 
     # ------------------------------------------------------------------------------------------------- scopes
 
     def lookup(self, name: str):
-        for scope in reversed(self.scopes):
+        for scope in reversed(self._scopes):
             if name in scope:
                 return scope[name].value
         if name in self.globals:
@@ -227,7 +105,7 @@ class Builder:
         raise self.error(f"unknown name {name!r}")
 
     def _find_binding(self, name: str) -> Binding | None:
-        for scope in reversed(self.scopes):
+        for scope in reversed(self._scopes):
             if name in scope:
                 return scope[name]
         return None
@@ -235,7 +113,7 @@ class Builder:
     def bind(self, name: str, value, annotation: DType | None = None) -> None:
         """Assign ``value`` to a name: declares or updates a runtime variable, or binds a compile-time value."""
         existing = self._find_binding(name)
-        self._store(existing, value, annotation, name, lambda b: self.scopes[-1].__setitem__(name, b))
+        self._store(existing, value, annotation, name, lambda b: self._scopes[-1].__setitem__(name, b))
 
     def _store(self, existing: Binding | None, value, annotation, name: str, create) -> None:
         if name == "_":  # a throwaway: every binding is new
@@ -276,13 +154,6 @@ class Builder:
                 return
         create(Binding(value, self.depth))
 
-    def scalar_for(self, value, dtype: DType, what: str) -> ir.Expr:
-        """``value`` as a runtime scalar of ``dtype`` for ``what`` (``the value assigned to 'stage'``): a float
-        never silently becomes an integer."""
-        if dtype.is_integer:
-            return self.to_integer(value, dtype, f"{what} ({dtype.name})")
-        return self.to_expr(value, dtype, what)
-
     def _declare(self, name: str, dtype: DType, value, create) -> None:
         var = ir.Var(name, dtype)
         expr = self.scalar_for(value, dtype, f"the value assigned to {name!r}")
@@ -298,23 +169,23 @@ class Builder:
     def _track_host_value(self, var: ir.Var, expr: ir.Expr) -> None:
         """Record what the host knows of ``var`` after it is set to ``expr`` here: its value when the statement runs
         once per block in every thread (outside runtime loops, branches and thread groups), nothing otherwise."""
-        if self.depth == 0 and not self.groups:
+        if self.depth == 0 and not self._groups:
             # An unknown value keeps only its first cause, so a chain of updates (x = x + 1) stays one phrase.
-            self.host_values[var.uid] = self.host_value(expr, root=True)
+            self._host_values[var.uid] = self.host_value(expr, root=True)
         else:
-            self.host_values.pop(var.uid, None)
+            self._host_values.pop(var.uid, None)
 
     def _assign_in_place(self, target: TensorValue, value: TensorValue) -> bool:
         """``acc = acc * 2``: when the new register tensor was just computed and matches the old one, compute it
         into the old tensor instead, so loops update one tensor rather than rebinding a name."""
-        last = self.blocks[-1][-1] if self.blocks[-1] else None
+        last = self._blocks[-1][-1] if self._blocks[-1] else None
         if not (isinstance(last, ir.DefineTensor) and last.decl is value.ref.decl and target.kind == ir.REGISTER
                 and not target.ref.index and target.shape == value.shape and target.dtype == value.dtype):
             return False
-        self.blocks[-1][-1] = replace(last, decl=target.ref.decl)
+        self._blocks[-1][-1] = replace(last, decl=target.ref.decl)
         return True
 
-    # ------------------------------------------------------------------------------------------------ inlining
+    # -------------------------------------------------------------------------------------------------------- inlining
 
     def call_function(self, function, receiver, args, kwargs):
         """Inline a Python function written in the language; returns what it returns."""
@@ -331,13 +202,13 @@ class Builder:
                                f"and this call would nest them deeper than {MAX_INLINE_DEPTH} levels; repeat at run "
                                f"time with a loop (self.range), and end a compile-time recursion within "
                                f"{MAX_INLINE_DEPTH} levels", str(start))
-        saved = (self.scopes, self.globals, self.file, self.loc, self.call_site, self.function_name)
-        self.scopes = [{name: Binding(value, self.depth) for name, value in bound.arguments.items()}]
+        saved = (self._scopes, self.globals, self.file, self.loc, self.call_site, self.function_name)
+        self._scopes = [{name: Binding(value, self.depth) for name, value in bound.arguments.items()}]
         self.globals = function.__globals__
         self.file = path
         self.call_site, self.function_name = self.loc, function.__qualname__
         saved_frame = (self.function_depth, self.function_groups)
-        self.function_depth, self.function_groups = self.depth, len(self.groups)
+        self.function_depth, self.function_groups = self.depth, len(self._groups)
         self.inline_depth += 1
         result = None
         try:
@@ -345,7 +216,7 @@ class Builder:
         except _Return as ret:
             result = ret.value
         finally:
-            self.scopes, self.globals, self.file, self.loc, self.call_site, self.function_name = saved
+            self._scopes, self.globals, self.file, self.loc, self.call_site, self.function_name = saved
             self.function_depth, self.function_groups = saved_frame
             self.inline_depth -= 1
         return result
@@ -357,7 +228,7 @@ class Builder:
             self.call_function(init, instance, args, kwargs)
         return instance
 
-    # ---------------------------------------------------------------------------------------------- statements
+    # ------------------------------------------------------------------------------------------------------ statements
 
     def exec_body(self, body) -> None:
         for stmt in body:
@@ -380,7 +251,7 @@ class Builder:
         if self.function_depth is None:
             raise self.error("a kernel body cannot return a value or end early; write results with store_global "
                              "or a TMA store")
-        if self.depth != self.function_depth or len(self.groups) != self.function_groups:
+        if self.depth != self.function_depth or len(self._groups) != self.function_groups:
             raise self.error("'return' inside a runtime loop or branch, or inside a thread group, is not supported; "
                              "return at the helper's top level")
         raise _Return(self.eval(node.value) if node.value is not None else None)
@@ -393,18 +264,14 @@ class Builder:
             message = self.eval(node.msg) if node.msg is not None else "assertion failed"
             raise self.error(str(message))
 
-    def target_name(self, default: str) -> str:
-        """The variable name the value being built is assigned to, to name tensors as the author did."""
-        return self.assigning or default
-
     def _eval_named(self, target: ast.expr, value: ast.expr):
         name = target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) \
             else None
-        saved, self.assigning = self.assigning, name
+        saved, self._assigning = self._assigning, name
         try:
             return self.eval(value)
         finally:
-            self.assigning = saved
+            self._assigning = saved
 
     def stmt_Assign(self, node: ast.Assign) -> None:
         value = self._eval_named(node.targets[0], node.value)
@@ -479,11 +346,11 @@ class Builder:
     def runtime_block(self, build) -> tuple[ir.Stmt, ...]:
         """Statements under runtime control flow: a new scope one runtime level deeper."""
         self.depth += 1
-        self.scopes.append({})
+        self._scopes.append({})
         try:
             return self.nested(build)
         finally:
-            self.scopes.pop()
+            self._scopes.pop()
             self.depth -= 1
 
     def stmt_For(self, node: ast.For) -> None:
@@ -497,7 +364,7 @@ class Builder:
             var = ir.Var(node.target.id, iterable.start.dtype)
 
             def body():
-                self.scopes[-1][node.target.id] = Binding(var, self.depth)
+                self._scopes[-1][node.target.id] = Binding(var, self.depth)
                 self.exec_body(node.body)
 
             stmts = self.runtime_block(body)
@@ -535,7 +402,7 @@ class Builder:
     def stmt_FunctionDef(self, node) -> None:
         raise self.error("functions cannot be defined inside a kernel; define a method on the Script instead")
 
-    # -------------------------------------------------------------------------------------------- expressions
+    # ----------------------------------------------------------------------------------------------------- expressions
 
     def eval(self, node: ast.expr):
         method = getattr(self, "expr_" + type(node).__name__, None)
@@ -574,7 +441,7 @@ class Builder:
         iterable = self.eval(generator.iter)
         if isinstance(iterable, (ir.Expr, RuntimeRange, TensorValue)):
             raise self.error("a list comprehension needs a compile-time iterable")
-        self.scopes.append({})
+        self._scopes.append({})
         try:
             result = []
             for item in iterable:
@@ -582,7 +449,7 @@ class Builder:
                 result.append(self.eval(node.elt))
             return result
         finally:
-            self.scopes.pop()
+            self._scopes.pop()
 
     def expr_Attribute(self, node: ast.Attribute):
         return self.get_attribute(self.eval(node.value), node.attr)
@@ -700,28 +567,6 @@ class Builder:
         if symbol == "**":
             raise self.error("** is only supported on compile-time values")
         return self.scalar_binary(symbol, a, b)
-
-    def scalar_binary(self, symbol: str, a, b) -> ir.Expr:
-        a_type = a.dtype if isinstance(a, ir.Expr) else None
-        b_type = b.dtype if isinstance(b, ir.Expr) else None
-        if a_type is None:
-            a_type = _python_type(a, b_type)
-        if b_type is None:
-            b_type = _python_type(b, a_type)
-        common = a_type if _RANK.get(a_type, 5) >= _RANK.get(b_type, 5) else b_type
-        if common == boolean and symbol not in ("&", "|", "^", "==", "!=", "and", "or"):
-            common = int32
-        if symbol == "/" and common.is_integer:
-            raise self.error("'/' on integers is not supported; use '//' (truncating) or cdiv(a, b)")
-        if symbol in ("%", "//", "<<", ">>", "&", "|", "^", "cdiv") and common.is_float:
-            raise self.error(f"operator {symbol!r} needs integer operands, got {common.name}")
-        if isinstance(b, int) and not isinstance(b, bool) and b == 0 and symbol in ("//", "%", "cdiv"):
-            raise self.error(f"division by zero in {symbol!r}")
-        result_type = boolean if symbol in ir.COMPARISONS or symbol in ("and", "or") else common
-        left, right = self.to_expr(a, common), self.to_expr(b, common)
-        if symbol in ("and", "or"):
-            left, right = self.to_expr(left, boolean), self.to_expr(right, boolean)
-        return ir.Binary(symbol, left, right, result_type)
 
     def expr_UnaryOp(self, node: ast.UnaryOp):
         value = self.eval(node.operand)
@@ -862,7 +707,7 @@ class Builder:
 
 
 def _runtime_min_max(op):
-    def reduce(builder: Builder, *values):
+    def reduce(builder: Interpreter, *values):
         if len(values) == 1 and isinstance(values[0], (list, tuple)):
             values = tuple(values[0])
         if not values:
@@ -880,7 +725,7 @@ def _runtime_min_max(op):
     return reduce
 
 
-def _runtime_cdiv(builder: Builder, a, b):
+def _runtime_cdiv(builder: Interpreter, a, b):
     return builder.scalar_binary("cdiv", a, b)
 
 
@@ -888,7 +733,7 @@ def _runtime_convert(dtype):
     return lambda builder, value: builder.to_expr(value, dtype)
 
 
-def _runtime_abs(builder: Builder, value):
+def _runtime_abs(builder: Interpreter, value):
     return ir.Select(builder.scalar_binary("<", value, 0), ir.Unary("-", value), value)
 
 
@@ -902,29 +747,6 @@ _RUNTIME_BUILTINS = {
     int: _runtime_convert(int32), float: _runtime_convert(float32), bool: _runtime_convert(boolean),
     abs: _runtime_abs,
 }
-
-
-def _python_type(value, other: DType | None) -> DType:
-    if isinstance(value, bool):
-        return boolean
-    if isinstance(value, int):
-        if other is not None and other.is_integer:
-            return other
-        if other is not None and other.is_float:
-            return float32
-        return int32 if -2**31 <= value < 2**31 else int64
-    if isinstance(value, float):
-        return float32
-    raise CompileError(f"expected a scalar, got {describe(value)}")
-
-
-def _check_int_range(builder: Builder, value: int, dtype: DType) -> None:
-    bits = dtype.nbits
-    low, high = (0, 2**bits) if dtype.kind == "uint" else (-2**(bits - 1), 2**(bits - 1))
-    if dtype == boolean:
-        low, high = 0, 2
-    if not low <= value < high:
-        raise builder.error(f"{value} does not fit in {dtype.name}")
 
 
 def _same_constant(a, b) -> bool:
