@@ -8,7 +8,7 @@ import stat
 import tempfile
 import warnings
 
-from warpspec.errors import WarpspecError
+from warpspec.errors import CacheFolderError
 
 # O_NONBLOCK: should a FIFO appear under the name between the stat and the open, the open must not wait for a
 # writer that may never come. Reading a regular file is not affected by it.
@@ -18,11 +18,6 @@ _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXE
 #: The kinds of cache entry, each a subfolder of the cache root: kind -> the file name suffix of its entries. Only
 #: regular files directly inside a kind's folder and ending in its suffix are entries; nothing else is ever removed.
 ENTRY_SUFFIXES = {"cubin": ".cubin", "tuning": ".json"}
-
-
-class CacheFolderError(WarpspecError, OSError):
-    """A cache folder that warpspec will not read, write or clear through: a symbolic link (its entries would be
-    another folder's files) or something other than a directory under the kind's name."""
 
 
 def kind_folder(root: pathlib.Path, kind: str) -> pathlib.Path:

@@ -15,7 +15,7 @@ import pytest
 
 from warpspec.cuda import compiler
 from warpspec.cuda.compiler import clear_cache, compile_cuda
-from warpspec.files import CacheFolderError
+from warpspec.errors import CacheFolderError
 from warpspec.tune.tuner import _compile_job
 
 KERNEL = 'extern "C" __global__ void cache_safety_probe(int *out) { out[threadIdx.x] = 1; }'

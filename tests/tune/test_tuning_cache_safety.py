@@ -13,7 +13,7 @@ import tracemalloc
 import pytest
 
 from warpspec.cuda.compiler import clear_cache
-from warpspec.files import CacheFolderError
+from warpspec.errors import CacheFolderError
 from warpspec.tune import cache
 
 MATERIAL = {"kernel": "safety", "sizes": [1, 2]}

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 from cuda.bindings import nvrtc
 
-from warpspec.errors import CompileError
-from warpspec.files import ENTRY_SUFFIXES, CacheFolderError, kind_folder, read_regular_file, write_atomically
+from warpspec.errors import CacheFolderError, CompileError
+from warpspec.files import ENTRY_SUFFIXES, kind_folder, read_regular_file, write_atomically
 
 _CUBIN_KIND = "cubin"
 
