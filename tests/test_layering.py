@@ -10,8 +10,8 @@ ROOT = Path(warpspec.__file__).parent
 
 #: Lowest first. A module may import modules of its own package or of lower layers.
 LAYERS = [
-    ("warpspec.errors", "warpspec.dtypes", "warpspec.files", "warpspec.environment"),
-    ("warpspec.target",),
+    ("warpspec.errors", "warpspec.dtypes", "warpspec.environment"),
+    ("warpspec.files", "warpspec.target"),
     ("warpspec.ir",),
     ("warpspec.layout",),
     ("warpspec.isa",),

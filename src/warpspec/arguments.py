@@ -1,5 +1,5 @@
-"""Checks of a launch's runtime arguments that every back end applies alike: scalar values, the grid, and the
-global views that must fit inside their arrays."""
+"""Checks of a launch's runtime arguments that every back end applies alike: scalar values, the grid, the global
+views that must fit inside their arrays, and flag arrays that must not share memory with data."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import numbers
 
 from warpspec.errors import ArgumentError
 from warpspec.ir import nodes as ir
+from warpspec.isa.flag import FlagSignal, FlagWait
 from warpspec.isa.memory import GlobalView
 from warpspec.ir.evaluate import ExprCompiler, wrap
 
@@ -71,3 +72,27 @@ def check_view(name: str, stmt: GlobalView, shape, strides, available: int) -> N
     if needed > available:
         raise ArgumentError(f"argument {name!r} holds {available} elements but the kernel views it as "
                             f"{stmt.decl.name} of shape {list(shape)} (line {stmt.loc.line}), which needs {needed}")
+
+
+def flag_pointers(kernel: ir.Kernel) -> tuple[str, ...]:
+    """The pointer parameters, in parameter order, whose global views ``flag.signal`` or ``flag.wait`` use: the
+    kernel's flag arrays. A launch must start with them at the values the kernel's protocol expects (zero for the
+    kernels warpspec ships, which give every flag back its value), so inputs made up for a check are zeros there."""
+    views = {stmt.decl.uid: stmt.pointer.uid for stmt in ir.walk(kernel.body) if isinstance(stmt, GlobalView)}
+    used = {views[stmt.flags.decl.uid] for stmt in ir.walk(kernel.body) if isinstance(stmt, (FlagSignal, FlagWait))}
+    return tuple(param.name for param in kernel.params if param.var.uid in used)
+
+
+def check_flags_apart(kernel: ir.Kernel, spans: dict) -> None:
+    """ArgumentError naming both arguments when a flag array shares memory with another pointer argument of the
+    launch (``spans``: parameter name -> ``(first byte, end byte)`` of its array): a flag overwritten by the data,
+    or data overwritten by a flag, is a wrong result no ordering can prevent. Two arguments may share a flag array.
+    """
+    flags = flag_pointers(kernel)
+    for flag in flags:
+        low, high = spans[flag]
+        for name, (start, end) in spans.items():
+            if name not in flags and start < high and low < end and high > low and end > start:
+                raise ArgumentError(f"argument {flag!r} holds the flags of flag.signal/flag.wait, and its array "
+                                    f"shares memory with argument {name!r}: the flags and the data would overwrite "
+                                    f"each other; pass a separate int32 array for {flag!r}")

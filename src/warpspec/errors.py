@@ -28,6 +28,13 @@ class ArgumentError(WarpspecError, ValueError):
     """A launch argument that does not fit the kernel: wrong type, dtype, shape, device, stride or alignment."""
 
 
+class CacheFolderError(WarpspecError, OSError):
+    """A folder of warpspec's disk cache that it will not read, write or clear through: a symbolic link (its entries
+    would be another folder's files) or something other than a directory under the name. Also what ``clear_cache``
+    reports for something under an entry's name that is not a regular file. An ``OSError``, as every other problem
+    with a cache file is."""
+
+
 class KernelError(WarpspecError):
     """A kernel broke a hardware rule while it ran on the emulator.
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 from cuda.bindings import nvrtc
 
-from warpspec.errors import CompileError
-from warpspec.files import read_regular_file, write_atomically
+from warpspec.errors import CacheFolderError, CompileError
+from warpspec.files import ENTRY_SUFFIXES, kind_folder, read_regular_file, write_atomically
 
 _CUBIN_KIND = "cubin"
 
@@ -39,6 +39,9 @@ _CUBIN_KIND = "cubin"
 # new layout gets a new magic, which also changes every key below.
 _MAGIC = b"WSCUBIN2"
 _HEADER = struct.Struct("<8s32sQQ32s")
+#: The largest entry read: cubins of real kernels are a few MB; a file far larger at an entry's name is damage,
+#: and is never read into memory.
+MAX_ENTRY_BYTES = 256 * 2**20
 #: The first bytes of every cubin: cubins are ELF files.
 _ELF_MAGIC = b"\x7fELF"
 
@@ -51,13 +54,23 @@ class CompiledModule:
 
     ``log`` is the compiler's output including ``ptxas -v`` (registers, spills, performance advisories; parse it
     with ``warpspec.cuda.sass.parse_ptxas_log``); ``key`` is the cache key (hex sha256); ``from_cache`` tells
-    whether the cubin came from the disk cache rather than a fresh compile.
+    whether the cubin came from the disk cache rather than a fresh compile, ``entry`` the cache entry's path (None
+    with the cache off), which a tool that cannot read a cubin from the cache names.
     """
 
     cubin: bytes
     log: str
     key: str
     from_cache: bool
+    entry: pathlib.Path | None = None
+
+    def origin(self) -> str:
+        """Where the cubin came from, for messages about a cubin a tool cannot read: the cache entry that held it
+        (a forged or damaged entry, to remove), or a fresh compile."""
+        if self.from_cache:
+            return (f"the cubin was read from the compile cache entry {self.entry}; remove it (warpspec cache clear "
+                    f"--cubins) if it was not written by warpspec")
+        return "the cubin was compiled just now"
 
 
 def nvrtc_version() -> tuple[int, int]:
@@ -86,50 +99,69 @@ def is_cubin(data: bytes) -> bool:
 
 def clear_cache(kind: str | None = None,
                 on_error: Callable[[pathlib.Path, OSError], None] | None = None) -> int:
-    """Delete the cache entries of one kind (a subfolder name of ``cache_dir()``, e.g. ``"cubin"``), or of every
-    kind when ``kind`` is None, and return the number of files removed.
+    """Delete the cache entries of one kind (``"cubin"`` or ``"tuning"``, see ``warpspec.files.ENTRY_SUFFIXES``),
+    or of every kind when ``kind`` is None, and return the number of entries removed.
 
-    Only files inside the kind subfolders are removed, never loose files in the root (nor what links in the root
-    point to), so a cache directory set to a shared folder by mistake loses nothing but warpspec's entries. A file
-    that cannot be removed or a folder that cannot be listed (a read-only cache, say) does not stop the others:
-    it is passed to ``on_error(path, error)``, or without ``on_error`` reported as a RuntimeWarning.
+    Only entries are removed: regular files directly inside the kind's folder whose names end in the kind's suffix
+    (and the temporary files of interrupted writes, not counted). Nothing is followed through a link and nothing
+    outside the kind folders is touched, so a cache directory set to a shared folder by mistake loses nothing but
+    warpspec's entries. What is not removed is reported to ``on_error(path, error)`` (without ``on_error``, as a
+    RuntimeWarning) and does not stop the others: a kind folder that is a symbolic link or cannot be listed, a
+    file that cannot be removed, and something under an entry's name that is not a regular file (a directory or a
+    link named ``x.cubin``, which warpspec never creates) as a ``warpspec.files.CacheFolderError``.
     """
     report = on_error or _warn_not_removed
+    if kind is not None and kind not in ENTRY_SUFFIXES:
+        raise ValueError(f"cache kind must be a plain folder name, one of {', '.join(map(repr, ENTRY_SUFFIXES))}, got {kind!r}")
     root = cache_dir()
-    if kind is not None:
-        if kind in ("", ".", "..") or "/" in kind or os.sep in kind:
-            raise ValueError(f"cache kind must be a plain folder name such as 'cubin', got {kind!r}")
-        folders = [root / kind]
-    else:
+    if kind is None:
         try:
-            with os.scandir(root) as entries:
-                folders = [root / entry.name for entry in entries if entry.is_dir(follow_symlinks=False)]
+            with os.scandir(root):
+                pass  # a root that cannot be listed is named itself, not as each kind folder in it
         except (FileNotFoundError, NotADirectoryError):
-            folders = []  # no cache yet
+            return 0  # no cache yet
         except OSError as error:
             report(root, error)
             return 0
-
-    def listing_failed(error: OSError) -> None:
-        # A kind that has no folder (or one that went away meanwhile) has nothing to clear.
-        if not isinstance(error, (FileNotFoundError, NotADirectoryError)):
-            report(pathlib.Path(error.filename), error)
-
     removed = 0
-    for folder in folders:
-        for parent, folder_names, file_names in os.walk(folder, onerror=listing_failed):
-            # os.walk lists links to folders with the folders and does not follow them: remove the links.
-            links = [name for name in folder_names if os.path.islink(os.path.join(parent, name))]
-            for name in file_names + links:
-                path = pathlib.Path(parent, name)
-                try:
-                    os.unlink(path)
-                    removed += 1
-                except FileNotFoundError:
-                    pass  # another process cleared or replaced it first
-                except OSError as error:
-                    report(path, error)
+    for name in ENTRY_SUFFIXES if kind is None else (kind,):
+        try:
+            folder = kind_folder(root, name)
+            with os.scandir(folder) as listing:
+                entries = list(listing)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # nothing of this kind cached yet (or the root itself is missing)
+        except OSError as error:
+            report(root / name, error)
+            continue
+        for entry in entries:
+            removed += _remove_entry(entry, ENTRY_SUFFIXES[name], report)
     return removed
+
+
+def _remove_entry(entry: os.DirEntry, suffix: str, report: Callable[[pathlib.Path, OSError], None]) -> int:
+    """Remove ``entry`` of a kind folder if it is one of warpspec's files there; 1 when it was a cache entry."""
+    path = pathlib.Path(entry.path)
+    temporary = entry.name.startswith(".") and entry.name.endswith(".tmp")
+    if not (temporary or entry.name.endswith(suffix)):
+        return 0  # not a name warpspec writes: not ours to remove
+    try:
+        regular = entry.is_file(follow_symlinks=False)
+    except OSError as error:
+        report(path, error)
+        return 0
+    if not regular:
+        report(path, CacheFolderError(f"{path} is not a regular file (a directory or a link): warpspec writes only "
+                                      f"regular files there, so it leaves this alone; remove it yourself"))
+        return 0
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return 0  # another process cleared or replaced it first
+    except OSError as error:
+        report(path, error)
+        return 0
+    return 0 if temporary else 1
 
 
 def _warn_not_removed(path: pathlib.Path, error: OSError) -> None:
@@ -181,11 +213,11 @@ def compile_cuda(
     if use_cache:
         entry = _read_entry(entry_path, key)
         if entry is not None:
-            return CompiledModule(cubin=entry[0], log=entry[1], key=key, from_cache=True)
+            return CompiledModule(cubin=entry[0], log=entry[1], key=key, from_cache=True, entry=entry_path)
     cubin, log = build(source)
     if use_cache:
         _write_entry(entry_path, key, cubin, log)
-    return CompiledModule(cubin=cubin, log=log, key=key, from_cache=False)
+    return CompiledModule(cubin=cubin, log=log, key=key, from_cache=False, entry=entry_path if use_cache else None)
 
 
 def _cache_key(source: str, compiler: str, version: str, args: tuple[str, ...]) -> str:
@@ -195,9 +227,9 @@ def _cache_key(source: str, compiler: str, version: str, args: tuple[str, ...]) 
 
 
 def _read_entry(path: pathlib.Path, key: str) -> tuple[bytes, str] | None:
-    """The (cubin, log) stored at ``path`` for ``key``, or None when it is missing, not a regular file, truncated,
-    corrupt, stored for another key or not a cubin."""
-    data = read_regular_file(path)
+    """The (cubin, log) stored at ``path`` for ``key``, or None when it is missing, not a regular file, larger than
+    ``MAX_ENTRY_BYTES`` (not read), truncated, corrupt, stored for another key or not a cubin."""
+    data = read_regular_file(path, MAX_ENTRY_BYTES)
     if data is None or len(data) < _HEADER.size:
         return None
     magic, stored_key, cubin_size, log_size, digest = _HEADER.unpack_from(data)

@@ -23,11 +23,13 @@ from typing import Any
 from cuda.bindings import driver as cu
 
 from warpspec.dtypes import BY_NAME, DType
-from warpspec.errors import ArgumentError
+from warpspec.errors import ArgumentError, WarpspecError
 
 
-class CudaError(RuntimeError):
-    """A CUDA driver call failed (or the driver could not be loaded: then ``code`` is None)."""
+class CudaError(WarpspecError, RuntimeError):
+    """A CUDA driver call failed (or the driver could not be loaded: then ``code`` is None). A ``WarpspecError``,
+    so that callers (and the command line) that report warpspec's errors report it too; still a RuntimeError, as
+    it was before it was a warpspec error."""
 
     def __init__(self, message: str, code: Any = None):
         self.code = code

@@ -21,7 +21,10 @@ Flags (``warpspec.isa.flag``) order one block's writes before a later block's re
 release (the signalling task's vector clock and the access id reached), and a ``flag.wait`` that passes on the value
 it wrote gives the waiting block that release. An access of an earlier block's element is then no race when the
 earlier access was a generic one (``load_global``, ``store_global``) that the release's clock covers, the new access
-is generic too, and the accessing task is ordered after the wait. TMA accesses on either side are not covered: their
+is generic too, and the accessing task is ordered after the wait. One task is one thread partition, which the
+clocks cannot split, so each access, signal and wait also records its executing threads: a signal by one thread
+publishes the task's other threads' stores only when a sync ordered them before it, and a wait by one thread orders
+the task's other threads only after a later sync (``Task.synced``). TMA accesses on either side are not covered: their
 data moves in the async proxy, which a flag's release and acquire do not order.
 
 After the launch, the same writer ids say which elements of each view the kernel wrote through were never written
@@ -55,6 +58,7 @@ class Access:
     loc: ir.Loc
     task: int  # the accessing task's index in its cluster, and its own clock entry then
     epoch: int
+    threads: tuple[int, int]  # the executing threads [begin, end) of the task (one thread inside single_thread)
 
     def text(self) -> str:
         """The instruction, view, argument and line, as race messages name the other access."""
@@ -73,6 +77,33 @@ class Release:
     block: tuple[int, int, int]
     start: int  # the block's (or its cluster's) first access id: releases with the same start share clocks
     clock: tuple[int, ...]
+    task: int  # the signalling task
+    threads: tuple[int, int]  # the signalling threads [begin, end)
+    synced: int  # the signaller's own clock entry at its last sync: what its other threads did before is covered
+
+
+@dataclass(frozen=True)
+class Acquire:
+    """A ``flag.wait`` of this block that passed on an earlier block's release: the waiting task and threads, and
+    the task's own clock entry then."""
+
+    release: Release
+    task: int
+    threads: tuple[int, int]
+    epoch: int
+
+
+def executing_threads(task) -> tuple[int, int]:
+    """The threads ``[begin, end)`` of ``task`` that execute its current instruction: all of the task's, or the one
+    of a ``single_thread`` block. Within one task the vector clocks cannot tell its threads apart, so flags ask
+    this: a signal by one thread publishes no other thread's stores, a wait by one orders no other thread's loads,
+    until a sync orders them."""
+    begin, count = getattr(task.stmt, "threads", (task.begin, task.size))
+    return max(begin, task.begin), min(begin + count, task.end)
+
+
+def _within(inner: tuple[int, int], outer: tuple[int, int]) -> bool:
+    return outer[0] <= inner[0] and inner[1] <= outer[1]
 
 
 class GlobalFlag:
@@ -235,7 +266,7 @@ class BlockMemory:
         self.together = start is not None  # accesses from `start` on may be this block's or its cluster's
         self.start = memory.start() if start is None else start  # every access id below this is an earlier block's
         self.stores: dict[int, PendingStore] = {}  # by the TMA store's access id
-        self.acquired: list[tuple[Release, int, int]] = []  # (release, waiting task's index, its clock entry then)
+        self.acquired: list[Acquire] = []  # the flag waits of this block that passed on an earlier block's signal
 
     def tile(self, task, pointer: int, view: str, shape, strides, offsets, tile_shape, what: str,
              rows=None) -> GlobalTile:
@@ -245,7 +276,8 @@ class BlockMemory:
         accesses = self.memory.accesses
         # Views use only kernel parameters, so the launch checked that every view fits its array.
         tile = GlobalTile(argument, len(accesses), shape, strides, offsets, tile_shape, rows)
-        accesses.append(Access(self.block, what, view, argument.name, task.loc, task.index, task.clock[task.index]))
+        accesses.append(Access(self.block, what, view, argument.name, task.loc, task.index, task.clock[task.index],
+                               executing_threads(task)))
         return tile
 
     # ----------------------------------------------------------------------------------------------- flags
@@ -269,7 +301,8 @@ class BlockMemory:
     def flag_signal(self, task, flag: GlobalFlag, value: int) -> None:
         """``task`` sets the flag to ``value``, releasing what its clock covers."""
         flag.argument.data[flag.element] = value
-        self.memory.releases[flag.key] = Release(self.block, self.start, tuple(task.clock))
+        self.memory.releases[flag.key] = Release(self.block, self.start, tuple(task.clock), task.index,
+                                                 executing_threads(task), task.synced)
 
     def flag_acquired(self, task, flag: GlobalFlag) -> None:
         """``task``'s wait on the flag passed: it acquires the release that set the value (none when the value was
@@ -287,16 +320,31 @@ class BlockMemory:
                             f"{release.block}'s flag.signal: {flag.name} already held {value} when the launch began, "
                             f"and blocks run in no fixed order. Give the flag back its old value once its data was "
                             f"read (a flag.signal of it), so that every launch starts from it")
-        self.acquired.append((release, task.index, task.clock[task.index]))
+        self.acquired.append(Acquire(release, task.index, executing_threads(task), task.clock[task.index]))
 
     def _published(self, task, access_id: int) -> bool:
         """Whether an acquired release orders access ``access_id`` of an earlier block before ``task`` now."""
         access = self.memory.accesses[access_id]
         if access.what not in GENERIC_ACCESSES:
             return False
-        return any(release.block == access.block and release.clock[access.task] >= access.epoch and
-                   task.clock[waiter] >= epoch
-                   for release, waiter, epoch in self.acquired)
+        return any(_released(acquire.release, access) and _acquired(acquire, task) for acquire in self.acquired)
+
+    def _thread_order_missing(self, task, access: Access) -> str:
+        """Why the flags this block acquired do not order the earlier block's ``access`` before ``task``'s current
+        one when the only gap is between threads of one task (a sync missing before a signal or after a wait),
+        else ''."""
+        for acquire in self.acquired:
+            release = acquire.release
+            if release.block != access.block or release.clock[access.task] < access.epoch:
+                continue
+            if not _released(release, access):
+                return (f": the flag.signal of block {release.block} was made by threads {_span(release.threads)} "
+                        f"only, and no self.sync() after threads {_span(access.threads)} stored ({access.text()}) "
+                        f"ordered their stores before it")
+            if task.clock[acquire.task] >= acquire.epoch and not _acquired(acquire, task):
+                return (f": the flag.wait was made by threads {_span(acquire.threads)} only, and no self.sync() "
+                        f"after it orders threads {_span(executing_threads(task))} after the wait")
+        return ""
 
     def access(self, tile: GlobalTile) -> Access:
         """What made ``tile``'s access, and where."""
@@ -348,10 +396,11 @@ class BlockMemory:
                 return
         position = tuple(np.argwhere(earlier)[0])
         other, this = self.memory.accesses[ids[position]], self.access(tile)
+        missing = self._thread_order_missing(task, other) if self.acquired else ""
         raise RaceError(f"{this.what} in block {this.block} {verb} {this.view}{tile.index(position)} (argument "
                         f"{this.argument!r}), which block {other.block} {other_verb} ({other.text()}): thread blocks "
                         f"run in no fixed order, so no block may read or write global memory that another block "
-                        f"writes{self._unless()}", str(this.loc), task.machine.describe_tasks())
+                        f"writes{self._unless()}{missing}", str(this.loc), task.machine.describe_tasks())
 
     def _unless(self) -> str:
         """The way out a race message names: a flag, when the block waited for one (it did not cover this)."""
@@ -395,3 +444,24 @@ class BlockMemory:
             raise RaceError(f"{this.what} reads {this.view}{tile.index(position)} (argument {this.argument!r}), the "
                             f"destination of a TMA store ({issued.text()}), {why}: the copy may still be writing it",
                             str(this.loc), task.machine.describe_tasks())
+
+
+def _released(release: Release, access: Access) -> bool:
+    """Whether ``release`` (which follows ``access`` in the vector clocks) publishes it: the access is the
+    signaller's own thread's, another task's, or a sync ordered it before the signal."""
+    return (release.clock[access.task] >= access.epoch and
+            (access.task != release.task or _within(access.threads, release.threads) or release.synced > access.epoch))
+
+
+def _acquired(acquire: Acquire, task) -> bool:
+    """Whether ``task``'s current instruction is ordered after the wait ``acquire``: by the vector clocks, and
+    within the waiting task only for the threads that waited, or all of them after a later sync."""
+    if task.clock[acquire.task] < acquire.epoch:
+        return False
+    return (task.index != acquire.task or _within(executing_threads(task), acquire.threads)
+            or task.synced > acquire.epoch)
+
+
+def _span(threads: tuple[int, int]) -> str:
+    begin, end = threads
+    return f"{begin}" if end - begin == 1 else f"{begin}-{end - 1}"

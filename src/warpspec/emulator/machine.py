@@ -71,6 +71,8 @@ class Task:
         self.clock = [0] * machine.cluster.num_tasks
         self.clock[index] = 1
         self.loc: ir.Loc | None = None
+        self.stmt: ir.Stmt | None = None  # the statement running now (an instruction's threads are its executors)
+        self.synced = 0  # own clock entry at the last sync or cluster barrier: it orders all of this task's threads
         self.state = "ready"  # ready | blocked | finished
         self.waiting_for = ""
         self.ready_check = None  # callable telling whether a blocked task may go on
@@ -261,7 +263,7 @@ class BlockMachine:
     def exec_body(self, task: Task, body):
         """Run ``body`` in ``task``: each statement's registered emulation (``warpspec.isa``)."""
         for stmt in body:
-            task.loc = stmt.loc
+            task.loc, task.stmt = stmt.loc, stmt
             result = registry.emulation(type(stmt))(self, task, stmt)
             if result is not None:
                 yield from result
@@ -298,12 +300,17 @@ class BlockMachine:
         state["arrived"].add(task.index)
         join(state.setdefault("clock", [0] * len(task.clock)), task.clock)
         task.tick()
+        epoch = task.clock[task.index]
         if len(state["arrived"]) == members:
             released = state["clock"]
             state.update(arrived=set(), generation=generation + 1, clock=[0] * len(task.clock))
             state["released"] = released
-        return self.wait_until(lambda: state["generation"] != generation, text,
-                               after=lambda: join(task.clock, state["released"]))
+
+        def passed() -> None:
+            join(task.clock, state["released"])
+            task.synced = epoch
+
+        return self.wait_until(lambda: state["generation"] != generation, text, after=passed)
 
     def create_barriers(self, task, decl: ir.TensorDecl, counts) -> None:
         """The mbarrier array ``decl`` (created once, by the first partition to reach it: ``task``)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from threadpoolctl import threadpool_limits
 
-from warpspec.arguments import check_view, launch_grid, scalar_value, view_shapes
+from warpspec.arguments import check_flags_apart, check_view, launch_grid, scalar_value, view_shapes
 from warpspec.dtypes import PointerType
 from warpspec.emulator.global_memory import GlobalMemory, UnwrittenOutput
 from warpspec.emulator.host import HostArray
@@ -68,6 +68,8 @@ def emulate_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None
     views = list(view_shapes(kernel, env))
     for stmt, shape, strides in views:
         check_view(names[stmt.pointer.uid], stmt, shape, strides, memory[stmt.pointer.uid].size)
+    check_flags_apart(kernel, {names[uid]: (data.ctypes.data, data.ctypes.data + data.nbytes)
+                               for uid, data in memory.items()})
     global_memory = GlobalMemory(memory, names)
     seed = emulator_seed()
     chooser = SeededChooser(random.Random(seed)) if seed is not None else Chooser()

@@ -18,6 +18,7 @@ so a first call costs a compile at most, and works inside CUDA graph capture onc
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import pathlib
@@ -37,6 +38,8 @@ from warpspec.tune.cache import size_bucket
 
 #: Input dtype -> the output dtypes allowed (the first is the default).
 OUT_DTYPES = {float16: (float16, float32), bfloat16: (bfloat16, float32), float8_e4m3: (bfloat16, float16, float32)}
+#: The largest M, N or K: the kernel's sizes and loop counts are int32.
+MAX_EXTENT = 2**31 - 1
 #: TMA's rules: every row pitch and every base address a multiple of 16 bytes.
 TMA_ALIGNMENT = 16
 DEFAULTS_FILE = pathlib.Path(__file__).with_name("defaults.json")
@@ -85,13 +88,22 @@ def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_
     problem = found.problem
     _check_scales(problem.in_dtype, scale_a, scale_b)
     if out is None:
-        out = np.empty((problem.m, problem.n), dtype=problem.out_dtype.numpy)
+        out = _padded_output(np.empty, problem, problem.out_dtype.numpy)
         found = found.with_output(a, b, bias, out)
     if found.layout is not None:
         scale = _numpy_scale(scale_a, scale_b) if problem.in_dtype == float8_e4m3 else None
         with runtime.use_backend("emulator"):
             run(found, a, b, out, bias, scale)
     return out
+
+
+def _padded_output(empty, problem: Problem, dtype):
+    """A new [M, N] output from ``empty(shape, dtype=...)`` whose rows are padded to TMA's 16-byte pitch (a view of
+    the first N columns when N * element size is not a multiple of 16, as for N = 1)."""
+    per_row = TMA_ALIGNMENT // problem.out_dtype.nbytes
+    pitch = -(-problem.n // per_row) * per_row
+    out = empty((problem.m, pitch), dtype=dtype)
+    return out if pitch == problem.n else out[:, :problem.n]
 
 
 def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
@@ -107,7 +119,8 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
         same_device("a", a, scale_a=scale_a, scale_b=scale_b)
     _check_scales(problem.in_dtype, scale_a, scale_b)
     if out is None:
-        out = torch.empty((problem.m, problem.n), dtype=_torch_dtype(problem.out_dtype), device=a.device)
+        out = _padded_output(functools.partial(torch.empty, device=a.device), problem,
+                             _torch_dtype(problem.out_dtype))
         found = found.with_output(a, b, bias, out)
     scale = _torch_scale(a, scale_a, scale_b) if problem.in_dtype == float8_e4m3 else None
     if _dispatch_is_plain(torch, a, b, out, bias, scale):
@@ -277,14 +290,24 @@ def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
     if dtype_of(b) != in_dtype:
         raise ArgumentError(f"b has dtype {getattr(dtype_of(b), 'name', b.dtype)} but a has {in_dtype.name}: both "
                             f"operands must have one dtype")
+    for name, extent in (("M (a.shape[0])", m), ("N (b.shape[1])", n), ("K (a.shape[1])", k)):
+        if extent > MAX_EXTENT:
+            raise ArgumentError(f"{name} is {extent}: ops.matmul takes extents up to {MAX_EXTENT} (the kernel's "
+                                f"sizes are int32)")
     if m == 0 or n == 0:  # nothing to compute, nothing launched: only the output's description matters
         return Problem(m, n, k, in_dtype, _out_dtype(in_dtype, out, out_dtype), False, bias is not None,
                        activation)
     a_strides, b_strides = strides_of(a), strides_of(b)
+    for name, value in (("a", a), ("b", b), ("out", out)):
+        if value is not None and any(stride < 0 for stride in strides_of(value)):
+            raise ArgumentError(f"{name} has strides {strides_of(value)}: a negative stride (a reversed view such as "
+                                f"x[::-1]) cannot be read by TMA; pass a copy (np.ascontiguousarray(x), x.contiguous())")
     if a_strides[1] != 1 and k > 1:
         raise ArgumentError(f"a must be row-major [M, K] (unit column stride), got strides {a_strides}")
     _pitch("a", a, in_dtype, "a")
-    if b_strides[1] == 1 or n == 1:
+    if n == 1:  # one column: w.T of a one-row w (unit row stride) is the K-major form, anything else row-major
+        b_k_major = b_strides[0] == 1 and k > 1
+    elif b_strides[1] == 1:
         b_k_major = False
     elif b_strides[0] == 1 or k == 1:
         b_k_major = True
@@ -301,6 +324,10 @@ def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
             raise ArgumentError(f"out must have shape ({m}, {n}), got {tuple(out.shape)}")
         if strides_of(out)[1] != 1 and n > 1:
             raise ArgumentError(f"out must be row-major (unit column stride), got strides {strides_of(out)}")
+        for name, value in (("a", a), ("b", b)):
+            if _overlap(out, value):
+                raise ArgumentError(f"out shares memory with {name}: the kernel would overwrite {name} while it still "
+                                    f"reads it; pass a separate out (or none, for a new array)")
         _pitch("out", out, result_dtype, "out")
     if activation not in ACTIVATIONS:
         raise ArgumentError(f"activation must be one of None, 'relu', 'gelu', 'silu'; got {activation!r}")
@@ -480,6 +507,25 @@ def span(value):
         return value
     needed = sum((extent - 1) * stride for extent, stride in zip(value.shape, value.stride())) + 1
     return value.as_strided((needed,), (1,))
+
+
+def _overlap(first, second) -> bool:
+    """Whether the memory spans of two arrays/tensors (first to last element) overlap."""
+    def bounds(value):
+        low = _address(value)
+        itemsize = value.itemsize if isinstance(value, np.ndarray) else value.element_size()
+        reach = sum((extent - 1) * stride for extent, stride in zip(value.shape, strides_of(value)) if extent)
+        return low, low + (reach + 1) * itemsize
+
+    if 0 in tuple(first.shape) or 0 in tuple(second.shape):
+        return False
+    try:
+        (low, high), (start, end) = bounds(first), bounds(second)
+    except RuntimeError:  # tensors without memory (torch.compile's fake tensors): checked when the op runs
+        return False
+    if low == 0 or start == 0:  # fake tensors outside torch.compile have address 0: no memory to compare
+        return False
+    return start < high and low < end
 
 
 def _address(value) -> int:

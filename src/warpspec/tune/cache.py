@@ -24,7 +24,7 @@ import os
 import pathlib
 
 from warpspec.cuda.compiler import cache_dir
-from warpspec.files import read_regular_file, write_atomically
+from warpspec.files import ENTRY_SUFFIXES, kind_folder, read_regular_file, write_atomically
 
 TUNING_KIND = "tuning"
 #: Version of the record layout; a new layout gets a new number, which also changes every key.
@@ -32,6 +32,9 @@ FORMAT = 2
 #: How deeply a record may nest. Records written by ``store`` nest about six levels (fates, a fate, its schedule,
 #: a tuple value); anything far deeper is damage, and would make comparing or printing it recurse without bound.
 MAX_DEPTH = 100
+#: The largest record read: a record holds one fate per candidate schedule (a few KB); a file far larger at a
+#: record's name is damage, and is never read into memory.
+MAX_RECORD_BYTES = 16 * 2**20
 
 
 def tuning_dir() -> pathlib.Path:
@@ -93,8 +96,8 @@ def entry_path(key: str) -> pathlib.Path:
 def load(key: str, material: dict) -> dict | None:
     """The record stored under ``key``, or None when there is none or it is unreadable or describes something
     else (a record of another key or material, edited by hand, or of another format): tuning then runs again and
-    replaces it. Only the record's envelope is checked here; its fields are the reader's to check."""
-    data = read_regular_file(entry_path(key))
+    replaces it, as does a file larger than ``MAX_RECORD_BYTES`` (not read). Only the record's envelope is checked here; its fields are the reader's to check."""
+    data = read_regular_file(entry_path(key), MAX_RECORD_BYTES)
     if data is None:
         return None
     try:
@@ -135,18 +138,20 @@ def store(key: str, material: dict, record: dict) -> pathlib.Path | None:
 
 
 def entry_sizes(kind: str) -> list[int]:
-    """The size in bytes of each cache entry of ``kind`` (a regular file in the subfolder ``kind`` of
-    ``cache_dir()``: ``"cubin"``, ``"tuning"``), leaving out temporary files of writes in progress. Raises
-    ``OSError`` when the folder exists but cannot be listed."""
+    """The size in bytes of each cache entry of ``kind`` (``"cubin"``, ``"tuning"``): each regular file directly in
+    that subfolder of ``cache_dir()`` whose name ends in the kind's suffix (``warpspec.files.ENTRY_SUFFIXES``), the
+    entries ``clear_cache`` removes; links are not followed. Raises ``OSError`` when the folder exists but cannot be
+    listed, and ``warpspec.files.CacheFolderError`` (an OSError) when it is a link."""
+    suffix = ENTRY_SUFFIXES[kind]
     sizes = []
     try:
-        with os.scandir(cache_dir() / kind) as entries:
+        with os.scandir(kind_folder(cache_dir(), kind)) as entries:
             for entry in entries:
-                if entry.name.startswith("."):
+                if entry.name.startswith(".") or not entry.name.endswith(suffix):
                     continue
                 try:
-                    if entry.is_file():
-                        sizes.append(entry.stat().st_size)
+                    if entry.is_file(follow_symlinks=False):
+                        sizes.append(entry.stat(follow_symlinks=False).st_size)
                 except FileNotFoundError:
                     continue  # removed by another process since it was listed
     except (FileNotFoundError, NotADirectoryError):

@@ -361,7 +361,7 @@ def _compile_job(source: str, name: str, sass: bool) -> tuple:
     try:
         text = disassemble(module.cubin)
     except CompileError as error:  # cuobjdump could not read the cubin: no SASS to show or count
-        return None, str(error), seconds, None, {}
+        return None, f"{error}\n({module.origin()})", seconds, None, {}
     return module, "", seconds, text, count_instructions(text, KEY_INSTRUCTIONS)
 
 

@@ -1,0 +1,61 @@
+"""ops.matmul's input errors are ArgumentErrors naming the user's argument, checked before anything is allocated,
+and the K-major form with one output column (``a @ w.T`` with a one-row ``w``) computes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import warpspec
+from warpspec import ArgumentError, ops
+
+
+@pytest.fixture(autouse=True)
+def emulator():
+    with warpspec.use_backend("emulator"):
+        yield
+
+
+def operands(m=64, n=64, k=64):
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((m, k)).astype(np.float16), rng.standard_normal((k, n)).astype(np.float16),
+            np.zeros((m, n), np.float16))
+
+
+@pytest.mark.parametrize("reversed_name", ["a", "b", "out"])
+def test_a_negative_row_stride_names_the_argument(reversed_name):
+    a, b, out = operands()
+    given = {"a": a, "b": b, "out": out}
+    given[reversed_name] = given[reversed_name][::-1]
+    with pytest.raises(ArgumentError) as caught:
+        ops.matmul(given["a"], given["b"], out=given["out"])
+    assert str(caught.value).startswith(f"{reversed_name} has strides (-64, 1): a negative stride (a reversed view "
+                                        f"such as x[::-1]) cannot be read by TMA")
+
+
+def test_a_huge_n_through_a_stride_0_b_is_refused_before_any_allocation(monkeypatch):
+    a, _, _ = operands()
+    b = np.broadcast_to(np.float16(1), (64, 2**31))
+    monkeypatch.setattr(np, "empty", lambda *args, **kwargs: pytest.fail("allocated before the size check"))
+    with pytest.raises(ArgumentError, match=r"^N \(b.shape\[1\]\) is 2147483648: ops.matmul takes extents up to "
+                                            r"2147483647"):
+        ops.matmul(a, b)
+
+
+def test_one_output_column_in_the_k_major_form_computes():
+    a, _, _ = operands()
+    w = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float16)
+    result = ops.matmul(a, w.T)
+    assert result.shape == (64, 1) and result.dtype == np.float16
+    expected = a.astype(np.float32) @ w.T.astype(np.float32)
+    np.testing.assert_allclose(result.astype(np.float32), expected, rtol=2e-3, atol=2e-2)
+
+
+@pytest.mark.parametrize("aliased", ["a", "b"])
+def test_out_sharing_memory_with_an_input_names_out_and_the_input(aliased):
+    a, b, _ = operands()
+    given = {"a": a, "b": b}
+    with pytest.raises(ArgumentError) as caught:
+        ops.matmul(a, b, out=given[aliased])
+    assert str(caught.value).startswith(f"out shares memory with {aliased}: the kernel would overwrite {aliased}")
+    assert "a_ptr" not in str(caught.value) and "c_ptr" not in str(caught.value)
