@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import feature_kernels as fk
+from tests.kernels import feature_kernels as fk
 import warpspec
 from warpspec.cuda import sass
 from warpspec.cuda.launch import build

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import v6_bug_kernels as bk
+from tests.kernels import v6_bug_kernels as bk
 import warpspec
-from example_checks import emulator, matmul_operands, relative_error  # noqa: F401 (emulator: autouse fixture)
+from tests.support.example_checks import emulator, matmul_operands, relative_error  # noqa: F401 (emulator: autouse fixture)
 from matmul_v6 import MatmulWGMMAV6
 from warpspec import CompileError, RaceError, UnwrittenOutputWarning
 from warpspec.cli import main

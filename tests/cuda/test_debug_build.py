@@ -3,7 +3,7 @@ a wait that gave up becomes. The GPU side is tests/gpu/test_debug_gpu.py."""
 
 import re
 
-import buggy_kernels as bk
+from tests.kernels import buggy_kernels as bk
 import warpspec
 from warpspec.cuda import debug
 from warpspec.cuda.codegen import DebugSite, generate
