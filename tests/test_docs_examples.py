@@ -446,7 +446,7 @@ EMULATOR_CHECKS = {
 
 
 def running_sum(kernel, launches=1):
-    """tests/flag_kernels.py's chain over 4 blocks, ``launches`` times with the same flags."""
+    """tests/kernels/flag_kernels.py's chain over 4 blocks, ``launches`` times with the same flags."""
     x = np.ones((4 * fk.ROWS, 64), np.float32)
     ws, out, flags = np.zeros_like(x), np.zeros_like(x), np.zeros(4, np.int32)
     for _ in range(launches):
@@ -454,7 +454,7 @@ def running_sum(kernel, launches=1):
 
 
 def overlapping_rows():
-    """x is rows 0-31 and out rows 8-39 of one array (tests/test_global_races.py's overlapping slices)."""
+    """x is rows 0-31 and out rows 8-39 of one array (tests/emulator/test_global_races.py's overlapping slices)."""
     memory = np.arange(40 * 64, dtype=np.float32).reshape(40, 64)
     return memory[:32], memory[8:]
 

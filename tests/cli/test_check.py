@@ -3,6 +3,7 @@
 import os
 import re
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from warpspec.frontend.kernel import parameters
 ROOT = Path(__file__).parents[2]
 V3 = f"{ROOT / 'examples' / 'matmul_v3.py'}:MatmulWGMMAV3"
 COPY = f"{ROOT / 'examples' / 'tma_copy.py'}:TmaCopy"
-BUGGY = ROOT / "tests" / "buggy_kernels.py"
+BUGGY = ROOT / "tests" / "kernels" / "buggy_kernels.py"
 V3_SIZES = ["m_size=130", "n_size=70", "k_size=96"]  # ragged against every tile
 
 
@@ -128,8 +129,9 @@ def test_seed_variable_is_restored(capsys, monkeypatch):
     assert os.environ[SEED_VARIABLE] == "7"
 
 
-def test_loading_a_file_leaves_modules_of_the_same_name_alone(capsys):
-    before = sys.modules["buggy_kernels"]
+def test_loading_a_file_leaves_modules_of_the_same_name_alone(capsys, monkeypatch):
+    before = types.ModuleType("buggy_kernels")  # a module the caller loaded under the file's stem
+    monkeypatch.setitem(sys.modules, "buggy_kernels", before)
     code, _, _ = check(capsys, f"{BUGGY}:V3", "m_size=128", "n_size=64", "k_size=128")
     assert code == 0
     assert sys.modules["buggy_kernels"] is before

@@ -23,8 +23,8 @@ ROOT = Path(__file__).parents[2]
 HERE = Path(__file__).resolve()
 V3 = f"{ROOT / 'examples' / 'matmul_v3.py'}:MatmulWGMMAV3"
 COPY = f"{ROOT / 'examples' / 'tma_copy.py'}:TmaCopy"
-BUGGY = ROOT / "tests" / "buggy_kernels.py"
-FRONTEND = ROOT / "tests" / "frontend_kernels.py"
+BUGGY = ROOT / "tests" / "kernels" / "buggy_kernels.py"
+FRONTEND = ROOT / "tests" / "kernels" / "frontend_kernels.py"
 
 
 @autotune("tile", [32, 64])

@@ -17,10 +17,10 @@ ROOT = Path(__file__).parents[2]
 
 PLANTED = textwrap.dedent("""
     import json, sys, time
-    sys.path[:0] = ["tests", "examples"]
+    sys.path[:0] = ["examples"]
     import torch
     import warpspec
-    import buggy_kernels as bk
+    from tests.kernels import buggy_kernels as bk
 
     a = torch.randn(128, 256, device="cuda", dtype=torch.float16)
     b = torch.randn(64, 256, device="cuda", dtype=torch.float16)

@@ -2,8 +2,8 @@
 second access (blocks run in no fixed order), aliased arguments included; so is a TMA store's destination read back
 before the store's wait_group. Correct kernels, in-place updates and reads shared by blocks still run.
 
-The kernels are tests/global_race_kernels.py and two examples; every error comes from the emulator's deterministic
-schedule, so its line and names are exact.
+The kernels are tests/kernels/global_race_kernels.py and two examples; every error comes from the emulator's
+deterministic schedule, so its line and names are exact.
 """
 
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Planted bugs in V3 and the TMA copy (tests/buggy_kernels.py): each must raise its exact error class, at the
+"""Planted bugs in V3 and the TMA copy (tests/kernels/buggy_kernels.py): each must raise its exact error class, at the
 kernel source line that explains it, naming the barrier or tensor involved.
 
 Kernel errors come from the emulator's default schedule (as late as the program allows), which is deterministic:

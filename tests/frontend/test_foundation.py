@@ -1,4 +1,4 @@
-"""Front-end defects from the project's issue, each pinned by a test (kernels in tests/foundation_kernels.py).
+"""Front-end defects from the project's issue, each pinned by a test (kernels in tests/kernels/foundation_kernels.py).
 
 A user's mistake must be a warpspec error at the user's ``file:line`` (for inlined helpers and ``warpspec.Class``
 methods such as ``Pipeline``'s: the chain that starts at the kernel body's line), before anything runs where

@@ -1,4 +1,4 @@
-"""Thread-block clusters on the emulator (tests/cluster_kernels.py): the blocks of a cluster run together, TMA
+"""Thread-block clusters on the emulator (tests/kernels/cluster_kernels.py): the blocks of a cluster run together, TMA
 multicast fills every listed block, remote arrivals reach the partner's barriers, and each way to get them wrong
 is its exact error class at the line that explains it. Without a seed the schedule is deterministic; the correct
 kernel is also checked under random interleavings across the blocks of a cluster."""

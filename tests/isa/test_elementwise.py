@@ -161,7 +161,7 @@ MISUSES = [
 
 def assert_misuse_refused(case: str, message: str) -> None:
     """Calling ``Misuse(case)`` on the emulator raises a CompileError holding ``message`` at the case's marker
-    line (tests/math_kernels.py)."""
+    line (tests/kernels/math_kernels.py)."""
     x = np.zeros((16, 64), dtype=np.float32)
     with pytest.raises(CompileError) as caught, warpspec.use_backend("emulator"):
         mk.Misuse(case)(16, x, np.zeros((1, 64), dtype=np.float32), x.copy())

@@ -1,6 +1,6 @@
 """Flags in global memory (self.flag.signal / self.flag.wait): a block hands data to a later block, and the emulator
 names each way to get the hand-off wrong at its line; the CUDA build emits the release store and the acquire spin.
-The GPU side is tests/gpu/test_flags_gpu.py."""
+The GPU side is tests/isa/test_flag_gpu.py."""
 
 import numpy as np
 import pytest

@@ -1,5 +1,5 @@
 """Flags on a Hopper GPU: blocks hand a running sum along a chain through global memory, launch after launch with
-the same flags, as on the emulator (tests/test_flags.py); in debug mode a flag wait no block satisfies ends with
+the same flags, as on the emulator (tests/isa/test_flag.py); in debug mode a flag wait no block satisfies ends with
 BarrierTimeoutError at its line instead of hanging (in a subprocess: the stopped kernel leaves its process's CUDA
 context unusable)."""
 
@@ -42,10 +42,9 @@ def test_the_running_sum_chain_is_exact_launch_after_launch(blocks):
 
 HANGS = textwrap.dedent("""
     import json, sys, time
-    sys.path[:0] = ["tests"]
     import torch
     import warpspec
-    import flag_kernels as fk
+    from tests.kernels import flag_kernels as fk
 
     x = torch.randn(4 * fk.ROWS, 64, device="cuda")
     ws, out = torch.empty_like(x), torch.empty_like(x)

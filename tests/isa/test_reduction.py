@@ -1,5 +1,5 @@
 """Row reductions (reduce_max, reduce_sum) of WGMMA accumulators and 16-bit casts of accumulators fed to the next
-mma from registers, on both back ends: FlashAttention's inner loop (tests/math_kernels.py, ``Attention``).
+mma from registers, on both back ends: FlashAttention's inner loop (tests/kernels/math_kernels.py, ``Attention``).
 
 Tolerances: reduce_max is exact on both back ends; reduce_sum adds 64 float32 values in another order on each
 (numpy pairwise on the emulator, in-thread then butterfly on the GPU), so against float64 it is within

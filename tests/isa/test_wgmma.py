@@ -1,5 +1,5 @@
-"""The one-tile WGMMA form kernels (tests/wgmma_form_kernels.py) on the emulator: the values the GPU twins in
-tests/gpu/test_wgmma_forms_gpu.py must reproduce, and the generated code those twins run."""
+"""The one-tile WGMMA form kernels (tests/kernels/wgmma_form_kernels.py) on the emulator: the values the GPU twins in
+tests/isa/test_wgmma_gpu.py must reproduce, and the generated code those twins run."""
 
 import re
 

@@ -1,8 +1,8 @@
-"""The WGMMA forms of the attention kernel, one at a time on the GPU (tests/wgmma_form_kernels.py): MN-major B
+"""The WGMMA forms of the attention kernel, one at a time on the GPU (tests/kernels/wgmma_form_kernels.py): MN-major B
 from shared memory at N = 64 (one swizzle atom), 128 and 256 (four) and K = 64, 80, 128; A from shared memory
 and A from registers (a cast m64nK accumulator, m64n80 among them); a [64, 1] row statistic of a [64, K]
 accumulator applied to a [64, N] one. Each runs the emulator on the same inputs too: the pair states the
-expected values (tests/test_wgmma_forms.py checks the emulator alone)."""
+expected values (tests/isa/test_wgmma.py checks the emulator alone)."""
 
 import numpy as np
 import pytest

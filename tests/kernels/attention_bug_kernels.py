@@ -1,5 +1,5 @@
 """The attention kernel of ``warpspec.ops.attention_kernel`` with one bug planted per class, for
-tests/test_attention.py.
+tests/ops/test_attention.py.
 
 Each class overrides the one helper of ``AttentionF16`` that it breaks. A line that an error report must name ends
 with a marker comment ``# <<< name``; ``marker_line(name)`` finds its number.

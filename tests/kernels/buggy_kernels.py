@@ -1,4 +1,4 @@
-"""Kernels with planted bugs, for tests/test_planted_bugs.py and tests/test_cli.py.
+"""Kernels with planted bugs, for tests/emulator/test_planted_bugs.py and tests/cli/test_check.py.
 
 Each class is the seed's V3 matmul or examples/tma_copy.py with one bug planted. ``V3`` and ``Copy`` split the
 kernels into inlined helper methods (``produce``, ``consume``) so a variant overrides only the role it breaks.

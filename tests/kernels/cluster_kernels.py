@@ -1,4 +1,4 @@
-"""Thread-block cluster kernels, correct and with planted bugs, for tests/test_clusters.py.
+"""Thread-block cluster kernels, correct and with planted bugs, for tests/isa/test_cluster.py.
 
 ``ClusterStream`` is the cluster form of examples/tma_copy.py: clusters of two blocks stream a band of X tile by
 tile; rank 0 multicasts each tile into both blocks and each block stores it into its own output (rank 0 into Y0,

@@ -1,4 +1,4 @@
-"""Kernels whose blocks hand data to each other through global memory and flags, for tests/test_flags.py.
+"""Kernels whose blocks hand data to each other through global memory and flags, for tests/isa/test_flag.py.
 
 ``RunningSum`` chains its blocks: block b waits for block b-1's flag, reads the running sum that block left in a
 workspace, adds its own rows of x and leaves the result for block b+1. Its constructor plants the mistakes a flag

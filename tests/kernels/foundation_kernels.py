@@ -1,4 +1,4 @@
-"""Kernels for tests/test_foundation_frontend.py: mistakes the front end must refuse at the user's line, and natural
+"""Kernels for tests/frontend/test_foundation.py: mistakes the front end must refuse at the user's line, and natural
 Python it must accept.
 
 Kernels that hold several mistakes take a compile-time ``case`` that picks one (a compile-time ``if`` builds only

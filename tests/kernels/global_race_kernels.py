@@ -1,4 +1,4 @@
-"""Small kernels whose blocks touch global memory other blocks touch, for tests/test_global_races.py.
+"""Small kernels whose blocks touch global memory other blocks touch, for tests/emulator/test_global_races.py.
 
 Whether they race depends on the arguments (which rows each block reads and writes, and which arrays alias), or on a
 flag that drops a ``tma.wait_group``. A line that an error must name ends with ``# <<< name``; ``marker_line(name)``

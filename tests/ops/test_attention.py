@@ -1,7 +1,7 @@
 """warpspec.ops.attention and its kernel on the emulator: against a numpy softmax at small ragged shapes (both
 causal modes, grouped-query heads, fp16 and bf16, every head dim), rows that see no key, every ArgumentError,
-the planted bugs of tests/attention_bug_kernels.py with their exact errors and lines, and the NVRTC build of each
-head dim's shipped schedule (no spills, no serialized WGMMA)."""
+the planted bugs of tests/kernels/attention_bug_kernels.py with their exact errors and lines, and the NVRTC build
+of each head dim's shipped schedule (no spills, no serialized WGMMA)."""
 
 import runpy
 import sys

@@ -1,6 +1,6 @@
 """The instrumentation pass (warpspec.passes.instrument) and the instrumented builds it makes: which sites V3 and
 V5 get (kinds, names, lines, roles), the generated timestamps and record writes, builds NVRTC compiles within the
-register budget, and plain builds untouched. The decoding is tests/test_profile_decode.py."""
+register budget, and plain builds untouched. The decoding is tests/timeline/test_gpu_decode.py."""
 
 import re
 from dataclasses import replace

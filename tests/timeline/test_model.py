@@ -145,7 +145,7 @@ def test_a_copy_is_bound_by_hbm():
 
 
 def test_a_deadlock_is_reported_as_the_emulator_reports_it():
-    import buggy_kernels as bk
+    from tests.kernels import buggy_kernels as bk
 
     script = bk.ConsumerNeverReleases()
     runtime, compile_time = bind_arguments(type(script), (128, 64, 256, None, None, None), {})

@@ -1,6 +1,6 @@
 """warpspec.profile(): its arguments, which launches it records (every Script launch inside it, past the plan
 entries plain calls take, and none after it), the emulator path (the CPU timing model's timeline when the model is
-installed) and WARPSPEC_PROFILE=1. The GPU launch itself is tests/gpu/test_profile_gpu.py."""
+installed) and WARPSPEC_PROFILE=1. The GPU launch itself is tests/timeline/test_profile_gpu.py."""
 
 import os
 import subprocess
