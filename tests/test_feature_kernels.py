@@ -270,7 +270,7 @@ def test_a_runtime_step_cannot_be_unrolled():
 
 
 def marker(module, name: str) -> int:
-    from markers import marker_line
+    from tests.support.markers import marker_line
 
     return marker_line(module.__file__, name)
 

@@ -139,11 +139,11 @@ def test_a_row_vector_stored_by_two_warpgroups_of_two_partitions_is_written():
 
 def test_the_messages_docs_language_md_quotes_are_the_real_ones():
     """Register math's section quotes these messages (up to "..."); they are the ones the misuse tests see."""
-    import test_math_reduction
+    from tests.isa import test_reduction
 
     text = " ".join((Path(__file__).parents[2] / "docs" / "language.md").read_text().split())
     quoted = [MISUSES[0][1], MISUSES[2][1], MISUSES[-1][1].split("(")[0] + "(",
-              test_math_reduction.MISUSES[0][1], test_math_reduction.MISUSES[1][1]]
+              test_reduction.MISUSES[0][1], test_reduction.MISUSES[1][1]]
     for message in quoted:
         assert f"`{message}" in text, message
 

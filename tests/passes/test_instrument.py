@@ -207,7 +207,7 @@ def test_a_kernel_parameter_with_the_buffers_name_is_refused():
 
 
 def test_a_kernel_without_sites_still_builds_instrumented_and_records_nothing():
-    from foundation_kernels import CompileTimeRecursion
+    from tests.kernels.foundation_kernels import CompileTimeRecursion
 
     build = instrument(kernel_for(CompileTimeRecursion(), {"depth": 3}), blocks=1, capacity=8)
     assert build.sites == () and build.recorders == ()

@@ -160,7 +160,7 @@ def fields(text: str) -> list[str]:
 
 
 def test_measured_and_modeled_summaries_print_the_same_fields():
-    from timeline_support import modeled_matmul
+    from tests.support.timeline import modeled_matmul
     from warpspec.timeline.events import Occupancy
     from warpspec.timeline.summary import summarize
 

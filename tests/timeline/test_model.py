@@ -55,7 +55,7 @@ def test_known_kernel_times_are_exact():
     names = {e.kind: e.name for e in timeline.events}
     assert names["wait"] == "wait full[0]" and names["tma"] == "tma ga -> sa"
     wait = next(e for e in timeline.events if e.kind == "wait")
-    assert wait.barrier == "full[0]" and wait.line.endswith(f"timeline_support.py:{wait_line()}")
+    assert wait.barrier == "full[0]" and wait.line.endswith(f"support/timeline.py:{wait_line()}")
 
 
 def wait_line() -> int:
@@ -173,5 +173,5 @@ def test_a_division_by_zero_is_the_kernels_error_at_its_line():
     assert type(caught.value) is KernelError and "integer division by zero in '//'" in str(caught.value)
     source = (Path(__file__).parents[1] / "support" / "timeline.py").read_text().splitlines()
     line = next(i for i, text in enumerate(source, 1) if "# division-by-zero" in text)
-    assert caught.value.location.endswith(f"timeline_support.py:{line}")
+    assert caught.value.location.endswith(f"support/timeline.py:{line}")
     assert "threads 0-127: running at " in caught.value.tasks

@@ -143,7 +143,7 @@ def test_a_gpu_launch_times_the_plain_build_then_records_the_instrumented_one(mo
     from contextlib import nullcontext
 
     import matmul_v3
-    import test_profile_decode as decoding
+    from tests.timeline import test_gpu_decode as decoding
     from warpspec.cuda import driver, launch
     from warpspec.passes.instrument import PARAMETER
 
