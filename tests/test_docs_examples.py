@@ -31,7 +31,8 @@ from warpspec import cdiv, float16, float32, int32
 from warpspec.cuda.codegen import generate
 from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.runtime import kernel_for
-from tests.support.example_checks import emulator  # noqa: F401 (autouse: the deterministic schedule, so messages name exact lines)
+# emulator is imported as an autouse fixture: the deterministic schedule, so messages name exact lines
+from tests.support.example_checks import emulator  # noqa: F401
 from matmul_v3 import MatmulWGMMAV3
 from matmul_v4 import MatmulWGMMAV4
 from tests.isa.test_cluster import run_stream

@@ -15,7 +15,8 @@ import pytest
 
 from tests.kernels import v6_bug_kernels as bk
 import warpspec
-from tests.support.example_checks import emulator, matmul_operands, relative_error  # noqa: F401 (emulator: autouse fixture)
+# emulator is imported as an autouse fixture
+from tests.support.example_checks import emulator, matmul_operands, relative_error  # noqa: F401
 from matmul_v6 import MatmulWGMMAV6
 from warpspec import CompileError, RaceError, UnwrittenOutputWarning
 from warpspec.cli import main

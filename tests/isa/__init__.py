@@ -1,1 +1,1 @@
-"""warpspec.isa: one test file per instruction family (tests/isa/test_<family>.py), the template a new instruction copies."""
+"""warpspec.isa: one tests/isa/test_<family>.py per instruction family, the template a new instruction copies."""

@@ -1,7 +1,8 @@
-"""Thread-block clusters on the emulator (tests/kernels/cluster_kernels.py): the blocks of a cluster run together, TMA
-multicast fills every listed block, remote arrivals reach the partner's barriers, and each way to get them wrong
-is its exact error class at the line that explains it. Without a seed the schedule is deterministic; the correct
-kernel is also checked under random interleavings across the blocks of a cluster."""
+"""warpspec.isa.cluster: thread-block clusters on the emulator (tests/kernels/cluster_kernels.py): the blocks of a
+cluster run together, TMA multicast fills every listed block, remote arrivals reach the partner's barriers, and each
+way to get them wrong is its exact error class at the line that explains it. Without a seed the schedule is deterministic; the correct
+kernel is also checked under random interleavings across the blocks of a cluster; the CUDA build's multicast,
+remote arrivals and cluster barrier are read from its SASS, and a ``gpu``-marked run checks multicast on a GPU."""
 
 import re
 
@@ -181,3 +182,15 @@ def test_without_clusters_every_block_is_rank_0_and_cluster_sync_compiles_to_the
     assert "barrier.cluster.arrive.release.aligned;" in source and "if ((cluster_ctarank() == 0))" in source
     assert sass.count_instructions(sass.disassemble(build(kernel_for(ck.WithoutClusters(), {})).module.cubin),
                                    ["UCGABAR_ARV"])["UCGABAR_ARV"] == 1
+
+
+@pytest.mark.gpu
+def test_gpu_multicast_fills_both_blocks():
+    torch = pytest.importorskip("torch")
+    x = np.random.default_rng(0).standard_normal((M, N)).astype(np.float16)
+    y0, y1 = (torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16) for _ in range(2))
+    with warpspec.use_backend("cuda"):
+        ck.ClusterStream()(M, N, torch.from_numpy(x).cuda(), y0, y1)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(y0.cpu().numpy(), x)
+    np.testing.assert_array_equal(y1.cpu().numpy(), x)

@@ -101,7 +101,7 @@ def test_masked_attention_on_the_emulator_against_numpy(causal):
     out = np.full(q.shape, np.nan, dtype=np.float16)
     with warpspec.use_backend("emulator"):
         mk.Attention(causal=causal)(130, 150, q, k, v, out)
-    # probabilities rounded to float16 before P·V, the output too (as test_math_reduction)
+    # probabilities rounded to float16 before P·V, the output too (as tests/isa/test_reduction.py)
     np.testing.assert_allclose(out.astype(np.float64), _attention_reference(q, k, v, causal), rtol=0, atol=2e-3)
 
 

@@ -1,5 +1,7 @@
-"""The one-tile WGMMA form kernels (tests/kernels/wgmma_form_kernels.py) on the emulator: the values the GPU twins in
-tests/isa/test_wgmma_gpu.py must reproduce, and the generated code those twins run."""
+"""warpspec.isa.wgmma through the one-tile WGMMA form kernels (tests/kernels/wgmma_form_kernels.py): on the emulator
+the values the GPU twins in tests/isa/test_wgmma_gpu.py (``gpu``-marked) must reproduce, the generated code and the
+HGMMA instructions of the machine code those twins run. The planted WGMMA misuses in real pipelines (a stage released
+before wgmma.wait_group, reading the accumulator in flight) are in tests/emulator/test_planted_bugs.py."""
 
 import re
 
@@ -8,7 +10,9 @@ import pytest
 
 import warpspec
 from tests.kernels import wgmma_form_kernels as wf
+from warpspec.cuda import sass
 from warpspec.cuda.codegen import generate
+from warpspec.cuda.launch import build
 from warpspec.runtime import kernel_for
 
 @pytest.mark.parametrize("mode", wf.MODES)
@@ -29,6 +33,17 @@ def test_the_gpu_twins_generate_code(mode):
         steps = {"shared": k // 16, "registers": 64 // 16 + k // 16, "rowstat": k // 16 + 64 // 16}[mode]
         assert source.count("wgmma.mma_async") == steps, (n, k)
         assert f"m64n{n}k16" in source
+
+
+@pytest.mark.parametrize("mode", wf.MODES)
+def test_each_wgmma_is_one_hgmma_of_the_machine_code(mode):
+    """At N = 64, K = 64 each generated wgmma.mma_async is one HGMMA of N 64, with no local memory."""
+    kernel = kernel_for(wf.WgmmaForm(mode, 64, 64), {})
+    steps = generate(kernel).source.count("wgmma.mma_async")
+    text = sass.disassemble(build(kernel).module.cubin)
+    counts = sass.count_instructions(text, ["HGMMA", "LDL", "STL"])
+    assert counts == {"HGMMA": steps, "LDL": 0, "STL": 0}
+    assert "HGMMA.64x64x16" in text
 
 
 @pytest.mark.parametrize("n, k", [(64, 128), (256, 80), (128, 64)])
