@@ -44,13 +44,13 @@ for step in "${steps[@]}"; do
                         --write-defaults --shapes $SUITE || exit; done; python3 -m warpspec.cli tune --runs 30 \
                         --dtype float8_e4m3 --write-defaults --shapes 4096x14336x4096,8192x8192x8192 || exit; \
                         cp src/warpspec/ops/defaults.json '$out/defaults.json'") ;;
-    ops-tests) cmd=(python3 -m pytest -q -x -m gpu tests/gpu/test_ops_matmul_gpu.py -p no:cacheprovider) ;;
-    stream-k-tests) cmd=(python3 -m pytest -q -m gpu tests/gpu/test_flags_gpu.py tests/gpu/test_ops_matmul_gpu.py
+    ops-tests) cmd=(python3 -m pytest -q -x -m gpu tests/ops/test_matmul_gpu.py -p no:cacheprovider) ;;
+    stream-k-tests) cmd=(python3 -m pytest -q -m gpu tests/isa/test_flag_gpu.py tests/ops/test_matmul_gpu.py
                          -k "flag or stream_k or splits" -p no:cacheprovider) ;;
     stream-k) cmd=(python3 benchmarks/stream_k.py --json "$out/stream_k.json") ;;
     attention) cmd=(python3 benchmarks/attention.py --head-dims 64,128,256 --seqs 8192 --causal both
                     --dtypes fp16,bf16 --json "$out/attention.json") ;;
-    attention-tests) cmd=(python3 -m pytest -q -x -m gpu tests/gpu/test_attention_gpu.py -p no:cacheprovider) ;;
+    attention-tests) cmd=(python3 -m pytest -q -x -m gpu tests/ops/test_attention_gpu.py -p no:cacheprovider) ;;
     schedules) cmd=(python3 benchmarks/v3_schedules.py --json "$out/v3_8192.json") ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac

@@ -1,13 +1,26 @@
-"""Test-wide setup: tests marked ``gpu`` need an NVIDIA Hopper GPU and are skipped cleanly without one."""
+"""Test-wide setup: the disk cache is a temporary folder for the whole session, examples/ is importable, and tests
+marked ``gpu`` need an NVIDIA Hopper GPU and are skipped cleanly without one."""
 
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
 if EXAMPLES not in sys.path:
     sys.path.insert(0, EXAMPLES)
+
+# Set at import, before any test compiles or tunes (and inherited by the subprocesses tests start), so that the
+# suite never reads or fills the user's real cache (~/.cache/warpspec), even where WARPSPEC_CACHE_DIR names one.
+# Compiled kernels and tuning records both live under this root (warpspec.cuda.compiler.cache_dir).
+SESSION_CACHE = tempfile.mkdtemp(prefix="warpspec-test-cache-")
+os.environ["WARPSPEC_CACHE_DIR"] = SESSION_CACHE
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(SESSION_CACHE, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):

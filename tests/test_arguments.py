@@ -53,7 +53,7 @@ def test_numpy_integers_are_accepted():
 def test_the_cuda_back_end_refuses_scalars_grids_and_views_alike(monkeypatch, m_size, message):
     """The same arguments, refused the same way by a launch plan (on a fake GPU side), before and after a
     plan for good arguments exists."""
-    from test_launch_plan import FakeSide, array
+    from tests.cuda.test_launch_plan import FakeSide, array
 
     from warpspec.cuda import launch, plan
     from warpspec.cuda.compiler import CompiledModule

@@ -21,21 +21,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import buggy_kernels as bk
-import cluster_kernels as ck
-import flag_kernels as fk
-import global_race_kernels as gk
+from tests.kernels import buggy_kernels as bk
+from tests.kernels import cluster_kernels as ck
+from tests.kernels import flag_kernels as fk
+from tests.kernels import global_race_kernels as gk
 import warpspec
 from warpspec import BarrierError, BoundsError, CompileError, DeadlockError, KernelError, RaceError
 from warpspec import cdiv, float16, float32, int32
 from warpspec.cuda.codegen import generate
 from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.runtime import kernel_for
-from example_checks import emulator  # noqa: F401 (autouse: the deterministic schedule, so messages name exact lines)
+# emulator is imported as an autouse fixture: the deterministic schedule, so messages name exact lines
+from tests.support.example_checks import emulator  # noqa: F401
 from matmul_v3 import MatmulWGMMAV3
 from matmul_v4 import MatmulWGMMAV4
-from test_clusters import run_stream
-from test_planted_bugs import run_copy, run_matmul
+from tests.isa.test_cluster import run_stream
+from tests.emulator.test_planted_bugs import run_copy, run_matmul
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = Path(warpspec.__file__).resolve().parents[1]  # the checkout under test, for subprocesses
@@ -446,7 +447,7 @@ EMULATOR_CHECKS = {
 
 
 def running_sum(kernel, launches=1):
-    """tests/flag_kernels.py's chain over 4 blocks, ``launches`` times with the same flags."""
+    """tests/kernels/flag_kernels.py's chain over 4 blocks, ``launches`` times with the same flags."""
     x = np.ones((4 * fk.ROWS, 64), np.float32)
     ws, out, flags = np.zeros_like(x), np.zeros_like(x), np.zeros(4, np.int32)
     for _ in range(launches):
@@ -454,7 +455,7 @@ def running_sum(kernel, launches=1):
 
 
 def overlapping_rows():
-    """x is rows 0-31 and out rows 8-39 of one array (tests/test_global_races.py's overlapping slices)."""
+    """x is rows 0-31 and out rows 8-39 of one array (tests/emulator/test_global_races.py's overlapping slices)."""
     memory = np.arange(40 * 64, dtype=np.float32).reshape(40, 64)
     return memory[:32], memory[8:]
 

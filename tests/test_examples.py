@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import warpspec
-from example_checks import emulator, matmul_operands, relative_error  # noqa: F401 (emulator: autouse fixture)
+# emulator is imported as an autouse fixture
+from tests.support.example_checks import emulator, matmul_operands, relative_error  # noqa: F401
 from matmul_v1 import MatmulWGMMAV1
 from matmul_v2 import MatmulWGMMAV2
 from matmul_v3 import MatmulWGMMAV3

@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-import feature_kernels as fk
+from tests.kernels import feature_kernels as fk
 import warpspec
 from warpspec.cuda import sass
 from warpspec.cuda.launch import compile_kernel
@@ -270,7 +270,7 @@ def test_a_runtime_step_cannot_be_unrolled():
 
 
 def marker(module, name: str) -> int:
-    from markers import marker_line
+    from tests.support.markers import marker_line
 
     return marker_line(module.__file__, name)
 

@@ -1,5 +1,5 @@
 """examples/matmul_v6.py on the emulator: every schedule against numpy at a ragged shape with blocks walking several
-tiles, under random interleavings, through ``warpspec check``; and the planted bugs of tests/v6_bug_kernels.py,
+tiles, under random interleavings, through ``warpspec check``; and the planted bugs of tests/kernels/v6_bug_kernels.py,
 each with its exact error class, message and line (a skipped tile: the unwritten-output finding of ``warpspec
 check`` and the Python API's warning)."""
 
@@ -13,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import v6_bug_kernels as bk
+from tests.kernels import v6_bug_kernels as bk
 import warpspec
-from example_checks import emulator, matmul_operands, relative_error  # noqa: F401 (emulator: autouse fixture)
+# emulator is imported as an autouse fixture
+from tests.support.example_checks import emulator, matmul_operands, relative_error  # noqa: F401
 from matmul_v6 import MatmulWGMMAV6
 from warpspec import CompileError, RaceError, UnwrittenOutputWarning
 from warpspec.cli import main
@@ -275,7 +276,7 @@ def test_check_fails_a_skipped_tile(capsys):
 def test_an_output_element_of_several_shadow_units():
     """C passed over a buffer that another argument overlaps at a 2-byte offset: the shadow counts 2-byte units,
     two per float32 element, and an element is unwritten when its units are (504 elements, not 1008 units)."""
-    import foundation_kernels as fk
+    from tests.kernels import foundation_kernels as fk
 
     raw = np.zeros(4 * 512 + 8, np.uint8)
     out = raw[:4 * 512].view(np.float32)

@@ -137,7 +137,7 @@ class PretendCuda(torch.Tensor):
 
 
 def test_a_plan_reads_torch_tensors_shapes_strides_and_addresses(monkeypatch):
-    from test_launch_plan import FakeSide
+    from tests.cuda.test_launch_plan import FakeSide
 
     from warpspec.cuda import launch, plan
     from warpspec.cuda.compiler import CompiledModule

@@ -1,9 +1,9 @@
 """Debug builds (warpspec.debug): every barrier wait bounded and numbered, the plain build untouched, and the message
-a wait that gave up becomes. The GPU side is tests/gpu/test_debug_gpu.py."""
+a wait that gave up becomes. The GPU side is tests/cuda/test_debug_gpu.py."""
 
 import re
 
-import buggy_kernels as bk
+from tests.kernels import buggy_kernels as bk
 import warpspec
 from warpspec.cuda import debug
 from warpspec.cuda.codegen import DebugSite, generate

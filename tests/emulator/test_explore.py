@@ -3,24 +3,22 @@ correct kernels are proved (the class counts printed); each planted bug is found
 the deterministic run; a counterexample is written as a timeline."""
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "examples")]
-import buggy_kernels as bk  # noqa: E402
-from matmul_v3 import MatmulWGMMAV3  # noqa: E402
-from tma_copy import TmaCopy  # noqa: E402
-from warpspec.emulator import prove  # noqa: E402
-from warpspec.emulator.explore import Budget, check_exhaustive  # noqa: E402
-from warpspec.emulator.run import SEED_VARIABLE, emulate_kernel  # noqa: E402
-from warpspec.errors import KernelError  # noqa: E402
-from warpspec.frontend.kernel import bind_arguments  # noqa: E402
-from warpspec.runtime import kernel_for  # noqa: E402
-from warpspec.timeline.witness import write_witness  # noqa: E402
+from tests.kernels import buggy_kernels as bk
+from matmul_v3 import MatmulWGMMAV3
+from tma_copy import TmaCopy
+from warpspec.emulator import prove
+from warpspec.emulator.explore import Budget, check_exhaustive
+from warpspec.emulator.run import SEED_VARIABLE, emulate_kernel
+from warpspec.errors import KernelError
+from warpspec.frontend.kernel import bind_arguments
+from warpspec.runtime import kernel_for
+from warpspec.timeline.witness import write_witness
 
 
 @pytest.fixture(autouse=True)

@@ -3,18 +3,16 @@ the plain deterministic run too: a TMA store no tma.wait_group waited for, a TMA
 on."""
 
 import inspect
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import buggy_kernels as bk  # noqa: E402
-import warpspec  # noqa: E402
-from warpspec import float16, int32  # noqa: E402
-from warpspec.emulator.run import SEED_VARIABLE  # noqa: E402
-from warpspec.errors import InFlightAtExitError  # noqa: E402
+from tests.kernels import buggy_kernels as bk
+import warpspec
+from warpspec import float16, int32
+from warpspec.emulator.run import SEED_VARIABLE
+from warpspec.errors import InFlightAtExitError
 
 THIS = Path(__file__).name
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import kernels_flag_ordering as kfo
+from tests.kernels import flag_ordering_kernels as kfo
 import warpspec
 from warpspec import ArgumentError, RaceError
 from warpspec.arguments import flag_pointers

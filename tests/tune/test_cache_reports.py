@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from test_tuner import ARGS, FakeBench, NarrowV3, fake_compiler
+from tests.tune.test_tuner import ARGS, FakeBench, NarrowV3, fake_compiler
 from warpspec import use_backend
 from warpspec.tune import cache, tuner
 

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-import buggy_kernels
+from tests.kernels import buggy_kernels
 from matmul_v3 import MatmulWGMMAV3
 from warpspec import Script, autotune, float16, int32
 from warpspec.target import SM90A

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import buggy_kernels
+from tests.kernels import buggy_kernels
 from tma_copy import TmaCopy
 from warpspec import ArgumentError, CompileError, autotune, use_backend
 from warpspec.cuda.compiler import CompiledModule

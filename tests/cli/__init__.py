@@ -1,0 +1,1 @@
+"""warpspec.cli: the warpspec command's subcommands through warpspec.cli.main."""

@@ -1,0 +1,1 @@
+"""warpspec.cuda: code generation, compiling, the cubin cache, SASS, launches and debug builds."""

@@ -1,0 +1,52 @@
+"""Front-end rules that the examples do not exercise: early returns, tensor operators, runtime scalar types."""
+
+import numpy as np
+import pytest
+
+from tests.kernels import frontend_kernels as fk
+import warpspec
+from warpspec import CompileError
+
+FILE = fk.__file__
+
+
+@pytest.fixture(autouse=True)
+def emulator():
+    with warpspec.use_backend("emulator"):
+        yield
+
+
+def _raises_at(marker, fragment, call):
+    with pytest.raises(CompileError) as caught:
+        call()
+    # Inside a helper the location is "<call in the kernel body> -> Class.helper at <line>".
+    assert caught.value.location.split(" at ")[-1] == f"{FILE}:{fk.marker_line(marker)}"
+    assert caught.value.location.startswith(f"{FILE}:")
+    assert fragment in str(caught.value)
+
+
+def test_a_kernel_body_cannot_return():
+    _raises_at("body-return", "cannot return",
+               lambda: fk.ReturnsFromBody()(3, np.zeros(1, np.float32)))
+
+
+def test_return_inside_a_runtime_loop_of_a_helper_is_refused():
+    _raises_at("loop-return", "'return' inside a runtime loop",
+               lambda: fk.ReturnInRuntimeLoop()(3, np.zeros(1, np.float32)))
+
+
+def test_tensor_operators_are_the_supported_ones():
+    _raises_at("tensor-power", "operator '**' is not supported on tensors",
+               lambda: fk.PowerOfTensor()(np.zeros(1, np.float32)))
+
+
+def test_min_and_max_work_elementwise_on_register_tensors():
+    x = np.array([-3, -1, -0.5, 0, 0.25, 1, 2, 9], dtype=np.float32)
+    out = np.full(8, np.nan, dtype=np.float32)
+    fk.TensorMinMax()(8, x, out)
+    np.testing.assert_array_equal(out, np.clip(x, -1, 1))
+
+
+def test_runtime_scalars_have_the_types_both_back_ends_pass():
+    _raises_at("f16-param", "runtime scalars are int32, uint32, int64, float32, boolean",
+               lambda: fk.Float16Scalar()(1.0, np.zeros(1, np.float32)))

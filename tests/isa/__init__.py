@@ -1,0 +1,1 @@
+"""warpspec.isa: one tests/isa/test_<family>.py per instruction family, the template a new instruction copies."""

@@ -1,0 +1,114 @@
+"""warpspec.isa.memory (global views, shared and register tensors, ``load_global``/``store_global``,
+``load_shared``/``store_shared``, element writes): the emulator's result against numpy, one planted misuse per check
+below (exact error class, the kernel's ``file:line``, a message fragment), the global loads and stores in the machine
+code, and a ``gpu``-marked run against numpy."""
+
+import numpy as np
+import pytest
+
+import warpspec
+from tests.support.markers import markers_of
+from warpspec import CompileError, float16, float32, int32
+from warpspec.cuda import sass
+from warpspec.cuda.launch import build
+from warpspec.runtime import kernel_for
+
+marker_line = markers_of(__file__)
+
+
+class RoundTrip(warpspec.Script):
+    """out = 2 * x for an [8, 64] float32 tile, through registers and shared memory and back."""
+
+    def __call__(self, x_ptr: ~float32, out_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        x = self.global_view(x_ptr, dtype=float32, shape=[8, 64])
+        out = self.global_view(out_ptr, dtype=float32, shape=[8, 64])
+        staged = self.shared_tensor(dtype=float32, shape=[8, 64])
+        self.store_shared(staged, self.load_global(x, offsets=[0, 0], shape=[8, 64]))
+        self.sync()
+        self.store_global(out, self.load_shared(staged) * 2.0, offsets=[0, 0])
+
+
+class Misuse(warpspec.Script):
+    """One memory call that breaks one rule, chosen by ``mistake``."""
+
+    def __init__(self, mistake):
+        super().__init__()
+        self.mistake = mistake
+
+    def __call__(self, n: int32, x_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        x = self.global_view(x_ptr, dtype=float32, shape=[8, 64])
+        tile = self.load_global(x, offsets=[0, 0], shape=[8, 64])
+        if self.mistake == "not-a-pointer":
+            self.global_view(n, dtype=float32, shape=[8])  # <<< not-a-pointer
+        if self.mistake == "pointee":
+            self.global_view(x_ptr, dtype=float16, shape=[8])  # <<< pointee
+        if self.mistake == "rank-six":
+            self.global_view(x_ptr, dtype=float32, shape=[1, 1, 1, 1, 1, 8])  # <<< rank-six
+        if self.mistake == "strides":
+            self.global_view(x_ptr, dtype=float32, shape=[8, 64], strides=[64])  # <<< strides
+        if self.mistake == "swizzle":
+            self.shared_tensor(dtype=float16, shape=[64, 64], swizzle=48)  # <<< swizzle
+        if self.mistake == "shared-in-loop":
+            for i in self.range(n):
+                self.shared_tensor(dtype=float16, shape=[64, 64])  # <<< shared-in-loop
+        if self.mistake == "load-rank":
+            self.load_global(x, offsets=[0, 0], shape=[64])  # <<< load-rank
+        if self.mistake == "store-dtype":
+            self.store_global(x, self.cast(tile, float16), offsets=[0, 0])  # <<< store-dtype
+        if self.mistake == "store-shared-rank":
+            staged = self.shared_tensor(dtype=float32, shape=[1, 8, 64])
+            self.store_shared(staged, tile)  # <<< store-shared-rank
+
+
+MISUSES = [
+    ("not-a-pointer", "global_view needs a pointer parameter"),
+    ("pointee", "global_view of x_ptr"),
+    ("rank-six", "global_view shape needs 1 to 5 dimensions, got 6"),
+    ("strides", "global_view strides has 1 entries for 2 dimensions"),
+    ("swizzle", "shared_tensor swizzle must be 0, 32, 64 or 128 bytes, got 48"),
+    ("shared-in-loop", "shared_tensor cannot be allocated inside a runtime loop or branch"),
+    ("load-rank", "load_global shape [64] must have the rank of x (2)"),
+    ("store-dtype", "is float16 but x holds"),
+    ("store-shared-rank", "store_shared takes a 2-D shared tile; staged has shape [1, 8, 64]"),
+]
+
+
+def _input():
+    return np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32)
+
+
+def test_a_round_trip_through_registers_and_shared_memory():
+    x, out = _input(), np.full((8, 64), np.nan, np.float32)
+    with warpspec.use_backend("emulator"):
+        RoundTrip()(x, out)
+    np.testing.assert_array_equal(out, 2 * x)
+
+
+@pytest.mark.parametrize("mistake, fragment", MISUSES, ids=[m[0] for m in MISUSES])
+def test_each_misuse_is_a_compile_error_at_its_line(mistake, fragment):
+    with warpspec.use_backend("emulator"), pytest.raises(CompileError) as caught:
+        Misuse(mistake)(1, np.zeros((8, 64), np.float32))
+    assert caught.value.location == f"{__file__}:{marker_line(mistake)}"
+    assert fragment in str(caught.value)
+
+
+def test_the_cuda_build_loads_and_stores_global_and_shared_memory_without_local_memory():
+    cubin = build(kernel_for(RoundTrip(), {})).module.cubin
+    counts = sass.count_instructions(sass.disassemble(cubin), ["LDG", "STG", "STS", "LDS", "LDL", "STL"])
+    assert counts["LDG"] > 0 and counts["STG"] > 0 and counts["STS"] > 0 and counts["LDS"] > 0
+    assert counts["LDL"] == 0 and counts["STL"] == 0
+
+
+@pytest.mark.gpu
+def test_gpu_a_round_trip_through_registers_and_shared_memory():
+    torch = pytest.importorskip("torch")
+    x = _input()
+    out = torch.full((8, 64), float("nan"), device="cuda")
+    with warpspec.use_backend("cuda"):
+        RoundTrip()(torch.from_numpy(x).cuda(), out)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(out.cpu().numpy(), 2 * x)

@@ -1,0 +1,123 @@
+"""warpspec.isa.tma (``self.tma.global_to_shared/shared_to_global/commit_group/wait_group``): the emulator's result
+against numpy (a ragged tile: zero-filled loads, clipped stores), one planted misuse per check the family makes when
+the kernel is built (exact error class, the kernel's ``file:line``, a message fragment), the bulk-tensor instructions
+in the machine code, and a ``gpu``-marked run against numpy.
+
+The run-time checks (bytes delivered to a barrier whose phase already completed, a buffer refilled while a TMA
+store still reads it) are planted in real pipelines in tests/emulator/test_planted_bugs.py; multicast is
+tests/isa/test_cluster.py's.
+"""
+
+import numpy as np
+import pytest
+
+import warpspec
+from tests.support.markers import markers_of
+from warpspec import CompileError, float16, float32, int32
+from warpspec.cuda import sass
+from warpspec.cuda.launch import build
+from warpspec.runtime import kernel_for
+
+marker_line = markers_of(__file__)
+
+
+class TileCopy(warpspec.Script):
+    """dst = src through one 64x64 shared tile per block, a block per tile of a [m, n] tensor."""
+
+    def __call__(self, m: int32, n: int32, src_ptr: ~float16, dst_ptr: ~float16):
+        self.attrs.blocks = [warpspec.cdiv(m, 64), warpspec.cdiv(n, 64)]
+        self.attrs.warps = 1
+        src = self.global_view(src_ptr, dtype=float16, shape=[m, n])
+        dst = self.global_view(dst_ptr, dtype=float16, shape=[m, n])
+        tile = self.shared_tensor(dtype=float16, shape=[64, 64])
+        full = self.mbarrier.alloc(counts=[1])
+        offsets = [64 * self.blockIdx.x, 64 * self.blockIdx.y]
+        with self.single_thread():
+            self.mbarrier.arrive_and_expect_tx(full[0], transaction_bytes=tile.nbytes)
+            self.tma.global_to_shared(src=src, dst=tile, offsets=offsets, mbarrier=full[0])
+        self.mbarrier.wait(full[0], phase=0)
+        with self.single_thread():
+            self.tma.shared_to_global(src=tile, dst=dst, offsets=offsets)
+            self.tma.commit_group()
+            self.tma.wait_group(0)
+
+
+class Misuse(warpspec.Script):
+    """One TMA call that breaks one rule, chosen by ``mistake``."""
+
+    def __init__(self, mistake):
+        super().__init__()
+        self.mistake = mistake
+
+    def __call__(self, x_ptr: ~float16):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        x = self.global_view(x_ptr, dtype=float16, shape=[64, 64])
+        x3 = self.global_view(x_ptr, dtype=float16, shape=[2, 64, 64])
+        tile = self.shared_tensor(dtype=float16, shape=[64, 64])
+        full = self.mbarrier.alloc(counts=[1])
+        if self.mistake == "many-threads":
+            self.tma.shared_to_global(src=tile, dst=x, offsets=[0, 0])  # <<< many-threads
+        with self.single_thread():
+            if self.mistake == "rank":
+                self.tma.shared_to_global(src=tile, dst=x3, offsets=[0, 0, 0])  # <<< rank
+            if self.mistake == "one-dimension":
+                row = self.shared_tensor(dtype=float16, shape=[64])
+                flat = self.global_view(x_ptr, dtype=float16, shape=[64])
+                self.tma.global_to_shared(src=flat, dst=row, offsets=[0], mbarrier=full[0])  # <<< one-dimension
+            if self.mistake == "leading-extent":
+                slab = self.shared_tensor(dtype=float16, shape=[2, 64, 64])
+                self.tma.shared_to_global(src=slab, dst=x3, offsets=[0, 0, 0])  # <<< leading-extent
+            if self.mistake == "dtype":
+                wide = self.shared_tensor(dtype=float32, shape=[64, 64])
+                self.tma.shared_to_global(src=wide, dst=x, offsets=[0, 0])  # <<< dtype
+            if self.mistake == "inner-bytes":
+                narrow = self.shared_tensor(dtype=float16, shape=[64, 4])
+                self.tma.shared_to_global(src=narrow, dst=x, offsets=[0, 0])  # <<< inner-bytes
+            if self.mistake == "wait-group":
+                self.tma.wait_group(8)  # <<< wait-group
+
+
+MISUSES = [
+    ("many-threads", "tma.shared_to_global is issued by one thread"),
+    ("rank", "must have the same rank"),
+    ("one-dimension", "needs at least 2 dimensions"),
+    ("leading-extent", "a TMA tile's leading dimensions must have extent 1"),
+    ("dtype", "is float32 but"),
+    ("inner-bytes", "is 8 bytes; TMA needs a multiple of 16 bytes"),
+    ("wait-group", "tma.wait_group n must be in [0, 7], got 8"),
+]
+
+
+@pytest.mark.parametrize("m, n", [(64, 64), (100, 150)])
+def test_a_copy_through_shared_memory_is_exact_at_ragged_shapes(m, n):
+    src = np.random.default_rng(0).standard_normal((m, n)).astype(np.float16)
+    dst = np.full((m, n), np.nan, dtype=np.float16)
+    with warpspec.use_backend("emulator"):
+        TileCopy()(m, n, src, dst)
+    np.testing.assert_array_equal(dst, src)
+
+
+@pytest.mark.parametrize("mistake, fragment", MISUSES, ids=[m[0] for m in MISUSES])
+def test_each_misuse_is_a_compile_error_at_its_line(mistake, fragment):
+    with warpspec.use_backend("emulator"), pytest.raises(CompileError) as caught:
+        Misuse(mistake)(np.zeros(2 * 64 * 64, np.float16))
+    assert caught.value.location == f"{__file__}:{marker_line(mistake)}"
+    assert fragment in str(caught.value)
+
+
+def test_the_cuda_build_has_one_bulk_tensor_load_and_store():
+    cubin = build(kernel_for(TileCopy(), {})).module.cubin
+    counts = sass.count_instructions(sass.disassemble(cubin), ["UTMALDG", "UTMASTG", "LDL", "STL"])
+    assert counts == {"UTMALDG": 1, "UTMASTG": 1, "LDL": 0, "STL": 0}
+
+
+@pytest.mark.gpu
+def test_gpu_a_copy_through_shared_memory_is_exact_at_a_ragged_shape():
+    torch = pytest.importorskip("torch")
+    src = np.random.default_rng(0).standard_normal((100, 150)).astype(np.float16)
+    dst = torch.full((100, 150), float("nan"), device="cuda", dtype=torch.float16)
+    with warpspec.use_backend("cuda"):
+        TileCopy()(100, 150, torch.from_numpy(src).cuda(), dst)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(dst.cpu().numpy(), src)

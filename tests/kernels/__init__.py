@@ -1,0 +1,1 @@
+"""Kernels the tests run: correct ones that exercise one feature, and ones with one bug planted each."""

@@ -1,0 +1,56 @@
+"""Small kernels for the front-end tests (the front end reads kernel source from files)."""
+
+import warpspec
+from warpspec import float16, float32, int32
+from tests.support.markers import markers_of
+
+
+class ReturnsFromBody(warpspec.Script):
+    def __call__(self, n: int32, x_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        return n  # <<< body-return
+
+
+class ReturnInRuntimeLoop(warpspec.Script):
+    def first_positive(self, n):
+        for i in self.range(n):
+            if i > 0:
+                return i  # <<< loop-return
+        return 0
+
+    def __call__(self, n: int32, x_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        self.first_positive(n)
+
+
+class PowerOfTensor(warpspec.Script):
+    def __call__(self, x_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        t = self.register_tensor(float32, [4], init=2.0)
+        t ** 2  # <<< tensor-power
+
+
+class TensorMinMax(warpspec.Script):
+    """out = max(min(x, 1), -1) elementwise, through load_global/store_global on the emulator."""
+
+    def __call__(self, n: int32, x_ptr: ~float32, out_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        x = self.global_view(x_ptr, dtype=float32, shape=[n])
+        out = self.global_view(out_ptr, dtype=float32, shape=[n])
+        t = self.load_global(x, offsets=[0], shape=[8])
+        ones = self.register_tensor(float32, [8], init=1.0)
+        clipped = max(min(t, ones), -ones)
+        self.store_global(out, clipped, offsets=[0])
+
+
+class Float16Scalar(warpspec.Script):
+    def __call__(self, scale: float16, x_ptr: ~float32):  # <<< f16-param
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+
+
+marker_line = markers_of(__file__)

@@ -1,0 +1,1 @@
+"""warpspec.layout: register fragments and shared-memory placement."""

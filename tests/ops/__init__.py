@@ -1,0 +1,1 @@
+"""warpspec.ops: the matmul and attention operators, on numpy arrays and torch tensors."""

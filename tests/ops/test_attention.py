@@ -1,0 +1,232 @@
+"""warpspec.ops.attention and its kernel on the emulator: against a numpy softmax at small ragged shapes (both
+causal modes, grouped-query heads, fp16 and bf16, every head dim), rows that see no key, every ArgumentError,
+the planted bugs of tests/kernels/attention_bug_kernels.py with their exact errors and lines, and the NVRTC build
+of each head dim's shipped schedule (no spills, no serialized WGMMA)."""
+
+import runpy
+import sys
+from io import StringIO
+from pathlib import Path
+
+from tests.kernels import attention_bug_kernels as bk
+import ml_dtypes
+import numpy as np
+import pytest
+from attention_fwd import reference
+
+import warpspec
+from warpspec import ArgumentError, BarrierError, RaceError
+from warpspec.emulator.run import SEED_VARIABLE
+from warpspec.ops import attention
+from warpspec.ops import attention_kernel as ak
+from warpspec.ops.attention import DEFAULT_SCHEDULES, arguments, launch, script_for, tune_attention, validate
+
+KERNEL_FILE = ak.__file__
+EXAMPLE_FILE = str(Path(__file__).resolve().parents[2] / "examples" / "attention_fwd.py")
+#: fp16/bf16 inputs and output, P rounded to the input type before PV: bf16 keeps 8 bits.
+TOLERANCE = {np.float16: 2e-3, ml_dtypes.bfloat16: 2e-2}
+
+
+@pytest.fixture(autouse=True)
+def emulator(monkeypatch):
+    """Run on the emulator with its deterministic schedule."""
+    monkeypatch.delenv(SEED_VARIABLE, raising=False)
+    with warpspec.use_backend("emulator"):
+        yield
+
+
+def operands(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((batch, heads, seq_q, head_dim)).astype(dtype)
+    k = rng.standard_normal((batch, kv_heads, seq_k, head_dim)).astype(dtype)
+    v = rng.standard_normal((batch, kv_heads, seq_k, head_dim)).astype(dtype)
+    return q, k, v
+
+
+def expected(q, k, v, causal, scale=None):
+    """The numpy reference of examples/attention_fwd.py over [B·H, S, D] views (it scales by D^-0.5: a custom
+    scale is folded into q beforehand, in float32)."""
+    batch, heads, seq_q, head_dim = q.shape
+    q32 = q.astype(np.float32) * (1.0 if scale is None else scale * head_dim ** 0.5)
+    flat = reference(q32.reshape(batch * heads, seq_q, head_dim), k.reshape(-1, *k.shape[2:]),
+                     v.reshape(-1, *v.shape[2:]), causal)
+    return flat.reshape(q.shape)
+
+
+def line_of(path: str, text: str) -> int:
+    """The 1-based line of ``path`` holding ``text`` (exactly one must)."""
+    found = [n for n, line in enumerate(Path(path).read_text().splitlines(), 1) if text in line]
+    assert len(found) == 1, (text, found)
+    return found[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("seq_q, seq_k", [(200, 150), (70, 300), (1, 33)])
+def test_matches_numpy_at_ragged_grouped_query_shapes(dtype, causal, seq_q, seq_k):
+    """Two batches of 4 query heads over 2 K/V heads, lengths no multiple of any tile; S_q > S_k leaves causal
+    rows with no key (zeros), S_q < S_k shifts the diagonal (bottom-right alignment)."""
+    q, k, v = operands(2, 4, 2, seq_q, seq_k, 64, dtype)
+    out = attention(q, k, v, causal=causal)
+    assert out.dtype == q.dtype and out.shape == q.shape
+    error = np.abs(out.astype(np.float32) - expected(q, k, v, causal)).max()
+    assert error < TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("head_dim, block_n, num_stages, unroll", [(128, 128, 2, 2), (128, 64, 3, 1), (256, 80, 2, 1),
+                                                                   (64, 96, 2, 1), (64, 128, 3, 3)])
+def test_head_dims_and_tiles_narrower_than_the_head(head_dim, block_n, num_stages, unroll):
+    """Every head dim, and K/V tiles of another width than D: the [64, 1] row statistics of the [64, block_n]
+    scores also scale the [64, D] output (the layout pass takes the two row slices as one)."""
+    q, k, v = operands(1, 2, 1, 150, 170, head_dim, np.float16, seed=1)
+    problem = validate(q, k, v, True, None)
+    out = np.full_like(q, np.nan)
+    launch(q, k, v, out, problem, {"block_n": block_n, "num_stages": num_stages, "unroll": unroll})
+    assert np.abs(out.astype(np.float32) - expected(q, k, v, True)).max() < 2e-3
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_interleavings(seed, monkeypatch):
+    """Under the emulator's random schedules (the partitions interleaved differently per seed), no race, barrier
+    misuse or deadlock, and the same result."""
+    monkeypatch.setenv(SEED_VARIABLE, str(seed))
+    q, k, v = operands(1, 2, 1, 150, 330, 64, np.float16, seed=3)
+    problem = validate(q, k, v, True, None)
+    out = np.full_like(q, np.nan)
+    launch(q, k, v, out, problem, {"block_n": 64, "num_stages": 2, "unroll": 1})
+    assert np.abs(out.astype(np.float32) - expected(q, k, v, True)).max() < 2e-3
+
+
+def test_rows_that_see_no_key_are_zero_and_scale_is_applied():
+    """Causal with S_q = 3 S_k: the first 2 S_k query rows see no key and are exactly 0 (FlashAttention's
+    convention; SDPA with a bottom-right causal mask gives NaN there). A custom scale multiplies the logits."""
+    q, k, v = operands(1, 1, 1, 90, 30, 64, np.float16, seed=2)
+    out = attention(q, k, v, causal=True, scale=0.3)
+    assert not np.isnan(out).any()
+    assert np.all(out[0, 0, :60] == 0)
+    assert np.abs(out.astype(np.float32) - expected(q, k, v, True, scale=0.3)).max() < 2e-3
+
+
+def test_an_empty_query_launches_nothing(monkeypatch):
+    module = sys.modules["warpspec.ops.attention"]  # ``warpspec.ops.attention`` names the function
+    monkeypatch.setattr(module, "script_for", lambda *args: pytest.fail("an empty query launched a kernel"))
+    q, k, v = operands(1, 2, 2, 0, 16, 64, np.float16)
+    assert attention(q, k, v).shape == (1, 2, 0, 64)
+
+
+@pytest.mark.parametrize("head_dim", sorted(DEFAULT_SCHEDULES))
+def test_the_schedule_is_the_head_dims_default_unless_pinned(head_dim):
+    """Off the GPU there are no stored winners: each head dim runs its shipped default; a given schedule wins."""
+    q, k, v = operands(1, 2, 2, 16, 16, head_dim, np.float16)
+    problem = validate(q, k, v, False, None)
+    args = arguments(q, k, v, np.empty_like(q), problem)
+    assert script_for(problem, args).schedule() == DEFAULT_SCHEDULES[head_dim]
+    pinned = {"block_n": 64, "num_stages": 2, "unroll": 1}
+    assert script_for(problem, args, pinned).schedule() == pinned
+
+
+def test_tune_attention_refuses_other_dtypes():
+    with pytest.raises(ArgumentError, match="dtype must be 'float16' or 'bfloat16', got 'float32'"):
+        tune_attention([(1, 1, 1, 128, 128, 64)], "float32")
+
+
+def _cases():
+    q, k, v = operands(1, 4, 2, 16, 16, 64, np.float16)
+    bf = k.astype(ml_dtypes.bfloat16)
+    q96 = np.zeros((1, 4, 16, 96), np.float16)
+    strided = np.zeros((1, 4, 16, 128), np.float16)[..., ::2]
+    return {
+        "rank": ((q[0], k, v), {}, "q must be 4-D [batch, heads, seq, head_dim], got shape (4, 16, 64)"),
+        "head-dim": ((q96, q96[:, :2], q96[:, :2]), {},
+                     "head_dim (q.shape[3]) is 96; ops.attention supports 64, 128, 256"),
+        "dtype": ((q.astype(np.float32), k, v), {}, "q has dtype float32; ops.attention takes float16 or bfloat16"),
+        "mixed-dtype": ((q, bf, v), {}, "k has dtype bfloat16 but q has float16"),
+        "heads": ((q, k[:, :1].repeat(3, 1), v[:, :1].repeat(3, 1)), {},
+                  "q has 4 heads and k 3: the query heads must be a multiple of the key/value heads"),
+        "v-shape": ((q, k, v[:, :, :8]), {}, "v must have k's shape (1, 2, 16, 64), got (1, 2, 8, 64)"),
+        "batch": ((q, k.repeat(2, 0), v.repeat(2, 0)), {}, "k has batch 2 but q has 1"),
+        "no-keys": ((q, k[:, :, :0], v[:, :, :0]), {}, "k and v have no keys"),
+        "layout": ((strided, strided[:, :2], strided[:, :2]), {}, "q must be contiguous"),
+        "scale": ((q, k, v), {"scale": "big"}, "scale must be a positive finite number"),
+        "negative-scale": ((q, k, v), {"scale": -0.5}, "positive finite number (None: head_dim ** -0.5), got -0.5"),
+        "causal": ((q, k, v), {"causal": 1}, "causal must be True or False, got 1"),
+        "kind": ((q.tolist(), k, v), {}, "q must be a numpy array or a torch tensor, got list"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_cases()))
+def test_argument_errors(case):
+    args, kwargs, message = _cases()[case]
+    with pytest.raises(ArgumentError) as raised:
+        attention(*args, **kwargs)
+    assert message in str(raised.value)
+
+
+def test_the_kernel_refuses_an_unsupported_head_dim():
+    """The kernel class used directly (as examples/attention_fwd.py does), not through ops.attention's checks."""
+    q = np.zeros((1, 1, 16, 96), np.float16)
+    for schedule in ({"block_n": 64, "num_stages": 2, "unroll": 1}, {}):  # pinned, and autotuned
+        with pytest.raises(ArgumentError, match=r"head_dim must be one of \(64, 128, 256\), got 96"):
+            ak.AttentionF16(head_dim=96, causal=False, **schedule)(16, 16, 1, 1, 1, 1.0, q, q, q, np.zeros_like(q))
+
+
+def _run_bug(cls):
+    q, k, v = operands(1, 1, 1, 200, 300, 64, np.float16)
+    out = np.zeros_like(q)
+    kernel = cls(head_dim=64, causal=False, block_n=64, num_stages=2, unroll=1)
+    kernel(200, 300, 1, 1, 1, 64 ** -0.5 * ak.LOG2_E, q, k, v, out)
+
+
+def _innermost(error) -> str:
+    """The innermost ``file:line`` of an error's location chain (``kernel.py:40 -> helper at file:line``)."""
+    return error.location.rsplit(" at ", 1)[-1]
+
+
+def test_planted_bug_v_stage_released_before_pv_completes():
+    """The producer's next TMA load overwrites the V stage the PV WGMMA still reads: a RaceError at the load."""
+    with pytest.raises(RaceError) as raised:
+        _run_bug(bk.ReleasesVBeforePV)
+    assert "tma.global_to_shared writes sv[0] while an asynchronous read of it (a wgmma or a TMA store) is still " \
+           "in flight" in str(raised.value)
+    load = line_of(KERNEL_FILE, "self.tma.global_to_shared(src=gx, dst=sx[pipe.producer_stage]")
+    assert _innermost(raised.value) == f"{KERNEL_FILE}:{load}"
+    # The report shows a consumer warpgroup still at the late wait.
+    assert f"ReleasesVBeforePV.retire_pv at {bk.__file__}:{bk.marker_line('late-wait')} in wgmma.wait_group(0)" in \
+        raised.value.tasks
+
+
+def test_planted_bug_warpgroups_without_the_turn_barrier():
+    """Without waiting for its turn, a warpgroup hands the turn over twice before the other waited once: a
+    BarrierError at the hand-over."""
+    with pytest.raises(BarrierError) as raised:
+        _run_bug(bk.IssuesOutOfTurn)
+    assert "arrive on turns[1] starts phase 1 before any thread waited on the completion of phase 0" in \
+        str(raised.value)
+    handover = line_of(KERNEL_FILE, "self.mbarrier.arrive(turns[1 - wg])  # our GEMMs are queued")
+    assert _innermost(raised.value) == f"{KERNEL_FILE}:{handover}"
+
+
+def test_example_runs_as_a_script(monkeypatch):
+    """``python examples/attention_fwd.py`` checks itself causal and not, then prints OK."""
+    output = StringIO()
+    monkeypatch.setattr(sys, "stdout", output)
+    runpy.run_path(EXAMPLE_FILE, run_name="__main__")
+    lines = output.getvalue().splitlines()
+    assert [line.split(" max")[0] for line in lines[:2]] == ["emulator: causal=False", "emulator: causal=True"]
+    assert lines[-1] == "OK"
+
+
+@pytest.mark.parametrize("head_dim", sorted(DEFAULT_SCHEDULES))
+def test_nvrtc_builds_the_shipped_schedules_without_spills(head_dim):
+    """NVRTC compiles each head dim's shipped schedule (causal: the masked variant) with no spills, no stack and
+    no ptxas advisory (a WGMMA pipeline serialized because registers are read under an mma would be one)."""
+    from warpspec.cuda.launch import compile_kernel
+    from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
+    from warpspec.runtime import kernel_for
+
+    kernel = ak.AttentionBF16(head_dim=head_dim, causal=True, **DEFAULT_SCHEDULES[head_dim])
+    built = compile_kernel(kernel_for(kernel, {}))
+    (report,) = parse_ptxas_log(built.module.log).values()
+    assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
+    counts = count_instructions(disassemble(built.module.cubin), ["HGMMA", "LDL", "STL"])
+    assert counts["HGMMA"] > 0 and counts["LDL"] == counts["STL"] == 0

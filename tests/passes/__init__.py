@@ -1,0 +1,1 @@
+"""warpspec.passes: the IR passes (unrolling, constant propagation, instrumentation)."""

@@ -1,0 +1,1 @@
+"""warpspec.timeline: the CPU timing model, GPU records, warpspec.profile() and the views of a timeline."""

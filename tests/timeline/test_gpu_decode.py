@@ -1,0 +1,180 @@
+"""Decoding an instrumented build's record buffer (warpspec.timeline.gpu.decode) into a Timeline: a synthetic
+buffer, laid out as the generated code writes it (warpspec.isa.profile: a slot counter per recorder, then the
+arrays), becomes exactly the expected Events: names with their runtime indices, roles, nanoseconds on one axis,
+the recorded SM, the notes on blocks past the cap, event overflow and clock rates."""
+
+import numpy as np
+import pytest
+
+import matmul_v3
+import warpspec
+from warpspec.isa import profile as records
+from warpspec.runtime import kernel_for
+from warpspec.timeline.events import Event
+from warpspec.timeline.gpu import buffer_words, decode, instrumented
+
+PRODUCER, CONSUMER = "producer (threads 128-159)", "consumer (threads 0-127)"
+
+
+SCRIPT = matmul_v3.MatmulWGMMAV3(num_stages=2, block_m=128, block_n=128, block_k=64)
+
+
+def v3_build(capacity=2, sm=0):
+    return instrumented(kernel_for(SCRIPT, {"n_size": 2048, "k_size": 2048}), 2, capacity, sm)
+
+
+def write_array(words, build, slot, recorder, header, events):
+    """Fill recorder ``recorder`` of record slot ``slot`` as the device does: header words by name, events as
+    (site, index, start cycle, end cycle)."""
+    base = records.array_start(slot, recorder, len(build.recorders), build.capacity)
+    for word, value in header.items():
+        words[base + word] = value
+    for i, (site, index, start, end) in enumerate(events):
+        at = base + records.HEADER_WORDS + records.EVENT_WORDS * i
+        words[at:at + 3] = [site | index << 32, start + CLOCK0, end + CLOCK0]
+
+
+EPOCH_NS = 1_764_579_600_000_000_000  # %globaltimer counts from an epoch: 2025-12-01 in ns
+CLOCK0 = 7_000_000_000_000  # and %clock64 from the SM's start
+
+
+def header(count, sm, block, start_ns, start_clock, end_ns, end_clock):
+    """A header with times relative to EPOCH_NS and CLOCK0 (a float of the absolute timer is 256 ns coarse)."""
+    start_ns, end_ns, start_clock, end_clock = (start_ns + EPOCH_NS, end_ns + EPOCH_NS, start_clock + CLOCK0,
+                                                end_clock + CLOCK0)
+    x, y, z = block
+    return {records.WRITTEN: 1, records.COUNT: count, records.SMID: sm, records.BLOCK: x | y << 21 | z << 42,
+            records.START_NS: start_ns, records.START_CLOCK: start_clock, records.END_NS: end_ns,
+            records.END_CLOCK: end_clock}
+
+
+def synthetic_buffer(build):
+    """Two blocks that ran on the recorded SM, one per slot; the counters say so."""
+    words = np.zeros(buffer_words(build), np.uint64)
+    words[:len(build.recorders)] = 2
+    sm = build.sm
+    sites = {(s.kind, s.name): i for i, s in enumerate(build.sites)}
+    consumer_wait = sites[("wait", "wait consumer_barriers[{index}]")]
+    producer_wait = next(i for i, s in enumerate(build.sites) if s.name == "wait producer_barriers[{index}]")
+    # Block (0, 0, 0): 100 us of globaltimer over 200,000 cycles, so 0.5 ns per cycle; the producer (recorder 1)
+    # started 50 ns after the consumer (recorder 0), on the same SM clock.
+    write_array(words, build, 0, 0, header(2, sm, (0, 0, 0), 1_000_000, 10_000, 1_100_000, 210_000),
+                [(consumer_wait, 1, 10_200, 10_400), (sites[("wgmma", "wgmma")], 0, 10_400, 10_600)])
+    write_array(words, build, 0, 1, header(1, sm, (0, 0, 0), 1_000_050, 10_100, 1_050_050, 110_100),
+                [(producer_wait, 1, 10_100, 10_300)])
+    # Block (15, 15, 0), a wave later: 5 events for room for 2, and a 10 us span: converted at the device clock
+    # rate.
+    write_array(words, build, 1, 0, header(5, sm, (15, 15, 0), 2_000_000, 50_000, 2_010_000, 70_000),
+                [(sites[("epilogue", "epilogue")], 0, 50_100, 50_600), (sites[("sync", "sync")], 0, 50_100, 50_200)])
+    # Recorder 1 of slot 1 never finished (written stays 0): it is skipped.
+    return words, sites
+
+
+def test_a_record_buffer_decodes_into_named_events_on_one_time_axis():
+    build = v3_build(sm=5)
+    words, sites = synthetic_buffer(build)
+    timeline = decode(words, build, kernel_ns=123_456.0, clock_hz=1e9, flops=2.0 * 2048 ** 3)
+    line = {i: str(s.loc) for i, s in enumerate(build.sites)}
+    wait_c, wait_p = sites[("wait", "wait consumer_barriers[{index}]")], 0
+    assert timeline.events == [
+        Event((0, 0, 0), CONSUMER, "wait", "wait consumer_barriers[1]", 50.0, 150.0, line[wait_c], 5,
+              "consumer_barriers[1]"),
+        Event((0, 0, 0), CONSUMER, "wgmma", "wgmma", 150.0, 250.0, line[sites[("wgmma", "wgmma")]], 5, None),
+        Event((0, 0, 0), PRODUCER, "wait", "wait producer_barriers[1]", 0.0, 100.0, line[wait_p], 5,
+              "producer_barriers[1]"),
+        Event((15, 15, 0), CONSUMER, "epilogue", "epilogue", 1_000_050.0, 1_000_550.0,
+              line[sites[("epilogue", "epilogue")]], 5, None),
+        Event((15, 15, 0), CONSUMER, "sync", "sync", 1_000_050.0, 1_000_150.0, line[sites[("sync", "sync")]], 5,
+              None),
+    ]
+    assert (timeline.kernel, timeline.source, timeline.kernel_ns, timeline.flops) == \
+        ("MatmulWGMMAV3", "gpu", 123_456.0, 2.0 * 2048 ** 3)
+    assert timeline.schedule["num_stages"] == 2 and timeline.schedule["block_k"] == 64
+    assert timeline.roles == [CONSUMER, PRODUCER] and timeline.sm == 5
+    assert timeline.notes == [
+        "every block that ran on SM 5 recorded (2), each role's first warp",
+        "block (15, 15, 0), thread 0: 3 of 5 events were past the capacity of 2 and not recorded "
+        "(profile(capacity=...) raises it)",
+        "1 block(s) ran shorter than 20 us: their cycles were converted at the device clock rate, 1.000 GHz",
+    ]
+
+
+def test_an_empty_buffer_has_no_events_and_a_wrong_one_is_refused():
+    build = v3_build()
+    timeline = decode(np.zeros(buffer_words(build), np.uint64), build, kernel_ns=1.0, clock_hz=1e9)
+    assert timeline.events == [] and timeline.roles == [CONSUMER, PRODUCER]
+    assert timeline.notes == ["no block ran on SM 0: nothing was recorded"]
+    with pytest.raises(warpspec.ArgumentError, match=f"a record buffer of {buffer_words(build)} words was expected"):
+        decode(np.zeros(7, np.uint64), build, kernel_ns=1.0, clock_hz=1e9)
+    words = np.zeros(buffer_words(build), np.uint64)
+    write_array(words, build, 0, 0, header(1, 0, (0, 0, 0), 0, 0, 0, 0), [(len(build.sites), 0, 0, 1)])
+    with pytest.raises(warpspec.ArgumentError, match=f"names site {len(build.sites)}; the build has"):
+        decode(words, build, kernel_ns=1.0, clock_hz=1e9)
+
+
+def test_instrumented_builds_are_made_once_per_kernel_and_settings():
+    build = v3_build()
+    assert v3_build() is build and v3_build(capacity=3) is not build and v3_build(sm=1) is not build
+    # Two recorders' counters, then two slots of two recorders' arrays.
+    assert buffer_words(build) == 2 + 2 * 2 * (records.HEADER_WORDS + records.EVENT_WORDS * 2)
+
+
+def test_blocks_past_the_cap_are_counted_and_a_block_short_of_slots_is_left_out():
+    build = v3_build()
+    words = np.zeros(buffer_words(build), np.uint64)
+    words[:2] = 5  # five blocks ran on SM 0, the cap is two
+    wait = next(i for i, s in enumerate(build.sites) if s.kind == "wait" and s.group.begin == 0)
+    for recorder in (0, 1):
+        write_array(words, build, 0, recorder, header(1, 0, (3, 0, 0), 0, 0, 100_000, 200_000), [(wait, 0, 10, 20)])
+    # The last slot went to block (4, 0, 0)'s consumer but to block (5, 0, 0)'s producer: both are incomplete.
+    write_array(words, build, 1, 0, header(1, 0, (4, 0, 0), 0, 0, 100_000, 200_000), [(wait, 0, 10, 20)])
+    write_array(words, build, 1, 1, header(0, 0, (5, 0, 0), 0, 0, 100_000, 200_000), [])
+    timeline = decode(words, build, kernel_ns=1.0, clock_hz=1e9)
+    assert {e.block for e in timeline.events} == {(3, 0, 0)}
+    assert timeline.notes == [
+        "the first 2 of the 5 blocks that ran on SM 0 recorded, each role's first warp (profile(blocks=...) raises "
+        "the cap)",
+        "2 block(s) at the cap got a slot for only some of their roles and are left out"]
+
+
+def test_a_decoded_timeline_goes_through_the_timeline_writers(tmp_path):
+    import json
+
+    from warpspec.timeline import write
+
+    build = v3_build()
+    words, _ = synthetic_buffer(build)
+    timeline = decode(words, build, kernel_ns=123_456.0, clock_hz=1e9, flops=2.0 * 2048 ** 3)
+    summary = write(timeline, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.txt", "timeline.png", "trace.json"]
+    assert "(GPU)" in summary.splitlines()[0] and "measured kernel time: 123.5 us (139 TFLOP/s)" in summary
+    trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert sorted(e["name"] for e in trace if e.get("ph") == "X") == sorted(e.name for e in timeline.events)
+
+
+def fields(text: str) -> list[str]:
+    """A summary's field names in order: each unindented line's text before its colon, past the kernel line
+    (role lines and notes vary with the timeline; "measured"/"modeled" name the source)."""
+    lines = [line for line in text.splitlines()[1:] if not line.startswith(("  ", "note: "))]
+    return [line.split(":")[0].removeprefix("measured ").removeprefix("modeled ") for line in lines]
+
+
+def test_measured_and_modeled_summaries_print_the_same_fields():
+    from tests.support.timeline import modeled_matmul
+    from warpspec.timeline.events import Occupancy
+    from warpspec.timeline.summary import summarize
+
+    build = v3_build()
+    words, _ = synthetic_buffer(build)
+    occupancy = Occupancy(2, "registers", 66560, 168, 160, "the driver's occupancy query")
+    measured = summarize(decode(words, build, kernel_ns=123_456.0, clock_hz=1e9, flops=1e9, occupancy=occupancy))
+    modeled = summarize(modeled_matmul(matmul_v3.MatmulWGMMAV3, 512, num_stages=2, block_m=128, block_n=128,
+                                       block_k=64))
+    expected = ["kernel time", "blocks per SM", "2 block(s) of SM 0; waits as a share of each role's active time",
+                "stage occupancy", "tensor cores busy", "diagnosis"]
+    assert fields(measured.text()) == expected
+    assert fields(modeled.text())[:2] + fields(modeled.text())[3:] == expected[:2] + expected[3:]
+    assert fields(modeled.text())[2] == "1 block(s) of SM 0; waits as a share of each role's active time"
+    assert "blocks per SM: 2 (limited by registers; 65 KB of shared memory, 168 registers x 160 threads each; the " \
+           "driver's occupancy query)" in measured.text()
+    assert (measured.metrics.keys(), measured.metrics["blocks_per_sm"]) == (modeled.metrics.keys(), 2)

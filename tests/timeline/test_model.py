@@ -1,0 +1,177 @@
+"""The CPU timing model: exact times on a kernel whose waits are known, the ordering of pipeline depths, the fit
+to the H200 measurements of V3 (tests/data/v3_8192.json) and the speed at 8192³."""
+
+import importlib.util
+import time
+from pathlib import Path
+
+import pytest
+
+from matmul_v3 import MatmulWGMMAV3
+from tests.support.timeline import DividesByItsArgument, LoadThenMultiply, matmul_kernel, modeled_matmul
+from warpspec.errors import ArgumentError, DeadlockError, KernelError
+from warpspec.frontend.kernel import bind_arguments
+from warpspec.runtime import kernel_for
+from warpspec.timeline.model import estimated_registers, load_parameters, model_launch, occupancy
+from warpspec.timeline.summary import summarize
+
+ROOT = Path(__file__).parents[2]
+spec = importlib.util.spec_from_file_location("calibrate_model", ROOT / "benchmarks" / "calibrate_model.py")
+calibrate = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(calibrate)
+
+
+def round_parameters():
+    """H200 parameters with every cost zero but a 1000 ns memory latency and a 64×64×64 WGMMA of 1000 ns, on a
+    one-SM device: the known kernel's times can be worked out by hand."""
+    p = load_parameters()
+    zero = ("launch_ns", "statement_ns", "arrive_ns", "wait_ns", "wake_ns", "sync_ns", "tma_issue_ns",
+            "wgmma_issue_ns", "wgmma_latency_ns", "register_ns_per_element")
+    p.update(dict.fromkeys(zero, 0.0), sm_count=1, memory_latency_ns=1000.0, load_bandwidth_gbps=1e12,
+             sm_port_gbps=1e12, wgmma_tflops_16bit={"64": 2 * 64**3 / 1e6})  # 2·64³ flops per 1000 ns
+    return p
+
+
+def known_timeline():
+    script = LoadThenMultiply()
+    runtime, compile_time = bind_arguments(LoadThenMultiply, (None,), {})
+    return model_launch(kernel_for(script, compile_time), runtime, round_parameters())
+
+
+def test_known_kernel_times_are_exact():
+    timeline = known_timeline()
+    assert timeline.source == "model"
+    assert timeline.kernel_ns == pytest.approx(2000.0)  # 1000 ns load, then 1000 ns of WGMMA
+    assert timeline.flops == 2 * 64**3
+    assert timeline.roles == ["consumer (threads 0-127)", "producer (threads 128-159)"]
+    spans = {(e.role.split()[0], e.kind): (round(e.start_ns, 6), round(e.end_ns, 6)) for e in timeline.events}
+    assert spans == {
+        ("consumer", "wait"): (0.0, 1000.0),
+        ("consumer", "wgmma"): (1000.0, 1000.0),
+        ("consumer", "wgmma_wait"): (1000.0, 2000.0),
+        ("consumer", "epilogue"): (2000.0, 2000.0),
+        ("producer", "tma"): (0.0, 0.0),
+    }
+    names = {e.kind: e.name for e in timeline.events}
+    assert names["wait"] == "wait full[0]" and names["tma"] == "tma ga -> sa"
+    wait = next(e for e in timeline.events if e.kind == "wait")
+    assert wait.barrier == "full[0]" and wait.line.endswith(f"support/timeline.py:{wait_line()}")
+
+
+def wait_line() -> int:
+    source = (Path(__file__).parents[1] / "support" / "timeline.py").read_text().splitlines()
+    return next(i for i, line in enumerate(source, 1) if "self.mbarrier.wait(full[0]" in line)
+
+
+def test_known_kernel_summary_numbers():
+    summary = summarize(known_timeline())
+    assert summary.waits == {("consumer (threads 0-127)", "full"): pytest.approx(0.5)}
+    assert summary.kinds == {"full": "full"}
+    assert summary.tensor_busy == pytest.approx(0.5)  # committed at 1000 ns, done at 2000 ns, of 2000 ns
+    assert summary.occupancy == pytest.approx(0.5)  # full at 1000 ns, held to the consumer's end at 2000 ns
+    assert summary.stages == 1
+    text = summary.text()
+    assert "modeled kernel time: 2.0 us" in text
+    assert "consumer (threads 0-127)    waits on full (full)  50.0%" in text
+    assert ("diagnosis: consumers wait on full barriers 50% of the time: the producers can't keep up; try more "
+            "stages or larger K tiles") in text
+
+
+@pytest.mark.parametrize("schedule", [
+    {"variant": "cooperative", "num_stages": 3, "block_m": 128, "block_n": 256, "epilogue_n": 256},
+    {"variant": "pingpong", "num_stages": 4, "block_m": 128, "block_n": 128, "epilogue_n": 128},
+], ids=["cooperative", "pingpong"])
+def test_the_model_counts_each_warpgroups_own_rows_of_a_shared_wgmma(schedule):
+    """V6 cooperative's WGMMAs span both consumer warpgroups, each multiplying half the rows: the modeled flops
+    (hence TFLOP/s and tensor-core time) are the problem's 2·M·N·K, as for ping-pong's one-warpgroup WGMMAs."""
+    from matmul_v6 import MatmulWGMMAV6
+
+    kernel, runtime = matmul_kernel(MatmulWGMMAV6, 1024, **schedule)
+    assert model_launch(kernel, runtime).flops == 2 * 1024 ** 3
+
+
+def test_one_stage_models_slower_than_four_when_latency_is_not_hidden():
+    one = modeled_matmul(MatmulWGMMAV3, 8192, num_stages=1, block_m=128, block_n=128, block_k=64)
+    four = modeled_matmul(MatmulWGMMAV3, 8192, num_stages=4, block_m=128, block_n=128, block_k=64)
+    assert one.kernel_ns > 1.1 * four.kernel_ns
+    # The shallow pipeline's consumers wait on their full barriers; the deep one's hardly do.
+    assert summarize(one).metrics["consumers_full_wait"] > 0.2 > summarize(four).metrics["consumers_full_wait"]
+
+
+def test_model_ranks_and_predicts_the_measured_v3_schedules():
+    rows = calibrate.measurements(ROOT / "tests" / "data" / "v3_8192.json")
+    ranked = [r for r in rows if 2 <= r["num_stages"] <= 7]
+    assert len(ranked) == 12
+    rho, worst, modeled = calibrate.evaluate(ranked, load_parameters())
+    assert rho >= 0.8
+    for row, ms in zip(ranked, modeled):
+        assert abs(ms - row["ms"]) / row["ms"] <= 0.25, (row, ms)
+
+
+def test_spearman_of_known_rankings():
+    assert calibrate.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert calibrate.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert calibrate.spearman([1, 2, 3], [1, 3, 2]) == pytest.approx(0.5)
+
+
+def test_occupancy_follows_shared_memory_and_registers():
+    p = load_parameters()
+    kernel, _ = matmul_kernel(MatmulWGMMAV3, 256, num_stages=2, block_m=128, block_n=128, block_k=64)
+    assert estimated_registers(kernel, p) == 160  # ptxas: 154, allocated in 8s
+    assert occupancy(kernel, p) == (2, "registers")
+    kernel, _ = matmul_kernel(MatmulWGMMAV3, 256, num_stages=4, block_m=128, block_n=128, block_k=64)
+    assert occupancy(kernel, p) == (1, "shared memory")
+    assert occupancy(kernel, p, registers=64)[0] == 1
+
+
+def test_8192_cubed_models_in_seconds():
+    start = time.perf_counter()
+    timeline = modeled_matmul(MatmulWGMMAV3, 8192, num_stages=2, block_m=128, block_n=64, block_k=64)
+    assert time.perf_counter() - start < 5.0
+    assert timeline.flops == pytest.approx(2 * 8192**3)
+    assert "4 block(s) per SM" in timeline.notes[0] and "8192 blocks in 16 wave(s)" in timeline.notes[0]
+
+
+def test_a_copy_is_bound_by_hbm():
+    from tma_copy import TmaCopy
+
+    script = TmaCopy().instantiate({"tile_m": 64, "tile_n": 64})
+    runtime, compile_time = bind_arguments(type(script), (16384, 16384, None, None), {})
+    p = load_parameters()
+    timeline = model_launch(kernel_for(script, compile_time), runtime, p)
+    moved = 2 * 16384 * 16384 * 2  # read once, written once
+    assert timeline.kernel_ns == pytest.approx(p["launch_ns"] + moved / p["hbm_bandwidth_gbps"])
+    assert timeline.notes[1].startswith("bound by HBM: the global views hold 1073.7 MB, which take ")
+
+
+def test_a_deadlock_is_reported_as_the_emulator_reports_it():
+    from tests.kernels import buggy_kernels as bk
+
+    script = bk.ConsumerNeverReleases()
+    runtime, compile_time = bind_arguments(type(script), (128, 64, 256, None, None, None), {})
+    with pytest.raises(DeadlockError) as caught:
+        model_launch(kernel_for(script, compile_time), runtime)
+    line = f"buggy_kernels.py:{bk.marker_line('never-release-wait')}"
+    assert caught.value.location.endswith(line)
+    assert (f"threads 0-127: blocked at {bk.__file__}:" in caught.value.tasks and
+            f"ConsumerNeverReleases.consume at {bk.__file__}:{bk.marker_line('never-release-wait')} in mbarrier.wait "
+            f"on consumer_barriers[0]" in caught.value.tasks)
+
+
+def test_missing_argument_is_an_argument_error():
+    kernel, runtime = matmul_kernel(MatmulWGMMAV3, 256, num_stages=2, block_m=128, block_n=128, block_k=64)
+    del runtime["m_size"]
+    with pytest.raises(ArgumentError, match="model_launch: missing argument 'm_size'"):
+        model_launch(kernel, runtime)
+
+
+def test_a_division_by_zero_is_the_kernels_error_at_its_line():
+    """As on the emulator: a KernelError at the user's line with the thread partitions, not a ZeroDivisionError."""
+    runtime, compile_time = bind_arguments(DividesByItsArgument, (0, None), {})
+    with pytest.raises(KernelError) as caught:
+        model_launch(kernel_for(DividesByItsArgument(), compile_time), runtime)
+    assert type(caught.value) is KernelError and "integer division by zero in '//'" in str(caught.value)
+    source = (Path(__file__).parents[1] / "support" / "timeline.py").read_text().splitlines()
+    line = next(i for i, text in enumerate(source, 1) if "# division-by-zero" in text)
+    assert caught.value.location.endswith(f"support/timeline.py:{line}")
+    assert "threads 0-127: running at " in caught.value.tasks

@@ -1,0 +1,1 @@
+"""warpspec.tune: pruning, timing and the tuning cache."""
