@@ -11,7 +11,7 @@ from tests.support.markers import markers_of
 from warpspec import RaceError, float16
 from warpspec.cuda import sass
 from warpspec.cuda.codegen import generate
-from warpspec.cuda.launch import build
+from warpspec.cuda.launch import compile_kernel
 from warpspec.runtime import kernel_for
 
 marker_line = markers_of(__file__)
@@ -63,7 +63,7 @@ def test_an_async_read_after_unfenced_stores_is_a_race_at_the_read():
 def test_the_cuda_build_has_the_proxy_fence():
     kernel = kernel_for(StoreThroughShared(), {})
     assert generate(kernel).source.count("fence.proxy.async.shared::cta;") == 1
-    counts = sass.count_instructions(sass.disassemble(build(kernel).module.cubin), ["FENCE.VIEW.ASYNC.S", "UTMASTG"])
+    counts = sass.count_instructions(sass.disassemble(compile_kernel(kernel).module.cubin), ["FENCE.VIEW.ASYNC.S", "UTMASTG"])
     assert counts["FENCE.VIEW.ASYNC.S"] >= 1 and counts["UTMASTG"] == 1
 
 

@@ -14,7 +14,7 @@ import warpspec
 from tests.support.markers import markers_of
 from warpspec import BarrierError, CompileError, float16, uint32
 from warpspec.cuda import sass
-from warpspec.cuda.launch import build
+from warpspec.cuda.launch import compile_kernel
 from warpspec.runtime import kernel_for
 
 marker_line = markers_of(__file__)
@@ -140,7 +140,7 @@ def test_a_runtime_phase_other_than_0_or_1_is_a_barrier_error_at_the_wait(emulat
 
 
 def test_the_cuda_build_initialises_arrives_and_waits_with_syncs_instructions():
-    cubin = build(kernel_for(BarrierCopy(phases=1), {})).module.cubin
+    cubin = compile_kernel(kernel_for(BarrierCopy(phases=1), {})).module.cubin
     text = sass.disassemble(cubin)
     counts = sass.count_instructions(text, ["SYNCS.EXCH.64", "SYNCS.ARRIVE", "SYNCS.PHASECHK", "LDL", "STL"])
     assert counts["SYNCS.EXCH.64"] >= 2  # mbarrier.init of both barriers

@@ -10,7 +10,7 @@ import warpspec
 from tests.support.markers import markers_of
 from warpspec import CompileError, float16, float32, int32
 from warpspec.cuda import sass
-from warpspec.cuda.launch import build
+from warpspec.cuda.launch import compile_kernel
 from warpspec.runtime import kernel_for
 
 marker_line = markers_of(__file__)
@@ -97,7 +97,7 @@ def test_each_misuse_is_a_compile_error_at_its_line(mistake, fragment):
 
 
 def test_the_cuda_build_loads_and_stores_global_and_shared_memory_without_local_memory():
-    cubin = build(kernel_for(RoundTrip(), {})).module.cubin
+    cubin = compile_kernel(kernel_for(RoundTrip(), {})).module.cubin
     counts = sass.count_instructions(sass.disassemble(cubin), ["LDG", "STG", "STS", "LDS", "LDL", "STL"])
     assert counts["LDG"] > 0 and counts["STG"] > 0 and counts["STS"] > 0 and counts["LDS"] > 0
     assert counts["LDL"] == 0 and counts["STL"] == 0

@@ -11,9 +11,9 @@ import pytest
 from tests.isa.test_tma import TileCopy
 from warpspec.cuda import sass
 from warpspec.cuda.codegen import generate
-from warpspec.cuda.launch import build
+from warpspec.cuda.launch import compile_kernel
 from warpspec.isa import profile
-from warpspec.emulator.run import run_kernel
+from warpspec.emulator.run import emulate_kernel
 from warpspec.passes.instrument import PARAMETER, instrument
 from warpspec.runtime import kernel_for
 
@@ -36,7 +36,7 @@ def test_the_emulator_runs_an_instrumented_kernel_as_the_plain_one():
     src = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float16)
     dst = np.full_like(src, np.nan)
     records = np.zeros(len(instrumented.recorders) * (1 + 2 * profile.array_words(16)), np.int64)
-    run_kernel(instrumented.kernel, {"m": 64, "n": 64, "src_ptr": src, "dst_ptr": dst, PARAMETER: records})
+    emulate_kernel(instrumented.kernel, {"m": 64, "n": 64, "src_ptr": src, "dst_ptr": dst, PARAMETER: records})
     np.testing.assert_array_equal(dst, src)
     assert not records.any()  # the CPU timing model times kernels; the statements write nothing here
 
@@ -45,5 +45,5 @@ def test_the_instrumented_build_reads_the_global_timer_and_the_clock():
     kernel = instrument(kernel_for(TileCopy(), {}), blocks=2, capacity=16).kernel
     source = generate(kernel).source
     assert "%globaltimer" in source and "%clock64" in source and "%smid" in source
-    text = sass.disassemble(build(kernel).module.cubin)
+    text = sass.disassemble(compile_kernel(kernel).module.cubin)
     assert "SR_GLOBALTIMER" in text and "SR_CLOCK" in text

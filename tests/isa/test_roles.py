@@ -11,7 +11,7 @@ from tests.support.markers import markers_of
 from warpspec import CompileError, float32
 from warpspec.cuda import sass
 from warpspec.cuda.codegen import generate
-from warpspec.cuda.launch import build
+from warpspec.cuda.launch import compile_kernel
 from warpspec.runtime import kernel_for
 
 marker_line = markers_of(__file__)
@@ -112,7 +112,7 @@ def test_the_cuda_build_sets_each_groups_register_budget():
     source = generate(kernel).source
     # Both budgets are at most what 256 threads start with, so both groups lower theirs.
     assert "setmaxnreg.dec.sync.aligned.u32 232;" in source and "setmaxnreg.dec.sync.aligned.u32 40;" in source
-    counts = sass.count_instructions(sass.disassemble(build(kernel).module.cubin), ["USETMAXREG", "BAR.SYNC"])
+    counts = sass.count_instructions(sass.disassemble(compile_kernel(kernel).module.cubin), ["USETMAXREG", "BAR.SYNC"])
     assert counts["USETMAXREG"] == 2 and counts["BAR.SYNC"] >= 1
 
 

@@ -15,7 +15,7 @@ import warpspec
 from tests.support.markers import markers_of
 from warpspec import CompileError, float16, float32, int32
 from warpspec.cuda import sass
-from warpspec.cuda.launch import build
+from warpspec.cuda.launch import compile_kernel
 from warpspec.runtime import kernel_for
 
 marker_line = markers_of(__file__)
@@ -107,7 +107,7 @@ def test_each_misuse_is_a_compile_error_at_its_line(mistake, fragment):
 
 
 def test_the_cuda_build_has_one_bulk_tensor_load_and_store():
-    cubin = build(kernel_for(TileCopy(), {})).module.cubin
+    cubin = compile_kernel(kernel_for(TileCopy(), {})).module.cubin
     counts = sass.count_instructions(sass.disassemble(cubin), ["UTMALDG", "UTMASTG", "LDL", "STL"])
     assert counts == {"UTMALDG": 1, "UTMASTG": 1, "LDL": 0, "STL": 0}
 

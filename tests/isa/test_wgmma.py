@@ -12,7 +12,7 @@ import warpspec
 from tests.kernels import wgmma_form_kernels as wf
 from warpspec.cuda import sass
 from warpspec.cuda.codegen import generate
-from warpspec.cuda.launch import build
+from warpspec.cuda.launch import compile_kernel
 from warpspec.runtime import kernel_for
 
 @pytest.mark.parametrize("mode", wf.MODES)
@@ -40,7 +40,7 @@ def test_each_wgmma_is_one_hgmma_of_the_machine_code(mode):
     """At N = 64, K = 64 each generated wgmma.mma_async is one HGMMA of N 64, with no local memory."""
     kernel = kernel_for(wf.WgmmaForm(mode, 64, 64), {})
     steps = generate(kernel).source.count("wgmma.mma_async")
-    text = sass.disassemble(build(kernel).module.cubin)
+    text = sass.disassemble(compile_kernel(kernel).module.cubin)
     counts = sass.count_instructions(text, ["HGMMA", "LDL", "STL"])
     assert counts == {"HGMMA": steps, "LDL": 0, "STL": 0}
     assert "HGMMA.64x64x16" in text
