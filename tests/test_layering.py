@@ -92,3 +92,20 @@ def test_no_import_goes_up_a_layer():
 def test_every_module_is_in_a_layer():
     for _, module in modules():
         unit(module)
+
+
+def documented_layers() -> list[tuple[str, ...]]:
+    """The layer table at the top of docs/architecture.md, lowest first: a layer per line that does not start with
+    a space (its names before the description), continuation lines indented."""
+    text = (ROOT.parents[1] / "docs" / "architecture.md").read_text()
+    block = text.split("```\n", 2)[1]
+    layers = []
+    for line in block.splitlines():
+        if line and not line.startswith(" "):
+            names = line.split("  ", 1)[0].split(", ")
+            layers.append(tuple(name if name == "warpspec" else f"warpspec.{name}" for name in names))
+    return layers
+
+
+def test_the_architecture_document_lists_the_layers_this_test_enforces():
+    assert [set(layer) for layer in documented_layers()] == [set(layer) for layer in LAYERS]

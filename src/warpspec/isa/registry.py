@@ -3,7 +3,7 @@
 Every statement type is registered once for the emulator (``@emulates(Node)``: ``fn(machine, task, stmt)``,
 returning None or a generator that yields while the task waits) and once per CUDA target that claims it
 (``@emits(Node, target)``: ``fn(generator, stmt)``). A target may refuse a node deliberately with
-``unsupported(Node, target, reason)``, which becomes a CompileError at the kernel line. ``tests/test_registry.py``
+``unsupported(Node, target, reason)``, which becomes a CompileError at the kernel line. ``tests/isa/test_registry.py``
 walks every statement type and fails when one lacks an emulation or an emitter. A family whose emulation keeps
 state on the task (``task.family_state(...)``) checks it when the block ends with ``@at_exit``:
 ``fn(machine, task)``, raising a KernelError. The types of these functions' arguments are the Protocols of
