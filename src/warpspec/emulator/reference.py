@@ -205,14 +205,12 @@ def check_against_reference(script, reference: Callable, /, *args, rtol: float |
     ``rtol``/``atol`` replace every output dtype's default tolerance (``TOLERANCES``). An autotuned Script is
     checked on its first schedule; pin another with ``script.instantiate(schedule)``."""
     from warpspec.emulator.run import call_on_emulator
-    from warpspec.frontend.kernel import bind_arguments
-    from warpspec.runtime import kernel_for
-    from warpspec.tune.tuned import TunedScript
+    from warpspec.frontend.kernel import bind_arguments, build_kernel
 
-    if isinstance(script, TunedScript):
+    if hasattr(script, "schedules"):  # an autotuned Script (warpspec.tune.tuned.TunedScript, a layer above)
         script = script.instantiate(script.schedules()[0])
     runtime, compile_time = bind_arguments(type(script), args, kwargs)
-    kernel = kernel_for(script, compile_time)
+    kernel = build_kernel(script, compile_time)
     arrays = {p.name: runtime[p.name] for p in kernel.params if isinstance(p.type, PointerType)}
     for name, array in arrays.items():
         if not isinstance(array, np.ndarray):
