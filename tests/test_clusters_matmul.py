@@ -66,7 +66,7 @@ def test_warpspec_check_passes_every_schedule_with_random_interleavings(num_sms,
                  "--all-schedules", "--seeds", "2"])
     lines = capsys.readouterr().out.splitlines()
     assert code == 0, lines
-    assert lines[-1] == "5 ok, 0 failed, 0 skipped"
+    assert lines[-1] == "5 ok (no hazard found, outputs not compared), 0 failed, 0 skipped"
     assert all(re.match(r"ok +num_stages=\d block_m=\d+ block_n=\d+ epilogue_n=\d+ +\(.* s, 1\+2 runs\)$", line)
                for line in lines[:-1]), lines
 

@@ -2,7 +2,8 @@
 
 Two families: ``CompileError`` for a kernel that cannot be turned into IR or machine code (raised before anything
 runs), and ``KernelError`` for a kernel that runs but breaks the rules of the hardware (found by the emulator).
-``ArgumentError`` is a bad argument to a launch, raised before the launch. ``UnwrittenOutputWarning`` is the one
+``ArgumentError`` is a bad argument to a launch, raised before the launch. ``OutputMismatchError`` is an output
+that differs from a reference's (``warpspec.emulator.reference``). ``UnwrittenOutputWarning`` is the one
 warning: an emulator run after which part of a view the kernel writes was written by no block.
 """
 
@@ -81,6 +82,11 @@ class BoundsError(KernelError):
 class BarrierTimeoutError(KernelError):
     """In debug mode on the GPU, a barrier wait that did not pass within the debug bound: the kernel was stopped
     instead of hanging the GPU. ``location`` is the wait's kernel line."""
+
+
+class OutputMismatchError(WarpspecError):
+    """A kernel's output that differs from a reference's beyond the tolerance of its dtype
+    (``warpspec.emulator.reference``): the message names the output, its worst element and the error."""
 
 
 class UnwrittenOutputWarning(UserWarning):

@@ -119,6 +119,11 @@ def kernel_for(script, compile_time: dict):
     return cache[key]
 
 
+def _selection() -> str:
+    """What chose the back end, for a message: ``set_backend('cuda')`` or the environment variable."""
+    return f"set_backend({_selected!r})" if _selected is not None else f"WARPSPEC_BACKEND={mode()}"
+
+
 def shape_only(values) -> bool:
     """Whether any of ``values`` is a torch fake or meta tensor: torch.compile and torch.library trace with
     those (their shapes, no data), and a kernel called on them has nothing to compute."""
@@ -151,13 +156,22 @@ def run_script(script, args: tuple, kwargs: dict):
         from warpspec.emulator.run import call_on_emulator
 
         return call_on_emulator(kernel, runtime)
-    if _debugging:
-        from warpspec.cuda.debug import run_debug
+    from warpspec.cuda.driver import CudaError
 
-        return run_debug(kernel, runtime)
-    from warpspec.cuda.launch import launch_planned
+    try:
+        if _debugging:
+            from warpspec.cuda.debug import run_debug
 
-    plan = launch_planned(kernel, runtime)
+            return run_debug(kernel, runtime)
+        from warpspec.cuda.launch import launch_planned
+
+        plan = launch_planned(kernel, runtime)
+    except CudaError as error:
+        if error.code is not None:  # the driver is there and refused a call: its message says which
+            raise
+        raise CudaError(f"{error}; kernels run on the CUDA back end because {_selection()} selects it: "
+                        f"WARPSPEC_BACKEND=emulator (or auto, the default, without a GPU) runs them on the CPU "
+                        f"emulator", None) from None
     if not kwargs:
         _remember_entry(script, plan, args, compile_time)
     return None

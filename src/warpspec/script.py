@@ -11,7 +11,7 @@ import inspect
 import itertools
 from dataclasses import dataclass
 
-from warpspec.errors import CompileError
+from warpspec.errors import CompileError, WarpspecError
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,13 @@ def _launch(self: Script, *args, **kwargs):
     back end; see ``warpspec.runtime.run_script``."""
     from warpspec.runtime import run_script
 
-    return run_script(self, args, kwargs)
+    try:
+        return run_script(self, args, kwargs)
+    except WarpspecError as error:
+        # The message names the kernel's file:line and the caller's frames name the call; the front end's and the
+        # back end's own frames (hundreds for a deep inlining) would only bury both. Other exceptions are
+        # warpspec's bugs, or Ctrl-C, and keep their whole traceback.
+        raise error.with_traceback(None) from None
 
 
 class Class:

@@ -105,7 +105,7 @@ def test_max_memory_option_sets_the_limit(capsys):
     assert "need 55.3 KiB, more than --max-memory 55 KiB: a_ptr 12480 float16 elements (24.4 KiB)" in err
     code, lines, err = run(capsys, "check", V3, *sizes, "--max-memory", "56600")
     assert code == 0, err
-    assert lines[-1] == "1 ok, 0 failed, 0 skipped"
+    assert lines[-1] == "1 ok (no hazard found, outputs not compared), 0 failed, 0 skipped"
 
 
 def test_max_memory_must_be_a_size(capsys):
@@ -129,7 +129,7 @@ def test_error_every_schedule_shares_is_one_failure(capsys):
     for extra in ([], ["--all-schedules"]):
         code, lines, _ = run(capsys, "check", f"{HERE}:NeverSetsWarps", "n=100", *extra)
         assert code == 1
-        assert lines == [f"FAIL  NeverSetsWarps, every schedule  {error}", "0 ok, 1 failed, 0 skipped", "",
+        assert lines == [f"FAIL  NeverSetsWarps, every schedule  {error}", "0 ok (no hazard found, outputs not compared), 1 failed, 0 skipped", "",
                          "first failure: NeverSetsWarps, every schedule (compiling):", error]
 
 
@@ -156,7 +156,7 @@ def test_schedules_failing_each_for_its_own_reason_are_skipped(capsys):
     assert lines[0].startswith(f"skip  block_n=512  CompileError: {BUGGY}:")
     assert lines[1].startswith(f"skip  block_n=520  CompileError: {BUGGY}:")
     assert "N=512, K=64" in lines[0] and "N=520, K=64" in lines[1]
-    assert lines[2:] == ["0 ok, 0 failed, 2 skipped", "no schedule compiles for these arguments"]
+    assert lines[2:] == ["0 ok (no hazard found, outputs not compared), 0 failed, 2 skipped", "no schedule compiles for these arguments"]
 
 
 @pytest.mark.parametrize("command", ["check", "build"])
@@ -195,7 +195,7 @@ def test_internal_error_in_a_run_is_a_fail_line(capsys, monkeypatch):
     internal = ("internal error (a bug in warpspec, not in the kernel or the command line): TypeError: cannot "
                 "evaluate object (at warpspec/ir/evaluate.py:")
     assert lines[0].startswith(f"FAIL  tile_m=64 tile_n=64  {internal}")
-    assert lines[1] == "0 ok, 1 failed, 0 skipped"
+    assert lines[1] == "0 ok (no hazard found, outputs not compared), 1 failed, 0 skipped"
     assert lines[3] == "first failure: tile_m=64 tile_n=64 (the deterministic run):"
     assert lines[4].startswith(internal)
 
@@ -216,7 +216,7 @@ def test_internal_error_in_one_schedule_does_not_stop_the_sweep(capsys, monkeypa
     assert [line.split("  (")[0] for line in lines[:4:2]] == ["ok    tile_m=64 tile_n=64", "ok    tile_m=128 tile_n=32"]
     assert lines[1].startswith("FAIL  tile_m=32 tile_n=128  internal error (a bug in warpspec, not in the kernel or "
                                "the command line): TypeError: cannot evaluate object (at warpspec/ir/evaluate.py:")
-    assert lines[3] == "2 ok, 1 failed, 0 skipped"
+    assert lines[3] == "2 ok (no hazard found, outputs not compared), 1 failed, 0 skipped"
     assert lines[5] == "first failure: tile_m=32 tile_n=128 (building the kernel and its inputs):"
 
 
@@ -256,7 +256,7 @@ def test_warpspec_error_while_preparing_a_schedule_reads_as_itself(capsys, monke
     monkeypatch.setattr(warpspec.cli.check, "pointer_arrays", out_of_bounds)
     code, lines, _ = run(capsys, "check", COPY, "m_size=64", "n_size=64")
     assert code == 1
-    assert lines[:2] == [f"FAIL  tile_m=64 tile_n=64  {error}", "0 ok, 1 failed, 0 skipped"]
+    assert lines[:2] == [f"FAIL  tile_m=64 tile_n=64  {error}", "0 ok (no hazard found, outputs not compared), 1 failed, 0 skipped"]
     monkeypatch.setattr(tuner, "prune", out_of_bounds)
     code, lines, _ = run(capsys, "build", COPY, "--schedule", "tile_m=64,tile_n=64")
     assert code == 1

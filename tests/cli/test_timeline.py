@@ -61,6 +61,7 @@ def test_cuda_backend_records_a_kernel_the_model_cannot_run(capsys, tmp_path, mo
     recorded = Timeline(kernel="ClusterStream", source="gpu", schedule={}, kernel_ns=1000.0, roles=["group"],
                         events=[Event((0, 0, 0), "group", "wait", "wait full[0]", 0.0, 10.0, "k.py:1")])
     monkeypatch.setattr(warpspec.cli.timeline, "_gpu_timeline", lambda *args: recorded)
+    monkeypatch.setattr(warpspec.cli.timeline, "_check_gpu", lambda: None)  # as on a machine with one
     target = f"{ROOT / 'tests' / 'kernels' / 'cluster_kernels.py'}:ClusterStream"
     with_model = timeline(capsys, target, "m_size=64", "n_size=128", "--out", str(tmp_path / "model"))
     assert with_model[0] == 1 and "does not model thread-block clusters" in with_model[2]

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 import time
+import traceback
 from contextlib import contextmanager
 from typing import NamedTuple
 
@@ -13,10 +14,11 @@ from warpspec.cli.failures import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, Usag
                                    kernel_wide_error)
 from warpspec.cli.inputs import DEFAULT_MAX_MEMORY, check_input_memory, pointer_arrays, pointer_sizes
 from warpspec.cli.kernel_arguments import scalar_arguments, selected_scripts
-from warpspec.cli.loading import kernel_parameters, load_script_class
+from warpspec.cli.loading import kernel_parameters, load_function, load_script_class
 from warpspec.cli.parser import add_kernel_arguments, non_negative_int
 from warpspec.cli.progress import RunProgress
 from warpspec.cli.sizes import byte_size
+from warpspec.emulator.reference import expected_outputs, mismatches
 from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.errors import ArgumentError, CompileError
 
@@ -43,10 +45,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("--allow-partial-writes", action="store_true",
                        help="accept a run after which elements of a view the kernel writes were written by no "
                             "block (for a kernel that writes only part of an output by design)")
+    check.add_argument("--reference", metavar="REF.py:FUNCTION",
+                       help="compare the kernel's outputs after every run with what FUNCTION writes into copies of "
+                            "the inputs (called with the kernel's arguments by name, each pointer shaped as its "
+                            "first global view); without it only hazards are checked, not the values")
+    check.add_argument("--rtol", type=float, metavar="R",
+                       help="with --reference: the relative tolerance of every output (default: by dtype, "
+                            "1e-4 for float32, 4e-3 float16, 2e-2 bfloat16, 0.125-0.25 fp8, exact for integers)")
+    check.add_argument("--atol", type=float, metavar="A",
+                       help="with --reference: the absolute tolerance of every output (default: as --rtol's)")
     check.add_argument("--progress", action="store_true",
                        help="show which block a long run is in on stderr even when stderr is not a terminal "
                             "(on a terminal it is shown once a run takes more than a second)")
     check.set_defaults(handler=check_command)
+
+
+class Reference(NamedTuple):
+    """``--reference``: the function, its target as given, and the tolerances that override the dtype's."""
+
+    function: object
+    target: str
+    rtol: float | None
+    atol: float | None
 
 
 class ScheduleOutcome(NamedTuple):
@@ -61,6 +81,13 @@ class ScheduleOutcome(NamedTuple):
 def check_command(args) -> int:
     """``warpspec check``: run the kernel on the emulator for each selected schedule and print the verdicts."""
     script_cls = load_script_class(args.target)
+    if args.reference is None and (args.rtol is not None or args.atol is not None):
+        raise UsageError("--rtol and --atol set the tolerance of --reference's comparison: give --reference too")
+    for option, value in (("--rtol", args.rtol), ("--atol", args.atol)):
+        if value is not None and not value >= 0:
+            raise UsageError(f"{option} must be a non-negative number, got {value}")
+    reference = None if args.reference is None else Reference(load_function(args.reference, "--reference"),
+                                                               args.reference, args.rtol, args.atol)
     params = kernel_parameters(script_cls)
     scalars = scalar_arguments(script_cls.__name__, params, args.arguments)
     scripts = selected_scripts(script_cls, args.schedule)
@@ -82,7 +109,7 @@ def check_command(args) -> int:
     try:
         for label, script in scripts:
             result = check_schedule(label, script, params, scalars, args.seeds, may_skip, args.max_memory,
-                                    progress, args.allow_partial_writes)
+                                    progress, args.allow_partial_writes, reference)
             if result.verdict == "skip" and not compiled:
                 held.append((label, result))
                 continue
@@ -104,7 +131,8 @@ def check_command(args) -> int:
                                                                                "compiling", shared))]
         for label, result in held:
             report(label, result)
-    print(f"{verdicts.count('ok')} ok, {verdicts.count('FAIL')} failed, {verdicts.count('skip')} skipped")
+    found = "no hazard found, outputs match the reference" if reference else "no hazard found, outputs not compared"
+    print(f"{verdicts.count('ok')} ok ({found}), {verdicts.count('FAIL')} failed, {verdicts.count('skip')} skipped")
     if failures:
         label, result = failures[0]
         print(f"\nfirst failure: {label} ({result.run}):\n{result.error}")
@@ -116,9 +144,11 @@ def check_command(args) -> int:
 
 
 def check_schedule(label: str, script, params, scalars: dict, seeds: int, may_skip: bool, max_memory: int,
-                   progress: RunProgress, allow_partial_writes: bool = False) -> ScheduleOutcome:
+                   progress: RunProgress, allow_partial_writes: bool = False,
+                   reference: Reference | None = None) -> ScheduleOutcome:
     """Check one pinned Script: ``ok``, ``FAIL`` or ``skip`` (a CompileError when ``may_skip``). A run after which
-    a view the kernel writes has elements no block wrote fails too, unless ``allow_partial_writes``. Raises
+    a view the kernel writes has elements no block wrote fails too, unless ``allow_partial_writes``, and so does
+    one whose outputs differ from what ``reference`` writes (it is called once, before the first run). Raises
     UsageError for inputs over ``max_memory`` bytes or arguments the kernel cannot take; tells ``progress`` what it
     runs."""
     from warpspec.emulator.run import emulate_kernel
@@ -131,6 +161,7 @@ def check_schedule(label: str, script, params, scalars: dict, seeds: int, may_sk
     try:
         check_input_memory(script, params, pointer_sizes(script, params, scalars), max_memory)
         arrays = pointer_arrays(script, params, scalars)
+        expected = None if reference is None else _expected_outputs(script, scalars, arrays, reference)
     except CompileError as error:
         text = error_text(error)
         return ScheduleOutcome("skip" if may_skip else "FAIL", first_line(text), "compiling", text)
@@ -146,7 +177,8 @@ def check_schedule(label: str, script, params, scalars: dict, seeds: int, may_sk
             try:
                 # The emulator itself rather than script(...): its progress hook tells which block is running.
                 runtime, compile_time = bind_arguments(type(script), (), {**scalars, **fresh})
-                unwritten = emulate_kernel(kernel_for(script, compile_time), runtime, progress)
+                kernel = kernel_for(script, compile_time)
+                unwritten = emulate_kernel(kernel, runtime, progress)
             except ArgumentError as error:  # a value the kernel cannot take (type, range, empty grid)
                 raise UsageError(str(error)) from None
             except BrokenPipeError:  # the progress line's reader went away: the command's end
@@ -155,7 +187,37 @@ def check_schedule(label: str, script, params, scalars: dict, seeds: int, may_sk
                 return _failed(run, error)
             if unwritten and not allow_partial_writes:
                 return _unwritten_verdict(run, unwritten)
+            if expected is not None:
+                found = mismatches(kernel, arrays, fresh, expected, reference.rtol, reference.atol)
+                if found:
+                    lines = [f"OutputMismatchError: {m.message()} (against {reference.target})" for m in found]
+                    return ScheduleOutcome("FAIL", lines[0], run, "\n".join(lines))
     return ScheduleOutcome("ok", f"({time.perf_counter() - start:.2f} s, 1+{seeds} runs)")
+
+
+def _expected_outputs(script, scalars: dict, arrays: dict, reference: Reference) -> dict:
+    """What ``reference`` writes into copies of the input ``arrays`` (``warpspec.emulator.reference``). An error
+    of the reference, or a reference the kernel's arguments do not fit, is a UsageError naming it."""
+    from warpspec.frontend.kernel import bind_arguments
+    from warpspec.runtime import kernel_for
+
+    runtime, compile_time = bind_arguments(type(script), (), {**scalars, **arrays})
+    kernel = kernel_for(script, compile_time)
+    try:
+        return expected_outputs(kernel, runtime, compile_time, arrays, reference.function)
+    except ArgumentError as error:
+        raise UsageError(f"--reference {reference.target}: {error}") from None
+    except Exception as error:  # noqa: BLE001 - the reference's own error, at its line
+        raise UsageError(f"--reference {reference.target} raised {_where_raised(error, reference.function)}"
+                         ) from None
+
+
+def _where_raised(error: Exception, function) -> str:
+    """``ValueError at ref.py:12: ...``: ``error`` and the innermost line of ``function``'s file that raised it."""
+    filename = getattr(getattr(function, "__code__", None), "co_filename", None)
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == filename]
+    where = f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+    return f"{type(error).__name__}{where}: {error}"
 
 
 def _failed(run: str, error: Exception) -> ScheduleOutcome:

@@ -4,7 +4,10 @@ kernel's parameters, and ``--schedule K=V,...`` (or every schedule) as pinned Sc
 from __future__ import annotations
 
 import ast
+import inspect
+from pathlib import Path
 
+import warpspec
 from warpspec.cli.failures import UsageError
 from warpspec.dtypes import PointerType
 from warpspec.ir.evaluate import wrap
@@ -45,6 +48,8 @@ def selected_scripts(script_cls, schedule_text: str | None) -> list[tuple[str, o
     one pinned by ``schedule_text`` (``K=V,...``) if given, else all of them."""
     from warpspec.tune.tuned import TunedScript
 
+    space = script_cls.__dict__.get("_tune_space")
+    _check_constructible(script_cls, () if space is None else space.names)
     try:
         instance = script_cls()
     except TypeError as error:
@@ -72,6 +77,27 @@ def selected_scripts(script_cls, schedule_text: str | None) -> list[tuple[str, o
                          f"({'; '.join(problems)})")
     ordered = {n: _schedule_value(n, texts[n], [s[n] for s in schedules]) for n in names}
     return [(_schedule_label(ordered), instance.instantiate(ordered))]
+
+
+def _check_constructible(script_cls, tuned) -> None:
+    """UsageError naming the constructor arguments of ``script_cls`` the command line cannot give: those without a
+    default beyond its ``tuned`` parameters (which each schedule sets)."""
+    try:
+        signature = inspect.signature(script_cls.__init__)
+    except (TypeError, ValueError):  # a constructor Python cannot describe: constructing it will tell
+        return
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+             inspect.Parameter.KEYWORD_ONLY)
+    needed = [p.name for p in list(signature.parameters.values())[1:]
+              if p.kind in kinds and p.default is p.empty and p.name not in tuned]
+    if needed:
+        package = Path(warpspec.__file__).resolve().parent
+        library = Path(inspect.getfile(script_cls)).resolve().is_relative_to(package)
+        how = ("it is a library kernel: run it through its warpspec.ops operation (e.g. warpspec.ops.matmul), which "
+               "gives them" if library else "define a subclass in the file whose __init__ takes only the tuned "
+               "parameters (if any) and passes the others to super().__init__, and give that class")
+        raise UsageError(f"{script_cls.__name__} needs constructor argument(s) {', '.join(needed)}, which the command "
+                         f"line cannot give: {how}")
 
 
 def _schedule_value(name: str, text: str, candidates: list):

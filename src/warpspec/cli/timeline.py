@@ -52,6 +52,9 @@ def timeline_command(args) -> int:
         window = parse_window(args.window)
     except ArgumentError as error:
         raise UsageError(str(error)) from None
+    _check_out_folder(args.out)
+    if args.backend == "cuda":
+        _check_gpu()
     script_cls = load_script_class(args.target)
     params = kernel_parameters(script_cls)
     scalars = scalar_arguments(script_cls.__name__, params, args.arguments)
@@ -78,19 +81,55 @@ def timeline_command(args) -> int:
         text = write(timeline, args.out, window)
     except ImportError as error:
         raise UsageError(str(error)) from None
+    except OSError as error:
+        raise UsageError(_write_error(args.out, error)) from None
     print(text, end="")
     print(f"wrote {Path(args.out) / 'trace.json'}, {Path(args.out) / 'timeline.png'} and "
           f"{Path(args.out) / 'summary.txt'}")
     return EXIT_OK
 
 
-def _gpu_timeline(script, params, scalars: dict, blocks: int, sm: int):
-    """The timeline an instrumented GPU launch of ``script`` records (``warpspec.profile``), with random inputs."""
-    check_input_memory(script, params, pointer_sizes(script, params, scalars), DEFAULT_MAX_MEMORY)
+def _check_out_folder(out: str) -> None:
+    """UsageError, before anything runs, when ``--out`` names something that is not a folder (a file,
+    ``/dev/null``) or sits below one."""
+    path = Path(out)
+    for place in (path, *path.parents):
+        if place.exists():
+            if not place.is_dir():
+                where = "" if place == path else f" ({place} is not a folder)"
+                raise UsageError(f"--out {out}: expected a folder to write trace.json, timeline.png and summary.txt "
+                                 f"into, but it is not one{where}")
+            return
+
+
+def _write_error(out: str, error: OSError) -> str:
+    """The one line of an OSError from writing into ``--out`` (read-only, full disk): the file and the reason."""
+    reason = error.strerror or str(error)
+    filename = f" {error.filename}" if error.filename else ""
+    return f"--out {out}: could not write{filename}: {reason}"
+
+
+def _check_gpu() -> None:
+    """UsageError unless a Hopper GPU and a CUDA build of torch are there for ``--backend cuda``."""
+    from warpspec.cuda.driver import has_hopper_gpu
+
+    if not has_hopper_gpu():
+        raise UsageError("--backend cuda records on an NVIDIA Hopper GPU, and none was found; --backend emulator "
+                         "(the default) models the launch on the CPU")
     try:
         import torch
     except ImportError:
         raise UsageError("--backend cuda passes the inputs as torch tensors: install torch") from None
+    if not torch.cuda.is_available():
+        raise UsageError(f"--backend cuda passes the inputs as CUDA torch tensors, but this torch "
+                         f"({torch.__version__}) has no CUDA support: install a CUDA build of torch")
+
+
+def _gpu_timeline(script, params, scalars: dict, blocks: int, sm: int):
+    """The timeline an instrumented GPU launch of ``script`` records (``warpspec.profile``), with random inputs."""
+    import torch  # _check_gpu found it
+
+    check_input_memory(script, params, pointer_sizes(script, params, scalars), DEFAULT_MAX_MEMORY)
     arrays = {name: dtypes.numpy_to_torch(array).cuda() for name, array in pointer_arrays(script, params,
                                                                                           scalars).items()}
     with warpspec.use_backend("cuda"), warpspec.profile(blocks=blocks, sm=sm) as session:

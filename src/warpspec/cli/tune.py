@@ -50,6 +50,11 @@ def tune_command(args) -> int:
         raise UsageError(f"--runs must be at least 1, got {args.runs}")
     if runtime.get_backend() != "cuda":
         raise UsageError("tuning needs a Hopper GPU (the CUDA back end); none is selected or present")
+    from warpspec.cuda.driver import has_hopper_gpu
+
+    if not has_hopper_gpu():  # WARPSPEC_BACKEND=cuda selects the back end whether or not a GPU is there
+        raise UsageError(f"tuning needs a Hopper GPU, and none was found (WARPSPEC_BACKEND="
+                         f"{runtime.mode()} selects the CUDA back end, but there is no driver or no Hopper device)")
     configure(verbose=True, bench=CudaBench(runs=args.runs))
     table = tune_matmul(shapes, args.dtype, b_layout=args.b_layout, out_dtype=args.out_dtype,
                         progress=lambda line: print(line, file=sys.stderr, flush=True))

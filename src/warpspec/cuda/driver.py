@@ -27,9 +27,8 @@ from warpspec.errors import ArgumentError, WarpspecError
 
 
 class CudaError(WarpspecError, RuntimeError):
-    """A CUDA driver call failed (or the driver could not be loaded: then ``code`` is None). A ``WarpspecError``,
-    so that callers (and the command line) that report warpspec's errors report it too; still a RuntimeError, as
-    it was before it was a warpspec error."""
+    """A CUDA driver call failed (or the driver could not be loaded: then ``code`` is None). A warpspec error, so
+    that a missing driver reads as one line, as every error warpspec raises on purpose does."""
 
     def __init__(self, message: str, code: Any = None):
         self.code = code
@@ -78,8 +77,9 @@ def _initialise() -> None:
     except RuntimeError as error:
         # Without libcuda, cuda-bindings raises at the first call instead of returning an error code: a plain
         # RuntimeError in 13.3, cuda.pathfinder's DynamicLibNotFoundError (a RuntimeError) in 13.5.
+        # from None: the loader's own chain (library search paths) repeats what its message says.
         raise CudaError(
-            f"the CUDA driver library could not be loaded (is an NVIDIA driver installed?): {error}") from error
+            f"the CUDA driver library could not be loaded (is an NVIDIA driver installed?): {error}") from None
     check(result, "cuInit")
     _initialised = True
 

@@ -82,8 +82,9 @@ def emulate_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None
     with threadpool_limits(limits=1, user_api="blas"):
         for first in cluster_origins(grid, shape):
             x0, y0, z0 = first
+            index = x0 + grid[0] * (y0 + grid[1] * z0)
             if progress is not None:
-                progress(x0 + grid[0] * (y0 + grid[1] * z0), total, first)
+                progress(index, total, first)
 
             def build(chooser: Chooser, first=first) -> ClusterMachine:
                 cluster = ClusterMachine(size, partitions_per_block)
@@ -95,11 +96,31 @@ def emulate_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None
                                  specials, chooser, cluster)
                 return cluster
 
-            if run_cluster is None:
-                build(chooser).machines[0].run()
-            else:
-                run_cluster(build, global_memory)
+            try:
+                if run_cluster is None:
+                    build(chooser).machines[0].run()
+                else:
+                    run_cluster(build, global_memory)
+            except KeyboardInterrupt as interrupt:  # still one, so that Ctrl-C stops the program; saying where
+                _note(interrupt, f"interrupted while emulating {interrupt_place(kernel)}, block {index + 1}/{total} "
+                                 f"(blockIdx.x={x0}, blockIdx.y={y0}, blockIdx.z={z0})"
+                                 + (f", {SEED_VARIABLE}={seed}" if seed is not None else ""))
+                raise
     return global_memory.unwritten(views)
+
+
+def interrupt_place(kernel: ir.Kernel) -> str:
+    """The kernel and the compile-time arguments and schedule it was built with, for a message."""
+    values = " ".join(f"{name}={value}" for name, value in kernel.constants)
+    return f"{kernel.name} ({values})" if values else kernel.name
+
+
+def _note(error: BaseException, text: str) -> None:
+    """Attach ``text`` to ``error``'s report: a note (Python 3.11+), else an argument of the exception."""
+    if hasattr(error, "add_note"):
+        error.add_note(text)
+    else:
+        error.args = (*error.args, text)
 
 
 

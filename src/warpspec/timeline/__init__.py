@@ -7,21 +7,36 @@ the CPU."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
 def write(timeline, out_dir, window=2) -> str:
     """Write ``out_dir``/trace.json (every event), timeline.png (the chart of ``window``: a number of waves, a
     (start, end) pair in microseconds or None for all; ``warpspec.timeline.chart.window``) and summary.txt for
-    ``timeline`` (creating the folder) and return the summary's text."""
+    ``timeline`` (creating the folder) and return the summary's text. Each file is written under a temporary name
+    and renamed into place, so that a write that fails (a full disk) leaves the file as it was, never truncated;
+    the OSError is raised."""
     from warpspec.timeline.chart import write_chart
     from warpspec.timeline.summary import summarize
     from warpspec.timeline.trace import write_trace
 
     folder = Path(out_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    write_trace(timeline, folder / "trace.json")
-    write_chart(timeline, folder / "timeline.png", window)
+    _replace(folder / "trace.json", lambda path: write_trace(timeline, path))
+    _replace(folder / "timeline.png", lambda path: write_chart(timeline, path, window))
     text = summarize(timeline).text()
-    (folder / "summary.txt").write_text(text)
+    _replace(folder / "summary.txt", lambda path: path.write_text(text))
     return text
+
+
+def _replace(path: Path, writer) -> None:
+    """``writer(temporary path)`` then rename it to ``path``; the temporary file is removed if anything fails. The
+    temporary name keeps the suffix, from which the chart's writer takes the image format."""
+    temporary = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        writer(temporary)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise

@@ -302,7 +302,13 @@ def report_to(folder: str):
         written.append(timeline)
         roles = ", ".join(f"{role}: {sum(e.role == role for e in timeline.events)} events" for role in timeline.roles)
         out = os.path.join(folder, f"{timeline.kernel}-{len(written)}")
-        write(timeline, out)
+        try:
+            write(timeline, out)
+        except OSError as error:  # a folder that is a file, or read-only: the variable that named it is the fix
+            reason = error.strerror or str(error)
+            raise ArgumentError(f"WARPSPEC_PROFILE_DIR={folder}: could not write the timeline of "
+                                f"{timeline.kernel} into {out}: {reason}; set WARPSPEC_PROFILE_DIR to a writable "
+                                f"folder (or unset WARPSPEC_PROFILE)") from None
         print(f"warpspec profile: {timeline.kernel} ({roles}) written to {out}", file=sys.stderr)
 
     return report

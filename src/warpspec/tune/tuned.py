@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from warpspec.cuda.plan import MISS
-from warpspec.errors import CompileError
+from warpspec.errors import CompileError, WarpspecError
 from warpspec.runtime import get_backend, mode, shape_only
 
 
@@ -50,11 +50,14 @@ class TunedScript:
             for guard in self.__dict__.get("_warpspec_guards", ()):
                 if guard(args) is not MISS:
                     return None
-        if get_backend() == "emulator":
-            if shape_only((*args, *kwargs.values())):
-                return None  # fake or meta tensors (torch.compile tracing): nothing to run
-            return self.first_valid(args, kwargs)(*args, **kwargs)
-        return _tuned_call()(self, args, kwargs)
+        try:
+            if get_backend() == "emulator":
+                if shape_only((*args, *kwargs.values())):
+                    return None  # fake or meta tensors (torch.compile tracing): nothing to run
+                return self.first_valid(args, kwargs)(*args, **kwargs)
+            return _tuned_call()(self, args, kwargs)
+        except WarpspecError as error:  # the caller's frames and the message's file:line, as a Script call reports
+            raise error.with_traceback(None) from None
 
 
 def _tuned_call():
