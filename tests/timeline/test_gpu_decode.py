@@ -1,5 +1,5 @@
 """Decoding an instrumented build's record buffer (warpspec.timeline.gpu.decode) into a Timeline: a synthetic
-buffer, laid out as the generated code writes it (warpspec.isa.profile: a slot counter per recorder, then the
+buffer, laid out as the generated code writes it (warpspec.timeline.profile_isa: a slot counter per recorder, then the
 arrays), becomes exactly the expected Events: names with their runtime indices, roles, nanoseconds on one axis,
 the recorded SM, the notes on blocks past the cap, event overflow and clock rates."""
 
@@ -8,7 +8,7 @@ import pytest
 
 import matmul_v3
 import warpspec
-from warpspec.isa import profile as records
+from warpspec.timeline import profile_isa as records
 from warpspec.runtime import kernel_for
 from warpspec.timeline.events import Event
 from warpspec.timeline.gpu import buffer_words, decode, instrumented

@@ -1,4 +1,4 @@
-"""Timelines measured on the GPU: a launch of a kernel's instrumented build (``warpspec.passes.instrument``) with
+"""Timelines measured on the GPU: a launch of a kernel's instrumented build (``warpspec.timeline.instrument``) with
 a record buffer, and the decoding of what its sampled blocks recorded into a ``Timeline`` (source "gpu").
 
 ``warpspec.profile()`` makes a ``ProfileSession``; inside it every Script launch is sent here. A launch on the GPU
@@ -29,9 +29,9 @@ import numpy as np
 from warpspec import runtime
 from warpspec.dtypes import int64
 from warpspec.errors import ArgumentError
-from warpspec.isa import profile as records
+from warpspec.timeline import profile_isa as records
 from warpspec.ir import nodes as ir
-from warpspec.passes.instrument import PARAMETER, Instrumented, instrument
+from warpspec.timeline.instrument import PARAMETER, Instrumented, instrument
 from warpspec.timeline.events import Event, Occupancy, Timeline, resident_blocks, role_name
 
 #: Below this span of ``%globaltimer`` (ns) a block's own clock rate is not trusted: the timer may tick only

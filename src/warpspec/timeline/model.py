@@ -1,7 +1,7 @@
 """The CPU timing model of a launch: the kernel's own IR run on the emulator with a modeled clock.
 
 How many blocks an SM holds follows from shared memory, threads and an estimate of registers per thread; those
-blocks are run together on one modeled SM (``warpspec.emulator.timing``), sharing its tensor cores and its share of
+blocks are run together on one modeled SM (``warpspec.timeline.model_timing``), sharing its tensor cores and its share of
 the chip's load bandwidth (the chip's bandwidth over the blocks running at once). The kernel's time is the launch
 overhead plus as many of those SM spans as there are waves of blocks, and never less than the time the global
 views' bytes take to cross the HBM interface once. Every number comes from a parameter file
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from warpspec.arguments import elements_needed, launch_grid, scalar_value, view_shapes
 from warpspec.dtypes import PointerType
-from warpspec.emulator.timing import Costs, model_sm, role_groups
+from warpspec.timeline.model_timing import Costs, model_sm, role_groups
 from warpspec.errors import ArgumentError, CompileError
 from warpspec.ir import nodes as ir
 from warpspec.isa.wgmma import WgmmaMma

@@ -1,9 +1,9 @@
 """Profile timestamps: the statements an instrumented build (``warpspec.profile``) records its timeline with.
 
-No kernel author writes these: ``warpspec.passes.instrument`` inserts them around the instrumented sites of a copy
+No kernel author writes these: ``warpspec.timeline.instrument`` inserts them around the instrumented sites of a copy
 of the kernel, and only that copy is compiled for profiling, so plain builds never contain them. The emulator
 runs them as no-ops (the CPU timing model, ``warpspec.timeline.model``, times kernels its own way). The CUDA
-emission is ``warpspec.cuda.sm90.profile``; ``warpspec.timeline.gpu`` decodes what they write.
+emission is ``warpspec.timeline.sm90_profile``; ``warpspec.timeline.gpu`` decodes what they write.
 
 Which blocks record: every block that runs on one chosen SM (``%smid`` compared at the block's start), up to a cap.
 The buffer they write (the kernel's extra ``int64`` parameter) starts with one counter word per recording thread:

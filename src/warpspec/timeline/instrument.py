@@ -2,7 +2,7 @@
 roles spend time in, and the table of sites that says what each timestamp pair was.
 
 ``instrument`` is an IR → IR transform run only for instrumented builds; plain builds never see it. It puts a
-``ProfileStart``/``ProfileEnd`` pair (``warpspec.isa.profile``) around
+``ProfileStart``/``ProfileEnd`` pair (``warpspec.timeline.profile_isa``) around
 
 - every ``mbarrier.wait`` ("wait", named "wait full_barriers[2]" with the barrier's RUNTIME index),
 - every TMA issue, load or store ("tma", "tma ga -> sa[1]"),
@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from warpspec.dtypes import PointerType, int32, int64
 from warpspec.errors import CompileError
 from warpspec.isa.mbarrier import MbarrierWait
-from warpspec.isa.profile import ProfileEnd, ProfileFinish, ProfileJoin, ProfileSetup, ProfileStart
+from warpspec.timeline.profile_isa import ProfileEnd, ProfileFinish, ProfileJoin, ProfileSetup, ProfileStart
 from warpspec.isa.roles import SingleThread, Sync, ThreadGroup
 from warpspec.isa.tma import TmaLoad, TmaStore, TmaWait
 from warpspec.isa.wgmma import WgmmaCommit, WgmmaMma, WgmmaWait
