@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
-from warpspec.isa.registry import emulates
+from warpspec.isa.registry import declare_timeline, emulates
+from warpspec.isa.timeline_facts import NOT_SHOWN, STATEMENT
 from warpspec.ir import nodes as ir
 
 HEADER_WORDS = 8
@@ -126,3 +127,9 @@ class ProfileFinish(ir.Stmt):
 def _record_nothing(machine: EmulationMachine, task: EmulationTask, s) -> Steps | None:
     """Every profiling statement's emulation: nothing happens."""
     return None
+
+
+# The timestamps are what timelines are made of, not events of their own; the timing model never meets them (it
+# runs the plain kernel).
+for _profile in (ProfileSetup, ProfileStart, ProfileEnd, ProfileJoin, ProfileFinish):
+    declare_timeline(_profile, STATEMENT, NOT_SHOWN)
