@@ -32,7 +32,7 @@ from warpspec.errors import ArgumentError
 from warpspec.timeline import profile_isa as records
 from warpspec.ir import nodes as ir
 from warpspec.timeline.instrument import PARAMETER, Instrumented, instrument
-from warpspec.timeline.events import Event, Occupancy, Timeline, resident_blocks, role_name
+from warpspec.timeline.events import Event, Occupancy, Shortfall, Timeline, resident_blocks, role_name
 
 #: Below this span of ``%globaltimer`` (ns) a block's own clock rate is not trusted: the timer may tick only
 #: every microsecond, so the rate would be off by more than a few percent.
@@ -84,6 +84,8 @@ def decode(words: np.ndarray, build: Instrumented, kernel_ns: float, clock_hz: f
                     f"first warp (profile(blocks=...) raises the cap)")
     elif ran == 0:
         notes[0] = f"no block ran on SM {build.sm}: nothing was recorded"
+    shortfalls = []
+    role_of = {s.group.begin: role_name(s.group) for s in build.sites}
     for array in range(build.blocks * recorders):
         start = records.array_start(array // recorders, array % recorders, recorders, build.capacity)
         data = words[start:start + per_array]
@@ -95,8 +97,7 @@ def decode(words: np.ndarray, build: Instrumented, kernel_ns: float, clock_hz: f
         block = _block(int(header[records.BLOCK]))
         recorder = build.recorders[array % recorders]
         if count > build.capacity:
-            notes.append(f"block {block}, thread {recorder}: {count - build.capacity} of {count} events were past "
-                         f"the capacity of {build.capacity} and not recorded (profile(capacity=...) raises it)")
+            shortfalls.append(Shortfall(block, role_of[recorder], written, count))
         events = data[records.HEADER_WORDS:records.HEADER_WORDS + records.EVENT_WORDS * written]
         arrays.setdefault(block, []).append(_Array(recorder, header, events.reshape(written, records.EVENT_WORDS)))
     # At the cap the recorders of one block may race for the last slots: a block some of whose recorders got none
@@ -106,6 +107,7 @@ def decode(words: np.ndarray, build: Instrumented, kernel_ns: float, clock_hz: f
         notes.append(f"{len(partial)} block(s) at the cap got a slot for only some of their roles and are left out")
         for block in partial:
             del arrays[block]
+        shortfalls = [short for short in shortfalls if short.block not in partial]
     events, measured = [], 0
     # %globaltimer counts from an epoch (about 1.7e18 ns): only differences fit a float to the nanosecond.
     origin = min((int(a.header[records.START_NS]) for block in arrays.values() for a in block), default=0)
@@ -133,7 +135,8 @@ def decode(words: np.ndarray, build: Instrumented, kernel_ns: float, clock_hz: f
     kernel = build.kernel
     groups = sorted({(s.group.begin, s.group.count): s.group for s in build.sites}.items())
     return Timeline(kernel.name, "gpu", dict(kernel.constants), kernel_ns, events,
-                    list(dict.fromkeys(role_name(group) for _, group in groups)), flops, notes, build.sm, occupancy)
+                    list(dict.fromkeys(role_name(group) for _, group in groups)), flops, notes, build.sm, occupancy,
+                    shortfalls=shortfalls)
 
 
 def _block(word: int) -> tuple[int, int, int]:
