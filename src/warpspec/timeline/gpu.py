@@ -33,10 +33,15 @@ from warpspec.timeline import profile_isa as records
 from warpspec.ir import nodes as ir
 from warpspec.timeline.instrument import PARAMETER, Instrumented, instrument
 from warpspec.timeline.events import Event, Occupancy, Shortfall, Timeline, resident_blocks, role_name
+from warpspec.timeline.sizing import events_needed
 
 #: Below this span of ``%globaltimer`` (ns) a block's own clock rate is not trusted: the timer may tick only
 #: every microsecond, so the rate would be off by more than a few percent.
 MIN_RATE_SPAN_NS = 20_000
+
+#: The events per recorder when they cannot be counted from the kernel, and the most a record holds per recorder.
+DEFAULT_CAPACITY = 2048
+MAX_CAPACITY = 2**20 - 1
 
 _instrumented: dict[tuple, tuple[ir.Kernel, Instrumented]] = {}
 
@@ -166,15 +171,19 @@ class ProfileSession:
     ``session.timelines`` holds one Timeline per launch, in order.
 
     ``blocks``: the most blocks recorded per launch (the first that ran on SM ``sm``); ``capacity``: events each
-    recording thread has room for (more are counted and reported in the Timeline's notes); ``flops``: the useful
+    recording thread has room for (more are counted, and the Timeline says what is missing); None: as many as the
+    launch records, counted from the kernel's trip counts (``warpspec.timeline.sizing``), or
+    ``DEFAULT_CAPACITY`` where its control flow reads data; ``flops``: the useful
     floating-point operations of each launch, for TFLOP/s (None: unknown); ``overhead``: also time the instrumented
     build, noting its time against the plain build's (``session.instrumented_ns`` gets one entry per GPU launch);
     ``timing``: a context manager factory yielding ``time(kernel, arguments, built) -> median ms``
     (``warpspec.tune.bench.CudaBench.timing``); ``report``: called with each new Timeline."""
 
-    def __init__(self, blocks: int = 64, capacity: int = 2048, flops: float | None = None, overhead: bool = False,
-                 timing=None, report=None, sm: int = 0):
+    def __init__(self, blocks: int = 64, capacity: int | None = None, flops: float | None = None,
+                 overhead: bool = False, timing=None, report=None, sm: int = 0):
         for name, value in (("blocks", blocks), ("capacity", capacity)):
+            if name == "capacity" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**20:
                 raise ArgumentError(f"profile {name} must be an integer in [1, 2^20), got {value!r}")
         if isinstance(sm, bool) or not isinstance(sm, int) or not 0 <= sm < 2**16:
@@ -226,7 +235,8 @@ class ProfileSession:
 
         plain = compile_kernel(kernel)
         kernel_ms = self._time(kernel, arguments, plain)
-        instrumented_build = instrumented(kernel, self.blocks, self.capacity, self.sm)
+        capacity, notes = self._capacity(kernel, arguments)
+        instrumented_build = instrumented(kernel, self.blocks, capacity, self.sm)
         built = compile_kernel(instrumented_build.kernel)
         words = buffer_words(instrumented_build)
         buffer = DeviceBuffer(8 * words)
@@ -235,7 +245,6 @@ class ProfileSession:
             raise ArgumentError(f"profile sm={self.sm}: the device has {device['sm_count']} SMs (0-"
                                 f"{device['sm_count'] - 1})")
         recorded = dict(arguments, **{PARAMETER: buffer.array((words,), int64)})
-        notes = []
         if self.overhead:
             instrumented_ms = self._time(instrumented_build.kernel, recorded, built)
             self.instrumented_ns.append(instrumented_ms * 1e6)
@@ -248,6 +257,17 @@ class ProfileSession:
                           device["clock_hz"], self.flops, _occupancy(kernel, plain, buffer.device, device))
         timeline.notes += notes
         return timeline
+
+    def _capacity(self, kernel: ir.Kernel, arguments: dict) -> tuple[int, list[str]]:
+        """The events each recorder has room for in this launch, and a note when it could not be counted."""
+        if self.capacity is not None:
+            return self.capacity, []
+        needed = events_needed(instrumented(kernel, self.blocks, 1, self.sm), arguments)
+        if needed is None:
+            return DEFAULT_CAPACITY, [f"the record's capacity could not be counted from the kernel (its control "
+                                      f"flow reads data): {DEFAULT_CAPACITY} events per role and block "
+                                      f"(profile(capacity=...) sets it)"]
+        return min(max(needed, 1), MAX_CAPACITY), []
 
 
 #: What ``_device_limits`` reads, by the key ``warpspec.timeline.events.resident_blocks`` (and h200.json) uses.
