@@ -1,18 +1,19 @@
-"""How many events a GPU record must hold (warpspec.timeline.sizing.events_needed): the instrumented kernel's trip
-counts times its events per trip, per recording thread, for the launch's arguments; a profile session sizes its
-record with it unless given a capacity."""
+"""What a launch does, counted from its trip counts (warpspec.timeline.sizing): the events a GPU record must hold
+(the instrumented kernel's trip counts times its events per trip, per recording thread; a profile session sizes its
+record with it unless given a capacity) and the whole grid's WGMMA work."""
+
+from collections import Counter
 
 import pytest
 
 import matmul_v3
 import matmul_v5
 import matmul_v6
-from collections import Counter
 from warpspec.runtime import kernel_for
 from warpspec.timeline import gpu
 from warpspec.timeline.instrument import instrument
 from warpspec.timeline.model import model_launch
-from warpspec.timeline.sizing import events_needed
+from warpspec.timeline.sizing import events_needed, grid_flops
 
 
 @pytest.mark.parametrize("script", [matmul_v3.MatmulWGMMAV3, matmul_v5.MatmulWGMMAV5])
@@ -44,3 +45,11 @@ def test_a_session_without_a_capacity_sizes_the_record_from_the_kernel():
     needed = events_needed(instrument(kernel, 64, 1), arguments)
     assert needed > gpu.DEFAULT_CAPACITY // 8 and gpu.ProfileSession()._capacity(kernel, arguments) == (needed, [])
     assert gpu.ProfileSession(capacity=64)._capacity(kernel, arguments) == (64, [])
+
+
+def test_a_persistent_kernels_work_is_the_whole_grids_not_its_first_blocks_times_the_grid():
+    # 128 tiles over 132 blocks: blocks 128-131 take none, so block 0's tile times the grid would be 132 tiles.
+    kernel = kernel_for(matmul_v6.MatmulWGMMAV6(variant="cooperative", num_stages=3, block_m=128, block_n=256,
+                                                epilogue_n=256), {"n_size": 2048, "k_size": 2048})
+    assert grid_flops(kernel, {"m_size": 2048, "num_sms": 132}) == 2.0 * 2048 ** 3
+    assert model_launch(kernel, {"m_size": 2048, "num_sms": 132}).flops == 2.0 * 2048 ** 3

@@ -16,11 +16,12 @@ from pathlib import Path
 
 from warpspec.arguments import elements_needed, launch_grid, scalar_value, view_shapes
 from warpspec.dtypes import PointerType
-from warpspec.timeline.model_timing import Costs, model_sm, role_groups
 from warpspec.errors import ArgumentError, CompileError
 from warpspec.ir import nodes as ir
 from warpspec.isa.wgmma import WgmmaMma
 from warpspec.timeline.events import Event, Occupancy, Timeline, resident_blocks, role_name
+from warpspec.timeline.model_timing import Costs, model_sm, role_groups
+from warpspec.timeline.sizing import grid_flops
 
 #: The H200's parameters, the default of every function here.
 H200 = Path(__file__).with_name("h200.json")
@@ -129,7 +130,9 @@ def model_launch(kernel: ir.Kernel, arguments: dict, parameters: dict | None = N
                 roles.append(names[index])
         events += [Event(machine.block, names[iv.task.index], iv.kind, iv.name, iv.start_ns, iv.end_ns,
                          str(iv.loc), 0, iv.barrier) for iv in machine.intervals]
-    flops = sum(m.flops for m in machines) / resident * total
+    flops = grid_flops(kernel, arguments)
+    if flops is None:  # control flow that reads data: the simulated blocks' work, as if every block did as much
+        flops = sum(m.flops for m in machines) / resident * total
     notes = [f"modeled on {p['device']}: {per_sm} block(s) per SM (limited by {limit}), {total} blocks in {waves} "
              f"wave(s); {resident} block(s) simulated together on SM 0, {span / 1e3:.2f} us per wave"]
     if floor_ns > kernel_ns:

@@ -20,7 +20,7 @@ import numpy as np
 
 from warpspec.dtypes import PointerType
 from warpspec.emulator.machine import BlockMachine, Task
-from warpspec.errors import CompileError, DeadlockError, KernelError
+from warpspec.errors import DeadlockError, KernelError
 from warpspec.isa import registry
 from warpspec.isa.roles import ThreadGroup
 from warpspec.isa.timeline_facts import STATEMENT, Instrumentation
