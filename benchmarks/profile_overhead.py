@@ -43,7 +43,7 @@ def main() -> None:
     from warpspec.cuda.launch import compile_kernel, launch_kernel
     from warpspec.dtypes import int64
     from warpspec.frontend.kernel import bind_arguments
-    from warpspec.passes.instrument import PARAMETER
+    from warpspec.timeline.instrument import PARAMETER
     from warpspec.runtime import kernel_for
     from warpspec.timeline import write
     from warpspec.timeline.gpu import buffer_words, instrumented

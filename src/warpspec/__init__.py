@@ -19,13 +19,14 @@ from warpspec.environment import environment
 from warpspec.runtime import debug, get_backend, set_backend, set_debug, use_backend
 
 
-def profile(blocks: int = 64, capacity: int = 2048, flops: float | None = None, overhead: bool = False,
+def profile(blocks: int = 64, capacity: int | None = None, flops: float | None = None, overhead: bool = False,
             sm: int = 0):
     """``with warpspec.profile(sm=0) as session:`` records every Script launch inside it: on the GPU through an
     instrumented build that timestamps each role's barrier waits, TMA issues, WGMMA and epilogue in every block that
-    runs on SM ``sm``, up to the first ``blocks`` of them (``capacity`` events per role and block; more are counted,
-    not recorded); on the emulator through the CPU timing model. ``session.timelines`` holds
-    one ``warpspec.timeline.events.Timeline`` per launch, whose ``kernel_ns`` is a plain (uninstrumented) build's
+    runs on SM ``sm``, up to the first ``blocks`` of them (``capacity`` events per role and block, by default as many
+    as the launch records, counted from the kernel's trip counts; more are counted, not recorded, and the timeline
+    says what is missing); on the emulator through the CPU timing model. ``session.timelines`` holds one
+    ``warpspec.timeline.events.Timeline`` per launch, whose ``kernel_ns`` is a plain (uninstrumented) build's
     median time and whose ``flops`` is ``flops``; ``overhead=True`` also times the instrumented build (noted in the
     Timeline, listed in ``session.instrumented_ns``). A profiled GPU call runs the kernel several times on its
     arguments, as tuning does. docs/cuda.md has the details."""

@@ -1,6 +1,7 @@
 """Launches on a Hopper GPU: host cost per call, eager against CUDA-graph speed, graph capture and replay, streams,
 devices, custom ops under torch.compile, and running without PyTorch."""
 
+import ctypes
 import os
 import subprocess
 import sys
@@ -156,6 +157,40 @@ def test_a_tuned_call_is_captured_after_tuning_and_refused_before(tmp_path, monk
     assert _relative_error(c, a, b) < 1e-2
 
 
+class HostGate:
+    """A point a stream cannot pass until the host opens it: the stream waits (``cuStreamWaitValue32``) on a word
+    of mapped pinned host memory that only the host sets. Work queued behind the gate does not start before the
+    host says so, however fast the GPU runs what came before it."""
+
+    def __init__(self):
+        from cuda.bindings import driver as cu
+
+        from warpspec.cuda.driver import check
+
+        self._cu, self._check = cu, check
+        self.host = int(check(cu.cuMemHostAlloc(4, cu.CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc"))
+        self._word().value = 0
+        self.device = check(cu.cuMemHostGetDevicePointer(self.host, 0), "cuMemHostGetDevicePointer")
+
+    def _word(self):
+        return ctypes.c_uint32.from_address(self.host)
+
+    def close(self, stream) -> None:
+        """Queue the gate on ``stream``: what is queued on it after this waits for ``open``."""
+        cu = self._cu
+        self._check(cu.cuStreamWaitValue32(cu.CUstream(stream.cuda_stream), self.device, 1,
+                                           cu.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ),
+                    "cuStreamWaitValue32")
+
+    def open(self) -> None:
+        """Let the waiting stream go on."""
+        self._word().value = 1
+
+    def free(self) -> None:
+        """Give the host word back (after the stream passed the gate)."""
+        self._check(self._cu.cuMemFreeHost(self.host), "cuMemFreeHost")
+
+
 def test_a_call_on_a_non_default_stream_runs_on_it():
     from matmul_v3 import MatmulWGMMAV3
 
@@ -164,14 +199,19 @@ def test_a_call_on_a_non_default_stream_runs_on_it():
     kernel(256, 256, 128, a, b, c)  # plan made outside the stream
     c.fill_(float("nan"))
     torch.cuda.synchronize()
-    side = torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(500_000_000)  # about a quarter of a second of GPU time on this stream first
-        kernel(256, 256, 128, a, b, c)
-    torch.cuda.default_stream().synchronize()
-    # Had the kernel gone to the default stream it would be done; on the side stream it waits for the sleep.
-    assert not side.query() and torch.isnan(c).all().item()
-    side.synchronize()
+    side, gate = torch.cuda.Stream(), HostGate()
+    try:
+        gate.close(side)
+        with torch.cuda.stream(side):
+            kernel(256, 256, 128, a, b, c)
+        torch.cuda.default_stream().synchronize()
+        # Had the kernel gone to the default stream it would be done; on the side stream it is held at the gate,
+        # which only this thread opens, so nothing has run there yet whatever the timing.
+        assert not side.query() and torch.isnan(c).all().item()
+    finally:
+        gate.open()
+        side.synchronize()
+        gate.free()
     assert _relative_error(c, a, b) < 1e-2
 
 

@@ -1,5 +1,6 @@
 """Every IR statement type has an emulation, for each CUDA target an emitter (or a deliberate refusal), and the
-facts ``registry.REQUIRED`` asks of it (a register tensor's definer: its layout rule)."""
+facts ``registry.REQUIRED`` asks of it (every statement: its timing cost and instrumentation decision; a register
+tensor's definer: its layout rule)."""
 
 import gc
 from dataclasses import dataclass
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 import warpspec
 import warpspec.cuda.sm90  # noqa: F401  (registers the sm90a emitters)
 import warpspec.emulator.machine  # noqa: F401  (registers the core statements' emulations)
+import warpspec.timeline  # noqa: F401  (registers the profiling statements)
 from warpspec.isa import registry
 from warpspec.ir import nodes as ir
 from warpspec.target import SM90A
@@ -43,6 +45,8 @@ def test_a_new_statement_without_semantics_is_reported():
 
     assert f"{__name__}.Unfinished: no emulation" in missing(SM90A.name)
     assert f"{__name__}.Unfinished: no emitter for {SM90A.name}" in missing(SM90A.name)
+    assert f"{__name__}.Unfinished: no timing cost" in missing(SM90A.name)
+    assert f"{__name__}.Unfinished: no instrumentation decision" in missing(SM90A.name)
     del Unfinished
     gc.collect()
     assert missing(SM90A.name) == []
@@ -64,6 +68,20 @@ def test_the_families_declare_their_layout_rules():
     assert {"WgmmaMma", "Cast", "Arithmetic", "TileIndex", "ReduceRows", "LoadGlobal", "LoadShared", "AllocRegister",
             "StoreGlobal", "StoreShared", "StoreElement"} == rules
     assert {node.__name__ for node in registry.facts(registry.BODY_THREADS)} == {"ThreadGroup"}
+
+
+def test_the_families_declare_what_timelines_show_and_what_the_model_charges():
+    shown = {node.__name__: fact.kind for node, fact in registry.facts(registry.INSTRUMENT).items()
+             if fact.kind is not None}
+    assert shown == {"MbarrierWait": "wait", "TmaLoad": "tma", "TmaStore": "tma", "WgmmaMma": "wgmma",
+                     "WgmmaWait": "wgmma_wait", "TmaWait": "tma_wait", "Sync": "sync"}
+    charged = {node.__name__: fact.kind for node, fact in registry.facts(registry.TIMING_COST).items()
+               if fact.kind != "statement"}
+    assert charged == {"AllocBarriers": "sync", "MbarrierArrive": "arrive", "MbarrierArriveExpectTx": "arrive",
+                       "MbarrierWait": "wait", "TmaLoad": "tma", "TmaStore": "tma", "WgmmaMma": "wgmma",
+                       "WgmmaCommit": "wgmma_commit", "Cast": "registers", "Arithmetic": "registers",
+                       "LoadShared": "registers", "StoreShared": "registers", "LoadGlobal": "global_load",
+                       "StoreGlobal": "global_store", "Sync": "sync"}
 
 
 def test_an_unsupported_statement_is_refused_at_its_line():

@@ -1,16 +1,18 @@
 """Decoding an instrumented build's record buffer (warpspec.timeline.gpu.decode) into a Timeline: a synthetic
-buffer, laid out as the generated code writes it (warpspec.isa.profile: a slot counter per recorder, then the
+buffer, laid out as the generated code writes it (warpspec.timeline.profile_isa: a slot counter per recorder, then the
 arrays), becomes exactly the expected Events: names with their runtime indices, roles, nanoseconds on one axis,
 the recorded SM, the notes on blocks past the cap, event overflow and clock rates."""
+
+import json
 
 import numpy as np
 import pytest
 
 import matmul_v3
 import warpspec
-from warpspec.isa import profile as records
+from warpspec.timeline import profile_isa as records
 from warpspec.runtime import kernel_for
-from warpspec.timeline.events import Event
+from warpspec.timeline.events import Event, Shortfall
 from warpspec.timeline.gpu import buffer_words, decode, instrumented
 
 PRODUCER, CONSUMER = "producer (threads 128-159)", "consumer (threads 0-127)"
@@ -93,10 +95,26 @@ def test_a_record_buffer_decodes_into_named_events_on_one_time_axis():
     assert timeline.roles == [CONSUMER, PRODUCER] and timeline.sm == 5
     assert timeline.notes == [
         "every block that ran on SM 5 recorded (2), each role's first warp",
-        "block (15, 15, 0), thread 0: 3 of 5 events were past the capacity of 2 and not recorded "
-        "(profile(capacity=...) raises it)",
         "1 block(s) ran shorter than 20 us: their cycles were converted at the device clock rate, 1.000 GHz",
     ]
+    assert timeline.shortfalls == [Shortfall((15, 15, 0), CONSUMER, 2, 5)] and not timeline.complete
+
+
+def test_a_record_past_its_capacity_gives_no_shares_of_the_fragment(tmp_path):
+    build = v3_build()
+    words, _ = synthetic_buffer(build)
+    timeline = decode(words, build, kernel_ns=1_442_000.0, clock_hz=1e9, flops=2.0 * 8192 ** 3)
+    text = warpspec.timeline.write(timeline, tmp_path)
+    assert "measured kernel time: 1442.0 us (762 TFLOP/s)" in text
+    assert ("incomplete record: 1 role(s) ran past the record's capacity, 2 of their 5 events recorded:\n"
+            f"  block (15, 15, 0), {CONSUMER}: 2 of 5 events\n"
+            "waits, stage occupancy, tensor-core busy share and diagnosis: not given, they would be a fragment's; "
+            "profile(capacity=5) records every event\n") in text
+    for fragment in ("waits on", "stage occupancy:", "tensor cores busy", "\ndiagnosis:"):
+        assert fragment not in text
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    assert trace["otherData"]["incomplete"] == [{"block": [15, 15, 0], "role": CONSUMER, "recorded": 2,
+                                                 "needed": 5}]
 
 
 def test_an_empty_buffer_has_no_events_and_a_wrong_one_is_refused():
@@ -166,6 +184,8 @@ def test_measured_and_modeled_summaries_print_the_same_fields():
 
     build = v3_build()
     words, _ = synthetic_buffer(build)
+    # Block (15, 15, 0)'s consumer ran 2 events, not 5: a whole record, which a summary reads in full.
+    words[records.array_start(1, 0, len(build.recorders), build.capacity) + records.COUNT] = 2
     occupancy = Occupancy(2, "registers", 66560, 168, 160, "the driver's occupancy query")
     measured = summarize(decode(words, build, kernel_ns=123_456.0, clock_hz=1e9, flops=1e9, occupancy=occupancy))
     modeled = summarize(modeled_matmul(matmul_v3.MatmulWGMMAV3, 512, num_stages=2, block_m=128, block_n=128,

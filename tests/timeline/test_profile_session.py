@@ -145,7 +145,7 @@ def test_a_gpu_launch_times_the_plain_build_then_records_the_instrumented_one(mo
     import matmul_v3
     from tests.timeline import test_gpu_decode as decoding
     from warpspec.cuda import driver, launch
-    from warpspec.passes.instrument import PARAMETER
+    from warpspec.timeline.instrument import PARAMETER
 
     calls = []
 

@@ -4,7 +4,7 @@ add one."""
 
 # wgmma before tma: their end-of-block checks (``registry.at_exit``) run in import order, WGMMA's first.
 from warpspec.isa import (  # noqa: F401
-    cluster, elementwise, fence, flag, mbarrier, memory, profile, reduction, roles, wgmma, tma)
+    cluster, elementwise, fence, flag, mbarrier, memory, reduction, roles, wgmma, tma)
 
 #: The families in the order ``self`` offers them; a family with a ``namespace`` is ``self.<namespace>``.
 FAMILIES = (memory.Memory, roles.Roles, fence.Fences, elementwise.Elementwise, reduction.Reductions,

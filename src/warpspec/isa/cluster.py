@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from warpspec.isa.base import LanguageObject, language_call
 from warpspec.isa.contracts import BuildContext, EmulationMachine, EmulationTask, Steps
-from warpspec.isa.registry import emulates
+from warpspec.isa.registry import declare_timeline, emulates
+from warpspec.isa.timeline_facts import NOT_SHOWN, STATEMENT
 from warpspec.ir import nodes as ir
 
 # ------------------------------------------------------------------------------------------------------- IR
@@ -73,3 +74,8 @@ def _cluster_sync(machine: EmulationMachine, task: EmulationTask, s: ClusterSync
     cluster = machine.cluster
     return machine.rendezvous(task, len(cluster.tasks), cluster.barrier,
                               "in cluster_sync() (barrier.cluster over every block of the cluster)")
+
+
+# ---------------------------------------------------------------------------------------------------------- timeline
+# What each statement costs the CPU timing model and how timelines show it (``isa.timeline_facts``).
+declare_timeline(ClusterSync, STATEMENT, NOT_SHOWN)

@@ -20,7 +20,8 @@ from warpspec import dtypes
 from warpspec.dtypes import DType, boolean, int32
 from warpspec.isa.base import LanguageObject, language_call
 from warpspec.isa.contracts import BuildContext, EmulationMachine, EmulationTask
-from warpspec.isa.registry import LAYOUT_RULE, emulates, fact
+from warpspec.isa.registry import LAYOUT_RULE, declare_timeline, emulates, fact
+from warpspec.isa.timeline_facts import NOT_SHOWN, STATEMENT, TimingCost
 from warpspec.isa.values import TensorValue, describe
 from warpspec.ir import nodes as ir
 from warpspec.layout.registers import LayoutRule
@@ -317,3 +318,10 @@ def _elementwise_layouts(stmt: Cast | Arithmetic, target) -> LayoutRule:
 def _tile_index_layout(stmt: TileIndex, target) -> LayoutRule:
     """The indices are laid out as the tensor they index."""
     return LayoutRule(alike=(stmt.decl, stmt.like.decl), defines=stmt.decl)
+
+
+# ---------------------------------------------------------------------------------------------------------- timeline
+# What each statement costs the CPU timing model and how timelines show it (``isa.timeline_facts``).
+declare_timeline(Cast, TimingCost("registers", lambda s: s.decl.shape), NOT_SHOWN)
+declare_timeline(Arithmetic, TimingCost("registers", lambda s: s.decl.shape), NOT_SHOWN)
+declare_timeline(TileIndex, STATEMENT, NOT_SHOWN)

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from warpspec.isa.base import LanguageObject, language_call
 from warpspec.isa.contracts import EmulationMachine, EmulationTask
-from warpspec.isa.registry import emulates
+from warpspec.isa.registry import declare_timeline, emulates
+from warpspec.isa.timeline_facts import NOT_SHOWN, STATEMENT
 from warpspec.ir import nodes as ir
 
 
@@ -33,3 +34,8 @@ class Fences(LanguageObject):
 def _fence_proxy_async(machine: EmulationMachine, task: EmulationTask, s: FenceProxyAsync) -> None:
     for tensor in machine.shared.values():
         tensor.unfenced[tensor.write_task == task.index] = False
+
+
+# ---------------------------------------------------------------------------------------------------------- timeline
+# What each statement costs the CPU timing model and how timelines show it (``isa.timeline_facts``).
+declare_timeline(FenceProxyAsync, STATEMENT, NOT_SHOWN)

@@ -24,7 +24,8 @@ from typing import Any
 from warpspec.dtypes import int32
 from warpspec.isa.base import LanguageObject, language_call
 from warpspec.isa.contracts import BuildContext, EmulationMachine, EmulationTask, Steps
-from warpspec.isa.registry import emulates
+from warpspec.isa.registry import declare_timeline, emulates
+from warpspec.isa.timeline_facts import NOT_SHOWN, STATEMENT
 from warpspec.isa.values import TensorValue, describe
 from warpspec.ir import nodes as ir
 
@@ -114,3 +115,9 @@ def _wait(machine: EmulationMachine, task: EmulationTask, s: FlagWait) -> Steps 
             f"before it can set it: a later block need not run until this one ends)")
     return machine.wait_until(lambda: memory.flag_holds(flag, value), text,
                               after=lambda: memory.flag_acquired(task, flag))
+
+
+# ---------------------------------------------------------------------------------------------------------- timeline
+# What each statement costs the CPU timing model and how timelines show it (``isa.timeline_facts``).
+declare_timeline(FlagSignal, STATEMENT, NOT_SHOWN)
+declare_timeline(FlagWait, STATEMENT, NOT_SHOWN)

@@ -15,7 +15,8 @@ from warpspec.errors import BarrierError
 from warpspec.isa.base import LanguageObject, barrier_ref, language_call
 from warpspec.isa.cluster import check_rank
 from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
-from warpspec.isa.registry import emulates
+from warpspec.isa.registry import declare_timeline, emulates
+from warpspec.isa.timeline_facts import NOT_SHOWN, Instrumentation, TimingCost
 from warpspec.isa.values import TensorValue
 from warpspec.ir import nodes as ir
 
@@ -179,3 +180,13 @@ def _wait(machine: EmulationMachine, task: EmulationTask, s: MbarrierWait) -> St
     if bar.try_wait(task, parity):
         return machine.preempt()
     return machine.wait_until(lambda: task.woken, f"in mbarrier.wait on {bar.name} for phase parity {parity}")
+
+
+# ---------------------------------------------------------------------------------------------------------- timeline
+# What each statement costs the CPU timing model and how timelines show it (``isa.timeline_facts``).
+# An arrive costs the same whatever the count; a wait is shown with the barrier it waits on and the index it runs at.
+declare_timeline(AllocBarriers, TimingCost("sync"), NOT_SHOWN)
+declare_timeline(MbarrierArrive, TimingCost("arrive"), NOT_SHOWN)
+declare_timeline(MbarrierArriveExpectTx, TimingCost("arrive"), NOT_SHOWN)
+declare_timeline(MbarrierWait, TimingCost("wait"),
+                 Instrumentation("wait", "wait {barrier}", indexed="barrier", barrier="barrier"))

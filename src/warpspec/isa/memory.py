@@ -16,7 +16,8 @@ from warpspec import dtypes
 from warpspec.dtypes import DType, int32
 from warpspec.isa.base import LanguageObject, language_call, offsets_of, static_tensor_type
 from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
-from warpspec.isa.registry import LAYOUT_RULE, declare, emulates
+from warpspec.isa.registry import LAYOUT_RULE, declare, declare_timeline, emulates
+from warpspec.isa.timeline_facts import NOT_SHOWN, STATEMENT, TimingCost
 from warpspec.isa.values import TensorValue, describe
 from warpspec.ir import nodes as ir
 from warpspec.ir.evaluate import check_element_index, wrap
@@ -354,3 +355,16 @@ declare(LAYOUT_RULE, AllocRegister, lambda s, target: LayoutRule(defines=s.decl)
 declare(LAYOUT_RULE, StoreGlobal, lambda s, target: LayoutRule(stored=s.src.decl, call="store_global"))
 declare(LAYOUT_RULE, StoreShared, lambda s, target: LayoutRule(stored=s.src.decl, call="store_shared"))
 declare(LAYOUT_RULE, StoreElement, lambda s, target: LayoutRule(indexed=s.tensor.decl))
+
+
+# ---------------------------------------------------------------------------------------------------------- timeline
+# What each statement costs the CPU timing model and how timelines show it (``isa.timeline_facts``).
+# Register tiles cost per element and thread; global accesses move the tile's bytes (a load waits for them).
+declare_timeline(GlobalView, STATEMENT, NOT_SHOWN)
+declare_timeline(AllocShared, STATEMENT, NOT_SHOWN)
+declare_timeline(AllocRegister, STATEMENT, NOT_SHOWN)
+declare_timeline(StoreElement, STATEMENT, NOT_SHOWN)
+declare_timeline(LoadGlobal, TimingCost("global_load", lambda s: s.decl), NOT_SHOWN)
+declare_timeline(StoreGlobal, TimingCost("global_store", lambda s: s.src.decl), NOT_SHOWN)
+declare_timeline(LoadShared, TimingCost("registers", lambda s: s.decl.shape), NOT_SHOWN)
+declare_timeline(StoreShared, TimingCost("registers", lambda s: s.src.shape), NOT_SHOWN)

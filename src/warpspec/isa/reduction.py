@@ -19,7 +19,8 @@ from warpspec.dtypes import float32
 from warpspec.errors import CompileError
 from warpspec.isa.base import LanguageObject, language_call
 from warpspec.isa.contracts import BuildContext, EmulationMachine, EmulationTask
-from warpspec.isa.registry import LAYOUT_RULE, emulates, fact
+from warpspec.isa.registry import LAYOUT_RULE, declare_timeline, emulates, fact
+from warpspec.isa.timeline_facts import NOT_SHOWN, STATEMENT
 from warpspec.isa.values import TensorValue
 from warpspec.ir import nodes as ir
 from warpspec.layout.registers import Accumulator, LayoutRule, Slice, describe_layout
@@ -114,3 +115,8 @@ def _row_slice(stmt: ReduceRows, layout) -> Slice:
                            f"{stmt.threads[0] + stmt.threads[1]}), but {name} is held by threads [{begin}, "
                            f"{begin + count}): every one of those threads must execute it", str(stmt.loc))
     return Slice(layout, 1)
+
+
+# ---------------------------------------------------------------------------------------------------------- timeline
+# What each statement costs the CPU timing model and how timelines show it (``isa.timeline_facts``).
+declare_timeline(ReduceRows, STATEMENT, NOT_SHOWN)

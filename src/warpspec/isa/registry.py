@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from warpspec.errors import CompileError
 from warpspec.ir import nodes as ir
+from warpspec.isa.timeline_facts import NOT_SHOWN, STATEMENT
 
 Function = TypeVar("Function", bound=Callable[..., Any])
 
@@ -38,8 +39,14 @@ BODY_THREADS = "body threads"
 #: Present (True) on statement types whose completion is each warpgroup's own (WGMMA): the emulator runs a group
 #: issuing them as one partition per warpgroup.
 PER_WARPGROUP = "per warpgroup"
+#: ``isa.timeline_facts.TimingCost``: what one execution of a statement costs the CPU timing model
+#: (``warpspec.timeline.model_timing``).
+TIMING_COST = "timing cost"
+#: ``isa.timeline_facts.Instrumentation``: whether and how timelines show a statement (the GPU instrumentation,
+#: ``warpspec.timeline.instrument``, brackets it; the timing model records its interval).
+INSTRUMENT = "instrumentation decision"
 #: Fact -> the statement base whose every concrete subclass must declare it.
-REQUIRED: dict[str, type] = {LAYOUT_RULE: ir.DefineTensor}
+REQUIRED: dict[str, type] = {LAYOUT_RULE: ir.DefineTensor, TIMING_COST: ir.Stmt, INSTRUMENT: ir.Stmt}
 
 
 def emulates(node: type) -> Callable[[Function], Function]:
@@ -98,6 +105,12 @@ def facts(name: str) -> dict[type, object]:
     return dict(_FACTS.get(name, {}))
 
 
+def declare_timeline(node: type, cost, shown) -> None:
+    """Declare statement type ``node``'s ``TIMING_COST`` and ``INSTRUMENT`` facts (``isa.timeline_facts``)."""
+    declare(TIMING_COST, node, cost)
+    declare(INSTRUMENT, node, shown)
+
+
 def at_exit(check: Function) -> Function:
     """Register ``check(machine, task)``, run for every task of a block when the block ends (in the order the
     family modules register them): a family's state on the task that must be empty by then."""
@@ -148,3 +161,9 @@ def statement_types() -> list[type]:
             if not sub.__dict__.get("abstract", False):
                 found.append(sub)
     return sorted(set(found), key=lambda c: (c.__module__, c.__name__))
+
+
+# The core statements of ``warpspec.ir`` belong to no family: a loop iteration, a branch or a scalar assignment
+# costs a scalar statement's time, and timelines show none of them.
+for _core in (ir.Assign, ir.Declare, ir.For, ir.If):
+    declare_timeline(_core, STATEMENT, NOT_SHOWN)

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from warpspec.isa.base import LanguageObject, language_call
 from warpspec.isa.contracts import BuildContext, EmulationMachine, EmulationTask, Steps
-from warpspec.isa.registry import BODY_THREADS, emulates, fact
+from warpspec.isa.registry import BODY_THREADS, declare_timeline, emulates, fact
+from warpspec.isa.timeline_facts import NOT_SHOWN, STATEMENT, Instrumentation, TimingCost
 from warpspec.ir import nodes as ir
 
 # ------------------------------------------------------------------------------------------------------- IR
@@ -165,3 +166,11 @@ def _sync(machine: EmulationMachine, task: EmulationTask, s: Sync) -> Steps | No
 def _group_threads(stmt: ThreadGroup) -> tuple[int, int]:
     """A thread group's body runs on its own threads."""
     return stmt.begin, stmt.count
+
+
+# ---------------------------------------------------------------------------------------------------------- timeline
+# What each statement costs the CPU timing model and how timelines show it (``isa.timeline_facts``).
+# A role's statements are costed one by one (its body); a barrier costs its latency once every member arrived.
+declare_timeline(ThreadGroup, STATEMENT, NOT_SHOWN)
+declare_timeline(SingleThread, STATEMENT, NOT_SHOWN)
+declare_timeline(Sync, TimingCost("sync"), Instrumentation("sync", "sync"))

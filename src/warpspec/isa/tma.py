@@ -15,7 +15,8 @@ from warpspec.errors import BarrierError, KernelError
 from warpspec.isa.base import LanguageObject, barrier_ref, language_call, offsets_of
 from warpspec.isa.cluster import check_rank
 from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
-from warpspec.isa.registry import at_exit, emulates
+from warpspec.isa.registry import at_exit, declare_timeline, emulates
+from warpspec.isa.timeline_facts import NOT_SHOWN, STATEMENT, Instrumentation, TimingCost
 from warpspec.isa.values import TensorValue
 from warpspec.ir import nodes as ir
 from warpspec.ir.printer import format_expr
@@ -265,3 +266,14 @@ def _uncommitted_stores(machine: EmulationMachine, task: EmulationTask) -> None:
     if uncommitted:
         raise KernelError(f"{task.name} issued tma.shared_to_global that was never committed "
                           f"(tma.commit_group)", str(uncommitted[0].loc), machine.describe_tasks())
+
+
+# ---------------------------------------------------------------------------------------------------------- timeline
+# What each statement costs the CPU timing model and how timelines show it (``isa.timeline_facts``).
+# A copy's issue is shown; its bytes cross the SM's memory share after it (the model's asynchronous completion).
+declare_timeline(TmaLoad, TimingCost("tma", lambda s: s.dst.nbytes),
+                 Instrumentation("tma", "tma {src} -> {dst}", indexed="dst", barrier="barrier"))
+declare_timeline(TmaStore, TimingCost("tma", lambda s: s.src.nbytes),
+                 Instrumentation("tma", "tma {src} -> {dst}", indexed="src"))
+declare_timeline(TmaCommit, STATEMENT, NOT_SHOWN)
+declare_timeline(TmaWait, STATEMENT, Instrumentation("tma_wait", "tma.wait_group({n})"))

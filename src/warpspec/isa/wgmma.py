@@ -20,7 +20,9 @@ from warpspec import dtypes
 from warpspec.errors import KernelError
 from warpspec.isa.base import LanguageObject, language_call
 from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
-from warpspec.isa.registry import LAYOUT_RULE, PER_WARPGROUP, at_exit, declare, emulates, fact
+from warpspec.isa.registry import (LAYOUT_RULE, PER_WARPGROUP, at_exit, declare, declare_timeline, emulates,
+                                   fact)
+from warpspec.isa.timeline_facts import NOT_SHOWN, STATEMENT, Instrumentation, TimingCost
 from warpspec.ir import nodes as ir
 from warpspec.ir.printer import format_expr
 from warpspec.layout.fragments import AccumulatorLayout
@@ -262,3 +264,14 @@ def _mma_layouts(stmt: WgmmaMma, target) -> LayoutRule:
 
 
 declare(PER_WARPGROUP, WgmmaMma, True)  # each warpgroup's wgmma.wait_group says nothing of the other's
+
+
+# ---------------------------------------------------------------------------------------------------------- timeline
+# What each statement costs the CPU timing model and how timelines show it (``isa.timeline_facts``).
+# A run of mma up to its commit is one event: the tensor cores work on the group once it is committed.
+declare_timeline(WgmmaFence, STATEMENT, NOT_SHOWN)
+declare_timeline(WgmmaMma, TimingCost("wgmma", lambda s: (s.a.shape[0], s.b.shape[1], s.a.shape[1],
+                                                            s.a.decl.dtype, s.b.decl.dtype)),
+                 Instrumentation("wgmma", "wgmma", run=True))
+declare_timeline(WgmmaCommit, TimingCost("wgmma_commit"), Instrumentation(None, closes="wgmma"))
+declare_timeline(WgmmaWait, STATEMENT, Instrumentation("wgmma_wait", "wgmma.wait_group({n})"))

@@ -3,12 +3,20 @@ instrumented build or modeled on the CPU, and what is drawn and summarised from 
 
 ``write(timeline, out_dir)`` writes the three views of one timeline: ``trace.json`` (Chrome/Perfetto),
 ``timeline.png`` (a Gantt chart) and ``summary.txt``; ``warpspec.timeline.model.model_launch`` makes a timeline on
-the CPU."""
+the CPU.
+
+The timeline is a wing of its own, as a profiler installs itself into a compiler: importing this package registers
+its statements (``profile_isa``: the timestamps an instrumented build records), their emulation and their sm_90a
+emission (``sm90_profile``); the instrumentation pass (``instrument``) and the CPU timing model (``model_timing``,
+``model``) read the facts each instruction family declares about itself (``registry.INSTRUMENT``,
+``registry.TIMING_COST``). Nothing below this package knows it exists."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from warpspec.timeline import profile_isa, sm90_profile  # noqa: F401  (register the profiling statements)
 
 
 def write(timeline, out_dir, window=2) -> str:

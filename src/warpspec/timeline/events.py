@@ -92,6 +92,20 @@ class Failure:
     text: str
 
 
+@dataclass(frozen=True)
+class Shortfall:
+    """A role of one block whose events a record could not hold all of: ``recorded`` of ``needed``."""
+
+    block: tuple[int, int, int]
+    role: str
+    recorded: int
+    needed: int
+
+    def text(self) -> str:
+        """"block (0, 0, 0), producer (threads 128-159): 2048 of 5851 events"."""
+        return f"block {self.block}, {self.role}: {self.recorded} of {self.needed} events"
+
+
 @dataclass
 class Timeline:
     """The events of one launch of ``kernel`` (its class name) with ``schedule`` (compile-time values), from
@@ -101,7 +115,8 @@ class Timeline:
     floating-point operations of the launch when known (for TFLOP/s); ``roles``: every role's name in block order,
     so a role with no events still gets a track; ``sm``: the SM whose blocks the events are (every block that ran
     there, up to the recording's cap); ``occupancy``: how many blocks an SM holds, when known; ``failure`` and
-    ``unit``: a counterexample's error and its time axis (one step per microsecond)."""
+    ``unit``: a counterexample's error and its time axis (one step per microsecond); ``shortfalls``: the roles whose
+events the record could not hold all of (a GPU record past its capacity): the events are then a fragment."""
 
     kernel: str
     source: str
@@ -115,6 +130,12 @@ class Timeline:
     occupancy: Occupancy | None = None
     failure: Failure | None = None  # a counterexample's error, marked on its chart
     unit: str = "time (µs)"  # the chart's time axis (a counterexample counts steps instead)
+    shortfalls: list[Shortfall] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every event of the recorded roles is here (no record ran past its capacity)."""
+        return not self.shortfalls
 
 
 def role_name(group: ir.Stmt) -> str:

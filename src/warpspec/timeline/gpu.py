@@ -1,4 +1,4 @@
-"""Timelines measured on the GPU: a launch of a kernel's instrumented build (``warpspec.passes.instrument``) with
+"""Timelines measured on the GPU: a launch of a kernel's instrumented build (``warpspec.timeline.instrument``) with
 a record buffer, and the decoding of what its sampled blocks recorded into a ``Timeline`` (source "gpu").
 
 ``warpspec.profile()`` makes a ``ProfileSession``; inside it every Script launch is sent here. A launch on the GPU
@@ -29,14 +29,19 @@ import numpy as np
 from warpspec import runtime
 from warpspec.dtypes import int64
 from warpspec.errors import ArgumentError
-from warpspec.isa import profile as records
+from warpspec.timeline import profile_isa as records
 from warpspec.ir import nodes as ir
-from warpspec.passes.instrument import PARAMETER, Instrumented, instrument
-from warpspec.timeline.events import Event, Occupancy, Timeline, resident_blocks, role_name
+from warpspec.timeline.instrument import PARAMETER, Instrumented, instrument
+from warpspec.timeline.events import Event, Occupancy, Shortfall, Timeline, resident_blocks, role_name
+from warpspec.timeline.sizing import events_needed
 
 #: Below this span of ``%globaltimer`` (ns) a block's own clock rate is not trusted: the timer may tick only
 #: every microsecond, so the rate would be off by more than a few percent.
 MIN_RATE_SPAN_NS = 20_000
+
+#: The events per recorder when they cannot be counted from the kernel, and the most a record holds per recorder.
+DEFAULT_CAPACITY = 2048
+MAX_CAPACITY = 2**20 - 1
 
 _instrumented: dict[tuple, tuple[ir.Kernel, Instrumented]] = {}
 
@@ -84,6 +89,8 @@ def decode(words: np.ndarray, build: Instrumented, kernel_ns: float, clock_hz: f
                     f"first warp (profile(blocks=...) raises the cap)")
     elif ran == 0:
         notes[0] = f"no block ran on SM {build.sm}: nothing was recorded"
+    shortfalls = []
+    role_of = {s.group.begin: role_name(s.group) for s in build.sites}
     for array in range(build.blocks * recorders):
         start = records.array_start(array // recorders, array % recorders, recorders, build.capacity)
         data = words[start:start + per_array]
@@ -95,8 +102,7 @@ def decode(words: np.ndarray, build: Instrumented, kernel_ns: float, clock_hz: f
         block = _block(int(header[records.BLOCK]))
         recorder = build.recorders[array % recorders]
         if count > build.capacity:
-            notes.append(f"block {block}, thread {recorder}: {count - build.capacity} of {count} events were past "
-                         f"the capacity of {build.capacity} and not recorded (profile(capacity=...) raises it)")
+            shortfalls.append(Shortfall(block, role_of[recorder], written, count))
         events = data[records.HEADER_WORDS:records.HEADER_WORDS + records.EVENT_WORDS * written]
         arrays.setdefault(block, []).append(_Array(recorder, header, events.reshape(written, records.EVENT_WORDS)))
     # At the cap the recorders of one block may race for the last slots: a block some of whose recorders got none
@@ -106,6 +112,7 @@ def decode(words: np.ndarray, build: Instrumented, kernel_ns: float, clock_hz: f
         notes.append(f"{len(partial)} block(s) at the cap got a slot for only some of their roles and are left out")
         for block in partial:
             del arrays[block]
+        shortfalls = [short for short in shortfalls if short.block not in partial]
     events, measured = [], 0
     # %globaltimer counts from an epoch (about 1.7e18 ns): only differences fit a float to the nanosecond.
     origin = min((int(a.header[records.START_NS]) for block in arrays.values() for a in block), default=0)
@@ -133,7 +140,8 @@ def decode(words: np.ndarray, build: Instrumented, kernel_ns: float, clock_hz: f
     kernel = build.kernel
     groups = sorted({(s.group.begin, s.group.count): s.group for s in build.sites}.items())
     return Timeline(kernel.name, "gpu", dict(kernel.constants), kernel_ns, events,
-                    list(dict.fromkeys(role_name(group) for _, group in groups)), flops, notes, build.sm, occupancy)
+                    list(dict.fromkeys(role_name(group) for _, group in groups)), flops, notes, build.sm, occupancy,
+                    shortfalls=shortfalls)
 
 
 def _block(word: int) -> tuple[int, int, int]:
@@ -163,15 +171,19 @@ class ProfileSession:
     ``session.timelines`` holds one Timeline per launch, in order.
 
     ``blocks``: the most blocks recorded per launch (the first that ran on SM ``sm``); ``capacity``: events each
-    recording thread has room for (more are counted and reported in the Timeline's notes); ``flops``: the useful
+    recording thread has room for (more are counted, and the Timeline says what is missing); None: as many as the
+    launch records, counted from the kernel's trip counts (``warpspec.timeline.sizing``), or
+    ``DEFAULT_CAPACITY`` where its control flow reads data; ``flops``: the useful
     floating-point operations of each launch, for TFLOP/s (None: unknown); ``overhead``: also time the instrumented
     build, noting its time against the plain build's (``session.instrumented_ns`` gets one entry per GPU launch);
     ``timing``: a context manager factory yielding ``time(kernel, arguments, built) -> median ms``
     (``warpspec.tune.bench.CudaBench.timing``); ``report``: called with each new Timeline."""
 
-    def __init__(self, blocks: int = 64, capacity: int = 2048, flops: float | None = None, overhead: bool = False,
-                 timing=None, report=None, sm: int = 0):
+    def __init__(self, blocks: int = 64, capacity: int | None = None, flops: float | None = None,
+                 overhead: bool = False, timing=None, report=None, sm: int = 0):
         for name, value in (("blocks", blocks), ("capacity", capacity)):
+            if name == "capacity" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < 2**20:
                 raise ArgumentError(f"profile {name} must be an integer in [1, 2^20), got {value!r}")
         if isinstance(sm, bool) or not isinstance(sm, int) or not 0 <= sm < 2**16:
@@ -223,7 +235,8 @@ class ProfileSession:
 
         plain = compile_kernel(kernel)
         kernel_ms = self._time(kernel, arguments, plain)
-        instrumented_build = instrumented(kernel, self.blocks, self.capacity, self.sm)
+        capacity, notes = self._capacity(kernel, arguments)
+        instrumented_build = instrumented(kernel, self.blocks, capacity, self.sm)
         built = compile_kernel(instrumented_build.kernel)
         words = buffer_words(instrumented_build)
         buffer = DeviceBuffer(8 * words)
@@ -232,7 +245,6 @@ class ProfileSession:
             raise ArgumentError(f"profile sm={self.sm}: the device has {device['sm_count']} SMs (0-"
                                 f"{device['sm_count'] - 1})")
         recorded = dict(arguments, **{PARAMETER: buffer.array((words,), int64)})
-        notes = []
         if self.overhead:
             instrumented_ms = self._time(instrumented_build.kernel, recorded, built)
             self.instrumented_ns.append(instrumented_ms * 1e6)
@@ -245,6 +257,17 @@ class ProfileSession:
                           device["clock_hz"], self.flops, _occupancy(kernel, plain, buffer.device, device))
         timeline.notes += notes
         return timeline
+
+    def _capacity(self, kernel: ir.Kernel, arguments: dict) -> tuple[int, list[str]]:
+        """The events each recorder has room for in this launch, and a note when it could not be counted."""
+        if self.capacity is not None:
+            return self.capacity, []
+        needed = events_needed(instrumented(kernel, self.blocks, 1, self.sm), arguments)
+        if needed is None:
+            return DEFAULT_CAPACITY, [f"the record's capacity could not be counted from the kernel (its control "
+                                      f"flow reads data): {DEFAULT_CAPACITY} events per role and block "
+                                      f"(profile(capacity=...) sets it)"]
+        return min(max(needed, 1), MAX_CAPACITY), []
 
 
 #: What ``_device_limits`` reads, by the key ``warpspec.timeline.events.resident_blocks`` (and h200.json) uses.

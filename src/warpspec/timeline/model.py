@@ -1,7 +1,7 @@
 """The CPU timing model of a launch: the kernel's own IR run on the emulator with a modeled clock.
 
 How many blocks an SM holds follows from shared memory, threads and an estimate of registers per thread; those
-blocks are run together on one modeled SM (``warpspec.emulator.timing``), sharing its tensor cores and its share of
+blocks are run together on one modeled SM (``warpspec.timeline.model_timing``), sharing its tensor cores and its share of
 the chip's load bandwidth (the chip's bandwidth over the blocks running at once). The kernel's time is the launch
 overhead plus as many of those SM spans as there are waves of blocks, and never less than the time the global
 views' bytes take to cross the HBM interface once. Every number comes from a parameter file
@@ -16,11 +16,12 @@ from pathlib import Path
 
 from warpspec.arguments import elements_needed, launch_grid, scalar_value, view_shapes
 from warpspec.dtypes import PointerType
-from warpspec.emulator.timing import Costs, model_sm, role_groups
 from warpspec.errors import ArgumentError, CompileError
 from warpspec.ir import nodes as ir
 from warpspec.isa.wgmma import WgmmaMma
 from warpspec.timeline.events import Event, Occupancy, Timeline, resident_blocks, role_name
+from warpspec.timeline.model_timing import Costs, model_sm, role_groups
+from warpspec.timeline.sizing import grid_flops
 
 #: The H200's parameters, the default of every function here.
 H200 = Path(__file__).with_name("h200.json")
@@ -129,7 +130,9 @@ def model_launch(kernel: ir.Kernel, arguments: dict, parameters: dict | None = N
                 roles.append(names[index])
         events += [Event(machine.block, names[iv.task.index], iv.kind, iv.name, iv.start_ns, iv.end_ns,
                          str(iv.loc), 0, iv.barrier) for iv in machine.intervals]
-    flops = sum(m.flops for m in machines) / resident * total
+    flops = grid_flops(kernel, arguments)
+    if flops is None:  # control flow that reads data: the simulated blocks' work, as if every block did as much
+        flops = sum(m.flops for m in machines) / resident * total
     notes = [f"modeled on {p['device']}: {per_sm} block(s) per SM (limited by {limit}), {total} blocks in {waves} "
              f"wave(s); {resident} block(s) simulated together on SM 0, {span / 1e3:.2f} us per wave"]
     if floor_ns > kernel_ns:

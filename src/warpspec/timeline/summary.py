@@ -106,8 +106,10 @@ class Summary:
         seen = f"; {self.at_once} at once on {where}" if self.at_once else ""
         lines = [f"{t.kernel} {schedule} ({'CPU timing model' if t.source == 'model' else 'GPU'})",
                  f"{what} kernel time: {t.kernel_ns / 1e3:.1f} us{rate}",
-                 f"blocks per SM: {per_sm}{seen}",
-                 f"{blocks} block(s) of {where}; waits as a share of each role's active time:"]
+                 f"blocks per SM: {per_sm}{seen}"]
+        if not t.complete:
+            return "\n".join(lines + self._incomplete() + [f"note: {note}" for note in t.notes]) + "\n"
+        lines.append(f"{blocks} block(s) of {where}; waits as a share of each role's active time:")
         width = max((len(r) for r in t.roles), default=0)
         for role in t.roles:
             mine = [(b, s) for (r, b), s in self.waits.items() if r == role]
@@ -122,6 +124,19 @@ class Summary:
         lines.append(f"diagnosis: {self.diagnosis()}")
         lines += [f"note: {note}" for note in t.notes]
         return "\n".join(lines) + "\n"
+
+
+    def _incomplete(self) -> list[str]:
+        """What a record past its capacity lacks, in place of the shares a fragment would misstate."""
+        t = self.timeline
+        recorded = sum(short.recorded for short in t.shortfalls)
+        needed = sum(short.needed for short in t.shortfalls)
+        most = max(short.needed for short in t.shortfalls)
+        return ([f"incomplete record: {len(t.shortfalls)} role(s) ran past the record's capacity, {recorded} of "
+                 f"their {needed} events recorded:"] +
+                [f"  {short.text()}" for short in t.shortfalls] +
+                ["waits, stage occupancy, tensor-core busy share and diagnosis: not given, they would be a "
+                 f"fragment's; profile(capacity={most}) records every event"])
 
 
 def array_name(barrier: str) -> str:

@@ -39,7 +39,9 @@ def trace_events(timeline: Timeline) -> dict:
     return {"traceEvents": out, "displayTimeUnit": "ns",
             "otherData": {"kernel": timeline.kernel, "source": timeline.source,
                           "schedule": {k: str(v) for k, v in timeline.schedule.items()},
-                          "kernel_ns": timeline.kernel_ns, "sm": timeline.sm, "notes": timeline.notes}}
+                          "kernel_ns": timeline.kernel_ns, "sm": timeline.sm, "notes": timeline.notes,
+                          "incomplete": [{"block": list(s.block), "role": s.role, "recorded": s.recorded,
+                                          "needed": s.needed} for s in timeline.shortfalls]}}
 
 
 def write_trace(timeline: Timeline, path: str | Path) -> Path:

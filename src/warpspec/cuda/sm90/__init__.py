@@ -4,7 +4,7 @@ importing this package registers them all, the generator's core emitters and the
 
 from warpspec.cuda import codegen, targets
 from warpspec.cuda.sm90 import (  # noqa: F401
-    cluster, elementwise, epilogue, fence, flag, mbarrier, memory, prelude, profile, reduction, roles, tma, wgmma)
+    cluster, elementwise, epilogue, fence, flag, mbarrier, memory, prelude, reduction, roles, tma, wgmma)
 from warpspec.target import SM90A
 
 #: The target these emitters are registered for.

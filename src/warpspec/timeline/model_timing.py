@@ -22,14 +22,12 @@ from warpspec.dtypes import PointerType
 from warpspec.emulator.machine import BlockMachine, Task
 from warpspec.errors import DeadlockError, KernelError
 from warpspec.isa import registry
-from warpspec.isa.elementwise import Arithmetic, Cast
-from warpspec.isa.mbarrier import AllocBarriers, MbarrierArrive, MbarrierArriveExpectTx, MbarrierWait
-from warpspec.isa.memory import LoadGlobal, LoadShared, StoreGlobal, StoreShared
-from warpspec.isa.roles import Sync, ThreadGroup
-from warpspec.isa.tma import TmaLoad, TmaStore, TmaWait
-from warpspec.isa.wgmma import WgmmaCommit, WgmmaMma, WgmmaState, WgmmaWait
+from warpspec.isa.roles import ThreadGroup
+from warpspec.isa.timeline_facts import STATEMENT, Instrumentation
+from warpspec.isa.wgmma import WgmmaState
 from warpspec.ir import nodes as ir
 from warpspec.ir.printer import format_expr
+from warpspec.timeline.facts import fields_of, instrumentation, timing_cost
 
 
 @dataclass(frozen=True)
@@ -200,44 +198,44 @@ class TimedMachine(BlockMachine):
 
     def _cost(self, task: Task, s: ir.Stmt) -> float:
         c = self.costs
-        if isinstance(s, (MbarrierArrive, MbarrierArriveExpectTx)):
+        cost = timing_cost(s)
+        kind = cost.kind
+        if kind == "arrive":
             return c.arrive_ns
-        if isinstance(s, MbarrierWait):
+        if kind == "wait":
             return c.wait_ns
-        if isinstance(s, (TmaLoad, TmaStore)):
+        if kind == "tma":
             return c.tma_issue_ns
-        if isinstance(s, WgmmaMma):
-            m, k = s.a.shape
-            n = s.b.shape[1]
+        if kind == "wgmma":
+            m, n, k, a_dtype, b_dtype = cost.measure(s)
             warpgroups = max(s.threads[1] // self.kernel.facts.target.warpgroup_threads, 1)
-            form = self.kernel.facts.target.wgmma_form(s.a.decl.dtype, s.b.decl.dtype)
+            form = self.kernel.facts.target.wgmma_form(a_dtype, b_dtype)
             clock = self.clocks[task.index]
             if clock.wgmma_start is None:
                 clock.wgmma_start = clock.now
             # A statement of several warpgroups runs as one partition per warpgroup (``partitions``), each
             # multiplying its own rows: this partition's share of the flops and of the tensor cores' time.
             rows = m * max(task.size // self.kernel.facts.target.warpgroup_threads, 1) // warpgroups
-            clock.wgmma_flops.append((2.0 * rows * n * k, rows, n, k, s.a.decl.dtype))
+            clock.wgmma_flops.append((2.0 * rows * n * k, rows, n, k, a_dtype))
             instructions = (m // (64 * warpgroups)) * (k // form.k)
             return instructions * c.wgmma_issue_ns
-        if isinstance(s, (Cast, Arithmetic, LoadShared, StoreShared)):
-            shape = s.decl.shape if isinstance(s, (Cast, Arithmetic, LoadShared)) else s.src.shape
-            return math.prod(shape) / task.size * c.register_ns_per_element
-        if isinstance(s, (LoadGlobal, StoreGlobal)):
-            ref = s.decl if isinstance(s, LoadGlobal) else s.src.decl
+        if kind == "registers":
+            return math.prod(cost.measure(s)) / task.size * c.register_ns_per_element
+        if kind in ("global_load", "global_store"):
+            ref = cost.measure(s)
             nbytes = math.prod(ref.shape) * ref.dtype.nbytes
             landed = self.sm.transfer(self.clocks[task.index].now, nbytes)
             issue = math.prod(ref.shape) / task.size * c.register_ns_per_element
             # A load waits for its data; a store only issues (the block's end does not wait for it here).
-            return max(landed - self.clocks[task.index].now, issue) if isinstance(s, LoadGlobal) else issue
-        if isinstance(s, (Sync, AllocBarriers)):
+            return max(landed - self.clocks[task.index].now, issue) if kind == "global_load" else issue
+        if kind == "sync":
             return 0.0  # the wait for the other members is the cost, charged when they all arrived
         return c.statement_ns
 
     def _record(self, task: Task, s: ir.Stmt, start: float) -> None:
         """The interval statement ``s`` took, if it is one a timeline shows."""
         clock = self.clocks[task.index]
-        if isinstance(s, WgmmaCommit):
+        if timing_cost(s).kind == "wgmma_commit":
             group = clock.wgmma_flops
             duration = sum(f / self.costs.wgmma_flops_per_ns(m, n, k, dt) for f, m, n, k, dt in group)
             self.flops += sum(f for f, *_ in group)
@@ -246,25 +244,26 @@ class TimedMachine(BlockMachine):
                 self._add(task, "wgmma", "wgmma", clock.wgmma_start if group else start, clock.now, s.loc)
             clock.wgmma_start, clock.wgmma_flops = None, []
             return
-        if task.index not in self.recorded:
-            return
-        if isinstance(s, MbarrierWait):
-            name = self.barrier(task, s.barrier).name
-            self._add(task, "wait", f"wait {name}", start, clock.now, s.loc, name)
-        elif isinstance(s, TmaLoad):
-            destination = self.region(task, s.dst).text
-            barrier = self.barrier(task, s.barrier).name
-            self._add(task, "tma", f"tma {format_expr(s.src)} -> {destination}", start, clock.now, s.loc, barrier)
-        elif isinstance(s, TmaStore):
-            self._add(task, "tma", f"tma {self.region(task, s.src).text} -> {format_expr(s.dst)}", start, clock.now,
-                      s.loc)
-        elif isinstance(s, WgmmaWait):
-            self._add(task, "wgmma_wait", f"wgmma.wait_group({s.n})", start, clock.now, s.loc)
+        shown = instrumentation(s)
+        if task.index not in self.recorded or shown.kind is None or shown.run:
+            return  # a run's event (WGMMA issues) is its closing statement's, above
+        barrier = None if shown.barrier is None else self.barrier(task, getattr(s, shown.barrier)).name
+        self._add(task, shown.kind, self._name(task, s, shown), start, clock.now, s.loc, barrier)
+        if shown.kind == "wgmma_wait":
             clock.last_wgmma_wait = (clock.now, s.loc)
-        elif isinstance(s, TmaWait):
-            self._add(task, "tma_wait", f"tma.wait_group({s.n})", start, clock.now, s.loc)
-        elif isinstance(s, Sync):
-            self._add(task, "sync", "sync", start, clock.now, s.loc)
+
+    def _name(self, task: Task, s: ir.Stmt, shown: Instrumentation) -> str:
+        """The event's name as this block ran it: the indexed field's barrier or tile with its runtime index
+        ("wait full_barriers[2]", "tma ga -> sa[1]"), the other fields as written."""
+        fields = {}
+        for name in fields_of(shown.name):
+            value = getattr(s, name)
+            if name == shown.indexed:
+                fields[name] = (self.barrier(task, value).name if name == shown.barrier else
+                                self.region(task, value).text)
+            else:
+                fields[name] = format_expr(value)
+        return shown.name.format(**fields)
 
     def _add(self, task, kind, name, start, end, loc, barrier=None) -> None:
         self.intervals.append(Interval(task, kind, name, start, end, loc, barrier))
@@ -282,10 +281,9 @@ class TimedMachine(BlockMachine):
         """The emulator's async operation, with the modeled time it completes at."""
         event = super().new_event(kind, task, loc, complete, text, retire)
         stmt = self.clocks[task.index].blocked_in
-        if isinstance(stmt, TmaLoad):
-            self.done_at[event] = self.sm.transfer(self.clocks[task.index].now, stmt.dst.nbytes)
-        elif isinstance(stmt, TmaStore):
-            self.done_at[event] = self.sm.transfer(self.clocks[task.index].now, stmt.src.nbytes)
+        cost = timing_cost(stmt) if stmt is not None else STATEMENT
+        if cost.kind == "tma":
+            self.done_at[event] = self.sm.transfer(self.clocks[task.index].now, cost.measure(stmt))
         # A WGMMA group's time is known once its commit has been charged: ``_record`` sets it.
         return event
 
@@ -299,9 +297,10 @@ class TimedMachine(BlockMachine):
     def wake_cost(self, task: Task) -> float:
         """How long after its wait became satisfiable ``task`` runs again."""
         stmt = self.clocks[task.index].blocked_in
-        if isinstance(stmt, MbarrierWait):
+        kind = timing_cost(stmt).kind if stmt is not None else "statement"
+        if kind == "wait":
             return self.costs.wake_ns
-        if isinstance(stmt, (Sync, AllocBarriers)):
+        if kind == "sync":
             return self.costs.sync_ns
         return self.costs.statement_ns
 

@@ -1,4 +1,4 @@
-"""sm_90a emission of profile timestamps (``warpspec.isa.profile``), in instrumented builds only.
+"""sm_90a emission of profile timestamps (``warpspec.timeline.profile_isa``), in instrumented builds only.
 
 Times are ``%clock64`` (the SM's cycle counter, which every warp of a block reads alike, so a block's roles compare
 to the cycle) held in a register per site from start to end; the recording thread writes an event with plain 64-bit
@@ -17,7 +17,7 @@ instruction's memory accesses across it.
 from __future__ import annotations
 
 from warpspec.cuda.contracts import CodeGenerator
-from warpspec.isa.profile import (BLOCK, COUNT, COUNT_BITS, COUNT_MASK, END_CLOCK, END_NS, EVENT_WORDS,
+from warpspec.timeline.profile_isa import (BLOCK, COUNT, COUNT_BITS, COUNT_MASK, END_CLOCK, END_NS, EVENT_WORDS,
                                   GRID_TAG_MASK, HEADER_WORDS, SMID, START_CLOCK, START_NS, WRITTEN, ProfileEnd,
                                   ProfileFinish, ProfileJoin, ProfileSetup, ProfileStart, array_words)
 from warpspec.isa.registry import emits

@@ -1,9 +1,9 @@
 """Profile timestamps: the statements an instrumented build (``warpspec.profile``) records its timeline with.
 
-No kernel author writes these: ``warpspec.passes.instrument`` inserts them around the instrumented sites of a copy
+No kernel author writes these: ``warpspec.timeline.instrument`` inserts them around the instrumented sites of a copy
 of the kernel, and only that copy is compiled for profiling, so plain builds never contain them. The emulator
 runs them as no-ops (the CPU timing model, ``warpspec.timeline.model``, times kernels its own way). The CUDA
-emission is ``warpspec.cuda.sm90.profile``; ``warpspec.timeline.gpu`` decodes what they write.
+emission is ``warpspec.timeline.sm90_profile``; ``warpspec.timeline.gpu`` decodes what they write.
 
 Which blocks record: every block that runs on one chosen SM (``%smid`` compared at the block's start), up to a cap.
 The buffer they write (the kernel's extra ``int64`` parameter) starts with one counter word per recording thread:
@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
-from warpspec.isa.registry import emulates
+from warpspec.isa.registry import declare_timeline, emulates
+from warpspec.isa.timeline_facts import NOT_SHOWN, STATEMENT
 from warpspec.ir import nodes as ir
 
 HEADER_WORDS = 8
@@ -126,3 +127,9 @@ class ProfileFinish(ir.Stmt):
 def _record_nothing(machine: EmulationMachine, task: EmulationTask, s) -> Steps | None:
     """Every profiling statement's emulation: nothing happens."""
     return None
+
+
+# The timestamps are what timelines are made of, not events of their own; the timing model never meets them (it
+# runs the plain kernel).
+for _profile in (ProfileSetup, ProfileStart, ProfileEnd, ProfileJoin, ProfileFinish):
+    declare_timeline(_profile, STATEMENT, NOT_SHOWN)

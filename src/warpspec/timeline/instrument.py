@@ -2,7 +2,7 @@
 roles spend time in, and the table of sites that says what each timestamp pair was.
 
 ``instrument`` is an IR → IR transform run only for instrumented builds; plain builds never see it. It puts a
-``ProfileStart``/``ProfileEnd`` pair (``warpspec.isa.profile``) around
+``ProfileStart``/``ProfileEnd`` pair (``warpspec.timeline.profile_isa``) around
 
 - every ``mbarrier.wait`` ("wait", named "wait full_barriers[2]" with the barrier's RUNTIME index),
 - every TMA issue, load or store ("tma", "tma ga -> sa[1]"),
@@ -25,12 +25,11 @@ from dataclasses import dataclass, replace
 
 from warpspec.dtypes import PointerType, int32, int64
 from warpspec.errors import CompileError
-from warpspec.isa.mbarrier import MbarrierWait
-from warpspec.isa.profile import ProfileEnd, ProfileFinish, ProfileJoin, ProfileSetup, ProfileStart
-from warpspec.isa.roles import SingleThread, Sync, ThreadGroup
-from warpspec.isa.tma import TmaLoad, TmaStore, TmaWait
-from warpspec.isa.wgmma import WgmmaCommit, WgmmaMma, WgmmaWait
+from warpspec.isa.roles import SingleThread, ThreadGroup
+from warpspec.isa.timeline_facts import Instrumentation
 from warpspec.ir import nodes as ir
+from warpspec.timeline.facts import fields_of, instrumentation
+from warpspec.timeline.profile_isa import ProfileEnd, ProfileFinish, ProfileJoin, ProfileSetup, ProfileStart
 
 #: The name of the record buffer's kernel parameter in instrumented builds.
 PARAMETER = "warpspec_profile"
@@ -112,18 +111,19 @@ class _Walker:
         run = None  # the site of a wgmma run not committed yet
         run_end = 0  # where in ``out`` that run's last mma ends
         for stmt in body:
-            if isinstance(stmt, WgmmaMma):
+            shown = instrumentation(stmt)
+            if shown.run:
                 if run is None:
-                    run = self.site("wgmma", "wgmma", stmt.loc, group)
+                    run = self.site(shown.kind, shown.name, stmt.loc, group)
                     out.append(ProfileStart(stmt.loc, run))
                 out.append(stmt)
                 run_end = len(out)
                 continue
             out.extend(self.statement(stmt, group))
-            if isinstance(stmt, WgmmaCommit) and run is not None:
+            if shown.closes is not None and run is not None:
                 out.append(ProfileEnd(stmt.loc, run, _zero()))
                 run = None
-        if run is not None:  # mma without a commit in this list: the run ends with its last mma
+        if run is not None:  # a run without its closing statement in this list: the run ends with its last one
             out.insert(run_end, ProfileEnd(out[run_end - 1].loc, run, _zero()))
         return tuple(out)
 
@@ -134,31 +134,17 @@ class _Walker:
             before = len(self.sites)
             single = replace(stmt, body=self.body(stmt.body, group))
             return [single, ProfileJoin(stmt.loc)] if len(self.sites) > before else [single]
-        if isinstance(stmt, MbarrierWait):
-            name, shape, index = _indexed(stmt.barrier)
-            site = self.site("wait", f"wait {name}", stmt.loc, group, shape, barrier=name)
-            return _wrapped(stmt, site, index)
-        if isinstance(stmt, TmaLoad):
-            name, shape, index = _indexed(stmt.dst)
-            return _wrapped(stmt, self.site("tma", f"tma {stmt.src.decl.name} -> {name}", stmt.loc, group, shape),
-                            index)
-        if isinstance(stmt, TmaStore):
-            name, shape, index = _indexed(stmt.src)
-            return _wrapped(stmt, self.site("tma", f"tma {name} -> {stmt.dst.decl.name}", stmt.loc, group, shape),
-                            index)
-        if isinstance(stmt, WgmmaWait):
-            return _wrapped(stmt, self.site("wgmma_wait", f"wgmma.wait_group({stmt.n})", stmt.loc, group), _zero())
-        if isinstance(stmt, TmaWait):
-            return _wrapped(stmt, self.site("tma_wait", f"tma.wait_group({stmt.n})", stmt.loc, group), _zero())
-        if isinstance(stmt, Sync):
-            return _wrapped(stmt, self.site("sync", "sync", stmt.loc, group), _zero())
+        shown = instrumentation(stmt)
+        if shown.kind is not None:
+            name, shape, index, barrier = _named(stmt, shown)
+            return _wrapped(stmt, self.site(shown.kind, name, stmt.loc, group, shape, barrier), index)
         blocks = {name: self.body(getattr(stmt, name), group) for name in type(stmt).blocks}
         return [replace(stmt, **blocks) if blocks else stmt]
 
     def role(self, group: ThreadGroup) -> tuple[ir.Stmt, ...]:
         """A thread group's body (the whole block's outside every group), with a consumer's (one that issues WGMMA
         itself) epilogue marked."""
-        if not _holds(group.body, WgmmaMma):
+        if not _holds(group.body, _ISSUES_WGMMA):
             return self.body(group.body, group)
         saved, self.epilogue = self.epilogue, _k_loop_list(group.body) or group.body
         try:
@@ -169,7 +155,7 @@ class _Walker:
     def epilogue_marked(self, body: tuple[ir.Stmt, ...], group: ThreadGroup) -> tuple[ir.Stmt, ...] | None:
         """``body`` with its epilogue marked when it is the list holding the role's K loop: from after its last
         statement holding a ``wgmma.wait_group`` to its end (None when it has no such tail)."""
-        waits = [i for i, stmt in enumerate(body) if _holds((stmt,), WgmmaWait)]
+        waits = [i for i, stmt in enumerate(body) if _holds((stmt,), _WAITS_WGMMA)]
         if not waits or waits[-1] == len(body) - 1:
             return None
         head, tail = body[:waits[-1] + 1], body[waits[-1] + 1:]
@@ -179,10 +165,15 @@ class _Walker:
             (ProfileEnd(tail[-1].loc, site, _zero()),)
 
 
-def _holds(body, kind: type) -> bool:
-    """Whether ``body`` holds a ``kind`` statement of its own role: nested thread groups are roles of their own."""
+#: The events that make a role a consumer (it issues WGMMA itself) and end its K loop (its last WGMMA wait).
+_ISSUES_WGMMA, _WAITS_WGMMA = "wgmma", "wgmma_wait"
+
+
+def _holds(body, kind: str) -> bool:
+    """Whether ``body`` holds a statement shown as a ``kind`` event of its own role: nested thread groups are roles
+    of their own."""
     for stmt in body:
-        if isinstance(stmt, kind):
+        if instrumentation(stmt).kind == kind:
             return True
         if not isinstance(stmt, ThreadGroup) and any(_holds(child, kind) for child in ir.children(stmt)):
             return True
@@ -193,7 +184,7 @@ def _k_loop_list(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...] | None:
     """The statement list holding the innermost loop around the last ``wgmma.mma`` of ``body`` (the K loop): the
     role's body for V3, a persistent kernel's tile loop body for V6; None when no loop holds an mma."""
     for stmt in reversed(body):
-        if not _holds((stmt,), WgmmaMma):
+        if not _holds((stmt,), _ISSUES_WGMMA):
             continue
         for child in ir.children(stmt):
             found = _k_loop_list(child)
@@ -209,6 +200,22 @@ def _wrapped(stmt: ir.Stmt, site: int, index: ir.Expr) -> list[ir.Stmt]:
 
 def _zero() -> ir.Const:
     return ir.Const(0, int32)
+
+
+def _named(stmt: ir.Stmt, shown: Instrumentation) -> tuple[str, tuple[int, ...], ir.Expr, str | None]:
+    """A site's name template ("tma ga -> sa[{index}]"), the extents its recorded index runs over, the expression
+    of that index and its barrier's template (only where the barrier is the indexed field: a record holds one
+    index)."""
+    fields, shape, index, barrier = {}, (), _zero(), None
+    for field in fields_of(shown.name):
+        value = getattr(stmt, field)
+        if field == shown.indexed:
+            fields[field], shape, index = _indexed(value)
+            if field == shown.barrier:
+                barrier = fields[field]
+        else:
+            fields[field] = value.decl.name if isinstance(value, ir.TensorRef) else str(value)
+    return shown.name.format(**fields), shape, index, barrier
 
 
 def _indexed(ref: ir.TensorRef) -> tuple[str, tuple[int, ...], ir.Expr]:

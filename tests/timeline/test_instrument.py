@@ -1,4 +1,4 @@
-"""The instrumentation pass (warpspec.passes.instrument) and the instrumented builds it makes: which sites V3 and
+"""The instrumentation pass (warpspec.timeline.instrument) and the instrumented builds it makes: which sites V3 and
 V5 get (kinds, names, lines, roles), the generated timestamps and record writes, builds NVRTC compiles within the
 register budget, and plain builds untouched. The decoding is tests/timeline/test_gpu_decode.py."""
 
@@ -15,10 +15,10 @@ import warpspec
 from warpspec.cuda.codegen import generate
 from warpspec.cuda.compiler import compile_cuda
 from warpspec.cuda.sass import parse_ptxas_log
-from warpspec.isa.profile import ProfileEnd, ProfileJoin, ProfileSetup, ProfileStart
+from warpspec.timeline.profile_isa import ProfileEnd, ProfileJoin, ProfileSetup, ProfileStart
 from warpspec.isa.roles import SingleThread, ThreadGroup
 from warpspec.ir import nodes as ir
-from warpspec.passes.instrument import PARAMETER, instrument
+from warpspec.timeline.instrument import PARAMETER, instrument
 from warpspec.runtime import kernel_for
 from warpspec.timeline.events import KINDS, role_name
 

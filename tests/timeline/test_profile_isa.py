@@ -1,8 +1,8 @@
-"""warpspec.isa.profile: the timestamp statements an instrumented build records its timeline with. No kernel author
-writes them (warpspec.passes.instrument inserts them), so the family makes no checks of a user's call; this file
+"""warpspec.timeline.profile_isa: the timestamp statements an instrumented build records its timeline with. No kernel author
+writes them (warpspec.timeline.instrument inserts them), so the family makes no checks of a user's call; this file
 holds the record buffer's layout against hand-computed offsets, that the emulator runs an instrumented kernel as the
 plain one (the statements are no-ops there), and the clock reads in the machine code. Which sites get them is
-tests/passes/test_instrument.py's; decoding tests/timeline/test_gpu_decode.py's; the GPU run
+tests/timeline/test_instrument.py's; decoding tests/timeline/test_gpu_decode.py's; the GPU run
 tests/timeline/test_profile_gpu.py's (``gpu``-marked)."""
 
 import numpy as np
@@ -12,9 +12,9 @@ from tests.isa.test_tma import TileCopy
 from warpspec.cuda import sass
 from warpspec.cuda.codegen import generate
 from warpspec.cuda.launch import compile_kernel
-from warpspec.isa import profile
+from warpspec.timeline import profile_isa as profile
 from warpspec.emulator.run import emulate_kernel
-from warpspec.passes.instrument import PARAMETER, instrument
+from warpspec.timeline.instrument import PARAMETER, instrument
 from warpspec.runtime import kernel_for
 
 
