@@ -111,6 +111,10 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
     the custom op, or straight through its implementation where PyTorch's dispatcher would do nothing else
     (``_dispatch_is_plain``): the dispatcher's own cost is more than a small GEMM's kernel time."""
     torch = sys.modules["torch"]
+    if torch.is_grad_enabled() and _any_requires_grad(a, b, bias):
+        from warpspec.ops.matmul_grad import differentiable_matmul
+
+        return differentiable_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b)
     if torch.compiler.is_compiling():
         return _traced_matmul(torch, a, b, bias, activation, out, out_dtype, scale_a, scale_b)
     found = signature(a, b, bias, activation, out, out_dtype)  # every check, before anything is allocated
@@ -128,6 +132,11 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
     else:
         _torch_op()(a, b, out, bias, scale, activation or "")
     return out
+
+
+def _any_requires_grad(*values) -> bool:
+    """Whether a torch tensor among ``values`` (None and other values passed over) requires a gradient."""
+    return any(getattr(value, "requires_grad", False) for value in values)
 
 
 def _traced_matmul(torch, a, b, bias, activation, out, out_dtype, scale_a, scale_b):
@@ -158,7 +167,8 @@ def _dispatch_is_plain(torch, a, *others) -> bool:
     """Whether PyTorch's dispatcher would hand these tensors to the op's implementation and do nothing else: CUDA
     tensors of the plain class on the current device (the CUDA back end selected), none needing a gradient, no
     torch function or dispatch mode, no functorch transform (vmap, functionalize) and no profiler running. Then
-    an eager call runs the implementation itself; otherwise it goes through the op, which the dispatcher routes."""
+    an eager call runs the implementation itself; otherwise it goes through the op, which the dispatcher routes.
+    (Calls that need a gradient never get here: they take the differentiable op, ``warpspec.ops.matmul_grad``.)"""
     C = torch._C
     if (not a.is_cuda or C._is_torch_function_mode_enabled() or C._len_torch_dispatch_stack()
             or C._are_functorch_transforms_active() or torch.autograd.profiler._is_profiler_enabled):
@@ -797,3 +807,4 @@ def write_defaults(table: dict, path: pathlib.Path = DEFAULTS_FILE) -> None:
 
 if "torch" in sys.modules:
     _torch_op()
+    import warpspec.ops.matmul_grad  # noqa: E402,F401  (registers warpspec::matmul_grad before any compile)
