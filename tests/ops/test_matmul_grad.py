@@ -193,3 +193,44 @@ def test_torch_compile_traces_the_differentiable_op_without_a_graph_break():
     loss(a, weight, bias).backward()
     for got, want in zip(grads, (a.grad, weight.grad, bias.grad)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("b_layout", ["k-major", "n-major"])
+def test_gradients_through_a_column_major_a(dtype, b_layout):
+    """a = x.T (a column-major A): dA's GEMM writes [M, K] row-major, autograd hands x its transpose; dB's GEMM
+    reads a.T = x as a row-major A."""
+    generator = torch.Generator().manual_seed(6)
+    x = torch.randn(96, 64, generator=generator).to(dtype).requires_grad_()  # a = x.T: [64, 96]
+    _, weight, bias = leaves(64, 80, 96, dtype, b_layout, seed=7)
+    y = ops.matmul(x.T, b_of(weight, b_layout), bias=bias, activation="relu")
+    grad = torch.randn(64, 80, generator=generator)
+    (y.float() * grad).sum().backward()
+    expected = reference_grads(x.detach().T, weight, bias, b_layout, "relu", grad, with_bias=True)
+    assert_grads_close((x.grad.T, weight.grad, bias.grad), expected, TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("m, n, k", [(50, 76, 60), (33, 5, 24)])
+def test_gradients_at_pitches_tma_cannot_describe(m, n, k):
+    """Ragged K, N or M: the forward and both backward GEMMs stage the operands whose pitch is not 16 bytes."""
+    a, weight, bias = leaves(m, n, k, torch.float16, "n-major", seed=8)
+    y = ops.matmul(a, weight, bias=bias)
+    grad = torch.randn(m, n, generator=torch.Generator().manual_seed(9))
+    (y.float() * grad).sum().backward()
+    expected = reference_grads(a, weight, bias, "n-major", None, grad, with_bias=True)
+    assert_grads_close((a.grad, weight.grad, bias.grad), expected, TOLERANCE[torch.float16])
+
+
+def test_gradients_of_batched_and_leading_dimension_operands():
+    generator = torch.Generator().manual_seed(10)
+    a = torch.randn(2, 64, 64, generator=generator).half().requires_grad_()
+    b = torch.randn(2, 64, 72, generator=generator).half().requires_grad_()
+    x = torch.randn(2, 3, 16, 64, generator=generator).half().requires_grad_()
+    w = torch.randn(40, 64, generator=generator).half().requires_grad_()
+    (ops.matmul(a, b).float().sum() + ops.matmul(x, w.T).float().sum()).backward()
+    for leaf, expected in ((a, torch.ones(2, 64, 72) @ b.detach().float().transpose(1, 2)),
+                           (b, a.detach().float().transpose(1, 2) @ torch.ones(2, 64, 72)),
+                           (x, torch.ones(2, 3, 16, 40) @ w.detach().float()),
+                           (w, torch.ones(40, 96) @ x.detach().float().reshape(96, 64))):
+        error = (leaf.grad.float() - expected).abs().max() / expected.abs().max()
+        assert leaf.grad.shape == leaf.shape and error <= TOLERANCE[torch.float16]

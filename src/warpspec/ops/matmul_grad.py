@@ -6,8 +6,8 @@ functional op, which returns the result instead of writing ``out``, and whose au
 
 * dA = dZ · Bᵀ: ``ops.matmul(dz, b.T)``, where ``b.T`` is the other layout of ``b`` (a row-major ``b`` gives a
   K-major operand, ``w.T`` gives ``w``), so neither operand is copied;
-* dB = Aᵀ · dZ: ``ops.matmul(a.T, dz)``, with ``a.T`` copied to a row-major [K, M] first (the kernel reads A
-  row-major only);
+* dB = Aᵀ · dZ: ``ops.matmul(a.T, dz)``, ``a.T`` a column-major A (or row-major, when ``a`` was ``x.T``), read
+  as it is stored;
 * dbias = the column sums of dZ (a torch reduction in float32);
 
 with dZ the incoming gradient through the activation. relu stays fused into the forward kernel, its derivative
@@ -26,7 +26,7 @@ import torch
 
 from warpspec.dtypes import float8_e4m3
 from warpspec.errors import ArgumentError
-from warpspec.ops.matmul import TMA_ALIGNMENT, _padded_output, _torch_dtype, matmul, run, signature
+from warpspec.ops.matmul import TMA_ALIGNMENT, _padded_output, _torch_dtype, launch, matmul, signature, staged_copy
 from warpspec.torch_ops import custom_op
 
 #: Activations applied by torch ops to the kernel's pre-activation when a gradient is needed.
@@ -54,8 +54,7 @@ def _forward(a, b, bias, activation, out_dtype):
     out = _padded_output(lambda shape, dtype: torch.empty(shape, dtype=dtype, device=a.device),
                                        found.problem, out_dtype)
     found = found.with_output(a, b, bias, out)
-    if found.layout is not None:
-        run(found, a, b, out, bias, None)
+    launch(found, a, b, out, bias, None)
     return out
 
 
@@ -83,26 +82,19 @@ def _backward(ctx, grad):
     if need_a:
         grad_a = torch.zeros_like(a) if empty else matmul(operand, b.T)
     if need_b:
-        grad_b = torch.zeros_like(b) if empty else matmul(aligned(a.T), operand)
+        grad_b = torch.zeros_like(b) if empty else matmul(a.T, operand)
     if need_bias:
         grad_bias = dz.float().sum(0).to(ctx.bias_dtype)
     return grad_a, grad_b, grad_bias, None, None
 
 
 def aligned(value):
-    """A 2-D tensor as a GEMM operand: itself when its last axis is contiguous and its row pitch and address suit
-    TMA, else a copy into rows padded to 16 bytes (an incoming gradient may be an expanded view with strides 0)."""
-    itemsize = value.element_size()
-    rows_ok = value.shape[0] <= 1 or (value.stride(0) * itemsize) % TMA_ALIGNMENT == 0
-    # The offset into the storage, not the address, which fake tensors (a traced backward) do not have: torch's
-    # allocations are aligned far beyond 16 bytes.
-    offset_ok = (value.storage_offset() * itemsize) % TMA_ALIGNMENT == 0
-    if (value.stride(1) == 1 or value.shape[1] <= 1) and rows_ok and value.stride(0) >= value.shape[1] and offset_ok:
+    """A 2-D tensor as a GEMM operand: itself when its last axis is contiguous, else a copy into rows padded to 16
+    bytes (an incoming gradient may be an expanded view whose strides are 0). A ragged pitch is staged by
+    ops.matmul itself."""
+    if value.stride(1) == 1 and value.stride(0) >= value.shape[1] or value.shape[1] <= 1:
         return value
-    per_row = TMA_ALIGNMENT // itemsize
-    pitch = -(-value.shape[1] // per_row) * per_row
-    staged = torch.empty((value.shape[0], pitch), dtype=value.dtype, device=value.device)[:, :value.shape[1]]
-    return staged.copy_(value)
+    return staged_copy(value, False)
 
 
 _registered = None
