@@ -28,7 +28,6 @@ import time
 import numpy as np
 
 from warpspec import dtypes, runtime
-from warpspec.cuda.driver import default_device
 from warpspec.dtypes import DType, bfloat16, float8_e4m3, float16, float32
 from warpspec.errors import ArgumentError, CompileError
 from warpspec.ops.kernels import ACTIVATIONS, GEMM_KERNELS, NUM_SMS
@@ -214,7 +213,7 @@ def _dispatch_is_plain(torch, a, *others) -> bool:
     if (not a.is_cuda or C._is_torch_function_mode_enabled() or C._len_torch_dispatch_stack()
             or C._are_functorch_transforms_active() or torch.autograd.profiler._is_profiler_enabled):
         return False
-    if a.get_device() != default_device() or runtime.get_backend() != "cuda":
+    if a.get_device() != runtime.current_device() or runtime.get_backend() != "cuda":
         return False
     grad = torch.is_grad_enabled()
     return all(t is None or (type(t) is torch.Tensor and not (grad and t.requires_grad)) for t in (a, *others))
@@ -585,25 +584,10 @@ class Layout:
         return self.sizes + arrays + ((scale,) if self.scaled else ()) + tuple(workspace) + (num_sms,)
 
 
-_sm_counts: dict[int, int] = {}
-
-
 def sm_count() -> int:
     """The number of SMs of the GPU launches go to (the persistent schedules' grid bound); on the emulator the
     kernels' default, the H200's."""
-    if runtime.get_backend() != "cuda":
-        return NUM_SMS
-    from cuda.bindings import driver as cu
-
-    from warpspec.cuda.driver import check, context
-
-    device = default_device()
-    if device not in _sm_counts:
-        context()
-        attribute = cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
-        _sm_counts[device] = check(cu.cuDeviceGetAttribute(attribute, check(cu.cuCtxGetDevice(), "cuCtxGetDevice")),
-                                   "cuDeviceGetAttribute")
-    return _sm_counts[device]
+    return runtime.multiprocessor_count() if runtime.get_backend() == "cuda" else NUM_SMS
 
 
 def span(value):
@@ -669,7 +653,7 @@ def script_for(problem: Problem, args: tuple):
     backend = runtime.get_backend()
     device = None
     if backend == "cuda":
-        device = default_device()
+        device = runtime.current_device()
     key = (kernel_class(problem), problem.variant, buckets(problem), backend, device)
     script = _chosen.get(key)
     if script is None:
@@ -831,8 +815,6 @@ def tune_matmul(shapes, dtype="float16", *, b_layout="k-major", out_dtype=None, 
     ``b_layout``: ``"k-major"`` (b = w.T) or ``"n-major"`` (row-major b; not for float8). The winner of the plain
     kernel also serves calls with a bias or an activation. ``progress(line)`` (e.g. ``print``) hears about each
     shape. Returns ``{input dtype name: {"MxNxK" buckets: schedule}}``, the shape of defaults.json's table."""
-    from warpspec.cuda import driver
-
     in_dtype = _resolve_dtype(dtype)
     if in_dtype not in OUT_DTYPES:
         raise ArgumentError(f"dtype {dtype!r} is not one ops.matmul takes: float16, bfloat16 or float8_e4m3")
@@ -851,7 +833,7 @@ def tune_matmul(shapes, dtype="float16", *, b_layout="k-major", out_dtype=None, 
             tuned = tuned_script(problem)
             args, buffers = tuning_arguments(problem)
             tuned(*args)
-            driver.synchronize()
+            runtime.synchronize()
             winner = tuned.last_report.winner
             table.setdefault(in_dtype.name, {})[bucket_name(buckets(problem))] = dict(winner.schedule)
             forget_choices()  # calls made before this run chose without the new winner
@@ -866,13 +848,11 @@ def tuning_arguments(problem: Problem) -> tuple[tuple, list]:
     """The kernel's call arguments for tuning ``problem`` without PyTorch, and the device buffers they live in
     (keep them until the run is over): random operands (the tensor cores' power, hence their clock, depends on
     the data), b stored [N, K] when K-major, the output standing in for the bias, a scale of 1 for float8."""
-    from warpspec.cuda.driver import DeviceBuffer
-
     rng = np.random.default_rng(0)
     buffers = []
 
     def device(shape, dtype, random=True):
-        buffer = DeviceBuffer(math.prod(shape) * dtype.nbytes)
+        buffer = runtime.device_buffer(math.prod(shape) * dtype.nbytes)
         buffers.append(buffer)
         if random:
             buffer.upload(dtypes.round_to(dtype, rng.standard_normal(shape, np.float32)))
