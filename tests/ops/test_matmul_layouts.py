@@ -99,6 +99,8 @@ def test_leading_dimensions_of_a_are_flattened():
     assert ops.matmul(a, w.T, out=out) is out and np.array_equal(out, c)
     with pytest.raises(ArgumentError, match="out must have shape"):
         ops.matmul(a, w.T, out=np.empty((6, 40, 48), np.float32))
+    with pytest.raises(ArgumentError, match="out: its leading dimensions cannot be flattened without a copy"):
+        ops.matmul(a, w.T, out=np.empty((3, 2, 40, 48), np.float32).transpose(1, 0, 2, 3))
 
 
 @pytest.mark.parametrize("b_layout", ["row", "column"])

@@ -69,9 +69,14 @@ def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_
     """``a @ b`` for ``a`` [M, K] and ``b`` [K, N], like ``torch.matmul``, with an optional epilogue
     ``activation(scale_a · scale_b · (a @ b) + bias)`` fused into the kernel; fp32 accumulation.
 
-    * ``a``, ``b``: float16, bfloat16 or float8_e4m3 (the same for both); ``b`` row-major, or the transposed view
-      of an [N, K] tensor (a linear layer's ``w.T``; float8 ``b`` must be that, as ``torch._scaled_mm`` requires).
-      Row pitches and base addresses must be multiples of 16 bytes (TMA).
+    * ``a``, ``b``: float16, bfloat16 or float8_e4m3 (the same for both); each row-major or column-major (``b``
+      as the transposed view of an [N, K] tensor: a linear layer's ``w.T``; ``a`` as ``x.T``), read as stored;
+      float8 ``a`` must be row-major and ``b`` ``w.T``, as ``torch._scaled_mm`` requires. An operand whose row
+      pitch is not a multiple of 16 bytes (TMA's) is multiplied from an aligned copy; base addresses must be
+      16-byte aligned. ``a`` [..., M, K] with a 2-D ``b`` multiplies ``a``'s rows; ``a`` [B, M, K] with ``b``
+      [B, K, N] each batch.
+    * torch tensors that require a gradient (in grad mode) give a differentiable result
+      (``warpspec.ops.matmul_grad``), or an ``ArgumentError`` where there is no backward (float8, ``out=``).
     * ``scale_a``, ``scale_b``: per-tensor scales, required for float8 inputs and refused otherwise: Python
       floats, or one-element float32 arrays/tensors (on ``a``'s device; read by the kernel, never by the host).
     * ``bias``: [N], of the output dtype. ``activation``: None, ``"relu"``, ``"gelu"`` (tanh approximation) or
@@ -114,10 +119,15 @@ def _leading_dims(a, b, out, **epilogue):
         if out is not None:
             if tuple(out.shape) != (*a.shape[:-1], b.shape[1]):
                 raise ArgumentError(f"out must have shape {(*a.shape[:-1], b.shape[1])}, got {tuple(out.shape)}")
-            flat_out = out.reshape(-1, b.shape[1])
-            if _address(flat_out) != _address(out) or (kind == "numpy" and not np.shares_memory(flat_out, out)):
+            try:  # a view, or nothing: a copy would leave out unwritten
+                if kind == "numpy":
+                    flat_out = out.view()
+                    flat_out.shape = (-1, b.shape[1])
+                else:
+                    flat_out = out.view(-1, b.shape[1])
+            except (AttributeError, RuntimeError):
                 raise ArgumentError("out: its leading dimensions cannot be flattened without a copy; pass a "
-                                    "contiguous out")
+                                    "contiguous out") from None
         result = matmul(rows, b, out=flat_out, **epilogue)
         return out if out is not None else result.reshape(*a.shape[:-1], result.shape[-1])
     if len(a.shape) == 2:
