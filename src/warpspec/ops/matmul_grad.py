@@ -26,7 +26,7 @@ import torch
 
 from warpspec.dtypes import float8_e4m3
 from warpspec.errors import ArgumentError
-from warpspec.ops.matmul import TMA_ALIGNMENT, _padded_output, _torch_dtype, launch, matmul, signature, staged_copy
+from warpspec.ops.matmul import _padded_output, _torch_dtype, launch, matmul, signature, staged_copy
 from warpspec.torch_ops import custom_op
 
 #: Activations applied by torch ops to the kernel's pre-activation when a gradient is needed.
@@ -48,11 +48,16 @@ def differentiable_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale
     return UNFUSED[activation](result) if activation in UNFUSED else result
 
 
+def _new_output(a, found):
+    """The op's result: a new [M, N] tensor on ``a``'s device, its rows padded to TMA's pitch."""
+    return _padded_output(lambda shape, dtype: torch.empty(shape, dtype=dtype, device=a.device), found.problem,
+                          _torch_dtype(found.problem.out_dtype))
+
+
 def _forward(a, b, bias, activation, out_dtype):
     """The op's implementation: a new output written by the kernel."""
     found = signature(a, b, bias, activation or None, None, out_dtype)
-    out = _padded_output(lambda shape, dtype: torch.empty(shape, dtype=dtype, device=a.device),
-                                       found.problem, out_dtype)
+    out = _new_output(a, found)
     found = found.with_output(a, b, bias, out)
     launch(found, a, b, out, bias, None)
     return out
@@ -60,12 +65,11 @@ def _forward(a, b, bias, activation, out_dtype):
 
 def _fake(a, b, bias, activation, out_dtype):
     """The op's fake implementation: the checks and the output's description (its padded row pitch too)."""
-    found = signature(a, b, bias, activation or None, None, out_dtype)
-    return _padded_output(lambda shape, dtype: torch.empty(shape, dtype=dtype, device=a.device),
-                                        found.problem, out_dtype)
+    return _new_output(a, signature(a, b, bias, activation or None, None, out_dtype))
 
 
 def _setup_context(ctx, inputs, output):
+    """What the backward needs: the operands, and the output when relu's derivative is read from it."""
     a, b, bias, activation, _ = inputs
     ctx.activation = activation
     ctx.bias_dtype = None if bias is None else bias.dtype
@@ -73,6 +77,7 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, grad):
+    """dA = dZ·Bᵀ and dB = Aᵀ·dZ on ops.matmul, dbias the column sums of dZ (only those that are needed)."""
     a, b, output = ctx.saved_tensors
     dz = torch.where(output > 0, grad, torch.zeros((), dtype=grad.dtype)) if ctx.activation == "relu" else grad
     need_a, need_b, need_bias = ctx.needs_input_grad[:3]
