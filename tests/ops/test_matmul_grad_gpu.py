@@ -68,7 +68,8 @@ def test_linear_trains_an_mlp_to_torch_s_loss_curve():
     ours = torch.nn.Sequential(ops.Linear(1024, 4096, activation="gelu", device="cuda", dtype=dtype),
                                ops.Linear(4096, 1024, device="cuda", dtype=dtype))
     theirs = torch.nn.Sequential(torch.nn.Linear(1024, 4096, device="cuda", dtype=dtype),
-                                 torch.nn.GELU(approximate="tanh"), torch.nn.Linear(4096, 1024, device="cuda", dtype=dtype))
+                                 torch.nn.GELU(approximate="tanh"),
+                                 torch.nn.Linear(4096, 1024, device="cuda", dtype=dtype))
     with torch.no_grad():
         for mine, reference in zip((ours[0], ours[1]), (theirs[0], theirs[2])):
             reference.weight.copy_(mine.weight)

@@ -128,8 +128,10 @@ def test_float8_stays_k_major():
 
 
 @pytest.mark.parametrize("dtype, out_dtype, b_k_major, persistent, split, stages, tile", [
-    ("float16", "float16", True, True, True, 3, (128, 256)), ("bfloat16", "bfloat16", False, True, False, 4, (128, 128)),
-    ("bfloat16", "float32", True, False, False, 2, (64, 128)), ("float16", "float16", False, True, True, 3, (256, 128))],
+    ("float16", "float16", True, True, True, 3, (128, 256)),
+    ("bfloat16", "bfloat16", False, True, False, 4, (128, 128)),
+    ("bfloat16", "float32", True, False, False, 2, (64, 128)),
+    ("float16", "float16", False, True, True, 3, (256, 128))],
     ids=["f16-k-major-b-stream-k", "bf16-n-major-b-persistent", "bf16-f32-out-one-tile", "f16-256-rows"])
 def test_nvrtc_builds_a_column_major_a_without_spills(dtype, out_dtype, b_k_major, persistent, split, stages, tile):
     """The M-major A builds (WGMMA's transposed A descriptor) compile for sm_90a with no spills, no stack, no

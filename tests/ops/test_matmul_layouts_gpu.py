@@ -27,7 +27,8 @@ def relative_error(found, expected) -> float:
     return ((found.double() - expected.double()).norm() / expected.double().norm()).item()
 
 
-@pytest.mark.parametrize("m, n, k", [(512, 384, 256), (1000, 520, 328), (4096, 4096, 4096), (50, 76, 60), (1, 4096, 4096)])
+@pytest.mark.parametrize("m, n, k", [(512, 384, 256), (1000, 520, 328), (4096, 4096, 4096), (50, 76, 60),
+                                     (1, 4096, 4096)])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("a_layout", ["row", "column"])
 @pytest.mark.parametrize("b_layout", ["row", "column"])
