@@ -190,3 +190,47 @@ def _remember_entry(script, plan, args: tuple, compile_time: dict) -> None:
     entries = script.__dict__.setdefault("_warpspec_calls", [])
     entries.insert(0, plan.entry(names, len(args), passed, defaults))
     del entries[MAX_CALL_ENTRIES:]
+
+
+# ------------------------------------------------------------------------------- the device, for library ops
+# What the library ops (``warpspec.ops``) ask of the CUDA driver, so that they reach it only through this module.
+
+
+def current_device() -> int:
+    """The GPU launches go to: PyTorch's current device when PyTorch has initialised CUDA, else 0."""
+    from warpspec.cuda.driver import default_device
+
+    return default_device()
+
+
+_multiprocessors: dict[int, int] = {}
+
+
+def multiprocessor_count(device: int | None = None) -> int:
+    """The number of SMs of ``device`` (default: ``current_device()``), asked of the driver once per device."""
+    device = current_device() if device is None else device
+    if device not in _multiprocessors:
+        from cuda.bindings import driver as cu
+
+        from warpspec.cuda.driver import check, context
+
+        context(device)
+        attribute = cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+        handle = check(cu.cuCtxGetDevice(), "cuCtxGetDevice")
+        _multiprocessors[device] = check(cu.cuDeviceGetAttribute(attribute, handle), "cuDeviceGetAttribute")
+    return _multiprocessors[device]
+
+
+def synchronize() -> None:
+    """Wait until the work queued on ``current_device()`` has finished."""
+    from warpspec.cuda.driver import synchronize as wait
+
+    wait(current_device())
+
+
+def device_buffer(nbytes: int):
+    """``nbytes`` of device memory on ``current_device()`` for kernels run without PyTorch
+    (``warpspec.cuda.driver.DeviceBuffer``: ``array``, ``upload``, ``download``; freed with the object)."""
+    from warpspec.cuda.driver import DeviceBuffer
+
+    return DeviceBuffer(nbytes)

@@ -1,5 +1,7 @@
 """Library operations built on warpspec kernels: ``matmul`` (a @ b with a fused epilogue) and ``tune_matmul``
-(tune its kernel ahead of time for a list of shapes), described in docs/ops.md, and ``attention`` (the attention
+(tune its kernel ahead of time for a list of shapes), described in docs/ops.md, ``Linear`` (``torch.nn.Linear`` on
+``matmul``, trainable: loaded at its first use, as it needs PyTorch), ``grouped_matmul`` (a GEMM per group of
+rows, for mixture-of-experts layers), and ``attention`` (the attention
 forward pass, docs/attention.md).
 
 ``import warpspec.ops`` needs no PyTorch; torch tensors passed to ``matmul`` go through the custom op
@@ -7,6 +9,17 @@ forward pass, docs/attention.md).
 """
 
 from warpspec.ops.attention import attention
+from warpspec.ops.grouped import grouped_matmul
 from warpspec.ops.matmul import matmul, tune_matmul
 
-__all__ = ["attention", "matmul", "tune_matmul"]
+__all__ = ["Linear", "attention", "grouped_matmul", "matmul", "tune_matmul"]
+
+
+def __getattr__(name: str):
+    """``Linear``, imported at its first use: it subclasses ``torch.nn.Linear``, and ``import warpspec.ops`` needs
+    no PyTorch."""
+    if name == "Linear":
+        from warpspec.ops.linear import Linear
+
+        return Linear
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

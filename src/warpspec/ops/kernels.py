@@ -10,6 +10,9 @@ works on the float32 accumulators in registers. What V5 fixes, this kernel takes
 * B's layout (constructor argument ``b_k_major``): K-major B is the transposed view of a tile stored [N, K] (a
   linear layer's ``w.T``, the only layout float8 WGMMA reads); N-major B is a row-major [K, N] tile, read by the
   transposable 16-bit forms as stored;
+* A's layout (``a_k_major``, 16-bit types only for M-major): K-major A is a row-major [M, K] tile; M-major A
+  (column-major, the transposed view of a [K, M] tensor such as ``x.T`` in a weight gradient) is loaded as the
+  [K, M] tile it is stored as and given to WGMMA transposed (its ``imm-trans-a`` form);
 * the epilogue (``has_bias``, ``activation``) and, for float8 inputs, the per-tensor scale;
 * the schedule, tuned per shape bucket (``tune_key``): stages, tiles, ``persistent`` and ``stream_k``. Every block
   walks the tiles ``blockIdx.x, blockIdx.x + gridDim.x, ...`` in V6's grouped rasterization (bands of ``GROUP_M``
@@ -115,8 +118,9 @@ class _Gemm(Script):
     block_k = 64  # K per stage: 128 bytes of each row (float8 kernels: 128 elements)
 
     def __init__(self, b_k_major, has_bias, activation, persistent, stream_k, num_stages, block_m, block_n,
-                 group_m=GROUP_M):
+                 group_m=GROUP_M, a_k_major=True):
         super().__init__()
+        self.a_k_major = a_k_major
         assert persistent or not stream_k, "stream-K splits the last wave of the persistent walk"
         self.group_m = group_m  # tile rows per rasterization band (not tuned: benchmarks/rasterization.py)
         self.b_k_major = b_k_major
@@ -142,8 +146,12 @@ class _Gemm(Script):
         split = StreamK(num_tiles, cdiv(k_size, block_k), block_k) if self.stream_k else None
         whole_tiles = num_tiles if split is None else split.whole_tiles
 
-        ga = self.global_view(a_ptr, dtype=self.in_dtype, shape=[m_size, k_size], strides=[lda, 1])
-        sa = self.shared_tensor(dtype=self.in_dtype, shape=[stages, block_m, block_k])
+        if self.a_k_major:
+            ga = self.global_view(a_ptr, dtype=self.in_dtype, shape=[m_size, k_size], strides=[lda, 1])
+            sa = self.shared_tensor(dtype=self.in_dtype, shape=[stages, block_m, block_k])
+        else:
+            ga = self.global_view(a_ptr, dtype=self.in_dtype, shape=[k_size, m_size], strides=[lda, 1])
+            sa = self.shared_tensor(dtype=self.in_dtype, shape=[stages, block_k, block_m])
         if self.b_k_major:
             gb = self.global_view(b_ptr, dtype=self.in_dtype, shape=[n_size, k_size], strides=[ldb, 1])
             sb = self.shared_tensor(dtype=self.in_dtype, shape=[stages, block_n, block_k])
@@ -207,8 +215,12 @@ class _Gemm(Script):
             with self.single_thread():
                 self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(),
                                                    transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
-                self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k],
-                                          mbarrier=pipe.producer_barrier())
+                if self.a_k_major:
+                    self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k],
+                                              mbarrier=pipe.producer_barrier())
+                else:
+                    self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_k, offset_m],
+                                              mbarrier=pipe.producer_barrier())
                 if self.b_k_major:
                     self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k],
                                               mbarrier=pipe.producer_barrier())
@@ -224,10 +236,9 @@ class _Gemm(Script):
         for offset_k in self.range(k_begin, k_end, self.block_k, unroll=self.num_stages):
             pipe.consumer_acquire()
             self.wgmma.fence()
-            if self.b_k_major:
-                self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
-            else:
-                self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage], acc)
+            a_tile = sa[pipe.consumer_stage] if self.a_k_major else sa[pipe.consumer_stage].transpose()
+            b_tile = sb[pipe.consumer_stage].transpose() if self.b_k_major else sb[pipe.consumer_stage]
+            self.wgmma.mma(a_tile, b_tile, acc)
             self.wgmma.commit_group()
             self.wgmma.wait_group(1)  # the previous K-tile's group is done reading its stage: release it
             if offset_k > k_begin:

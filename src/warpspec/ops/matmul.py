@@ -28,7 +28,6 @@ import time
 import numpy as np
 
 from warpspec import dtypes, runtime
-from warpspec.cuda.driver import default_device
 from warpspec.dtypes import DType, bfloat16, float8_e4m3, float16, float32
 from warpspec.errors import ArgumentError, CompileError
 from warpspec.ops.kernels import ACTIVATIONS, GEMM_KERNELS, NUM_SMS
@@ -47,7 +46,7 @@ DEFAULTS_FILE = pathlib.Path(__file__).with_name("defaults.json")
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-    """One validated call: sizes, dtypes, B's layout and the epilogue."""
+    """One validated call: sizes, dtypes, the operands' layouts and the epilogue."""
 
     m: int
     n: int
@@ -57,20 +56,27 @@ class Problem:
     b_k_major: bool
     has_bias: bool
     activation: str | None
+    a_k_major: bool = True  # False: a column-major A (the transposed view of a [K, M] tensor)
 
     @property
     def variant(self) -> tuple:
-        """The kernel's constructor arguments besides the schedule: ``(b_k_major, has_bias, activation)``."""
-        return (self.b_k_major, self.has_bias, self.activation)
+        """The kernel's constructor arguments besides the schedule: ``(b_k_major, has_bias, activation,
+        a_k_major)``."""
+        return (self.b_k_major, self.has_bias, self.activation, self.a_k_major)
 
 
 def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_a=None, scale_b=None):
     """``a @ b`` for ``a`` [M, K] and ``b`` [K, N], like ``torch.matmul``, with an optional epilogue
     ``activation(scale_a · scale_b · (a @ b) + bias)`` fused into the kernel; fp32 accumulation.
 
-    * ``a``, ``b``: float16, bfloat16 or float8_e4m3 (the same for both); ``b`` row-major, or the transposed view
-      of an [N, K] tensor (a linear layer's ``w.T``; float8 ``b`` must be that, as ``torch._scaled_mm`` requires).
-      Row pitches and base addresses must be multiples of 16 bytes (TMA).
+    * ``a``, ``b``: float16, bfloat16 or float8_e4m3 (the same for both); each row-major or column-major (``b``
+      as the transposed view of an [N, K] tensor: a linear layer's ``w.T``; ``a`` as ``x.T``), read as stored;
+      float8 ``a`` must be row-major and ``b`` ``w.T``, as ``torch._scaled_mm`` requires. An operand whose row
+      pitch is not a multiple of 16 bytes (TMA's) is multiplied from an aligned copy; base addresses must be
+      16-byte aligned. ``a`` [..., M, K] with a 2-D ``b`` multiplies ``a``'s rows; ``a`` [B, M, K] with ``b``
+      [B, K, N] each batch.
+    * torch tensors that require a gradient (in grad mode) give a differentiable result
+      (``warpspec.ops.matmul_grad``), or an ``ArgumentError`` where there is no backward (float8, ``out=``).
     * ``scale_a``, ``scale_b``: per-tensor scales, required for float8 inputs and refused otherwise: Python
       floats, or one-element float32 arrays/tensors (on ``a``'s device; read by the kernel, never by the host).
     * ``bias``: [N], of the output dtype. ``activation``: None, ``"relu"``, ``"gelu"`` (tanh approximation) or
@@ -82,6 +88,9 @@ def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_
     ``warpspec::matmul``: CUDA tensors on the GPU, CPU tensors on the emulator. Returns ``out`` or a new array of
     the inputs' kind.
     """
+    if len(getattr(a, "shape", ())) > 2 or len(getattr(b, "shape", ())) > 2:
+        return _leading_dims(a, b, bias=bias, activation=activation, out=out, out_dtype=out_dtype, scale_a=scale_a,
+                             scale_b=scale_b)
     if kind_of(a, "a") == "torch":  # the other operands' kinds are checked with the rest (``_validate``)
         return _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b)
     found = signature(a, b, bias, activation, out, out_dtype)
@@ -90,11 +99,52 @@ def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_
     if out is None:
         out = _padded_output(np.empty, problem, problem.out_dtype.numpy)
         found = found.with_output(a, b, bias, out)
-    if found.layout is not None:
+    if found.layout is not None or any(found.staging):
         scale = _numpy_scale(scale_a, scale_b) if problem.in_dtype == float8_e4m3 else None
         with runtime.use_backend("emulator"):
-            run(found, a, b, out, bias, scale)
+            launch(found, a, b, out, bias, scale)
     return out
+
+
+def _leading_dims(a, b, out, **epilogue):
+    """``matmul`` of operands with more than two dimensions, as ``torch.matmul`` takes them: ``a`` [..., M, K] by a
+    2-D ``b`` [K, N] is one GEMM of ``a``'s rows (``reshape``: a view, no copy, when ``a``'s leading dimensions are
+    contiguous); ``a`` [B, M, K] by ``b`` [B, K, N] is one GEMM per batch (a launch each), into ``out`` [B, M, N]
+    or a new stacked result."""
+    kind = same_kind("a", a, b=b)
+    if len(b.shape) == 2:
+        k = a.shape[-1]
+        rows = a.reshape(-1, k)
+        flat_out = None
+        if out is not None:
+            if tuple(out.shape) != (*a.shape[:-1], b.shape[1]):
+                raise ArgumentError(f"out must have shape {(*a.shape[:-1], b.shape[1])}, got {tuple(out.shape)}")
+            try:  # a view, or nothing: a copy would leave out unwritten
+                if kind == "numpy":
+                    flat_out = out.view()
+                    flat_out.shape = (-1, b.shape[1])
+                else:
+                    flat_out = out.view(-1, b.shape[1])
+            except (AttributeError, RuntimeError):
+                raise ArgumentError("out: its leading dimensions cannot be flattened without a copy; pass a "
+                                    "contiguous out") from None
+        result = matmul(rows, b, out=flat_out, **epilogue)
+        return out if out is not None else result.reshape(*a.shape[:-1], result.shape[-1])
+    if len(a.shape) == 2:
+        raise ArgumentError(f"b must be 2-D, got shape {tuple(b.shape)}: a batched b [B, K, N] takes a batched a "
+                            f"[B, M, K]")
+    if len(a.shape) != 3 or len(b.shape) != 3 or a.shape[0] != b.shape[0]:
+        raise ArgumentError(f"batched ops.matmul takes a [B, M, K] and b [B, K, N] with one B (or a 2-D b), got "
+                            f"shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    if out is not None:
+        if tuple(out.shape) != (a.shape[0], a.shape[1], b.shape[2]):
+            raise ArgumentError(f"out must have shape {(a.shape[0], a.shape[1], b.shape[2])}, got "
+                                f"{tuple(out.shape)}")
+        for index in range(a.shape[0]):
+            matmul(a[index], b[index], out=out[index], **epilogue)
+        return out
+    results = [matmul(a[index], b[index], **epilogue) for index in range(a.shape[0])]
+    return np.stack(results) if kind == "numpy" else sys.modules["torch"].stack(results)
 
 
 def _padded_output(empty, problem: Problem, dtype):
@@ -111,6 +161,10 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
     the custom op, or straight through its implementation where PyTorch's dispatcher would do nothing else
     (``_dispatch_is_plain``): the dispatcher's own cost is more than a small GEMM's kernel time."""
     torch = sys.modules["torch"]
+    if torch.is_grad_enabled() and _any_requires_grad(a, b, bias):
+        from warpspec.ops.matmul_grad import differentiable_matmul
+
+        return differentiable_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b)
     if torch.compiler.is_compiling():
         return _traced_matmul(torch, a, b, bias, activation, out, out_dtype, scale_a, scale_b)
     found = signature(a, b, bias, activation, out, out_dtype)  # every check, before anything is allocated
@@ -128,6 +182,11 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
     else:
         _torch_op()(a, b, out, bias, scale, activation or "")
     return out
+
+
+def _any_requires_grad(*values) -> bool:
+    """Whether a torch tensor among ``values`` (None and other values passed over) requires a gradient."""
+    return any(getattr(value, "requires_grad", False) for value in values)
 
 
 def _traced_matmul(torch, a, b, bias, activation, out, out_dtype, scale_a, scale_b):
@@ -158,12 +217,13 @@ def _dispatch_is_plain(torch, a, *others) -> bool:
     """Whether PyTorch's dispatcher would hand these tensors to the op's implementation and do nothing else: CUDA
     tensors of the plain class on the current device (the CUDA back end selected), none needing a gradient, no
     torch function or dispatch mode, no functorch transform (vmap, functionalize) and no profiler running. Then
-    an eager call runs the implementation itself; otherwise it goes through the op, which the dispatcher routes."""
+    an eager call runs the implementation itself; otherwise it goes through the op, which the dispatcher routes.
+    (Calls that need a gradient never get here: they take the differentiable op, ``warpspec.ops.matmul_grad``.)"""
     C = torch._C
     if (not a.is_cuda or C._is_torch_function_mode_enabled() or C._len_torch_dispatch_stack()
             or C._are_functorch_transforms_active() or torch.autograd.profiler._is_profiler_enabled):
         return False
-    if a.get_device() != default_device() or runtime.get_backend() != "cuda":
+    if a.get_device() != runtime.current_device() or runtime.get_backend() != "cuda":
         return False
     grad = torch.is_grad_enabled()
     return all(t is None or (type(t) is torch.Tensor and not (grad and t.requires_grad)) for t in (a, *others))
@@ -197,6 +257,39 @@ def strides_of(value) -> tuple[int, ...]:
     return tuple(value.stride())
 
 
+def _fits_tma(view, dtype: DType) -> bool:
+    """Whether the row-major view of an operand (``a``, or ``a.T`` when column-major; ``b`` or ``b.T``) has a row
+    pitch of a multiple of 16 bytes, as TMA needs (a single row has none to check). The start address is checked
+    per call (``run``): it is not part of a signature."""
+    return view.shape[0] <= 1 or (strides_of(view)[0] * dtype.nbytes) % TMA_ALIGNMENT == 0
+
+
+def staged(found: Signature, a, b) -> tuple:
+    """``a`` and ``b`` as the kernel can read them: the operands ``found.staging`` marks copied into rows padded
+    to 16 bytes (their layout kept), one extra read and write of each."""
+    stage_a, stage_b = found.staging
+    return (staged_copy(a, not found.problem.a_k_major) if stage_a else a,
+            staged_copy(b, found.problem.b_k_major) if stage_b else b)
+
+
+def staged_copy(value, transposed: bool):
+    """A copy of 2-D array/tensor ``value`` whose rows (of ``value.T`` when ``transposed``: its column-major
+    form) are padded to a multiple of 16 bytes and start aligned: a view of the first columns of a wider
+    buffer."""
+    view = value.T if transposed else value
+    rows, columns = (int(s) for s in view.shape)
+    itemsize = view.itemsize if isinstance(view, np.ndarray) else view.element_size()
+    per_row = TMA_ALIGNMENT // itemsize
+    pitch = -(-columns // per_row) * per_row
+    if isinstance(view, np.ndarray):
+        copy = np.empty((rows, pitch), dtype=view.dtype)[:, :columns]
+        copy[...] = view
+    else:
+        copy = sys.modules["torch"].empty((rows, pitch), dtype=view.dtype, device=view.device)[:, :columns]
+        copy.copy_(view)
+    return copy.T if transposed else copy
+
+
 def _pitch(name: str, value, dtype: DType, layout: str) -> int:
     """The row pitch (elements) of a 2-D operand whose last axis is contiguous, checked against TMA's 16 bytes
     (a single row has no pitch to check)."""
@@ -215,7 +308,10 @@ class Signature:
     arrays and CPU tensors: the emulator), so one Script serves all its calls."""
 
     problem: Problem
-    layout: Layout | None  # None before the output exists, or with nothing to compute
+    layout: Layout | None  # None before the output exists, with nothing to compute, or while staging
+    #: (a, b): whether the operand's row pitch (or address) is one TMA cannot describe, so a call copies it into
+    #: rows padded to 16 bytes first (``staged_copy``) and runs the copies' signature.
+    staging: tuple[bool, bool] = (False, False)
     launcher: tuple | None = None  # (pinned Script, SM count), set by the first launch
     allocated: Signature | None = None  # without an output: the signature with the output ops.matmul allocates
 
@@ -251,8 +347,12 @@ def signature(a, b, bias, activation, out, out_dtype) -> Signature:
     if found is not None:
         return found
     problem = _validate(a, b, bias, activation, out, out_dtype)
-    layout = Layout.of(a, b, out, problem) if out is not None and problem.m and problem.n else None
-    found = Signature(problem, layout)
+    staging = (False, False)
+    if problem.m and problem.n:
+        staging = (not _fits_tma(a if problem.a_k_major else a.T, problem.in_dtype),
+                   not _fits_tma(b.T if problem.b_k_major else b, problem.in_dtype))
+    ready = out is not None and problem.m and problem.n and not any(staging)
+    found = Signature(problem, Layout.of(a, b, out, problem) if ready else None, staging)
     if key is not None:
         if len(_signatures) >= MAX_SIGNATURES:
             _signatures.clear()
@@ -302,9 +402,16 @@ def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
         if value is not None and any(stride < 0 for stride in strides_of(value)):
             raise ArgumentError(f"{name} has strides {strides_of(value)}: a negative stride (a reversed view such as "
                                 f"x[::-1]) cannot be read by TMA; pass a copy (np.ascontiguousarray(x), x.contiguous())")
-    if a_strides[1] != 1 and k > 1:
-        raise ArgumentError(f"a must be row-major [M, K] (unit column stride), got strides {a_strides}")
-    _pitch("a", a, in_dtype, "a")
+    if a_strides[1] == 1 or k == 1:
+        a_k_major = True
+    elif a_strides[0] == 1 or m == 1:
+        a_k_major = False
+    else:
+        raise ArgumentError(f"a must be row-major [M, K] or the transposed view of a row-major [K, M] tensor "
+                            f"(x.T), got strides {a_strides}")
+    if in_dtype == float8_e4m3 and not a_k_major:
+        raise ArgumentError("a: float8 a must be row-major [M, K] (K-major), as torch._scaled_mm requires; a "
+                            "column-major a (x.T) is supported for float16 and bfloat16 only")
     if n == 1:  # one column: w.T of a one-row w (unit row stride) is the K-major form, anything else row-major
         b_k_major = b_strides[0] == 1 and k > 1
     elif b_strides[1] == 1:
@@ -317,7 +424,6 @@ def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
     if in_dtype == float8_e4m3 and not b_k_major:
         raise ArgumentError("b: float8 b must be the transposed view of a K-major [N, K] tensor (w.T), as "
                             "torch._scaled_mm requires; a row-major [K, N] b is not supported for float8")
-    _pitch("b", b.T if b_k_major else b, in_dtype, "b.T (the [N, K] tensor b views)" if b_k_major else "b")
     result_dtype = _out_dtype(in_dtype, out, out_dtype)
     if out is not None:
         if tuple(out.shape) != (m, n):
@@ -340,7 +446,7 @@ def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
                                 f"output dtype, {result_dtype.name}")
         if n > 1 and strides_of(bias)[0] != 1:
             raise ArgumentError(f"bias must be contiguous, got stride {strides_of(bias)[0]}")
-    return Problem(m, n, k, in_dtype, result_dtype, b_k_major, bias is not None, activation)
+    return Problem(m, n, k, in_dtype, result_dtype, b_k_major, bias is not None, activation, a_k_major)
 
 
 def _out_dtype(in_dtype: DType, out, out_dtype) -> DType:
@@ -416,6 +522,16 @@ def _torch_scale(a, scale_a, scale_b):
 # ------------------------------------------------------------------------------------------------ launch
 
 
+def launch(found: Signature, a, b, out, bias, scale) -> None:
+    """``run``, after copying the operands whose pitch TMA cannot describe (``staged``) and looking up the
+    copies' signature."""
+    if any(found.staging):
+        a, b = staged(found, a, b)
+        found = signature(a, b, bias, found.problem.activation, out, None)
+    if found.layout is not None:
+        run(found, a, b, out, bias, scale)
+
+
 def run(found: Signature, a, b, out, bias, scale) -> None:
     """Run the kernel of the operands' signature ``found`` (with an output) on them, on the selected back end: the
     pinned Script chosen at the signature's first launch (``script_for``) called with the layout's arguments."""
@@ -451,48 +567,37 @@ class Layout:
     pitches), b as the [N, K] tensor it views when K-major, ``out`` standing in for a missing bias (never read)
     and, for float8, the scale."""
 
-    sizes: tuple[int, ...]  # m, n, k and the row pitches of a, of b's view and of out
-    contiguous: tuple[bool, bool, bool]  # a, b's view, out (a bias, validated contiguous, always is)
+    sizes: tuple[int, ...]  # m, n, k and the row pitches of a's view, of b's view and of out
+    contiguous: tuple[bool, bool, bool]  # a's view, b's view, out (a bias, validated contiguous, always is)
     b_k_major: bool
     scaled: bool
+    a_k_major: bool = True
 
     @classmethod
     def of(cls, a, b, out, problem: Problem) -> Layout:
         """The layout of ``problem``'s operands (their strides are what it depends on)."""
+        a_view = a if problem.a_k_major else a.T
         b_view = b.T if problem.b_k_major else b
-        sizes = (problem.m, problem.n, problem.k, strides_of(a)[0], strides_of(b_view)[0], strides_of(out)[0])
-        contiguous = tuple(span(value) is value for value in (a, b_view, out))
-        return cls(sizes, contiguous, problem.b_k_major, problem.in_dtype == float8_e4m3)
+        sizes = (problem.m, problem.n, problem.k, strides_of(a_view)[0], strides_of(b_view)[0], strides_of(out)[0])
+        contiguous = tuple(span(value) is value for value in (a_view, b_view, out))
+        return cls(sizes, contiguous, problem.b_k_major, problem.in_dtype == float8_e4m3, problem.a_k_major)
 
     def arguments(self, a, b, out, bias, scale, workspace: tuple, num_sms: int) -> tuple:
         """The call arguments: sizes, pitches, arrays, scale (float8), the stream-K ``workspace`` (partials,
         flags: ``warpspec.ops.workspace``), ``num_sms``."""
         whole_a, whole_b, whole_out = self.contiguous
+        a_view = a if self.a_k_major else a.T
         b_view = b.T if self.b_k_major else b
         c = out if whole_out else span(out)
-        arrays = (a if whole_a else span(a), b_view if whole_b else span(b_view), c, c if bias is None else bias)
+        arrays = (a_view if whole_a else span(a_view), b_view if whole_b else span(b_view), c,
+                  c if bias is None else bias)
         return self.sizes + arrays + ((scale,) if self.scaled else ()) + tuple(workspace) + (num_sms,)
-
-
-_sm_counts: dict[int, int] = {}
 
 
 def sm_count() -> int:
     """The number of SMs of the GPU launches go to (the persistent schedules' grid bound); on the emulator the
     kernels' default, the H200's."""
-    if runtime.get_backend() != "cuda":
-        return NUM_SMS
-    from cuda.bindings import driver as cu
-
-    from warpspec.cuda.driver import check, context
-
-    device = default_device()
-    if device not in _sm_counts:
-        context()
-        attribute = cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
-        _sm_counts[device] = check(cu.cuDeviceGetAttribute(attribute, check(cu.cuCtxGetDevice(), "cuCtxGetDevice")),
-                                   "cuDeviceGetAttribute")
-    return _sm_counts[device]
+    return runtime.multiprocessor_count() if runtime.get_backend() == "cuda" else NUM_SMS
 
 
 def span(value):
@@ -547,8 +652,9 @@ def tuned_script(problem: Problem):
     """The autotuned Script (all schedules) of the problem's kernel class and variant."""
     key = (kernel_class(problem), problem.variant)
     if key not in _tuned:
-        b_k_major, has_bias, activation = problem.variant
-        _tuned[key] = key[0](b_k_major=b_k_major, has_bias=has_bias, activation=activation)
+        b_k_major, has_bias, activation, a_k_major = problem.variant
+        extra = {} if a_k_major else {"a_k_major": False}  # the K-major kernels keep their constructor key
+        _tuned[key] = key[0](b_k_major=b_k_major, has_bias=has_bias, activation=activation, **extra)
     return _tuned[key]
 
 
@@ -557,7 +663,7 @@ def script_for(problem: Problem, args: tuple):
     backend = runtime.get_backend()
     device = None
     if backend == "cuda":
-        device = default_device()
+        device = runtime.current_device()
     key = (kernel_class(problem), problem.variant, buckets(problem), backend, device)
     script = _chosen.get(key)
     if script is None:
@@ -677,8 +783,8 @@ def _op_implementation(a, b, out, bias, scale, activation):
 def _write(found: Signature, a, b, out, bias, scale) -> None:
     """Write torch tensor ``out`` (``run``), advancing its version counter as an in-place op does, so autograd
     refuses a backward through values this call overwrote."""
-    if found.layout is not None:
-        run(found, a, b, out, bias, scale)
+    if found.layout is not None or any(found.staging):
+        launch(found, a, b, out, bias, scale)
         sys.modules["torch"].autograd.graph.increment_version(out)
 
 
@@ -719,8 +825,6 @@ def tune_matmul(shapes, dtype="float16", *, b_layout="k-major", out_dtype=None, 
     ``b_layout``: ``"k-major"`` (b = w.T) or ``"n-major"`` (row-major b; not for float8). The winner of the plain
     kernel also serves calls with a bias or an activation. ``progress(line)`` (e.g. ``print``) hears about each
     shape. Returns ``{input dtype name: {"MxNxK" buckets: schedule}}``, the shape of defaults.json's table."""
-    from warpspec.cuda import driver
-
     in_dtype = _resolve_dtype(dtype)
     if in_dtype not in OUT_DTYPES:
         raise ArgumentError(f"dtype {dtype!r} is not one ops.matmul takes: float16, bfloat16 or float8_e4m3")
@@ -739,7 +843,7 @@ def tune_matmul(shapes, dtype="float16", *, b_layout="k-major", out_dtype=None, 
             tuned = tuned_script(problem)
             args, buffers = tuning_arguments(problem)
             tuned(*args)
-            driver.synchronize()
+            runtime.synchronize()
             winner = tuned.last_report.winner
             table.setdefault(in_dtype.name, {})[bucket_name(buckets(problem))] = dict(winner.schedule)
             forget_choices()  # calls made before this run chose without the new winner
@@ -754,13 +858,11 @@ def tuning_arguments(problem: Problem) -> tuple[tuple, list]:
     """The kernel's call arguments for tuning ``problem`` without PyTorch, and the device buffers they live in
     (keep them until the run is over): random operands (the tensor cores' power, hence their clock, depends on
     the data), b stored [N, K] when K-major, the output standing in for the bias, a scale of 1 for float8."""
-    from warpspec.cuda.driver import DeviceBuffer
-
     rng = np.random.default_rng(0)
     buffers = []
 
     def device(shape, dtype, random=True):
-        buffer = DeviceBuffer(math.prod(shape) * dtype.nbytes)
+        buffer = runtime.device_buffer(math.prod(shape) * dtype.nbytes)
         buffers.append(buffer)
         if random:
             buffer.upload(dtypes.round_to(dtype, rng.standard_normal(shape, np.float32)))
@@ -797,3 +899,4 @@ def write_defaults(table: dict, path: pathlib.Path = DEFAULTS_FILE) -> None:
 
 if "torch" in sys.modules:
     _torch_op()
+    import warpspec.ops.matmul_grad  # noqa: E402,F401  (registers warpspec::matmul_grad before any compile)

@@ -1,0 +1,33 @@
+"""The GPU benchmarks' plumbing without a GPU: ``--dry-run`` of benchmarks/llm_shapes.py and benchmarks/grouped.py
+lists the done-when shapes and checks ops.matmul (ops.grouped_matmul) at a stand-in of each on the emulator."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("torch")
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+
+def dry_run(script, *arguments):
+    environment = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
+    return subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", script), "--dry-run", *arguments],
+                          capture_output=True, text=True, timeout=600, env=environment)
+
+
+def test_llm_shapes_lists_the_shapes_and_checks_their_stand_ins():
+    found = dry_run("llm_shapes.py")
+    assert found.returncode == 0, found.stderr[-2000:]
+    lines = found.stdout.splitlines()
+    assert lines[0].startswith("80 shapes: bfloat16 M=1 4096x4096")  # 2 dtypes x 5 weights x 8 M values
+    assert "bfloat16 M=1: geometric mean 1.000x, lowest 1.000x over 5 weights" in lines
+    assert lines[-1] == "dry run: 80 stand-ins checked on the emulator (times are placeholders)"
+
+
+def test_grouped_checks_stand_ins_of_balanced_and_skewed_groups():
+    found = dry_run("grouped.py", "--experts", "8,64", "--tokens", "1024")
+    assert found.returncode == 0, found.stderr[-2000:]
+    assert found.stdout.splitlines() == ["8 shapes", "dry run: 8 stand-ins checked on the emulator"]

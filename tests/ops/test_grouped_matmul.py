@@ -1,0 +1,85 @@
+"""``ops.grouped_matmul`` on the emulator against numpy (and its backward on torch CPU tensors against torch's
+float32 gradients): ragged and empty groups, both layouts of the expert weights, rows past the last group, and the
+argument errors."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from warpspec import ArgumentError, ops
+
+BF16 = ml_dtypes.bfloat16
+#: Group sizes: empty groups first, in the middle and last, sizes no tile divides.
+SIZES = [0, 40, 0, 72, 16, 0]
+
+
+def expected_of(a, b, ends):
+    out = np.zeros((a.shape[0], b.shape[2]), np.float32)
+    start = 0
+    for group, end in enumerate(ends):
+        out[start:end] = a[start:end].astype(np.float32) @ b[group].astype(np.float32)
+        start = end
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float16, BF16])
+@pytest.mark.parametrize("b_layout", ["row", "expert-weights"])
+def test_groups_match_numpy(dtype, b_layout):
+    rng = np.random.default_rng(0)
+    ends = np.cumsum(SIZES).astype(np.int32)
+    a = rng.standard_normal((int(ends[-1]) + 8, 64)).astype(dtype)  # 8 rows past the last group
+    if b_layout == "row":
+        b = rng.standard_normal((len(SIZES), 64, 48)).astype(dtype)
+    else:  # [G, N, K] expert weights, transposed
+        b = rng.standard_normal((len(SIZES), 48, 64)).astype(dtype).transpose(0, 2, 1)
+    c = ops.grouped_matmul(a, b, ends, out_dtype=np.float32)
+    assert c.shape == (a.shape[0], 48) and c.dtype == np.float32
+    expected = expected_of(a, b, ends)
+    np.testing.assert_allclose(c, expected, rtol=0, atol=1e-4 * np.abs(expected).max())
+    assert not c[int(ends[-1]):].any()
+    default = ops.grouped_matmul(a, b, ends)
+    assert default.dtype == a.dtype
+
+
+def test_every_group_empty():
+    a = np.zeros((16, 64), np.float16)
+    b = np.zeros((3, 64, 32), np.float16)
+    c = ops.grouped_matmul(a, b, np.zeros(3, np.int32))
+    assert c.shape == (16, 32) and not c.any()
+
+
+@pytest.mark.parametrize("call, fragment", [
+    (lambda a, b, o: ops.grouped_matmul(a, b, o.astype(np.int64)), "offs must be int32 of shape (3,)"),
+    (lambda a, b, o: ops.grouped_matmul(a, b, o[:2]), "offs must be int32 of shape (3,)"),
+    (lambda a, b, o: ops.grouped_matmul(a, b, np.array([8, 4, 16], np.int32)), "offs must be non-decreasing"),
+    (lambda a, b, o: ops.grouped_matmul(a, b, np.array([8, 16, 40], np.int32)), "at most total_M = 32"),
+    (lambda a, b, o: ops.grouped_matmul(a, b[0], o), "b must be 3-D [G, K, N]"),
+    (lambda a, b, o: ops.grouped_matmul(a[None], b, o), "a must be 2-D [total_M, K]"),
+    (lambda a, b, o: ops.grouped_matmul(a[:, :32], b, o), "b has K = 64 (b.shape[1]) but a has 32 columns"),
+])
+def test_argument_errors(call, fragment):
+    a = np.zeros((32, 64), np.float16)
+    b = np.zeros((3, 64, 16), np.float16)
+    with pytest.raises(ArgumentError) as caught:
+        call(a, b, np.array([8, 8, 32], np.int32))
+    assert fragment in str(caught.value)
+
+
+def test_the_backward_matches_torch():
+    torch = pytest.importorskip("torch")
+    generator = torch.Generator().manual_seed(0)
+    ends = torch.tensor(np.cumsum(SIZES), dtype=torch.int32)
+    a = torch.randn(int(ends[-1]), 64, generator=generator).half().requires_grad_()
+    w = torch.randn(len(SIZES), 48, 64, generator=generator).half().requires_grad_()  # expert weights [G, N, K]
+    c = ops.grouped_matmul(a, w.transpose(1, 2), ends)
+    grad = torch.randn(c.shape, generator=generator)
+    (c.float() * grad).sum().backward()
+    a32, w32 = (t.detach().float().requires_grad_() for t in (a, w))
+    pieces, start = [], 0
+    for group, end in enumerate(ends.tolist()):
+        pieces.append(a32[start:end] @ w32[group].T)
+        start = end
+    (torch.cat(pieces) * grad).sum().backward()
+    for found, expected in ((a.grad, a32.grad), (w.grad, w32.grad)):
+        error = (found.float() - expected).abs().max() / expected.abs().max()
+        assert found.shape == expected.shape and error <= 2e-3, error
