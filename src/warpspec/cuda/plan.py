@@ -381,7 +381,8 @@ class LaunchPlan:
         context_out = ctypes.c_void_p()
         namespace = {
             "MISS": MISS, "_scalar": scalar_value, "_float32": _float32_slot, "_check_view": check_view,
-            "_check_shape": check_array_shape, "_launch_grid": launch_grid, "_as_device_array": as_device_array, "_DeviceArray": DeviceArray,
+            "_check_shape": check_array_shape, "_launch_grid": launch_grid, "_as_device_array": as_device_array,
+            "_DeviceArray": DeviceArray,
             "_divide": _divide, "_trunc": math.trunc, "_K": self.kernel, "_plan": self,
             "_get_device": self.current_device, "_get_stream": self.current_stream,
             "_maps": self.maps, "_last": self.last_maps, "_mv": self.view,
