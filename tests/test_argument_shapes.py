@@ -84,3 +84,43 @@ def test_a_cuda_tensor_of_another_shape_is_refused(monkeypatch):
     flat = torch.zeros(M * N, device="cuda")
     CopyRows()(M, N, torch.from_numpy(data()).cuda(), flat)
     np.testing.assert_array_equal(flat.cpu().numpy(), data().reshape(-1))
+
+
+def test_the_cuda_launch_plan_checks_a_tensors_shape(monkeypatch):
+    """The CUDA back end's generated launch code, without a GPU: the fake GPU side of tests/cuda/test_launch_plan.py
+    and CPU tensors that report themselves on GPU 0. A good call launches and makes the plan; the plan refuses a
+    tensor of another shape as the emulator does, and still takes a flat buffer."""
+    torch = pytest.importorskip("torch")
+    from tests.cuda.test_launch_plan import FakeSide
+    from warpspec.cuda import launch, plan
+    from warpspec.cuda.compiler import CompiledModule
+
+    class OnGpu0(torch.Tensor):
+        is_cuda = True
+        device = torch.device("cuda", 0)
+
+        def get_device(self):
+            return 0
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **(kwargs or {}))
+
+    def tensor(*shape):
+        return torch.Tensor._make_subclass(OnGpu0, torch.zeros(shape))
+
+    side = FakeSide()
+    monkeypatch.setattr(plan, "_default_side", side)
+    monkeypatch.setattr(launch, "compile_cuda", lambda source, **options: CompiledModule(b"", "", "fake", False))
+    kernel = CopyRows()
+    with warpspec.use_backend("cuda"):
+        kernel(M, N, tensor(M, N), tensor(M, N))
+        assert side.count == 1
+        with pytest.raises(ArgumentError, match=rf"argument 'x_ptr' has shape \[{N}, {M}\], but the kernel views it "
+                                                rf"as x of shape \[{M}, {N}\] \(line {X_LINE}\)"):
+            kernel(M, N, tensor(N, M), tensor(M, N))
+        with pytest.raises(ArgumentError, match=r"argument 'out_ptr' has shape \[64, 64\]"):
+            kernel(M, N, tensor(M, N), tensor(64, N))
+        kernel(M, N, tensor(M * N), tensor(M * N))
+        assert side.count == 2
