@@ -1,5 +1,6 @@
 """Checks of a launch's runtime arguments that every back end applies alike: scalar values, the grid, the global
-views that must fit inside their arrays, and flag arrays that must not share memory with data."""
+views that must fit inside their arrays, multi-dimensional arrays that must have their view's shape, and flag arrays
+that must not share memory with data."""
 
 from __future__ import annotations
 
@@ -72,6 +73,30 @@ def check_view(name: str, stmt: GlobalView, shape, strides, available: int) -> N
     if needed > available:
         raise ArgumentError(f"argument {name!r} holds {available} elements but the kernel views it as "
                             f"{stmt.decl.name} of shape {list(shape)} (line {stmt.loc.line}), which needs {needed}")
+
+
+def first_views(views) -> dict[int, tuple[GlobalView, tuple]]:
+    """Pointer parameter Var uid -> ``(statement, shape)`` of the kernel's first global view of it, from the
+    ``(statement, shape, strides)`` triples ``view_shapes`` gives."""
+    first: dict[int, tuple[GlobalView, tuple]] = {}
+    for stmt, shape, _ in views:
+        first.setdefault(stmt.pointer.uid, (stmt, shape))
+    return first
+
+
+def check_array_shape(name: str, stmt: GlobalView, shape, array_shape) -> None:
+    """ArgumentError naming argument ``name`` and both shapes when its array has two or more dimensions, as many
+    as the kernel's first view of it (``stmt``, of ``shape``), and another shape: elements are addressed through
+    the view alone, so such an array (B as [K, N] where the kernel views [N, K]) would be read as if reshaped, a
+    wrong result with no error. Only the size of the other arrays is checked (``check_view``): a one-dimensional
+    array is a flat buffer, and an array of another rank is a deliberate reshape (ops.attention's [batch, heads,
+    seq, d] tensors viewed as [batch * heads, seq, d])."""
+    array_shape = tuple(int(extent) for extent in array_shape)
+    if len(array_shape) < 2 or len(array_shape) != len(shape) or array_shape == tuple(shape):
+        return
+    raise ArgumentError(f"argument {name!r} has shape {list(array_shape)}, but the kernel views it as "
+                        f"{stmt.decl.name} of shape {list(shape)} (line {stmt.loc.line}); pass an array of that "
+                        f"shape (a transpose is not a reshape), or a flat one-dimensional buffer")
 
 
 def flag_pointers(kernel: ir.Kernel) -> tuple[str, ...]:

@@ -40,6 +40,14 @@ def kind_folder(root: pathlib.Path, kind: str) -> pathlib.Path:
     return folder
 
 
+def problem_text(doing: str, path: pathlib.Path, error: OSError) -> str:
+    """A one-line account of a cache operation that failed on ``path``: a ``CacheFolderError``'s own message, which
+    names the path and says what is there, else ``could not {doing} {path}: {reason}``."""
+    if isinstance(error, CacheFolderError) and error.strerror is None:
+        return str(error)
+    return f"could not {doing} {path}: {error.strerror or error}"
+
+
 def read_regular_file(path: pathlib.Path, max_bytes: int) -> bytes | None:
     """The contents of the cache entry ``path`` if it is a regular file of at most ``max_bytes`` bytes in a folder
     that is not a link (no link is followed), else None: missing, unreadable, too large, or something else under

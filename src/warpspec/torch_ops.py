@@ -40,7 +40,7 @@ import torch
 
 from warpspec import runtime
 from warpspec.cuda.driver import default_device
-from warpspec.errors import ArgumentError
+from warpspec.errors import ArgumentError, WarpspecError
 
 
 #: The ``torch.library.Library`` fragment of each namespace warpspec defined ops in; held so the ops stay
@@ -72,10 +72,47 @@ def custom_op(name: str, function: Callable | None = None, *, mutates_args: Iter
         text = schema if schema is not None else torch.library.infer_schema(function, mutates_args=mutates_args)
         library.define(op_name + text)
         library.impl(op_name, _on_the_tensors_device(function), "CompositeExplicitAutograd")
-        torch.library.register_fake(name, function if fake is None else fake, lib=library)
+        torch.library.register_fake(name, _errors_through_tracing(function if fake is None else fake), lib=library)
         return getattr(getattr(torch.ops, namespace), op_name)
 
     return register if function is None else register(function)
+
+
+def _errors_through_tracing(fake: Callable) -> Callable:
+    """The fake implementation ``fake`` raising its warpspec errors (an argument mistake the operator's checks find
+    on the fake tensors) so that ``torch.compile(fullgraph=True)`` hands them to the caller as they are, not as a
+    ``TorchRuntimeError`` of many lines that quotes them: ``_through_tracing``."""
+
+    @functools.wraps(fake)
+    def checked(*args, **kwargs):
+        try:
+            return fake(*args, **kwargs)
+        except WarpspecError as error:
+            raise _through_tracing(error) from None
+
+    return checked
+
+
+#: A warpspec error class -> its twin that TorchDynamo passes on (``_through_tracing``).
+_TRACED_CLASSES: dict[type, type] = {}
+
+
+def _through_tracing(error: WarpspecError) -> WarpspecError:
+    """``error`` as an instance of a subclass of both its own class and TorchDynamo's ``Unsupported``: Dynamo wraps
+    every other exception raised while it traces into one of its own, but re-raises an ``Unsupported`` unchanged
+    (a graph break: without ``fullgraph`` the call then runs eagerly and its real implementation raises the plain
+    error). So ``except ArgumentError`` catches it, and Dynamo appends the user's line ("from user code")."""
+    from torch._dynamo.exc import Unsupported
+
+    cls = type(error)
+    twin = _TRACED_CLASSES.get(cls)
+    if twin is None:
+        twin = _TRACED_CLASSES[cls] = type(cls.__name__, (cls, Unsupported), {
+            "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+            "__doc__": f"{cls.__name__} raised while torch.compile traces a warpspec operator."})
+    traced = twin.__new__(twin)
+    Unsupported.__init__(traced, str(error), gb_type=f"warpspec {cls.__name__}")
+    return traced
 
 
 def _on_the_tensors_device(function: Callable) -> Callable:

@@ -113,14 +113,40 @@ def test_cache_info_and_clear(capsys, cache_dir):
     assert lines[1].startswith(f"cubins: {cubins} entries, ") and lines[1].endswith(f" MiB in {cache_dir / 'cubin'}")
     assert lines[2].startswith("tuning: 1 entries, ")
     code, lines, _ = run(capsys, "cache", "clear", "--tuning")
-    assert code == 0 and lines == [f"tuning: removed 1 files from {cache_dir / 'tuning'}"]
+    assert code == 0 and lines == [f"tuning: removed 1 entries from {cache_dir / 'tuning'}"]
     assert cache.count_entries("cubin") == cubins
     code, lines, _ = run(capsys, "cache", "clear")
-    assert lines == [f"cubins: removed {cubins} files from {cache_dir / 'cubin'}",
-                     f"tuning: removed 0 files from {cache_dir / 'tuning'}"]
+    assert lines == [f"cubins: removed {cubins} entries from {cache_dir / 'cubin'}",
+                     f"tuning: removed 0 entries from {cache_dir / 'tuning'}"]
     assert cache.count_entries("cubin") == 0
     assert main(["cache"]) == 2
     assert "required: ACTION" in capsys.readouterr().err
+
+
+def test_cache_clear_names_what_it_leaves_once(capsys, tmp_path, monkeypatch):
+    """A kind folder that is a link, and a directory or link under an entry's name, are each one warning naming the
+    path once and saying what is there; the summary counts entries, and says a refused folder lost nothing."""
+    root, outside = tmp_path / "cache", tmp_path / "outside"
+    (root / "tuning").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "a.cubin").write_bytes(b"not the cache's")
+    (root / "cubin").symlink_to(outside, target_is_directory=True)
+    (root / "tuning" / "x.json").mkdir()
+    (root / "tuning" / "y.json").symlink_to(outside / "a.cubin")
+    (root / "tuning" / "z.json").write_text("{}")
+    monkeypatch.setenv("WARPSPEC_CACHE_DIR", str(root))
+    code, lines, err = run(capsys, "cache", "clear")
+    assert code == 1
+    assert lines == ["cubins: nothing removed (see the warning)",
+                     f"tuning: removed 1 entries from {root / 'tuning'} (2 not removed: see the warnings)"]
+    warning = "warpspec cache clear: warning: "
+    left = "not a regular file: warpspec writes only regular files there, so it leaves this alone; remove it yourself"
+    assert sorted(err.splitlines()) == sorted([
+        f"{warning}{root / 'cubin'} is a symbolic link (to {outside}): warpspec does not read, write or remove cache "
+        f"entries through a link; remove the link, or set WARPSPEC_CACHE_DIR to the folder it points to",
+        f"{warning}{root / 'tuning' / 'x.json'} is a directory, {left}",
+        f"{warning}{root / 'tuning' / 'y.json'} is a symbolic link, {left}"])
+    assert (outside / "a.cubin").read_bytes() == b"not the cache's"
 
 
 def test_build_prints_the_ir(capsys):

@@ -124,8 +124,9 @@ def test_runtime_integer_out_of_range_is_a_usage_error(capsys):
 
 
 def test_error_every_schedule_shares_is_one_failure(capsys):
-    line = source_line(NeverSetsWarps, "def __call__")
-    error = f"CompileError: {HERE}:{line}: the kernel never sets self.attrs.warps"
+    line = source_line(NeverSetsWarps, "self.attrs.blocks =")
+    error = (f"CompileError: {HERE}:{line}: the kernel never sets self.attrs.warps (the threads of a block: 32 per "
+             f"warp); set it beside self.attrs.blocks")
     for extra in ([], ["--all-schedules"]):
         code, lines, _ = run(capsys, "check", f"{HERE}:NeverSetsWarps", "n=100", *extra)
         assert code == 1
@@ -134,11 +135,11 @@ def test_error_every_schedule_shares_is_one_failure(capsys):
 
 
 def test_build_reports_an_error_every_schedule_shares_once(capsys):
-    line = source_line(NeverSetsWarps, "def __call__")
+    line = source_line(NeverSetsWarps, "self.attrs.blocks =")
     code, lines, err = run(capsys, "build", f"{HERE}:NeverSetsWarps", "--all-schedules")
     assert code == 1, err
     assert lines == [f"FAIL  NeverSetsWarps, every schedule  CompileError: {HERE}:{line}: the kernel never sets "
-                     f"self.attrs.warps"]
+                     f"self.attrs.warps (the threads of a block: 32 per warp); set it beside self.attrs.blocks"]
 
 
 def test_build_of_an_untuned_kernel_that_does_not_compile_fails(capsys):

@@ -73,8 +73,8 @@ def test_cache_clear_on_a_read_only_folder_exits_1_and_names_each_failure(cache_
     deny(cache_dir / "cubin")
     assert main(["cache", "clear"]) == 1
     out, err = capsys.readouterr()
-    assert out.splitlines() == [f"cubins: removed 0 files from {cache_dir / 'cubin'} (2 could not be removed)",
-                                f"tuning: removed 1 files from {cache_dir / 'tuning'}"]
+    assert out.splitlines() == [f"cubins: removed 0 entries from {cache_dir / 'cubin'} (2 not removed: see the "
+                                f"warnings)", f"tuning: removed 1 entries from {cache_dir / 'tuning'}"]
     assert sorted(err.splitlines()) == [
         f"warpspec cache clear: warning: could not remove {cache_dir / 'cubin' / name}: Permission denied"
         for name in ("a.cubin", "b.cubin")]
@@ -86,9 +86,9 @@ def test_folders_that_cannot_be_listed_are_reported(cache_dir, deny, capsys):
     deny(cache_dir / "cubin", listing=True)
     assert main(["cache", "clear"]) == 1
     out, err = capsys.readouterr()
-    assert out.splitlines() == [f"cubins: removed 0 files from {cache_dir / 'cubin'} (1 could not be removed)",
-                                f"tuning: removed 1 files from {cache_dir / 'tuning'}"]
-    assert err.splitlines() == [(f"warpspec cache clear: warning: could not remove {cache_dir / 'cubin'}: "
+    assert out.splitlines() == ["cubins: nothing removed (see the warning)",
+                                f"tuning: removed 1 entries from {cache_dir / 'tuning'}"]
+    assert err.splitlines() == [(f"warpspec cache clear: warning: could not clear {cache_dir / 'cubin'}: "
                                  f"Permission denied")]
     assert main(["cache", "info"]) == 1
     out, err = capsys.readouterr()

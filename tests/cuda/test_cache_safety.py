@@ -89,7 +89,8 @@ def test_only_regular_entry_files_are_removed(cache, outside):
     assert clear_cache("cubin", on_error=on_error) == 1
     assert sorted(path.name for path, _ in found) == ["folder-link.cubin", "link.cubin", "x.cubin"]
     assert all(isinstance(error, CacheFolderError) for _, error in found)
-    assert f"{folder / 'x.cubin'} is not a regular file (a directory or a link)" in str(dict(found)[folder / "x.cubin"])
+    assert f"{folder / 'x.cubin'} is a directory, not a regular file" in str(dict(found)[folder / "x.cubin"])
+    assert f"{folder / 'link.cubin'} is a symbolic link, not a regular file" in str(dict(found)[folder / "link.cubin"])
     assert sorted(p.name for p in folder.iterdir()) == ["README.txt", "folder-link.cubin", "link.cubin", "x.cubin"]
     assert (folder / "x.cubin" / "inside").read_bytes() == b"not an entry"
     assert snapshot(outside) == before

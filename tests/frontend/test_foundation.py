@@ -158,10 +158,10 @@ def test_an_emulator_error_inside_pipeline_names_the_user_line_first(case, error
 
 PARTIAL_STORES = [
     (lambda: fk.PartialStores()(0, np.ones(512, np.float32), np.zeros(512, np.float32)), "store-from-single-thread",
-     "store_global of x_tile is executed by a single thread (single_thread), but x_tile is held as blocked over a "
+     "store_global of tile is executed by a single thread (single_thread), but tile is held as blocked over a "
      "thread group by threads [0, 128)"),
     (lambda: fk.PartialStores()(1, np.ones(512, np.float32), np.zeros(512, np.float32)), "store-from-half-the-block",
-     "store_global of x_tile is executed by threads [128, 256), but x_tile is held as blocked over a thread group by "
+     "store_global of tile is executed by threads [128, 256), but tile is held as blocked over a thread group by "
      "threads [0, 256)"),
     (lambda: fk.HalfAccumulatorStore()(np.zeros((128, 64), np.float32)), "store-half-accumulator",
      "store_global of acc is executed by threads [0, 128), but acc is held as wgmma accumulator fragments by threads "
@@ -286,7 +286,7 @@ def test_fifteen_thread_group_syncs_fit_both_back_ends():
 def test_a_cast_to_float8_e4m3_converts_with_cvt_satfinite():
     kernel = kernel_for(fk.CastToFloat8(), {})
     source = generate(kernel).source
-    conversions = re.findall(r"x_tile_float8_e4m3\[i\] = (.*); }", kernel_body(source))
+    conversions = re.findall(r"tile_float8_e4m3\[i\] = (.*); }", kernel_body(source))
     # Every element through the prelude's cvt.rn.satfinite helper, none by a C++ cast of the float's value.
     assert conversions and all(c.startswith("f32_to_e4m3(") and "static_cast<unsigned char>" not in c
                                for c in conversions), conversions

@@ -114,7 +114,7 @@ def test_the_bias_epilogue_loads_each_threads_columns_once_and_compiles():
     loads 16 bias and 4 scale values per thread, guarded by the views' sizes."""
     kernel = kernel_for(mk.MatmulBiasEpilogue(**SCHEDULE), {})
     source = generate(kernel).source
-    assert "unsigned biases_tile[8];" in source and "float scales_tile[4];" in source
+    assert "unsigned bias[8];" in source and "float scale[4];" in source
     assert "< biases_size1" in source  # the ragged tail reads zero
     built = compile_kernel(kernel)
     counts = sass.count_instructions(sass.disassemble(built.module.cubin), ["HGMMA", "LDG", "LDL", "STL"])
@@ -151,10 +151,10 @@ def test_the_messages_docs_language_md_quotes_are_the_real_ones():
 MISUSES = [
     ("unary-int", "self.exp2 takes a floating-point tensor; ints is int32"),
     ("unary-scalar", "self.tanh x must be a tensor, got float 2.0"),
-    ("no-broadcast", "shapes do not broadcast: x_tile[16, 64] + rows_tile[1, 32]"),
-    ("one-d", "shapes do not broadcast: x_tile[16, 64] * flat_tile[64]"),
-    ("outer", "shapes do not broadcast: x_tile[16, 1] + rows_tile[1, 64]"),
-    ("two-layouts", "register tensor rows_tile would need two layouts (the column slice of blocked over a thread "
+    ("no-broadcast", "shapes do not broadcast: tile[16, 64] + half[1, 32]"),
+    ("one-d", "shapes do not broadcast: tile[16, 64] * flat_tile[64]"),
+    ("outer", "shapes do not broadcast: column[16, 1] + row[1, 64]"),
+    ("two-layouts", "register tensor row would need two layouts (the column slice of blocked over a thread "
                     "group and the column slice of blocked over a thread group)"),
 ]
 

@@ -112,14 +112,14 @@ def test_causal_attention_compiles_without_local_memory():
 
 
 MISUSES = [
-    ("where-float-cond", "self.where cond must be a boolean tensor (a comparison such as col < n_size); x_tile is "
+    ("where-float-cond", "self.where cond must be a boolean tensor (a comparison such as col < n_size); tile is "
                          "float32"),
     ("where-scalars", "self.where needs x or y to be a register tensor; both are scalars"),
-    ("where-dtypes", "dtypes differ: x_tile is float32, x_tile_float16 is float16; cast one"),
+    ("where-dtypes", "dtypes differ: tile is float32, tile_float16 is float16; cast one"),
     ("chained", "tensors compare with one of < <= > >= == != at a time (combine masks with & and |)"),
     ("mask-arithmetic", "mask is a boolean tensor (a comparison's result): use it as self.where's condition or "
                         "combine it with & and |, not '+'"),
-    ("and-floats", "'&' combines boolean tensors (masks) only; x_tile is float32"),
+    ("and-floats", "'&' combines boolean tensors (masks) only; tile is float32"),
     ("int-vs-float", "the scalar operand of '<' on int32 tensor cols must be an integer, got 2.5"),
     ("index-1d", "self.row_index takes a 2-D tensor; ints has shape [4]"),
 ]

@@ -93,7 +93,7 @@ def test_attention_feeds_the_probabilities_from_registers_and_compiles():
     source = built.generated.source
     mma = "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1"
     assert source.count(mma) == 2 * 2 * 4  # two unrolled copies x (QK^T, PV) x 4 k-steps
-    assert '"r"(exp2_float16[' in source
+    assert '"r"(p16[' in source
     # init=float("-inf") as its f32 bits
     assert "row_max[i] = static_cast<float>(__uint_as_float(0xff800000u));" in source
     counts = sass.count_instructions(sass.disassemble(built.module.cubin), ["HGMMA", "SHFL.BFLY", "LDL", "STL"])
@@ -125,11 +125,11 @@ def test_other_fragment_pairs_do_not_coincide():
 MISUSES = [
     ("reduce-axis-0", "self.reduce_sum reduces along rows only (axis=1, the columns of each row, held by one quad "
                       "of lanes); axis=0 is not supported"),
-    ("reduce-blocked", "reduce_max of x_tile needs wgmma accumulator fragments (each row held by the four lanes of "
-                       "a quad), but x_tile is blocked over a thread group"),
+    ("reduce-blocked", "reduce_max of tile needs wgmma accumulator fragments (each row held by the four lanes of "
+                       "a quad), but tile is blocked over a thread group"),
     ("reduce-int", "self.reduce_max takes a float32 tensor (an accumulator); regs is int32"),
     ("reduce-1d", "self.reduce_sum takes a 2-D tensor; regs has shape [4]"),
-    ("reduce-single-thread", "self.reduce_max inside single_thread: the threads holding x_tile exchange values "
+    ("reduce-single-thread", "self.reduce_max inside single_thread: the threads holding tile exchange values "
                              "with shfl.sync, so all of them must execute it"),
 ]
 

@@ -60,3 +60,18 @@ class RunningSum(Script):
                 self.flag.signal(flags, block, 1)  # <<< signal
             if self.reset and block > 0:
                 self.flag.signal(flags, block - 1, 0)  # block b-1's sum was read: the flag is ready for the next launch
+
+
+class SignalBeforeSync(RunningSum):
+    """``RunningSum`` that signals before a sync orders the other thread group's stores before the signal: for
+    the command line, which makes kernels without constructor arguments."""
+
+    def __init__(self):
+        super().__init__(sync_before_signal=False)
+
+
+class ReadWithoutWait(RunningSum):
+    """``RunningSum`` that reads the previous block's sum without waiting for its flag (for the command line)."""
+
+    def __init__(self):
+        super().__init__(wait=False)

@@ -30,16 +30,17 @@ def cache_command(args) -> int:
     an entry that cannot be removed (a read-only cache), is named in a warning on stderr and makes the exit code
     1; the other entries are still shown or removed."""
     from warpspec.cuda.compiler import cache_dir, clear_cache
+    from warpspec.files import problem_text
     from warpspec.tune.cache import entry_sizes
 
     root = cache_dir()
     failures = 0
+    refused = set()  # the folders (a kind's, or the root) that could not be cleared at all
 
     def warn(doing: str, path, error: OSError) -> None:
         nonlocal failures
         failures += 1
-        print(f"warpspec cache {args.action}: warning: could not {doing} {path}: {error.strerror or error}",
-              file=sys.stderr)
+        print(f"warpspec cache {args.action}: warning: {problem_text(doing, path, error)}", file=sys.stderr)
 
     if args.action == "info":
         print(f"cache directory: {root}")
@@ -55,7 +56,20 @@ def cache_command(args) -> int:
     chosen = [option for option in CACHE_KINDS if getattr(args, option)] or list(CACHE_KINDS)
     for option in chosen:
         before = failures
-        removed = clear_cache(CACHE_KINDS[option], on_error=lambda path, error: warn("remove", path, error))
-        left = f" ({failures - before} could not be removed)" if failures > before else ""
-        print(f"{option}: removed {removed} files from {root / CACHE_KINDS[option]}{left}")
+        folder = root / CACHE_KINDS[option]
+
+        def not_removed(path, error: OSError, folder=folder) -> None:
+            # The folder itself refused (a link, unreadable) is one problem, named once, not an entry left behind.
+            if path in (folder, root):
+                refused.add(folder)
+                warn("clear", path, error)
+            else:
+                warn("remove", path, error)
+
+        removed = clear_cache(CACHE_KINDS[option], on_error=not_removed)
+        if folder in refused:
+            print(f"{option}: nothing removed (see the warning)")
+            continue
+        left = f" ({failures - before} not removed: see the warnings)" if failures > before else ""
+        print(f"{option}: removed {removed} entries from {folder}{left}")
     return EXIT_FAILURE if failures else EXIT_OK

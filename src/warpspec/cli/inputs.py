@@ -1,5 +1,5 @@
-"""Random inputs for a kernel the command line runs: an array per pointer parameter, as large as the kernel's
-global views of it need, and the memory limit they are checked against first."""
+"""Inputs for a kernel the command line runs: an array per pointer parameter, as large as the kernel's global
+views of it need (random, zeros for flag arrays), and the memory limit they are checked against first."""
 
 from __future__ import annotations
 
@@ -48,13 +48,19 @@ def pointer_sizes(script, params, scalars: dict) -> dict[str, int]:
 
 
 def pointer_arrays(script, params, scalars: dict) -> dict:
-    """A random array per pointer parameter, as large as the kernel's global views of it need, of the pointee's
-    numpy type (ml_dtypes for bfloat16 and fp8, rounded as the GPU rounds). Builds the kernel IR for these
-    arguments: raises CompileError when it does not compile."""
+    """An array per pointer parameter, as large as the kernel's global views of it need, of the pointee's numpy
+    type (ml_dtypes for bfloat16 and fp8, rounded as the GPU rounds): random values, except zeros for the
+    kernel's flag arrays (``warpspec.arguments.flag_pointers``), which a launch must begin with at the values its
+    protocol expects, so that a correct hand-off passes and a wrong one fails for its own reason. Builds the kernel
+    IR for these arguments: raises CompileError when it does not compile."""
+    from warpspec.arguments import flag_pointers
+
     pointers = {p.name: p.annotation.dtype for p in params if isinstance(p.annotation, PointerType)}
     sizes = pointer_sizes(script, params, scalars)
+    flags = flag_pointers(bound_kernel(script, params, scalars)[0])
     rng = np.random.default_rng(0)
-    return {name: dtypes.round_to(dtype, rng.standard_normal(sizes[name])) for name, dtype in pointers.items()}
+    return {name: np.zeros(sizes[name], dtype.numpy) if name in flags
+            else dtypes.round_to(dtype, rng.standard_normal(sizes[name])) for name, dtype in pointers.items()}
 
 
 def check_input_memory(script, params, sizes: dict[str, int], max_memory: int) -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from cuda.bindings import nvrtc
 
 from warpspec.errors import CacheFolderError, CompileError
-from warpspec.files import ENTRY_SUFFIXES, kind_folder, read_regular_file, write_atomically
+from warpspec.files import ENTRY_SUFFIXES, kind_folder, problem_text, read_regular_file, write_atomically
 
 _CUBIN_KIND = "cubin"
 
@@ -151,8 +151,9 @@ def _remove_entry(entry: os.DirEntry, suffix: str, report: Callable[[pathlib.Pat
         report(path, error)
         return 0
     if not regular:
-        report(path, CacheFolderError(f"{path} is not a regular file (a directory or a link): warpspec writes only "
-                                      f"regular files there, so it leaves this alone; remove it yourself"))
+        what = "symbolic link" if entry.is_symlink() else "directory" if entry.is_dir(follow_symlinks=False) else "special file"
+        report(path, CacheFolderError(f"{path} is a {what}, not a regular file: warpspec writes only regular files "
+                                      f"there, so it leaves this alone; remove it yourself"))
         return 0
     try:
         os.unlink(path)
@@ -165,7 +166,7 @@ def _remove_entry(entry: os.DirEntry, suffix: str, report: Callable[[pathlib.Pat
 
 
 def _warn_not_removed(path: pathlib.Path, error: OSError) -> None:
-    warnings.warn(f"warpspec could not remove {path}: {error.strerror or error}", RuntimeWarning, stacklevel=3)
+    warnings.warn(f"warpspec {problem_text('remove', path, error)}", RuntimeWarning, stacklevel=3)
 
 
 def compile_cuda(

@@ -31,7 +31,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from warpspec.arguments import check_view, launch_grid, scalar_value
+from warpspec.arguments import check_array_shape, check_view, launch_grid, scalar_value
 from warpspec.dtypes import DType, PointerType
 from warpspec.errors import ArgumentError, CompileError
 from warpspec.isa.memory import GlobalView
@@ -381,7 +381,8 @@ class LaunchPlan:
         context_out = ctypes.c_void_p()
         namespace = {
             "MISS": MISS, "_scalar": scalar_value, "_float32": _float32_slot, "_check_view": check_view,
-            "_launch_grid": launch_grid, "_as_device_array": as_device_array, "_DeviceArray": DeviceArray,
+            "_check_shape": check_array_shape, "_launch_grid": launch_grid, "_as_device_array": as_device_array,
+            "_DeviceArray": DeviceArray,
             "_divide": _divide, "_trunc": math.trunc, "_K": self.kernel, "_plan": self,
             "_get_device": self.current_device, "_get_stream": self.current_stream,
             "_maps": self.maps, "_last": self.last_maps, "_mv": self.view,
@@ -436,6 +437,8 @@ class LaunchPlan:
         names = {p.var.uid: p.name for p in kernel.params}
         view_source = _Source(local, self.namespace, block_index=True)
         geometry = {}  # view decl uid -> (shape locals, stride locals)
+        indices = {p.name: i for i, p in enumerate(kernel.params)}
+        shaped = set()  # pointer parameters whose first view has been seen
         for j, stmt in enumerate(self.views):
             try:
                 shape = [view_source(e) for e in stmt.decl.shape]
@@ -455,6 +458,13 @@ class LaunchPlan:
             emit(f"    _check_view({pointer!r}, _V{j}, ({', '.join(shape_locals)},), ({', '.join(stride_locals)},), "
                  f"{spans[pointer]})")
             geometry[stmt.decl.uid] = (shape_locals, stride_locals)
+            signature = self.arrays[pointer]
+            if pointer not in shaped and signature.kind == "torch" and signature.rank == len(shape) >= 2:
+                # A torch tensor's shape is known: the first view of it must have that shape (check_array_shape).
+                i = indices[pointer]
+                emit(f"if s{i} != ({', '.join(shape_locals)},):")
+                emit(f"    _check_shape({pointer!r}, _V{j}, ({', '.join(shape_locals)},), s{i})")
+            shaped.add(pointer)
         grid_source = _Source(local, self.namespace, block_index=False)
         try:
             grid = [grid_source(e) for e in kernel.grid] + ["1"] * (3 - len(kernel.grid))

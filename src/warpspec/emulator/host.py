@@ -23,6 +23,14 @@ _CONVERSION = {
 }
 
 
+def check_plain_array(name: str, array: np.ndarray) -> None:
+    """ArgumentError naming argument ``name`` when numpy array ``array`` is an ndarray subclass whose indexing is not
+    a plain array's (``_PLAIN_ARRAYS``): the kernel would not address the memory its author means."""
+    if type(array) not in _PLAIN_ARRAYS:
+        raise ArgumentError(f"argument {name!r}: got a {type(array).__module__}.{type(array).__name__}, an ndarray "
+                            f"subclass that indexes differently from a plain array; pass np.asarray({name}) instead")
+
+
 def written_pointers(kernel: ir.Kernel) -> set[int]:
     """Uids of the pointer parameters whose memory ``kernel`` writes: views stored to by ``store_global`` or a TMA
     store."""
@@ -56,10 +64,7 @@ class HostArray:
                                 f"{self.dtype.name}, got {type(value).__name__}")
 
     def _from_numpy(self, array: np.ndarray) -> None:
-        if type(array) not in _PLAIN_ARRAYS:
-            raise ArgumentError(f"argument {self.name!r}: got a {type(array).__module__}.{type(array).__name__}, an "
-                                f"ndarray subclass that indexes differently from a plain array; pass "
-                                f"np.asarray({self.name}) instead")
+        check_plain_array(self.name, array)
         if array.dtype != self.dtype.numpy:
             conversion = _CONVERSION.get(self.dtype.name)
             hint = f"; convert it with {conversion.format(self.name)}" if conversion else ""

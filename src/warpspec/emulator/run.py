@@ -12,7 +12,8 @@ from pathlib import Path
 
 from threadpoolctl import threadpool_limits
 
-from warpspec.arguments import check_flags_apart, check_view, launch_grid, scalar_value, view_shapes
+from warpspec.arguments import (check_array_shape, check_flags_apart, check_view, first_views, launch_grid,
+                                scalar_value, view_shapes)
 from warpspec.dtypes import PointerType
 from warpspec.emulator.global_memory import GlobalMemory, UnwrittenOutput
 from warpspec.emulator.host import HostArray
@@ -54,12 +55,13 @@ def emulate_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None
     run is, or say which block it was in when it was interrupted. Returns, per view the kernel wrote through, the
     elements no block wrote (empty when every written view was written whole). ``run_cluster`` replaces how each
     cluster runs (``warpspec.emulator.explore`` runs it under many schedules)."""
-    env, memory = {}, {}
+    env, memory, array_shapes = {}, {}, {}
     for param in kernel.params:
         value = arguments[param.name]
         if isinstance(param.type, PointerType):
             host = HostArray(kernel, param, value)
             memory[param.var.uid] = host.flat
+            array_shapes[param.var.uid] = value.shape
             env[param.var.uid] = 0
         else:
             env[param.var.uid] = scalar_value(param, value)
@@ -68,6 +70,8 @@ def emulate_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None
     views = list(view_shapes(kernel, env))
     for stmt, shape, strides in views:
         check_view(names[stmt.pointer.uid], stmt, shape, strides, memory[stmt.pointer.uid].size)
+    for uid, (stmt, shape) in first_views(views).items():
+        check_array_shape(names[uid], stmt, shape, array_shapes[uid])
     check_flags_apart(kernel, {names[uid]: (data.ctypes.data, data.ctypes.data + data.nbytes)
                                for uid, data in memory.items()})
     global_memory = GlobalMemory(memory, names)

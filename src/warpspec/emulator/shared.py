@@ -30,6 +30,9 @@ class SharedTensor:
         self.read_task = np.full(shape, NOBODY, dtype=np.int32)
         self.read_epoch = np.zeros(shape, dtype=np.int64)
         self.unfenced = np.zeros(shape, dtype=bool)
+        # In-flight async write id -> (the mbarrier it completes on, that barrier's last passing wait per task when
+        # the copy was issued: a wait since then that did not block passed on a stale parity).
+        self.copy_barriers: dict[int, tuple[object, dict]] = {}
 
 
 class Region:
@@ -49,17 +52,39 @@ class Region:
 
     def check_readable(self, task, what: str, async_proxy: bool) -> None:
         """Raise RaceError unless every element has been filled by a completed write ordered before ``task``."""
+        writers = self.view("async_writer")
         if not self.view("written").all():
             raise RaceError(f"{what} reads {self.text}, which holds elements that no completed write has filled "
-                            f"(never written, or an async copy into it has not been waited for)")
-        writers = self.view("async_writer")
+                            f"(never written, or an async copy into it has not been waited for)"
+                            f"{self._copy_hint(task, writers)}")
         if writers.any():
-            raise RaceError(f"{what} reads {self.text} while an async copy is still writing it; wait on the "
-                            f"copy's mbarrier first")
+            hint = self._copy_hint(task, writers) or "; wait on the copy's mbarrier first"
+            raise RaceError(f"{what} reads {self.text} while an async copy is still writing it{hint}")
         self._check_ordered(task, "write_task", "write_epoch", what, "wrote")
         if async_proxy and self.view("unfenced").any():
             raise RaceError(f"{what} reads {self.text} through the async proxy after ordinary stores to it with no "
                             f"fence_proxy_async() in between")
+
+    def _copy_hint(self, task, writers: np.ndarray) -> str:
+        """What to do about the async copy still writing this region (``writers``: its async_writer ids): wait on
+        the copy's mbarrier, or, when ``task``'s last wait on that barrier passed on a phase completed before the
+        copy's (a stale parity), which phase that wait expected and which phase the barrier is in now."""
+        ids = [int(i) for i in np.unique(writers) if i and int(i) in self.tensor.copy_barriers]
+        if not ids:
+            return ""
+        bar, seen_at_issue = self.tensor.copy_barriers[ids[0]]
+        current = f"{bar.name}'s current phase {bar.completed} (parity {bar.completed & 1})"
+        seen = bar.seen.get(task.index)
+        if seen is None or seen == seen_at_issue.get(task.index) or seen[0] != bar.completed:
+            return f"; the copy completes {current}: wait on {bar.name} with phase={bar.completed & 1} first"
+        if bar.completed:
+            passed = (f"phase={(bar.completed - 1) & 1}, which phase {bar.completed - 1} of {bar.name} had already "
+                      f"completed")
+        else:
+            passed = f"phase=1, which a fresh barrier passes at once (no phase of {bar.name} has completed)"
+        return (f"; the last mbarrier.wait on {bar.name} by these threads passed with {passed}, but the copy "
+                f"completes {current}: that wait expected the wrong phase, and must use phase={bar.completed & 1} "
+                f"here")
 
     def check_writable(self, task, what: str) -> None:
         """Raise RaceError if in-flight async operations or unordered accesses of other tasks touch the region."""

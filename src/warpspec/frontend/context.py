@@ -37,7 +37,9 @@ class KernelContext:
         self._scopes: list[dict[str, Binding]] = []  # the names bound in each scope, innermost last
         self._block_threads: int | None = None  # set once attrs.warps is known
         self._pointer_params: dict[ir.Var, DType] = {}  # pointer parameter Var -> pointee DType
-        self._assigning: str | None = None  # the name being assigned, to name the tensors it creates
+        self._assigning: str | None = None  # the name being assigned, to name the tensor its value makes
+        self._assigned = None  # the expression node whose value is assigned to it (its operands are not)
+        self._returning: str | None = None  # the name the inlined helper's return value is assigned to
         #: What the host knows of runtime variables before the launch (the grid is computed there), by uid: the
         #: current value over the parameters' launch values, or (a str) what makes it unknown. Parameters start as
         #: themselves; a variable assigned inside a runtime loop, a branch or a thread group is dropped.
@@ -215,8 +217,9 @@ class KernelContext:
 
 
     def new_register_tensor(self, name: str, dtype: DType, shape) -> ir.TensorDecl:
-        """The declaration of a register tensor defined by the statement being built."""
-        return ir.TensorDecl(name, ir.REGISTER, dtype, tuple(shape), self.loc)
+        """The declaration of a register tensor defined by the statement being built, named as the variable it is
+        assigned to (``name`` when it is an operand or assigned to none: ``target_name``)."""
+        return ir.TensorDecl(self.target_name(name), ir.REGISTER, dtype, tuple(shape), self.loc)
 
     def host_value(self, expr: ir.Expr, root: bool = False) -> ir.Expr | str:
         """``expr`` as the host computes it before the launch, over the parameters' launch values (top-level
@@ -242,7 +245,8 @@ class KernelContext:
         return map_exprs(expr, lambda e: self._host_values[e.uid] if isinstance(e, ir.Var) else e)
 
     def target_name(self, default: str) -> str:
-        """The variable name the value being built is assigned to, to name tensors as the author did."""
+        """The variable name the value being built is assigned to, to name tensors as the author did: in
+        ``total = tile * 2.0 + row`` the sum is ``total``, the product (an operand) is ``default``."""
         return self._assigning or default
 
 

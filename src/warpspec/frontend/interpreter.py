@@ -207,8 +207,9 @@ class Interpreter(KernelContext):
         self.globals = function.__globals__
         self.file = path
         self.call_site, self.function_name = self.loc, function.__qualname__
-        saved_frame = (self.function_depth, self.function_groups)
+        saved_frame = (self.function_depth, self.function_groups, self._returning)
         self.function_depth, self.function_groups = self.depth, len(self._groups)
+        self._returning = self._assigning  # ``x = helper(...)``: what the helper returns is x
         self.inline_depth += 1
         result = None
         try:
@@ -217,7 +218,7 @@ class Interpreter(KernelContext):
             result = ret.value
         finally:
             self._scopes, self.globals, self.file, self.loc, self.call_site, self.function_name = saved
-            self.function_depth, self.function_groups = saved_frame
+            self.function_depth, self.function_groups, self._returning = saved_frame
             self.inline_depth -= 1
         return result
 
@@ -254,7 +255,7 @@ class Interpreter(KernelContext):
         if self.depth != self.function_depth or len(self._groups) != self.function_groups:
             raise self.error("'return' inside a runtime loop or branch, or inside a thread group, is not supported; "
                              "return at the helper's top level")
-        raise _Return(self.eval(node.value) if node.value is not None else None)
+        raise _Return(self._eval_as(self._returning, node.value) if node.value is not None else None)
 
     def stmt_Assert(self, node: ast.Assert) -> None:
         test = self.eval(node.test)
@@ -267,11 +268,16 @@ class Interpreter(KernelContext):
     def _eval_named(self, target: ast.expr, value: ast.expr):
         name = target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) \
             else None
-        saved, self._assigning = self._assigning, name
+        return self._eval_as(name, value)
+
+    def _eval_as(self, name: str | None, value: ast.expr):
+        """``value`` evaluated with ``name`` for the tensor it makes (``target_name``)."""
+        saved = self._assigning, self._assigned
+        self._assigning, self._assigned = name, value
         try:
             return self.eval(value)
         finally:
-            self._assigning = saved
+            self._assigning, self._assigned = saved
 
     def stmt_Assign(self, node: ast.Assign) -> None:
         value = self._eval_named(node.targets[0], node.value)
@@ -408,7 +414,15 @@ class Interpreter(KernelContext):
         method = getattr(self, "expr_" + type(node).__name__, None)
         if method is None:
             raise self.error(f"{type(node).__name__} expressions are not part of the kernel language")
-        return method(node)
+        if self._assigning is None or node is self._assigned:
+            return method(node)
+        # An operand of the assigned expression: the tensors it makes are not the variable.
+        saved = self._assigning, self._assigned
+        self._assigning = self._assigned = None
+        try:
+            return method(node)
+        finally:
+            self._assigning, self._assigned = saved
 
     def expr_Constant(self, node: ast.Constant):
         return node.value

@@ -129,10 +129,13 @@ def build_kernel(script, compile_time: dict) -> ir.Kernel:
     body = builder.build_body(node.body, scope)
     attrs = language.attrs
     loc = ir.Loc(path, node.lineno)
+    # A missing launch attribute is named where its partner is set, where the author will add it.
     if attrs.warps is None:
-        raise CompileError("the kernel never sets self.attrs.warps", str(loc))
+        raise CompileError("the kernel never sets self.attrs.warps (the threads of a block: 32 per warp); set it "
+                           "beside self.attrs.blocks", str(attrs.set_at.get("blocks", loc)))
     if attrs.blocks is None:
-        raise CompileError("the kernel never sets self.attrs.blocks", str(loc))
+        raise CompileError("the kernel never sets self.attrs.blocks (the grid); set it beside self.attrs.warps",
+                           str(attrs.set_at.get("warps", loc)))
     constants = tuple(sorted(compile_time.items())) + tuple(sorted(script.schedule().items()))
     kernel = ir.Kernel(cls.__name__, tuple(params), attrs.blocks, attrs.warps, attrs.cluster_blocks,
                        body, constants, loc)

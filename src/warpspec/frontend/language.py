@@ -19,6 +19,7 @@ class Attrs(LanguageObject):
         self.blocks = None
         self.warps = None
         self.cluster_blocks = (1, 1, 1)
+        self.set_at: dict[str, ir.Loc] = {}  # attribute -> the line that set it, where a missing partner is named
 
     def describe(self) -> str:
         return "self.attrs"
@@ -28,6 +29,7 @@ class Attrs(LanguageObject):
         if b.depth or b.in_thread_group():
             raise b.error(f"self.attrs.{name} must be set at the top level of the kernel, outside thread groups, "
                           f"loops and branches")
+        self.set_at.setdefault(name, b.loc)
         if name == "blocks":
             sizes = list(value) if isinstance(value, (list, tuple)) else [value]
             if not 1 <= len(sizes) <= 3:

@@ -183,11 +183,14 @@ def _tma_load(machine: EmulationMachine, task: EmulationTask, s: TmaLoad) -> Ste
     nbytes = s.dst.nbytes
     # One event per destination: a multicast lands in each block, and completes on its barrier, on its own time.
     for block, region, bar in destinations:
-        region.view("async_writer")[...] = machine.next_operation_id()
+        operation = machine.next_operation_id()
+        region.view("async_writer")[...] = operation
+        region.tensor.copy_barriers[operation] = (bar, dict(bar.seen))  # a read before it lands names the barrier
 
-        def complete(region: Any = region, bar: Any = bar) -> None:
+        def complete(region: Any = region, bar: Any = bar, operation: int = operation) -> None:
             region.view("data")[...] = machine.global_memory.read(task, source)
             region.view("async_writer")[...] = 0
+            del region.tensor.copy_barriers[operation]
             region.record_write(task.index, issue_clock[task.index])
             bar.complete_tx(nbytes, issue_clock)
             if bar.pending == 0 and bar.tx < 0:

@@ -430,6 +430,9 @@ def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
             raise ArgumentError(f"out must have shape ({m}, {n}), got {tuple(out.shape)}")
         if strides_of(out)[1] != 1 and n > 1:
             raise ArgumentError(f"out must be row-major (unit column stride), got strides {strides_of(out)}")
+        if isinstance(out, np.ndarray) and not out.flags.writeable:
+            raise ArgumentError("out is read-only, and ops.matmul writes the result into it: pass a writeable out (or "
+                                "none, for a new array)")
         for name, value in (("a", a), ("b", b)):
             if _overlap(out, value):
                 raise ArgumentError(f"out shares memory with {name}: the kernel would overwrite {name} while it still "

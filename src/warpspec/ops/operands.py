@@ -10,12 +10,15 @@ import numpy as np
 
 from warpspec import dtypes
 from warpspec.dtypes import DType
+from warpspec.emulator.host import check_plain_array
 from warpspec.errors import ArgumentError
 
 
 def kind_of(value, name: str) -> str:
-    """``"numpy"`` or ``"torch"``; an ``ArgumentError`` naming ``name`` for anything else."""
+    """``"numpy"`` or ``"torch"``; an ``ArgumentError`` naming ``name`` for anything else (an ndarray subclass such
+    as np.matrix included: named here, not as the kernel parameter it would reach)."""
     if isinstance(value, np.ndarray):
+        check_plain_array(name, value)
         return "numpy"
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):

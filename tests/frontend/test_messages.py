@@ -1,0 +1,123 @@
+"""Front-end messages name what the author wrote: a computed tensor by the variable it is assigned to (not ``tmp``
+or ``sx_regs_float32``), its operands each by their own name and in the order written, and a launch attribute that
+is never set at the line that sets its partner, not at the ``def`` line."""
+
+import inspect
+
+import numpy as np
+import pytest
+
+import warpspec
+from warpspec import cdiv, float16, float32, int32
+from warpspec.errors import CompileError
+from warpspec.runtime import kernel_for
+
+
+def line_of(cls, text: str) -> str:
+    """``file:line`` of the line inside ``cls`` that contains ``text``."""
+    lines, first = inspect.getsourcelines(cls)
+    return f"{__file__}:{first + next(i for i, line in enumerate(lines) if text in line)}"
+
+
+class _Rows(warpspec.Script):
+    def rows(self, x_ptr, out_ptr):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        x = self.global_view(x_ptr, dtype=float32, shape=[64, 64])
+        out = self.global_view(out_ptr, dtype=float32, shape=[64, 64])
+        return x, out
+
+
+class ScaledPlusRows(_Rows):
+    def __call__(self, x_ptr: ~float32, out_ptr: ~float32):
+        x, out = self.rows(x_ptr, out_ptr)
+        scaled = self.load_global(x, offsets=[0, 0], shape=[64, 64]) * 2.0
+        two_rows = self.load_global(x, offsets=[0, 0], shape=[2, 64])
+        out = scaled + two_rows  # broadcast
+        self.store_global(out, out, offsets=[0, 0])
+
+
+class RowsPlusProduct(_Rows):
+    def __call__(self, x_ptr: ~float32, out_ptr: ~float32):
+        x, out = self.rows(x_ptr, out_ptr)
+        tile = self.load_global(x, offsets=[0, 0], shape=[64, 64])
+        two_rows = self.load_global(x, offsets=[0, 0], shape=[2, 64])
+        out = two_rows + tile * 2.0  # broadcast
+        self.store_global(out, out, offsets=[0, 0])
+
+
+class Names(warpspec.Script):
+    """Every computed tensor assigned to a variable, through an operand, a cast of a load and a helper."""
+
+    def __call__(self, x_ptr: ~float16, out_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        x = self.global_view(x_ptr, dtype=float16, shape=[64, 64])
+        out = self.global_view(out_ptr, dtype=float32, shape=[64, 64])
+        sx = self.shared_tensor(dtype=float16, shape=[64, 64])
+        tile = self.load_global(x, offsets=[0, 0], shape=[64, 64])
+        self.store_shared(sx, tile)
+        self.sync()
+        widened = self.cast(self.load_shared(sx), dtype=float32)
+        doubled = self.double(widened)
+        total = widened + doubled * 3.0
+        self.store_global(out, total, offsets=[0, 0])
+
+    def double(self, value):
+        return value + value
+
+
+def defined_names(kernel) -> list[str]:
+    from warpspec.ir import nodes as ir
+
+    return [stmt.decl.name for stmt in ir.walk(kernel.body) if isinstance(stmt, ir.DefineTensor)]
+
+
+def test_computed_tensors_are_named_by_their_variables():
+    names = defined_names(kernel_for(Names(), {}))
+    assert names == ["tile", "sx_regs", "widened", "doubled", "tmp", "total"]
+
+
+def run(cls):
+    with pytest.raises(CompileError) as caught:
+        cls()(np.zeros((64, 64), np.float32), np.zeros((64, 64), np.float32))
+    return str(caught.value)
+
+
+def test_a_broadcast_error_names_the_operands_as_written():
+    assert run(ScaledPlusRows) == (f"{line_of(ScaledPlusRows, '# broadcast')}: shapes do not broadcast: "
+                                   f"scaled[64, 64] + two_rows[2, 64]; a 2-D tensor [M, N] combines with a tensor of "
+                                   f"its shape, a row vector [1, N] or a column vector [M, 1]")
+
+
+def test_the_assigned_name_is_the_result_not_an_operand():
+    message = run(RowsPlusProduct)
+    assert message.startswith(f"{line_of(RowsPlusProduct, '# broadcast')}: shapes do not broadcast: "
+                              f"two_rows[2, 64] + tmp[64, 64];")
+    assert "out[" not in message
+
+
+class NoBlocks(warpspec.Script):
+    def __call__(self, n: int32, x_ptr: ~float32):
+        self.attrs.warps = 4  # warps
+        x = self.global_view(x_ptr, dtype=float32, shape=[n])
+        self.store_global(x, self.load_global(x, offsets=[0], shape=[64]), offsets=[0])
+
+
+class NoWarps(warpspec.Script):
+    def __call__(self, n: int32, x_ptr: ~float32):
+        self.attrs.blocks = [cdiv(n, 64)]  # blocks
+
+
+def test_a_missing_grid_is_named_at_the_warps_line():
+    with pytest.raises(CompileError) as caught:
+        NoBlocks()(64, np.zeros(64, np.float32))
+    assert str(caught.value) == (f"{line_of(NoBlocks, '# warps')}: the kernel never sets self.attrs.blocks (the "
+                                 f"grid); set it beside self.attrs.warps")
+
+
+def test_missing_warps_are_named_at_the_blocks_line():
+    with pytest.raises(CompileError) as caught:
+        NoWarps()(64, np.zeros(64, np.float32))
+    assert str(caught.value) == (f"{line_of(NoWarps, '# blocks')}: the kernel never sets self.attrs.warps (the "
+                                 f"threads of a block: 32 per warp); set it beside self.attrs.blocks")
