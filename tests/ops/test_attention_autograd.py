@@ -101,3 +101,19 @@ def test_a_transformer_block_trains_to_torchs_losses():
     assert ours[-1] < ours[0]
     for got, want in zip(ours, theirs):
         assert abs(got - want) < 1e-3 * abs(want), (ours, theirs)
+
+
+def test_torch_compile_traces_forward_and_backward():
+    """fullgraph=True through AOT autograd (the fake implementations describe both ops) gives the eager
+    gradients; the log-sum-exp output is not differentiable."""
+    generator = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, n, 64, generator=generator).half().requires_grad_() for n in (40, 50, 50))
+    compiled = torch.compile(lambda q, k, v: attention(q, k, v, causal=True).float().sum(), fullgraph=True,
+                             backend="aot_eager")
+    compiled(q, k, v).backward()
+    traced = [x.grad.clone() for x in (q, k, v)]
+    for x in (q, k, v):
+        x.grad = None
+    attention(q, k, v, causal=True).float().sum().backward()
+    assert all(torch.equal(a, x.grad) for a, x in zip(traced, (q, k, v)))
+    assert not attention(q, k, v, return_lse=True)[1].requires_grad

@@ -271,6 +271,7 @@ def _torch_op():
             q, k, v, causal, scale = inputs
             ctx.save_for_backward(q, k, v, *output)
             ctx.causal, ctx.scale = causal, scale
+            ctx.mark_non_differentiable(output[1])  # the log-sum-exp is saved for the backward, not differentiated
 
         def backward(ctx, dout, _dlse):
             q, k, v, out, lse2 = ctx.saved_tensors
