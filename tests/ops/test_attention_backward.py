@@ -167,3 +167,26 @@ def test_nvrtc_builds_the_backward_kernels_without_spills(head_dim):
             (0, 0, 0, ()), type(kernel).__name__
         counts = count_instructions(disassemble(built.module.cubin), ["HGMMA", "LDL", "STL"])
         assert counts["HGMMA"] > 0 and counts["LDL"] == counts["STL"] == 0, type(kernel).__name__
+
+
+def test_planted_bug_q_stage_released_before_the_dk_wgmma_completes():
+    """The dK/dV kernel hands a (Q, dO) stage back before dK += dSᵀ·Q has read it: a RaceError at the producer's
+    TMA load that overwrites it."""
+    from pathlib import Path
+
+    from tests.kernels import attention_bug_kernels as bk
+    from warpspec import RaceError
+    from warpspec.ops import attention_backward_kernel as bwk
+
+    q, k, v, dout = operands(1, 1, 1, 300, 100, 64, np.float16)
+    lse, dd = np.zeros((1, 1, 300), np.float32), np.zeros((1, 1, 300), np.float32)
+    kernel = bk.ReleasesQBeforeDK(head_dim=64, causal=False, block_m=64, num_stages=2)
+    with pytest.raises(RaceError) as raised:
+        kernel(300, 100, 1, 1, 1, 0.125, 0.18, q, k, v, dout, lse, dd, np.zeros_like(k), np.zeros_like(v))
+    assert "tma.global_to_shared writes sq[0] while an asynchronous read of it (a wgmma or a TMA store) is still " \
+           "in flight" in str(raised.value)
+    (load,) = [n for n, line in enumerate(Path(bwk.__file__).read_text().splitlines(), 1)
+               if "self.tma.global_to_shared(src=gq, dst=sq[stage]" in line]
+    assert raised.value.location.rsplit(" at ", 1)[-1] == f"{bwk.__file__}:{load}"
+    assert f"ReleasesQBeforeDK.retire_tile at {bk.__file__}:{bk.marker_line('late-dk-wait')} in " \
+           f"wgmma.wait_group(0)" in raised.value.tasks

@@ -207,11 +207,16 @@ class _KV(Script):
             self.wgmma.fence()
             self.wgmma.mma(grads, sq[stage][0], acc_dk)  # dK += dSᵀ·Q
             self.wgmma.commit_group()
-            self.wgmma.wait_group(0)
-            pipe.consumer_release()
-            pipe.consumer_advance()
+            self.retire_tile(pipe)
         self.store_tile(sk, gdk, self.cast(acc_dk * scale, dtype), kv_bh, keys_from)
         self.store_tile(sv, gdv, self.cast(acc_dv, dtype), kv_bh, keys_from)
+
+    def retire_tile(self, pipe):
+        """Wait for dV's and dK's WGMMAs (they read the stage's dO and Q) and only then hand the stage back to the
+        producer, whose next TMA load may overwrite it."""
+        self.wgmma.wait_group(0)
+        pipe.consumer_release()
+        pipe.consumer_advance()
 
     def store_tile(self, buffer, view, tile, head, rows_from):
         """``tile`` -> the warpgroup's shared ``buffer`` [1, 64, D] (its last reader is done) -> one TMA store into
