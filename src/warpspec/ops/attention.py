@@ -21,7 +21,7 @@ import numpy as np
 from warpspec import runtime
 from warpspec.dtypes import DType, bfloat16, float16
 from warpspec.errors import ArgumentError
-from warpspec.ops.attention_decode import launch_decode, numpy_zeros, split_count
+from warpspec.ops.attention_decode import launch_decode, split_count
 from warpspec.ops.attention_kernel import ATTENTION_KERNELS, HEAD_DIMS, LOG2_E
 from warpspec.ops.operands import dtype_of, same_device, same_kind
 from warpspec.tune.cache import size_bucket
@@ -86,7 +86,7 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     out = np.empty(q.shape, dtype=q.dtype)
     lse2 = np.empty(q.shape[:3], dtype=np.float32)
     with runtime.use_backend("emulator"):
-        run(q, k, v, out, lse2, problem, numpy_zeros)
+        run(q, k, v, out, lse2, problem)
     return (out, lse2 * np.float32(LN_2)) if return_lse else out
 
 
@@ -195,13 +195,12 @@ def arguments(q, k, v, out, lse2, problem: Problem) -> tuple:
             problem.scale * LOG2_E, q, k, v, out, lse2)
 
 
-def run(q, k, v, out, lse2, problem: Problem, zeros) -> None:
+def run(q, k, v, out, lse2, problem: Problem) -> None:
     """Run ``problem`` on the kernel that suits it: split-KV for few query rows on few (batch, head) rows (decode,
-    ``warpspec.ops.attention_decode``), else the forward kernel. ``zeros(shape, dtype_name)`` allocates a zeroed
-    workspace on the operands' device."""
+    ``warpspec.ops.attention_decode``), else the forward kernel."""
     n_splits = split_count(problem)
     if n_splits > 1:
-        launch_decode(q, k, v, out, lse2, problem, n_splits, zeros)
+        launch_decode(q, k, v, out, lse2, problem, n_splits)
     else:
         launch(q, k, v, out, lse2, problem)
 
@@ -291,8 +290,7 @@ def _op_implementation(q, k, v, causal, scale):
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse2 = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     if not runtime.shape_only((q, k, v)):
-        run(q, k, v, out, lse2, problem,
-            lambda shape, name: torch.zeros(shape, dtype=getattr(torch, name), device=q.device))
+        run(q, k, v, out, lse2, problem)
     return out, lse2
 
 

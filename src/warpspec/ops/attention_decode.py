@@ -4,11 +4,10 @@ speculative decoding) and fewer (batch, head) rows of blocks than it takes to fi
 
 from __future__ import annotations
 
-import numpy as np
-
 from warpspec.frontend.interpreter import cdiv
 from warpspec.ops.attention_decode_kernel import DECODE_KERNELS, DECODE_ROWS
 from warpspec.ops.attention_kernel import LOG2_E
+from warpspec.ops.workspace import workspace_like
 
 MAX_DECODE_QUERIES = 16
 NUM_SMS = 132  # the H200's
@@ -40,23 +39,21 @@ def decode_kernel(problem):
     return _kernels[key]
 
 
-def launch_decode(q, k, v, out, lse2, problem, n_splits: int, zeros) -> None:
-    """Run the split-KV kernel with ``n_splits`` splits; ``zeros(shape, dtype_name)`` allocates the workspace on
-    the operands' device (zeroed: every flag starts at 0; the kernel gives each back)."""
+def launch_decode(q, k, v, out, lse2, problem, n_splits: int) -> None:
+    """Run the split-KV kernel with ``n_splits`` splits. The partials and flags come from ``ops.matmul``'s
+    stream-K workspace (``warpspec.ops.workspace``: per device and stream, its flags 0 between launches, since
+    the kernel gives each back; fresh within CUDA-graph capture and on the emulator)."""
     assert problem.seq_q <= DECODE_ROWS
     block_n = DEFAULT_DECODE_SCHEDULES[problem.head_dim]["block_n"]
     chunk = cdiv(cdiv(problem.seq_k, n_splits), block_n) * block_n
     n_splits = cdiv(problem.seq_k, chunk)  # no split without keys
     batch_heads = problem.batch * problem.heads
     slots = n_splits * batch_heads
-    ws_o = zeros((slots * DECODE_ROWS, problem.head_dim), "float32")
-    ws_lse = zeros((slots * DECODE_ROWS, 1), "float32")
-    flags = zeros((slots,), "int32")
+    rows = slots * DECODE_ROWS
+    partials, flags = workspace_like(out, rows * (problem.head_dim + 1), slots)
+    ws_o = partials[:rows * problem.head_dim].reshape(rows, problem.head_dim)
+    ws_lse = partials[rows * problem.head_dim:rows * (problem.head_dim + 1)].reshape(rows, 1)
     decode_kernel(problem)(problem.seq_q, problem.seq_k, batch_heads, problem.heads,
                            problem.heads // problem.kv_heads, problem.scale * LOG2_E, chunk, n_splits, q, k, v, out,
                            lse2, ws_o, ws_lse, flags)
 
-
-def numpy_zeros(shape, dtype_name):
-    """A zeroed numpy workspace (the emulator's)."""
-    return np.zeros(shape, dtype=dtype_name)
