@@ -136,7 +136,8 @@ def main(argv=None) -> int:
                         out = torch.empty_like(q)
                         best = None
                         for schedule in schedules_of(head_dim):
-                            kernel_args = arguments(q, k, v, out, problem)
+                            kernel_args = arguments(q, k, v, out, torch.empty(q.shape[:3], device="cuda"),
+                                                    problem)
                             if schedule is not None:
                                 label = ",".join(f"{key}={value}" for key, value in schedule.items())
                                 error = builds[(kernel_dtypes[name], head_dim, causal, tuple(schedule.items()))]

@@ -55,8 +55,8 @@ def check_attention(kernel_class=AttentionF16, head_dim=64, heads=4, kv_heads=2,
     for causal in (False, True):
         kernel = kernel_class(head_dim=head_dim, causal=causal, block_n=64, num_stages=2, unroll=1)
         out = np.full_like(q, np.nan)  # NaN shows any row left unwritten
-        *_, out = run_on_backend(kernel, seq_q, seq_k, heads, heads, heads // kv_heads, head_dim ** -0.5 * LOG2_E,
-                                 q, k, v, out)
+        *_, out, _lse = run_on_backend(kernel, seq_q, seq_k, heads, heads, heads // kv_heads, head_dim ** -0.5 * LOG2_E,
+                                 q, k, v, out, np.empty((heads, seq_q), np.float32))
         error = np.abs(out.astype(np.float32) - reference(q, k, v, causal)).max()
         print(f"{warpspec.get_backend()}: causal={causal} max abs error {error:.4f} vs numpy")
         assert error < 2e-2, error

@@ -1,12 +1,15 @@
-"""The attention kernel of ``warpspec.ops.attention_kernel`` with one bug planted per class, for
-tests/ops/test_attention.py.
+"""The attention kernels of ``warpspec.ops.attention_kernel``, ``warpspec.ops.attention_decode_kernel`` and
+``warpspec.ops.attention_backward_kernel`` with one bug planted per class, for tests/ops/test_attention.py,
+tests/ops/test_attention_decode.py and tests/ops/test_attention_backward.py.
 
-Each class overrides the one helper of ``AttentionF16`` that it breaks. A line that an error report must name ends
+Each class overrides the one helper of ``AttentionF16``, ``DecodeF16`` or ``BackwardKVF16`` that it breaks. A line that an error report must name ends
 with a marker comment ``# <<< name``; ``marker_line(name)`` finds its number.
 """
 
 from tests.support.markers import markers_of
 
+from warpspec.ops.attention_backward_kernel import BackwardKVF16
+from warpspec.ops.attention_decode_kernel import DECODE_ROWS, DecodeF16
 from warpspec.ops.attention_kernel import AttentionF16
 
 marker_line = markers_of(__file__)
@@ -28,3 +31,27 @@ class IssuesOutOfTurn(AttentionF16):
 
     def wait_turn(self, turn, phase):
         pass
+
+
+class ReadsPartialBeforeItsFlag(DecodeF16):
+    """The last split loads an earlier split's partial before waiting for its flag: the load may read the slot
+    before (or while) the other block writes it."""
+
+    def take_partial(self, ws_o, ws_lse, flags, slot):
+        other_lse = self.load_global(ws_lse, offsets=[slot * DECODE_ROWS, 0], shape=[DECODE_ROWS, 1])  # <<< early-read
+        other_o = self.load_global(ws_o, offsets=[slot * DECODE_ROWS, 0], shape=[DECODE_ROWS, self.head_dim])
+        with self.single_thread():
+            self.flag.wait(flags, slot, 1)
+            self.flag.signal(flags, slot, 0)
+        self.sync()
+        return other_o, other_lse
+
+
+class ReleasesQBeforeDK(BackwardKVF16):
+    """The (Q, dO) stage goes back to the producer before the dK WGMMA that reads Q has completed: the next TMA load
+    may overwrite Q under the tensor cores."""
+
+    def retire_tile(self, pipe):
+        pipe.consumer_release()
+        pipe.consumer_advance()
+        self.wgmma.wait_group(0)  # <<< late-dk-wait

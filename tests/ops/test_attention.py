@@ -53,6 +53,11 @@ def expected(q, k, v, causal, scale=None):
     return flat.reshape(q.shape)
 
 
+def lse_of(q):
+    """The kernel's log-sum-exp output for q [B, H, S_q, D]: float32 [B, H, S_q]."""
+    return np.empty(q.shape[:3], np.float32)
+
+
 def line_of(path: str, text: str) -> int:
     """The 1-based line of ``path`` holding ``text`` (exactly one must)."""
     found = [n for n, line in enumerate(Path(path).read_text().splitlines(), 1) if text in line]
@@ -81,7 +86,7 @@ def test_head_dims_and_tiles_narrower_than_the_head(head_dim, block_n, num_stage
     q, k, v = operands(1, 2, 1, 150, 170, head_dim, np.float16, seed=1)
     problem = validate(q, k, v, True, None)
     out = np.full_like(q, np.nan)
-    launch(q, k, v, out, problem, {"block_n": block_n, "num_stages": num_stages, "unroll": unroll})
+    launch(q, k, v, out, lse_of(q), problem, {"block_n": block_n, "num_stages": num_stages, "unroll": unroll})
     assert np.abs(out.astype(np.float32) - expected(q, k, v, True)).max() < 2e-3
 
 
@@ -93,7 +98,7 @@ def test_random_interleavings(seed, monkeypatch):
     q, k, v = operands(1, 2, 1, 150, 330, 64, np.float16, seed=3)
     problem = validate(q, k, v, True, None)
     out = np.full_like(q, np.nan)
-    launch(q, k, v, out, problem, {"block_n": 64, "num_stages": 2, "unroll": 1})
+    launch(q, k, v, out, lse_of(q), problem, {"block_n": 64, "num_stages": 2, "unroll": 1})
     assert np.abs(out.astype(np.float32) - expected(q, k, v, True)).max() < 2e-3
 
 
@@ -119,7 +124,7 @@ def test_the_schedule_is_the_head_dims_default_unless_pinned(head_dim):
     """Off the GPU there are no stored winners: each head dim runs its shipped default; a given schedule wins."""
     q, k, v = operands(1, 2, 2, 16, 16, head_dim, np.float16)
     problem = validate(q, k, v, False, None)
-    args = arguments(q, k, v, np.empty_like(q), problem)
+    args = arguments(q, k, v, np.empty_like(q), lse_of(q), problem)
     assert script_for(problem, args).schedule() == DEFAULT_SCHEDULES[head_dim]
     pinned = {"block_n": 64, "num_stages": 2, "unroll": 1}
     assert script_for(problem, args, pinned).schedule() == pinned
@@ -167,14 +172,15 @@ def test_the_kernel_refuses_an_unsupported_head_dim():
     q = np.zeros((1, 1, 16, 96), np.float16)
     for schedule in ({"block_n": 64, "num_stages": 2, "unroll": 1}, {}):  # pinned, and autotuned
         with pytest.raises(ArgumentError, match=r"head_dim must be one of \(64, 128, 256\), got 96"):
-            ak.AttentionF16(head_dim=96, causal=False, **schedule)(16, 16, 1, 1, 1, 1.0, q, q, q, np.zeros_like(q))
+            ak.AttentionF16(head_dim=96, causal=False, **schedule)(16, 16, 1, 1, 1, 1.0, q, q, q, np.zeros_like(q),
+                                                                       lse_of(q))
 
 
 def _run_bug(cls):
     q, k, v = operands(1, 1, 1, 200, 300, 64, np.float16)
     out = np.zeros_like(q)
     kernel = cls(head_dim=64, causal=False, block_n=64, num_stages=2, unroll=1)
-    kernel(200, 300, 1, 1, 1, 64 ** -0.5 * ak.LOG2_E, q, k, v, out)
+    kernel(200, 300, 1, 1, 1, 64 ** -0.5 * ak.LOG2_E, q, k, v, out, lse_of(q))
 
 
 def _innermost(error) -> str:

@@ -72,7 +72,7 @@ def test_every_schedule_that_builds(head_dim):
         out = torch.full_like(q, float("nan"))
         try:
             with warpspec.use_backend("cuda"):
-                args = arguments(q, k, v, out, problem)
+                args = arguments(q, k, v, out, torch.empty(q.shape[:3], device="cuda"), problem)
                 script_for(problem, args, schedule)(*args)
         except CompileError:  # shared memory or registers: pruned, as the tuner would
             continue

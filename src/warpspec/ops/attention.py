@@ -2,9 +2,11 @@
 kernel of ``warpspec.ops.attention_kernel`` (docs/attention.md).
 
 numpy arrays run on the emulator directly; torch tensors go through the custom op ``warpspec::attention``
-(``warpspec.torch_ops.custom_op``), which writes into a new output tensor: CUDA tensors run on their GPU and
-stream, CPU tensors on the emulator, and ``torch.compile(fullgraph=True)`` sees one opaque op. Every unsupported
-argument is an ``ArgumentError`` naming it, raised before anything is allocated or launched.
+(``warpspec.torch_ops.custom_op``), which returns a new output and its log-sum-exp: CUDA tensors run on their GPU
+and stream, CPU tensors on the emulator, and ``torch.compile(fullgraph=True)`` sees one opaque op. The op is
+differentiable (``torch.library.register_autograd``; the backward is ``warpspec.ops.attention_backward``'s kernels,
+fed the saved log-sum-exp). Every unsupported argument is an ``ArgumentError`` naming it, raised before anything
+is allocated or launched.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import numpy as np
 from warpspec import runtime
 from warpspec.dtypes import DType, bfloat16, float16
 from warpspec.errors import ArgumentError
+from warpspec.ops.attention_decode import launch_decode, split_count
 from warpspec.ops.attention_kernel import ATTENTION_KERNELS, HEAD_DIMS, LOG2_E
 from warpspec.ops.operands import dtype_of, same_device, same_kind
 from warpspec.tune.cache import size_bucket
@@ -35,6 +38,7 @@ DEFAULT_SCHEDULES = {
 }
 MAX_GRID_Y = 65535  # the grid's y extent (one row of blocks per batch and head)
 MAX_INT32 = 2**31 - 1
+LN_2 = math.log(2.0)  # the kernels' log-sum-exp is in base 2; the API's in base e
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ class Problem:
     scale: float
 
 
-def attention(q, k, v, *, causal=False, scale=None):
+def attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     """Attention forward: ``softmax(scale · q @ kᵀ) @ v`` per batch and head, computed in float32 with an online
     softmax, returned in q's dtype and kind.
 
@@ -64,20 +68,26 @@ def attention(q, k, v, *, causal=False, scale=None):
     * ``scale``: the logits' factor (positive), D ** -0.5 by default.
 
     numpy arrays (ml_dtypes.bfloat16 for bfloat16) run on the emulator; torch tensors through the custom op
-    ``warpspec::attention``: CUDA tensors on the GPU, CPU tensors on the emulator.
+    ``warpspec::attention``: CUDA tensors on the GPU, CPU tensors on the emulator; torch tensors are
+    differentiable (``out.backward()`` runs ``attention_backward``'s kernels).
+
+    With ``return_lse``, returns ``(out, lse)``: ``lse`` float32 [B, H, S_q], each row's
+    ``logsumexp(scale · q @ kᵀ)`` over the keys it sees (+inf for a row that sees none), as
+    ``attention_backward`` takes it.
     """
     kind = same_kind("q", q, k=k, v=v)
     problem = validate(q, k, v, causal, scale)
+    if not isinstance(return_lse, bool):
+        raise ArgumentError(f"return_lse must be True or False, got {return_lse!r}")
     if kind == "torch":
-        torch = sys.modules["torch"]
         same_device("q", q, k=k, v=v)
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        _torch_op()(q, k, v, out, problem.causal, problem.scale)
-        return out
+        out, lse2 = _torch_op()(q, k, v, problem.causal, problem.scale)
+        return (out, lse2 * LN_2) if return_lse else out
     out = np.empty(q.shape, dtype=q.dtype)
+    lse2 = np.empty(q.shape[:3], dtype=np.float32)
     with runtime.use_backend("emulator"):
-        launch(q, k, v, out, problem)
-    return out
+        run(q, k, v, out, lse2, problem)
+    return (out, lse2 * np.float32(LN_2)) if return_lse else out
 
 
 def _contiguous(value) -> bool:
@@ -177,18 +187,29 @@ def forget_choices() -> None:
     _chosen.clear()
 
 
-def arguments(q, k, v, out, problem: Problem) -> tuple:
-    """The kernel's call arguments: sizes, head counts, the scale in the exp2 domain, the four arrays."""
+def arguments(q, k, v, out, lse2, problem: Problem) -> tuple:
+    """The kernel's call arguments: sizes, head counts, the scale in the exp2 domain, the five arrays (``lse2``
+    float32 [B, H, S_q] receives the base-2 log-sum-exp of the scaled logits)."""
     group = problem.heads // problem.kv_heads
     return (problem.seq_q, problem.seq_k, problem.batch * problem.heads, problem.heads, group,
-            problem.scale * LOG2_E, q, k, v, out)
+            problem.scale * LOG2_E, q, k, v, out, lse2)
 
 
-def launch(q, k, v, out, problem: Problem, schedule: dict | None = None) -> None:
+def run(q, k, v, out, lse2, problem: Problem) -> None:
+    """Run ``problem`` on the kernel that suits it: split-KV for few query rows on few (batch, head) rows (decode,
+    ``warpspec.ops.attention_decode``), else the forward kernel."""
+    n_splits = split_count(problem)
+    if n_splits > 1:
+        launch_decode(q, k, v, out, lse2, problem, n_splits)
+    else:
+        launch(q, k, v, out, lse2, problem)
+
+
+def launch(q, k, v, out, lse2, problem: Problem, schedule: dict | None = None) -> None:
     """Run the kernel on validated operands on the selected back end (nothing to do for S_q = 0)."""
     if problem.seq_q == 0 or problem.batch * problem.heads == 0:
         return
-    args = arguments(q, k, v, out, problem)
+    args = arguments(q, k, v, out, lse2, problem)
     script_for(problem, args, schedule)(*args)
 
 
@@ -212,7 +233,8 @@ def tune_attention(shapes, dtype="float16", *, causal=False, progress=None) -> d
             v = torch.randn_like(k)
             problem = validate(q, k, v, causal, None)
             tuned = tuned_script(problem)
-            tuned(*arguments(q, k, v, torch.empty_like(q), problem))
+            lse2 = torch.empty(q.shape[:3], device="cuda", dtype=torch.float32)
+            tuned(*arguments(q, k, v, torch.empty_like(q), lse2, problem))
             torch.cuda.synchronize()
             winners[tuple(shape)] = dict(tuned.last_report.winner.schedule)
             forget_choices()  # calls made before this run chose without the new winner
@@ -229,26 +251,47 @@ _op = None
 
 
 def _torch_op():
-    """The custom op ``warpspec::attention(q, k, v, out!, causal, scale)``: registered when this module is
-    imported after torch, else at the first call with torch tensors (torch stays optional). Registering cannot
-    be traced by ``torch.compile``: import torch before warpspec.ops, or call once eagerly, before compiling."""
+    """The custom op ``warpspec::attention(q, k, v, causal, scale) -> (out, lse2)`` (``lse2`` the kernel's base-2
+    log-sum-exp), differentiable through ``torch.library.register_autograd``: registered when this module is
+    imported after torch, else at the first call with torch tensors (torch stays optional). Registering cannot be
+    traced by ``torch.compile``: import torch before warpspec.ops, or call once eagerly, before compiling."""
     global _op
     if _op is None:
+        import torch
+
+        from warpspec.ops.attention_backward import torch_backward_op
         from warpspec.torch_ops import custom_op
 
-        _op = custom_op("warpspec::attention", _op_implementation, mutates_args=("out",),
-                        schema="(Tensor q, Tensor k, Tensor v, Tensor(a!) out, bool causal, float scale) -> ()")
+        _op = custom_op("warpspec::attention", _op_implementation,
+                        schema="(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> (Tensor, Tensor)")
+        backward_op = torch_backward_op()
+
+        def setup_context(ctx, inputs, output):
+            q, k, v, causal, scale = inputs
+            ctx.save_for_backward(q, k, v, *output)
+            ctx.causal, ctx.scale = causal, scale
+            ctx.mark_non_differentiable(output[1])  # the log-sum-exp is saved for the backward, not differentiated
+
+        def backward(ctx, dout, _dlse):
+            q, k, v, out, lse2 = ctx.saved_tensors
+            dq, dk, dv = backward_op(q, k, v, out, dout.contiguous(), lse2, ctx.causal, ctx.scale)
+            return dq, dk, dv, None, None
+
+        torch.library.register_autograd("warpspec::attention", backward, setup_context=setup_context)
     return _op
 
 
-def _op_implementation(q, k, v, out, causal, scale):
-    """The op's real and fake implementation: validate, then write ``out`` (fake or meta tensors, while
-    ``torch.compile`` traces, only describe the call: nothing runs)."""
+def _op_implementation(q, k, v, causal, scale):
+    """The op's real and fake implementation: validate, allocate, then run the kernel (fake or meta tensors,
+    while ``torch.compile`` traces, only describe the call: nothing runs)."""
+    import torch
+
     problem = validate(q, k, v, causal, scale)
-    if tuple(out.shape) != tuple(q.shape) or dtype_of(out) != problem.dtype or not _contiguous(out):
-        raise ArgumentError(f"out must be a contiguous tensor of q's shape {tuple(q.shape)} and dtype")
-    if not runtime.shape_only((q, k, v, out)):
-        launch(q, k, v, out, problem)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse2 = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    if not runtime.shape_only((q, k, v)):
+        run(q, k, v, out, lse2, problem)
+    return out, lse2
 
 
 if "torch" in sys.modules:

@@ -30,6 +30,10 @@ read as zeros (and stores past S_q are clipped) instead of touching the next hea
 query head ``bh`` to K/V head ``bh // H · H_kv + bh % H // (H / H_kv)`` at run time. O leaves through shared
 memory (the Q buffer, free once the last QKᵀ read it) with one TMA store per warpgroup.
 
+Log-sum-exp: every row's ``m + log2(ℓ)`` (its running maximum and sum, in the exp2 domain of the scaled logits) is
+stored to ``lse`` (float32 [B·H, S_q]) for the backward pass, which recomputes P = exp2(S · scale_log2 - lse)
+without a second softmax. A row that sees no key stores +inf, so the backward's exp2 gives 0 there.
+
 Pointer parameters carry their dtype, so each element type has its own Script class: ``AttentionF16`` and
 ``AttentionBF16`` (``ATTENTION_KERNELS`` by dtype name). The schedule (``block_n``, ``num_stages``, ``unroll``) is
 autotuned.
@@ -73,7 +77,7 @@ class _Attention(Script):
         self.num_stages = num_stages
         self.unroll = unroll
 
-    def attention(self, seq_q, seq_k, batch_heads, heads, group, scale_log2, q_ptr, k_ptr, v_ptr, o_ptr):
+    def attention(self, seq_q, seq_k, batch_heads, heads, group, scale_log2, q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr):
         """The kernel: O[bh] = softmax(scale · Q[bh]·K[kv(bh)]ᵀ) · V[kv(bh)] for query rows
         ``BLOCK_M · blockIdx.x ...`` of head ``bh = blockIdx.y``."""
         d, block_n, dtype = self.head_dim, self.block_n, self.dtype
@@ -83,6 +87,9 @@ class _Attention(Script):
         go = self.global_view(o_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
         gk = self.global_view(k_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
         gv = self.global_view(v_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
+        # lse [B·H, S_q] seen as [S_q, B·H]: a warpgroup's [64, 1] column is stored at (rows, bh), rows past S_q
+        # clipped instead of reaching the next head's.
+        glse = self.global_view(lse_ptr, dtype=float32, shape=[seq_q, batch_heads], strides=[1, seq_q])
         sq = self.shared_tensor(dtype=dtype, shape=[2, 1, 64, d])  # one 64-row slice per consumer warpgroup
         sk = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
         sv = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
@@ -111,8 +118,8 @@ class _Attention(Script):
         with self.thread_group(thread_begin=0, num_threads=CONSUMER_THREADS, max_registers=CONSUMER_REGISTERS):
             for wg in range(2):
                 with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
-                    self.consume(wg, sq[wg], sk, sv, go, q_loaded, pipe_k, pipe_v, turns, seq_q, seq_k, scale_log2,
-                                 bh, offset_m, n_tiles)
+                    self.consume(wg, sq[wg], sk, sv, go, glse, q_loaded, pipe_k, pipe_v, turns, seq_q, seq_k,
+                                 scale_log2, bh, offset_m, n_tiles)
 
     def produce(self, gq, gk, gv, sq, sk, sv, q_loaded, pipe_k, pipe_v, bh, kv_bh, offset_m, n_tiles):
         """The producer warp: the Q tile, then K_j and V_j for every tile j of the block, each into its ring."""
@@ -136,8 +143,8 @@ class _Attention(Script):
                 pipe.producer_acquire()
                 pipe.producer_advance()
 
-    def consume(self, wg, sq, sk, sv, go, q_loaded, pipe_k, pipe_v, turns, seq_q, seq_k, scale_log2, bh, offset_m,
-                n_tiles):
+    def consume(self, wg, sq, sk, sv, go, glse, q_loaded, pipe_k, pipe_v, turns, seq_q, seq_k, scale_log2, bh,
+                offset_m, n_tiles):
         """Consumer warpgroup ``wg``: rows ``offset_m + 64·wg ...``, the online softmax over the block's K/V tiles
         with S_j's QKᵀ issued before P_{j-1}'s PV, taking turns with the other warpgroup to issue them."""
         d, block_n, dtype = self.head_dim, self.block_n, self.dtype
@@ -210,6 +217,8 @@ class _Attention(Script):
             self.retire_pv(pipe_v)
         # 0 / 0 for a row that saw no key: divide by 1 instead (its O is 0).
         out = acc_o / self.where(row_sum == 0.0, 1.0, row_sum)
+        self.store_global(glse, self.where(row_sum == 0.0, float("inf"), row_max + self.log2(row_sum)),
+                          offsets=[rows_from, bh])
         self.store_output(sq, go, self.cast(out, dtype), bh, rows_from)
 
     def wait_turn(self, turn, phase):
@@ -275,8 +284,9 @@ class AttentionF16(_Attention):
     dtype = float16
 
     def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32,
-                 scale_log2: float32, q_ptr: ~float16, k_ptr: ~float16, v_ptr: ~float16, o_ptr: ~float16):
-        self.attention(seq_q, seq_k, batch_heads, heads, group, scale_log2, q_ptr, k_ptr, v_ptr, o_ptr)
+                 scale_log2: float32, q_ptr: ~float16, k_ptr: ~float16, v_ptr: ~float16, o_ptr: ~float16,
+                 lse_ptr: ~float32):
+        self.attention(seq_q, seq_k, batch_heads, heads, group, scale_log2, q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr)
 
 
 @_schedules
@@ -286,8 +296,9 @@ class AttentionBF16(_Attention):
     dtype = bfloat16
 
     def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32,
-                 scale_log2: float32, q_ptr: ~bfloat16, k_ptr: ~bfloat16, v_ptr: ~bfloat16, o_ptr: ~bfloat16):
-        self.attention(seq_q, seq_k, batch_heads, heads, group, scale_log2, q_ptr, k_ptr, v_ptr, o_ptr)
+                 scale_log2: float32, q_ptr: ~bfloat16, k_ptr: ~bfloat16, v_ptr: ~bfloat16, o_ptr: ~bfloat16,
+                 lse_ptr: ~float32):
+        self.attention(seq_q, seq_k, batch_heads, heads, group, scale_log2, q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr)
 
 
 #: The kernel class of each element type, by dtype name.

@@ -1,0 +1,119 @@
+"""Attention forward + backward on the GPU: warpspec.ops.attention (differentiable) against torch SDPA's cuDNN back
+end, timed the same way for both.
+
+Protocol: batch 2, heads · head_dim = 2048, S_q = S_k = seq, ``torch.randn`` inputs and output gradient; one timed
+call is ``torch.autograd.grad(attention(q, k, v), (q, k, v), dout)`` (forward and backward);
+FLOPs = 3.5 · 4 · B · H · seq² · D (the backward's five GEMMs are 2.5 times the forward's two), halved when causal;
+``triton.testing.do_bench(fn, warmup, rep, return_mode="median")``. Before timing, the output and the three
+gradients are checked against SDPA's (max abs error over max |SDPA's| below 2e-2 in fp16, 4e-2 in bf16); a config
+whose check fails is reported and not timed.
+
+    python benchmarks/attention_backward.py                     # D 64 and 128, seq 2048-16384, causal and not
+    python benchmarks/attention_backward.py --head-dims 128 --seqs 4096 --causal yes --dtypes bf16
+    python benchmarks/attention_backward.py --dry-run           # CPU: tiny shapes on the emulator, checks only
+
+``--dry-run`` runs the same checks on CPU tensors at batch 1, 2 heads, seq 96 (the emulator; SDPA on CPU in
+float32 as the reference) and times nothing. Prints one line per config; ``--json`` writes every number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+BATCH = 2
+MODEL_WIDTH = 2048  # heads · head_dim
+TOLERANCE = {"fp16": 2e-2, "bf16": 4e-2}
+
+
+def relative(got, want) -> float:
+    """Max abs error of ``got`` over the max magnitude of ``want``."""
+    return ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--head-dims", default="64,128")
+    parser.add_argument("--seqs", default="2048,4096,8192,16384")
+    parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
+    parser.add_argument("--dtypes", default="fp16,bf16", help="comma-separated: fp16, bf16")
+    parser.add_argument("--warmup", type=int, default=100, help="do_bench warmup, ms")
+    parser.add_argument("--rep", type=int, default=500, help="do_bench repetitions, ms")
+    parser.add_argument("--dry-run", action="store_true", help="CPU tensors on the emulator, tiny shapes, no timing")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    import warpspec
+    from warpspec.ops import attention
+
+    device = "cpu" if args.dry_run else "cuda"
+    torch_dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16}
+    causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
+    seqs = [96] if args.dry_run else [int(s) for s in args.seqs.split(",")]
+    results = {"gpu": None if args.dry_run else torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
+               "rows": []}
+
+    def forward_backward(attend, q, k, v, dout):
+        return lambda: torch.autograd.grad(attend(q, k, v), (q, k, v), dout)
+
+    def ours(causal):
+        return lambda q, k, v: attention(q, k, v, causal=causal)
+
+    def sdpa(causal):
+        if args.dry_run:  # the float32 math back end on CPU, as the reference
+            return lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(
+                q.float(), k.float(), v.float(), is_causal=causal)
+
+        def call(q, k, v):
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return call
+
+    failures = 0
+    with warpspec.use_backend("emulator" if args.dry_run else "cuda"):
+        for name in args.dtypes.split(","):
+            for head_dim in (int(d) for d in args.head_dims.split(",")):
+                heads = 2 if args.dry_run else MODEL_WIDTH // head_dim
+                batch = 1 if args.dry_run else BATCH
+                for seq in seqs:
+                    generator = torch.Generator(device=device).manual_seed(0)
+                    q, k, v, dout = (torch.randn(batch, heads, seq, head_dim, device=device, generator=generator,
+                                                 dtype=torch_dtypes[name]) for _ in range(4))
+                    for x in (q, k, v):
+                        x.requires_grad_()
+                    for causal in causals:
+                        row = {"dtype": name, "head_dim": head_dim, "seq": seq, "causal": causal}
+                        flops = 3.5 * 4 * batch * heads * seq * seq * head_dim / (2 if causal else 1)
+                        ours_out, sdpa_out = ours(causal)(q, k, v), sdpa(causal)(q, k, v)
+                        errors = [relative(ours_out, sdpa_out)]
+                        errors += [relative(a, b) for a, b in zip(forward_backward(ours(causal), q, k, v, dout)(),
+                                                                  forward_backward(sdpa(causal), q, k, v, dout)())]
+                        row["errors"] = dict(zip(("out", "dq", "dk", "dv"), errors))
+                        if max(errors) > TOLERANCE[name]:
+                            failures += 1
+                            print(f"{row}: check FAILED, not timed", flush=True)
+                            results["rows"].append(row)
+                            continue
+                        if not args.dry_run:
+                            import triton
+
+                            for label, attend in (("warpspec", ours(causal)), ("cudnn", sdpa(causal))):
+                                ms = triton.testing.do_bench(forward_backward(attend, q, k, v, dout),
+                                                             warmup=args.warmup, rep=args.rep, return_mode="median")
+                                row[label + "_ms"], row[label + "_tflops"] = ms, flops / ms / 1e9
+                            row["vs_cudnn"] = row["cudnn_ms"] / row["warpspec_ms"]
+                        print(row, flush=True)
+                        results["rows"].append(row)
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump(results, file, indent=1)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,421 @@
+"""The attention backward kernels behind ``warpspec.ops.attention_backward``, FlashAttention-3's structure with a
+separate, deterministic dQ pass. With P = exp2(S · scale_log2 - lse) the forward's probabilities (S = Q·Kᵀ, lse the
+forward's base-2 log-sum-exp per query row) and dO the output's gradient:
+
+* ``AttentionBackwardDot`` (preprocessing): D = rowsum(dO ∘ O) per query row, as the diagonal of the m64 WGMMA
+  dO·Oᵀ (the language reduces accumulator rows only, and this costs one 64 × 64 tile per 64 rows);
+* ``AttentionBackwardKV``: one block per 128 keys of one K/V head; each consumer warpgroup owns 64 of them and keeps
+  its K and V tiles in shared memory while a producer warp streams the (Q, dO) tiles of every query head of the
+  group through a ring. Per tile, with the keys as rows: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (two WGMMA groups), Pᵀ =
+  exp2(Sᵀ · scale_log2 - lse) (lse a row vector: one value per query column), dV += Pᵀ·dO, dSᵀ = Pᵀ ∘ (dPᵀ - D),
+  dK += dSᵀ·Q; Pᵀ and dSᵀ are cast in place into WGMMA's register A operand, so nothing goes through shared
+  memory. Summing over the group's query heads inside the block makes grouped-query dK/dV deterministic;
+* ``AttentionBackwardQ``: one block per 128 query rows (64 per consumer warpgroup, as the forward), the producer
+  streaming K and V tiles: S = Q·Kᵀ, dP = dO·Vᵀ, dS = P ∘ (dP - D), dQ += dS·K. Recomputing S and dP costs two
+  more GEMMs than float32 atomics would, and leaves dQ deterministic (the language has no atomics).
+
+dQ and dK leave multiplied by ``scale`` (dS is the gradient of the scaled logits). Masks: causal only, aligned at
+the bottom right as in the forward (key j is seen by query i when j <= i + S_k - S_q); no ragged mask is needed,
+since rows past a head's length read as zeros (Q, dO, K, V, lse and D alike), which makes their P finite and their
+contributions zero (dO = 0 gives dP = 0 and dV += 0; K = 0 or Q = 0 zeroes dQ's or dK's share), and rows that see
+no key have lse = +inf, so P = 0 there.
+"""
+
+from __future__ import annotations
+
+from warpspec.dtypes import bfloat16, float16, float32, int32
+from warpspec.errors import ArgumentError
+from warpspec.frontend.interpreter import cdiv
+from warpspec.ops.attention_kernel import (CONSUMER_REGISTERS, CONSUMER_THREADS, HEAD_DIMS, PRODUCER_REGISTERS,
+                                           WARPGROUP)
+from warpspec.pipeline import Pipeline
+from warpspec.script import Script
+
+BLOCK_ROWS = 2 * 64  # two consumer warpgroups of 64 rows (keys in the dK/dV kernel, queries in the dQ kernel)
+#: The backward's head dims: D = 256 needs dK and dV accumulators of 128 registers each per thread.
+BACKWARD_HEAD_DIMS = (64, 128)
+
+
+def _check_head_dim(head_dim):
+    if head_dim not in BACKWARD_HEAD_DIMS:
+        raise ArgumentError(f"head_dim must be one of {BACKWARD_HEAD_DIMS} for the backward, got {head_dim}")
+    assert head_dim in HEAD_DIMS
+
+
+class _Dot(Script):
+    """D = rowsum(dO ∘ O): one warpgroup per 64 query rows of one head."""
+
+    dtype = float16
+
+    def __init__(self, head_dim):
+        super().__init__()
+        _check_head_dim(head_dim)
+        self.head_dim = head_dim
+
+    def dot(self, seq_q, batch_heads, o_ptr, do_ptr, dd_ptr):
+        """D[bh, rows] for rows ``64 · blockIdx.x ...`` of head ``bh = blockIdx.y``."""
+        d, dtype = self.head_dim, self.dtype
+        self.attrs.blocks = [cdiv(seq_q, 64), batch_heads]
+        self.attrs.warps = WARPGROUP // 32
+        go = self.global_view(o_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
+        gdo = self.global_view(do_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
+        # D [B·H, S_q] seen as [S_q, B·H]: the [64, 1] column of the block's rows, rows past S_q clipped.
+        gdd = self.global_view(dd_ptr, dtype=float32, shape=[seq_q, batch_heads], strides=[1, seq_q])
+        so = self.shared_tensor(dtype=dtype, shape=[1, 64, d])
+        sdo = self.shared_tensor(dtype=dtype, shape=[1, 64, d])
+        loaded = self.mbarrier.alloc(counts=[1])
+        rows_from: int32 = 64 * self.blockIdx.x
+        bh: int32 = self.blockIdx.y
+        with self.thread_group(thread_begin=0, num_threads=WARPGROUP):
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(loaded[0], so.nbytes + sdo.nbytes)
+                self.tma.global_to_shared(src=go, dst=so, offsets=[bh, rows_from, 0], mbarrier=loaded[0])
+                self.tma.global_to_shared(src=gdo, dst=sdo, offsets=[bh, rows_from, 0], mbarrier=loaded[0])
+            self.mbarrier.wait(loaded[0], phase=0)
+            products = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
+            self.wgmma.fence()
+            self.wgmma.mma(sdo[0], so[0].transpose(), products)  # (dO·Oᵀ)[i, i] = rowsum(dO ∘ O)[i]
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            diagonal = self.where(self.row_index(products) == self.col_index(products), products, 0.0)
+            self.store_global(gdd, self.reduce_sum(diagonal), offsets=[rows_from, bh])
+
+
+class _KV(Script):
+    """dK and dV of 128 keys of one K/V head, summed over the query heads of its group."""
+
+    dtype = float16
+
+    def __init__(self, head_dim, causal, block_m, num_stages):
+        super().__init__()
+        _check_head_dim(head_dim)
+        self.head_dim = head_dim
+        self.causal = causal
+        self.block_m = block_m
+        self.num_stages = num_stages
+
+    def backward_kv(self, seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
+                    lse_ptr, dd_ptr, dk_ptr, dv_ptr):
+        """dK, dV for keys ``128 · blockIdx.x ...`` of K/V head ``blockIdx.y``."""
+        d, block_m, dtype = self.head_dim, self.block_m, self.dtype
+        kv_heads = heads // group
+        self.attrs.blocks = [cdiv(seq_k, BLOCK_ROWS), batch_heads // group]
+        self.attrs.warps = (CONSUMER_THREADS + WARPGROUP) // 32
+        gq = self.global_view(q_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
+        gdo = self.global_view(do_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
+        gk = self.global_view(k_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
+        gv = self.global_view(v_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
+        gdk = self.global_view(dk_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
+        gdv = self.global_view(dv_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
+        glse = self.global_view(lse_ptr, dtype=float32, shape=[batch_heads, seq_q])
+        gdd = self.global_view(dd_ptr, dtype=float32, shape=[batch_heads, seq_q])
+        sk = self.shared_tensor(dtype=dtype, shape=[2, 1, 64, d])  # one 64-key slice per consumer warpgroup
+        sv = self.shared_tensor(dtype=dtype, shape=[2, 1, 64, d])
+        sq = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_m, d])
+        sdo = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_m, d])
+        kv_loaded = self.mbarrier.alloc(counts=[1])
+        pipe = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
+
+        offset_n: int32 = BLOCK_ROWS * self.blockIdx.x
+        kv_bh: int32 = self.blockIdx.y
+        first_bh: int32 = kv_bh // kv_heads * heads + kv_bh % kv_heads * group  # the group's first query head
+        causal_shift: int32 = seq_k - seq_q
+        first_tile: int32 = 0
+        if self.causal:
+            # Key offset_n is first seen by query offset_n - causal_shift: earlier query tiles see none of the block.
+            first_tile = max(offset_n - causal_shift, 0) // block_m
+        tiles_per_head: int32 = max(cdiv(seq_q, block_m) - first_tile, 0)
+        n_items: int32 = group * tiles_per_head
+
+        with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=WARPGROUP,
+                               max_registers=PRODUCER_REGISTERS):
+            with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=32):
+                self.produce_kv(gq, gdo, gk, gv, sq, sdo, sk, sv, kv_loaded, pipe, kv_bh, first_bh, offset_n,
+                                first_tile, tiles_per_head, n_items)
+        with self.thread_group(thread_begin=0, num_threads=CONSUMER_THREADS, max_registers=CONSUMER_REGISTERS):
+            for wg in range(2):
+                with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
+                    self.consume_kv(wg, sk[wg], sv[wg], sq, sdo, glse, gdd, gdk, gdv, kv_loaded, pipe, scale,
+                                    scale_log2, kv_bh, first_bh, offset_n, first_tile, tiles_per_head, n_items,
+                                    causal_shift)
+
+    def produce_kv(self, gq, gdo, gk, gv, sq, sdo, sk, sv, kv_loaded, pipe, kv_bh, first_bh, offset_n, first_tile,
+                   tiles_per_head, n_items):
+        """The producer warp: the block's K and V once, then (Q, dO) of every query tile of every head of the
+        group into one ring."""
+        with self.single_thread():
+            self.mbarrier.arrive_and_expect_tx(kv_loaded[0], sk.nbytes + sv.nbytes)
+            for wg in range(2):
+                self.tma.global_to_shared(src=gk, dst=sk[wg], offsets=[kv_bh, offset_n + 64 * wg, 0],
+                                          mbarrier=kv_loaded[0])
+                self.tma.global_to_shared(src=gv, dst=sv[wg], offsets=[kv_bh, offset_n + 64 * wg, 0],
+                                          mbarrier=kv_loaded[0])
+        for item in self.range(n_items):
+            bh: int32 = first_bh + item // tiles_per_head
+            offset_m: int32 = (first_tile + item % tiles_per_head) * self.block_m
+            pipe.producer_acquire()
+            with self.single_thread():
+                stage = pipe.producer_stage
+                self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), sq[stage].nbytes + sdo[stage].nbytes)
+                self.tma.global_to_shared(src=gq, dst=sq[stage], offsets=[bh, offset_m, 0],
+                                          mbarrier=pipe.producer_barrier())
+                self.tma.global_to_shared(src=gdo, dst=sdo[stage], offsets=[bh, offset_m, 0],
+                                          mbarrier=pipe.producer_barrier())
+            pipe.producer_advance()
+        # Stay until the consumers released every filled stage (their arrivals target this warp's barriers).
+        for _ in self.range(min(self.num_stages, n_items)):
+            pipe.producer_acquire()
+            pipe.producer_advance()
+
+    def consume_kv(self, wg, sk, sv, sq, sdo, glse, gdd, gdk, gdv, kv_loaded, pipe, scale, scale_log2, kv_bh,
+                   first_bh, offset_n, first_tile, tiles_per_head, n_items, causal_shift):
+        """Consumer warpgroup ``wg``: keys ``offset_n + 64·wg ...`` against every streamed (Q, dO) tile, keys as
+        rows so that Pᵀ and dSᵀ are the A operands of dV's and dK's WGMMAs straight from registers."""
+        d, block_m, dtype = self.head_dim, self.block_m, self.dtype
+        pipe.consumer_stage = 0
+        pipe.consumer_phase = self.mbarrier.consumer_initial_phase
+        acc_dk = self.register_tensor(dtype=float32, shape=[64, d], init=0.0)
+        acc_dv = self.register_tensor(dtype=float32, shape=[64, d], init=0.0)
+        keys_from: int32 = offset_n + 64 * wg
+        self.mbarrier.wait(kv_loaded[0], phase=0)
+        for item in self.range(n_items):
+            bh: int32 = first_bh + item // tiles_per_head
+            offset_m: int32 = (first_tile + item % tiles_per_head) * block_m
+            pipe.consumer_acquire()
+            stage = pipe.consumer_stage
+            acc_s = self.register_tensor(dtype=float32, shape=[64, block_m], init=0.0)
+            acc_dp = self.register_tensor(dtype=float32, shape=[64, block_m], init=0.0)
+            self.wgmma.fence()
+            self.wgmma.mma(sk[0], sq[stage][0].transpose(), acc_s)  # Sᵀ = K·Qᵀ
+            self.wgmma.commit_group()
+            self.wgmma.mma(sv[0], sdo[stage][0].transpose(), acc_dp)  # dPᵀ = V·dOᵀ
+            self.wgmma.commit_group()
+            lse = self.load_global(glse, offsets=[bh, offset_m], shape=[1, block_m])
+            self.wgmma.wait_group(1)
+            probs = self.exp2(acc_s * scale_log2 - lse)
+            if self.causal:
+                if keys_from + 63 > offset_m + causal_shift:  # the tile crosses the diagonal
+                    keep = self.row_index(probs) + keys_from <= self.col_index(probs) + (offset_m + causal_shift)
+                    probs = self.where(keep, probs, 0.0)
+            probs16 = self.cast(probs, dtype)
+            self.wgmma.fence()  # after the cast writes the A registers
+            self.wgmma.mma(probs16, sdo[stage][0], acc_dv)  # dV += Pᵀ·dO
+            self.wgmma.commit_group()
+            dd = self.load_global(gdd, offsets=[bh, offset_m], shape=[1, block_m])
+            self.wgmma.wait_group(1)  # dPᵀ is done (dV's group may still run)
+            grads = self.cast(probs * (acc_dp - dd), dtype)
+            self.wgmma.fence()
+            self.wgmma.mma(grads, sq[stage][0], acc_dk)  # dK += dSᵀ·Q
+            self.wgmma.commit_group()
+            self.retire_tile(pipe)
+        self.store_tile(sk, gdk, self.cast(acc_dk * scale, dtype), kv_bh, keys_from)
+        self.store_tile(sv, gdv, self.cast(acc_dv, dtype), kv_bh, keys_from)
+
+    def retire_tile(self, pipe):
+        """Wait for dV's and dK's WGMMAs (they read the stage's dO and Q) and only then hand the stage back to the
+        producer, whose next TMA load may overwrite it."""
+        self.wgmma.wait_group(0)
+        pipe.consumer_release()
+        pipe.consumer_advance()
+
+    def store_tile(self, buffer, view, tile, head, rows_from):
+        """``tile`` -> the warpgroup's shared ``buffer`` [1, 64, D] (its last reader is done) -> one TMA store into
+        the 3-D view, which clips rows past the head's length."""
+        self.store_shared(buffer[0], tile)
+        self.fence_proxy_async()  # the ordinary stores become visible to the TMA store's async-proxy read
+        self.sync()
+        with self.single_thread():
+            self.tma.shared_to_global(src=buffer, dst=view, offsets=[head, rows_from, 0])
+            self.tma.commit_group()
+            self.tma.wait_group(0)  # the shared source must stay valid until the copy has read it
+
+
+class _Q(Script):
+    """dQ of 128 query rows of one head, over every K/V tile they see."""
+
+    dtype = float16
+
+    def __init__(self, head_dim, causal, block_n, num_stages):
+        super().__init__()
+        _check_head_dim(head_dim)
+        self.head_dim = head_dim
+        self.causal = causal
+        self.block_n = block_n
+        self.num_stages = num_stages
+
+    def backward_q(self, seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
+                   lse_ptr, dd_ptr, dq_ptr):
+        """dQ for query rows ``128 · blockIdx.x ...`` of head ``bh = blockIdx.y``."""
+        d, block_n, dtype = self.head_dim, self.block_n, self.dtype
+        self.attrs.blocks = [cdiv(seq_q, BLOCK_ROWS), batch_heads]
+        self.attrs.warps = (CONSUMER_THREADS + WARPGROUP) // 32
+        gq = self.global_view(q_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
+        gdo = self.global_view(do_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
+        gdq = self.global_view(dq_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
+        gk = self.global_view(k_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
+        gv = self.global_view(v_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
+        # lse and D [B·H, S_q] seen as [S_q, B·H]: a warpgroup's [64, 1] column per row block.
+        glse = self.global_view(lse_ptr, dtype=float32, shape=[seq_q, batch_heads], strides=[1, seq_q])
+        gdd = self.global_view(dd_ptr, dtype=float32, shape=[seq_q, batch_heads], strides=[1, seq_q])
+        sq = self.shared_tensor(dtype=dtype, shape=[2, 1, 64, d])
+        sdo = self.shared_tensor(dtype=dtype, shape=[2, 1, 64, d])
+        sk = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
+        sv = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
+        q_loaded = self.mbarrier.alloc(counts=[1])
+        pipe = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
+
+        offset_m: int32 = BLOCK_ROWS * self.blockIdx.x
+        bh: int32 = self.blockIdx.y
+        kv_bh: int32 = bh // heads * (heads // group) + bh % heads // group
+        causal_shift: int32 = seq_k - seq_q
+        n_end: int32 = seq_k
+        if self.causal:
+            n_end = max(min(seq_k, offset_m + BLOCK_ROWS + causal_shift), 0)
+        n_tiles: int32 = cdiv(n_end, block_n)
+
+        with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=WARPGROUP,
+                               max_registers=PRODUCER_REGISTERS):
+            with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=32):
+                self.produce_q(gq, gdo, gk, gv, sq, sdo, sk, sv, q_loaded, pipe, bh, kv_bh, offset_m, n_tiles)
+        with self.thread_group(thread_begin=0, num_threads=CONSUMER_THREADS, max_registers=CONSUMER_REGISTERS):
+            for wg in range(2):
+                with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
+                    self.consume_q(wg, sq[wg], sdo[wg], sk, sv, glse, gdd, gdq, q_loaded, pipe, scale, scale_log2,
+                                   bh, offset_m, n_tiles, causal_shift)
+
+    def produce_q(self, gq, gdo, gk, gv, sq, sdo, sk, sv, q_loaded, pipe, bh, kv_bh, offset_m, n_tiles):
+        """The producer warp: the block's Q and dO once, then (K_j, V_j) of every tile into one ring."""
+        with self.single_thread():
+            self.mbarrier.arrive_and_expect_tx(q_loaded[0], sq.nbytes + sdo.nbytes)
+            for wg in range(2):
+                self.tma.global_to_shared(src=gq, dst=sq[wg], offsets=[bh, offset_m + 64 * wg, 0],
+                                          mbarrier=q_loaded[0])
+                self.tma.global_to_shared(src=gdo, dst=sdo[wg], offsets=[bh, offset_m + 64 * wg, 0],
+                                          mbarrier=q_loaded[0])
+        for j in self.range(n_tiles):
+            pipe.producer_acquire()
+            with self.single_thread():
+                stage = pipe.producer_stage
+                self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), sk[stage].nbytes + sv[stage].nbytes)
+                self.tma.global_to_shared(src=gk, dst=sk[stage], offsets=[kv_bh, j * self.block_n, 0],
+                                          mbarrier=pipe.producer_barrier())
+                self.tma.global_to_shared(src=gv, dst=sv[stage], offsets=[kv_bh, j * self.block_n, 0],
+                                          mbarrier=pipe.producer_barrier())
+            pipe.producer_advance()
+        for _ in self.range(min(self.num_stages, n_tiles)):
+            pipe.producer_acquire()
+            pipe.producer_advance()
+
+    def consume_q(self, wg, sq, sdo, sk, sv, glse, gdd, gdq, q_loaded, pipe, scale, scale_log2, bh, offset_m,
+                  n_tiles, causal_shift):
+        """Consumer warpgroup ``wg``: rows ``offset_m + 64·wg ...``; dQ += dS·K over the block's K/V tiles."""
+        d, block_n, dtype = self.head_dim, self.block_n, self.dtype
+        pipe.consumer_stage = 0
+        pipe.consumer_phase = self.mbarrier.consumer_initial_phase
+        rows_from: int32 = offset_m + 64 * wg
+        acc_dq = self.register_tensor(dtype=float32, shape=[64, d], init=0.0)
+        lse = self.load_global(glse, offsets=[rows_from, bh], shape=[64, 1])
+        dd = self.load_global(gdd, offsets=[rows_from, bh], shape=[64, 1])
+        self.mbarrier.wait(q_loaded[0], phase=0)
+        for j in self.range(n_tiles):
+            pipe.consumer_acquire()
+            stage = pipe.consumer_stage
+            acc_s = self.register_tensor(dtype=float32, shape=[64, block_n], init=0.0)
+            acc_dp = self.register_tensor(dtype=float32, shape=[64, block_n], init=0.0)
+            self.wgmma.fence()
+            self.wgmma.mma(sq[0], sk[stage][0].transpose(), acc_s)  # S = Q·Kᵀ
+            self.wgmma.commit_group()
+            self.wgmma.mma(sdo[0], sv[stage][0].transpose(), acc_dp)  # dP = dO·Vᵀ
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(1)
+            probs = self.exp2(acc_s * scale_log2 - lse)
+            if self.causal:
+                if j * block_n + block_n - 1 > rows_from + causal_shift:  # the tile crosses the diagonal
+                    keep = self.col_index(probs) + j * block_n <= self.row_index(probs) + (rows_from + causal_shift)
+                    probs = self.where(keep, probs, 0.0)
+            self.wgmma.wait_group(0)
+            grads = self.cast(probs * (acc_dp - dd), dtype)
+            self.wgmma.fence()
+            self.wgmma.mma(grads, sk[stage][0], acc_dq)  # dQ += dS·K
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            pipe.consumer_release()
+            pipe.consumer_advance()
+        self.store_shared(sq[0], self.cast(acc_dq * scale, dtype))  # Q's last reader, S's WGMMA, is done
+        self.fence_proxy_async()
+        self.sync()
+        with self.single_thread():
+            self.tma.shared_to_global(src=sq, dst=gdq, offsets=[bh, rows_from, 0])
+            self.tma.commit_group()
+            self.tma.wait_group(0)
+
+
+class DotF16(_Dot):
+    """float16 O and dO."""
+
+    dtype = float16
+
+    def __call__(self, seq_q: int32, batch_heads: int32, o_ptr: ~float16, do_ptr: ~float16, dd_ptr: ~float32):
+        self.dot(seq_q, batch_heads, o_ptr, do_ptr, dd_ptr)
+
+
+class DotBF16(_Dot):
+    """bfloat16 O and dO."""
+
+    dtype = bfloat16
+
+    def __call__(self, seq_q: int32, batch_heads: int32, o_ptr: ~bfloat16, do_ptr: ~bfloat16, dd_ptr: ~float32):
+        self.dot(seq_q, batch_heads, o_ptr, do_ptr, dd_ptr)
+
+
+class BackwardKVF16(_KV):
+    """float16 operands and gradients."""
+
+    dtype = float16
+
+    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32, scale: float32,
+                 scale_log2: float32, q_ptr: ~float16, k_ptr: ~float16, v_ptr: ~float16, do_ptr: ~float16,
+                 lse_ptr: ~float32, dd_ptr: ~float32, dk_ptr: ~float16, dv_ptr: ~float16):
+        self.backward_kv(seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
+                         lse_ptr, dd_ptr, dk_ptr, dv_ptr)
+
+
+class BackwardKVBF16(_KV):
+    """bfloat16 operands and gradients."""
+
+    dtype = bfloat16
+
+    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32, scale: float32,
+                 scale_log2: float32, q_ptr: ~bfloat16, k_ptr: ~bfloat16, v_ptr: ~bfloat16, do_ptr: ~bfloat16,
+                 lse_ptr: ~float32, dd_ptr: ~float32, dk_ptr: ~bfloat16, dv_ptr: ~bfloat16):
+        self.backward_kv(seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
+                         lse_ptr, dd_ptr, dk_ptr, dv_ptr)
+
+
+class BackwardQF16(_Q):
+    """float16 operands and gradient."""
+
+    dtype = float16
+
+    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32, scale: float32,
+                 scale_log2: float32, q_ptr: ~float16, k_ptr: ~float16, v_ptr: ~float16, do_ptr: ~float16,
+                 lse_ptr: ~float32, dd_ptr: ~float32, dq_ptr: ~float16):
+        self.backward_q(seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
+                        lse_ptr, dd_ptr, dq_ptr)
+
+
+class BackwardQBF16(_Q):
+    """bfloat16 operands and gradient."""
+
+    dtype = bfloat16
+
+    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32, scale: float32,
+                 scale_log2: float32, q_ptr: ~bfloat16, k_ptr: ~bfloat16, v_ptr: ~bfloat16, do_ptr: ~bfloat16,
+                 lse_ptr: ~float32, dd_ptr: ~float32, dq_ptr: ~bfloat16):
+        self.backward_q(seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
+                        lse_ptr, dd_ptr, dq_ptr)
+
+
+#: The three kernels of each element type, by dtype name: (preprocessing, dK/dV, dQ).
+BACKWARD_KERNELS = {"float16": (DotF16, BackwardKVF16, BackwardQF16),
+                    "bfloat16": (DotBF16, BackwardKVBF16, BackwardQBF16)}

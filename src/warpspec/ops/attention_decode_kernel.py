@@ -1,0 +1,216 @@
+"""The split-KV (flash-decoding) attention forward behind ``warpspec.ops.attention`` for few query rows (decode and
+speculative decoding) against many keys: the keys of each (batch, head) are split into ``n_splits`` chunks of
+``chunk`` keys (a multiple of ``block_n``), one block per chunk, so that even batch 1 fills every SM.
+
+The grid is (n_splits, B·H). A block's threads:
+
+* **a producer warp** loads the (at most 64) query rows once, then the K and V tiles of the block's chunk through
+  one ring of shared-memory stages (a ``Pipeline``; decode is bandwidth-bound, so the ring only has to keep enough
+  loads in flight);
+* **one consumer warpgroup** runs the forward's online softmax over the chunk and ends with a partial result: O_s
+  normalised by its own row sum and lse_s = m_s + log2(ℓ_s) (-inf for rows that saw no key of the chunk).
+
+Every block but the last split of a head leaves its partial in a float32 workspace (ordinary stores), and
+``flag.signal``s it; the last split, launched after the others of its head (blockIdx.x is the fastest index),
+``flag.wait``s for each, gives the flag back (0, for the next launch) and folds the partial into its own:
+m = max(lse, lse_s), O = (O·2^(lse - m) + O_s·2^(lse_s - m)) / (2^(lse - m) + 2^(lse_s - m)), lse = m + log2 of
+that sum. It then stores O (cast, through shared memory and a TMA store that clips rows past S_q) and the row's
+log-sum-exp (+inf for a row that sees no key, as the forward kernel stores it).
+"""
+
+from __future__ import annotations
+
+from warpspec.dtypes import bfloat16, float16, float32, int32
+from warpspec.frontend.interpreter import cdiv
+from warpspec.ops.attention_kernel import HEAD_DIMS, WARPGROUP
+from warpspec.errors import ArgumentError
+from warpspec.pipeline import Pipeline
+from warpspec.script import Script
+
+#: The decode kernel's query rows per block: one m64 WGMMA row block.
+DECODE_ROWS = 64
+
+
+class _Decode(Script):
+    """Shared body; subclasses fix the element type through their ``__call__`` annotations."""
+
+    dtype = float16
+
+    def __init__(self, head_dim, causal, block_n, num_stages):
+        super().__init__()
+        if head_dim not in HEAD_DIMS:
+            raise ArgumentError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
+        self.head_dim = head_dim
+        self.causal = causal
+        self.block_n = block_n
+        self.num_stages = num_stages
+
+    def decode(self, seq_q, seq_k, batch_heads, heads, group, scale_log2, chunk, n_splits, q_ptr, k_ptr, v_ptr,
+               o_ptr, lse_ptr, ws_o_ptr, ws_lse_ptr, flags_ptr):
+        """Split ``blockIdx.x`` of head ``bh = blockIdx.y``: keys ``chunk · blockIdx.x ...``."""
+        d, block_n, dtype = self.head_dim, self.block_n, self.dtype
+        self.attrs.blocks = [n_splits, batch_heads]
+        self.attrs.warps = (WARPGROUP + 32) // 32
+        gq = self.global_view(q_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
+        go = self.global_view(o_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
+        gk = self.global_view(k_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
+        gv = self.global_view(v_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
+        glse = self.global_view(lse_ptr, dtype=float32, shape=[seq_q, batch_heads], strides=[1, seq_q])
+        # One 64-row partial (O and lse) and one flag per block.
+        ws_o = self.global_view(ws_o_ptr, dtype=float32, shape=[n_splits * batch_heads * DECODE_ROWS, d],
+                                scratch=True)
+        ws_lse = self.global_view(ws_lse_ptr, dtype=float32, shape=[n_splits * batch_heads * DECODE_ROWS, 1],
+                                  scratch=True)
+        flags = self.global_view(flags_ptr, dtype=int32, shape=[n_splits * batch_heads])
+        sq = self.shared_tensor(dtype=dtype, shape=[1, DECODE_ROWS, d])
+        sk = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
+        sv = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
+        q_loaded = self.mbarrier.alloc(counts=[1])
+        pipe = Pipeline(self.num_stages, consumer_arrivals=WARPGROUP)
+
+        split: int32 = self.blockIdx.x
+        bh: int32 = self.blockIdx.y
+        kv_bh: int32 = bh // heads * (heads // group) + bh % heads // group
+        # Causal or not, every key is seen by some row: the last query row (S_q <= 64) sees them all.
+        keys_from: int32 = split * chunk
+        n_tiles: int32 = cdiv(max(min(seq_k - keys_from, chunk), 0), block_n)
+
+        with self.thread_group(thread_begin=WARPGROUP, num_threads=32):
+            self.produce(gq, gk, gv, sq, sk, sv, q_loaded, pipe, bh, kv_bh, keys_from, n_tiles)
+        with self.thread_group(thread_begin=0, num_threads=WARPGROUP):
+            row_max, acc_o = self.consume(sq, sk, sv, q_loaded, pipe, seq_q, seq_k, scale_log2, keys_from, n_tiles)
+            slot: int32 = bh * n_splits + split
+            if split < n_splits - 1:
+                self.leave_partial(acc_o, row_max, ws_o, ws_lse, flags, slot)
+            else:
+                for earlier in self.range(n_splits - 1):
+                    other_o, other_lse = self.take_partial(ws_o, ws_lse, flags, slot - 1 - earlier)
+                    # m = max(lse, lse_s); rows where both are -inf (no key yet) subtract 0, never -inf - -inf.
+                    new_max = max(row_max, other_lse)
+                    subtrahend = self.where(new_max == float("-inf"), 0.0, new_max)
+                    mine = self.exp2(row_max - subtrahend)
+                    theirs = self.exp2(other_lse - subtrahend)
+                    total = mine + theirs
+                    acc_o = (acc_o * mine + other_o * theirs) / self.where(total == 0.0, 1.0, total)
+                    row_max = self.where(total == 0.0, float("-inf"), subtrahend + self.log2(total))
+                self.store_global(glse, self.where(row_max == float("-inf"), float("inf"), row_max),
+                                  offsets=[0, bh])
+                self.store_shared(sq[0], self.cast(acc_o, dtype))  # Q's last reader, the last S WGMMA, is done
+                self.fence_proxy_async()
+                self.sync()
+                with self.single_thread():
+                    self.tma.shared_to_global(src=sq, dst=go, offsets=[bh, 0, 0])
+                    self.tma.commit_group()
+                    self.tma.wait_group(0)
+
+    def produce(self, gq, gk, gv, sq, sk, sv, q_loaded, pipe, bh, kv_bh, keys_from, n_tiles):
+        """The producer warp: Q once, then K_j and V_j of every tile of the chunk into one ring."""
+        with self.single_thread():
+            self.mbarrier.arrive_and_expect_tx(q_loaded[0], sq.nbytes)
+            self.tma.global_to_shared(src=gq, dst=sq, offsets=[bh, 0, 0], mbarrier=q_loaded[0])
+        for j in self.range(n_tiles):
+            pipe.producer_acquire()
+            with self.single_thread():
+                stage = pipe.producer_stage
+                self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), sk[stage].nbytes + sv[stage].nbytes)
+                self.tma.global_to_shared(src=gk, dst=sk[stage], offsets=[kv_bh, keys_from + j * self.block_n, 0],
+                                          mbarrier=pipe.producer_barrier())
+                self.tma.global_to_shared(src=gv, dst=sv[stage], offsets=[kv_bh, keys_from + j * self.block_n, 0],
+                                          mbarrier=pipe.producer_barrier())
+            pipe.producer_advance()
+        for _ in self.range(min(self.num_stages, n_tiles)):
+            pipe.producer_acquire()
+            pipe.producer_advance()
+
+    def consume(self, sq, sk, sv, q_loaded, pipe, seq_q, seq_k, scale_log2, keys_from, n_tiles):
+        """The online softmax over the chunk's tiles; returns (lse_s, O_s) of the chunk: O normalised by the
+        chunk's row sum, lse_s = m + log2(ℓ), -inf (and O 0) for a row that saw none of its keys."""
+        d, block_n, dtype = self.head_dim, self.block_n, self.dtype
+        row_max = self.register_tensor(dtype=float32, shape=[DECODE_ROWS, 1], init=float("-inf"))
+        row_sum = self.register_tensor(dtype=float32, shape=[DECODE_ROWS, 1], init=0.0)
+        acc_o = self.register_tensor(dtype=float32, shape=[DECODE_ROWS, d], init=0.0)
+        causal_shift: int32 = seq_k - seq_q
+        self.mbarrier.wait(q_loaded[0], phase=0)
+        for j in self.range(n_tiles):
+            offset_n: int32 = keys_from + j * block_n
+            pipe.consumer_acquire()
+            stage = pipe.consumer_stage
+            acc_s = self.register_tensor(dtype=float32, shape=[DECODE_ROWS, block_n], init=0.0)
+            self.wgmma.fence()
+            self.wgmma.mma(sq[0], sk[stage][0].transpose(), acc_s)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            needs_mask = offset_n + block_n > seq_k
+            if self.causal:
+                needs_mask = needs_mask or offset_n + block_n - 1 > causal_shift
+            if needs_mask:
+                cols = self.col_index(acc_s) + offset_n
+                keep = cols < seq_k
+                if self.causal:
+                    keep = keep & (cols <= self.row_index(acc_s) + causal_shift)
+                acc_s = self.where(keep, acc_s, float("-inf"))
+            new_max = max(row_max, self.reduce_max(acc_s) * scale_log2)
+            # Rows without a visible key yet subtract 0, never -inf - -inf.
+            subtrahend = self.where(new_max == float("-inf"), 0.0, new_max)
+            probs = self.exp2(acc_s * scale_log2 - subtrahend)
+            correction = self.exp2(row_max - subtrahend)
+            row_sum = row_sum * correction + self.reduce_sum(probs)
+            row_max = max(row_max, new_max)
+            acc_o = acc_o * correction
+            probs16 = self.cast(probs, dtype)
+            self.wgmma.fence()
+            self.wgmma.mma(probs16, sv[stage][0], acc_o)
+            self.wgmma.commit_group()
+            self.wgmma.wait_group(0)
+            pipe.consumer_release()
+            pipe.consumer_advance()
+        lse = self.where(row_sum == 0.0, float("-inf"), row_max + self.log2(row_sum))
+        return lse, acc_o / self.where(row_sum == 0.0, 1.0, row_sum)
+
+    def leave_partial(self, acc_o, lse, ws_o, ws_lse, flags, slot):
+        """Store this chunk's partial into its workspace slot, then say so to the head's last split."""
+        self.store_global(ws_o, acc_o, offsets=[slot * DECODE_ROWS, 0])
+        self.store_global(ws_lse, lse, offsets=[slot * DECODE_ROWS, 0])
+        self.sync()  # every thread's stores before the signal
+        with self.single_thread():
+            self.flag.signal(flags, slot, 1)
+
+    def take_partial(self, ws_o, ws_lse, flags, slot):
+        """Wait for an earlier split's partial (slot ``slot``); its (O_s, lse_s)."""
+        with self.single_thread():
+            self.flag.wait(flags, slot, 1)
+            self.flag.signal(flags, slot, 0)  # written once per launch, read once: given back for the next
+        self.sync()  # the other threads' loads after the wait
+        other_lse = self.load_global(ws_lse, offsets=[slot * DECODE_ROWS, 0], shape=[DECODE_ROWS, 1])
+        other_o = self.load_global(ws_o, offsets=[slot * DECODE_ROWS, 0], shape=[DECODE_ROWS, self.head_dim])
+        return other_o, other_lse
+
+
+class DecodeF16(_Decode):
+    """float16 Q, K, V and O."""
+
+    dtype = float16
+
+    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32,
+                 scale_log2: float32, chunk: int32, n_splits: int32, q_ptr: ~float16, k_ptr: ~float16,
+                 v_ptr: ~float16, o_ptr: ~float16, lse_ptr: ~float32, ws_o_ptr: ~float32, ws_lse_ptr: ~float32,
+                 flags_ptr: ~int32):
+        self.decode(seq_q, seq_k, batch_heads, heads, group, scale_log2, chunk, n_splits, q_ptr, k_ptr, v_ptr,
+                    o_ptr, lse_ptr, ws_o_ptr, ws_lse_ptr, flags_ptr)
+
+
+class DecodeBF16(_Decode):
+    """bfloat16 Q, K, V and O."""
+
+    dtype = bfloat16
+
+    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32,
+                 scale_log2: float32, chunk: int32, n_splits: int32, q_ptr: ~bfloat16, k_ptr: ~bfloat16,
+                 v_ptr: ~bfloat16, o_ptr: ~bfloat16, lse_ptr: ~float32, ws_o_ptr: ~float32, ws_lse_ptr: ~float32,
+                 flags_ptr: ~int32):
+        self.decode(seq_q, seq_k, batch_heads, heads, group, scale_log2, chunk, n_splits, q_ptr, k_ptr, v_ptr,
+                    o_ptr, lse_ptr, ws_o_ptr, ws_lse_ptr, flags_ptr)
+
+
+#: The decode kernel class of each element type, by dtype name.
+DECODE_KERNELS = {"float16": DecodeF16, "bfloat16": DecodeBF16}

@@ -1,0 +1,192 @@
+"""warpspec.ops.attention_backward and ops.attention's log-sum-exp on the emulator: gradients against a float32 torch
+reference at small ragged shapes (both causal modes, grouped-query heads, D 64 and 128, fp16 and bf16), rows that
+see no key, random interleavings of the kernels' partitions, every ArgumentError, and the NVRTC build of the three
+backward kernels of each head dim (no spills, no stack, no ptxas advisory)."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import warpspec
+from warpspec import ArgumentError
+from warpspec.emulator.run import SEED_VARIABLE
+from warpspec.ops import attention, attention_backward
+from warpspec.ops.attention_backward import DEFAULT_BACKWARD_SCHEDULES, backward_kernels, validate_backward
+
+torch = pytest.importorskip("torch")
+
+#: Max abs error over max |reference gradient|: fp16 operands and P, dS rounded to the input type before their
+#: GEMMs (bf16 keeps 8 bits); measured 3e-4 to 1e-3 for fp16.
+GRADIENT_TOLERANCE = {np.float16: 4e-3, ml_dtypes.bfloat16: 3e-2}
+
+
+@pytest.fixture(autouse=True)
+def emulator(monkeypatch):
+    monkeypatch.delenv(SEED_VARIABLE, raising=False)
+    with warpspec.use_backend("emulator"):
+        yield
+
+
+def operands(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((batch, heads, seq_q, head_dim)).astype(dtype)
+    k = rng.standard_normal((batch, kv_heads, seq_k, head_dim)).astype(dtype)
+    v = rng.standard_normal((batch, kv_heads, seq_k, head_dim)).astype(dtype)
+    dout = rng.standard_normal((batch, heads, seq_q, head_dim)).astype(dtype)
+    return q, k, v, dout
+
+
+def reference(q, k, v, dout, causal, scale=None):
+    """(out, lse, dq, dk, dv) in float32 by torch autograd: K/V heads repeated for the group (so dK/dV sum over it),
+    causal aligned at the bottom right, rows that see no key 0 (and their lse -inf)."""
+    tensors = [torch.tensor(x.astype(np.float32), requires_grad=True) for x in (q, k, v)]
+    q32, k32, v32 = tensors
+    group = q.shape[1] // k.shape[1]
+    logits = q32 @ k32.repeat_interleave(group, 1).transpose(-1, -2) * (q.shape[-1] ** -0.5 if scale is None
+                                                                          else scale)
+    if causal:
+        seq_q, seq_k = q.shape[2], k.shape[2]
+        visible = torch.arange(seq_k)[None, :] <= torch.arange(seq_q)[:, None] + seq_k - seq_q
+        logits = logits.masked_fill(~visible, float("-inf"))
+    out = torch.softmax(logits, -1).nan_to_num(0.0) @ v32.repeat_interleave(group, 1)
+    out.backward(torch.tensor(dout.astype(np.float32)))
+    lse = torch.logsumexp(logits, -1)
+    return (out.detach().numpy(), lse.detach().numpy(), *(t.grad.numpy() for t in tensors))
+
+
+def relative_error(got, expected):
+    return np.abs(got.astype(np.float32) - expected).max() / np.abs(expected).max()
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("seq_q, seq_k", [(150, 190), (190, 64), (64, 130)])
+def test_gradients_match_torch_at_ragged_grouped_query_shapes(dtype, causal, seq_q, seq_k):
+    """Two batches of 4 query heads over 2 K/V heads, D 64; lengths no multiple of a tile; S_q > S_k leaves causal
+    rows without keys (their gradients 0)."""
+    q, k, v, dout = operands(2, 4, 2, seq_q, seq_k, 64, dtype)
+    out, lse = attention(q, k, v, causal=causal, return_lse=True)
+    dq, dk, dv = attention_backward(q, k, v, out, dout, lse, causal=causal)
+    _, _, *expected = reference(q, k, v, dout, causal)
+    assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
+    assert dq.dtype == dk.dtype == dv.dtype == q.dtype
+    for got, want in zip((dq, dk, dv), expected):
+        assert relative_error(got, want) < GRADIENT_TOLERANCE[dtype]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_head_dim_128_and_a_custom_scale(causal):
+    q, k, v, dout = operands(1, 2, 1, 100, 130, 128, np.float16, seed=1)
+    out, lse = attention(q, k, v, causal=causal, scale=0.2, return_lse=True)
+    grads = attention_backward(q, k, v, out, dout, lse, causal=causal, scale=0.2)
+    _, _, *expected = reference(q, k, v, dout, causal, scale=0.2)
+    for got, want in zip(grads, expected):
+        assert relative_error(got, want) < GRADIENT_TOLERANCE[np.float16]
+
+
+def test_lse_is_the_log_sum_exp_and_inf_where_a_row_sees_no_key():
+    """Causal with S_q = 3 S_k: the first 2 S_k rows see no key; their lse is +inf (the backward's P is 0 there)."""
+    q, k, v, dout = operands(1, 2, 2, 90, 30, 64, np.float16, seed=2)
+    out, lse = attention(q, k, v, causal=True, return_lse=True)
+    expected_out, expected_lse, *_ = reference(q, k, v, dout, True)
+    assert lse.dtype == np.float32 and lse.shape == (1, 2, 90)
+    assert np.all(lse[:, :, :60] == np.inf)
+    assert np.abs(lse[:, :, 60:] - expected_lse[:, :, 60:]).max() < 1e-5 * np.abs(expected_lse[:, :, 60:]).max()
+    assert np.array_equal(out, attention(q, k, v, causal=True))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_interleavings(seed, monkeypatch):
+    """The three kernels under the emulator's random schedules: no race, barrier misuse or deadlock, the same
+    gradients."""
+    q, k, v, dout = operands(1, 2, 1, 140, 150, 64, np.float16, seed=3)
+    out, lse = attention(q, k, v, causal=True, return_lse=True)
+    monkeypatch.setenv(SEED_VARIABLE, str(seed))
+    grads = attention_backward(q, k, v, out, dout, lse, causal=True)
+    _, _, *expected = reference(q, k, v, dout, True)
+    for got, want in zip(grads, expected):
+        assert relative_error(got, want) < GRADIENT_TOLERANCE[np.float16]
+
+
+def test_an_empty_query_gives_zero_key_gradients():
+    q, k, v, dout = operands(1, 2, 2, 0, 16, 64, np.float16)
+    dq, dk, dv = attention_backward(q, k, v, q, dout, np.zeros((1, 2, 0), np.float32))
+    assert dq.shape == (1, 2, 0, 64) and not dk.any() and not dv.any()
+
+
+def _cases():
+    q, k, v, dout = operands(1, 4, 2, 16, 16, 64, np.float16)
+    lse = np.zeros((1, 4, 16), np.float32)
+    q256 = np.zeros((1, 4, 16, 256), np.float16)
+    return {
+        "head-dim": ((q256, q256[:, :2], q256[:, :2], q256, q256, lse), {},
+                     "head_dim (q.shape[3]) is 256; attention_backward supports 64, 128"),
+        "out-shape": ((q, k, v, q[:, :, :8], dout, lse), {}, "out must have q's shape (1, 4, 16, 64), got (1, 4, 8, 64)"),
+        "dout-dtype": ((q, k, v, q, dout.astype(ml_dtypes.bfloat16), lse), {},
+                       "dout has dtype bfloat16 but q has float16"),
+        "lse-shape": ((q, k, v, q, dout, lse[..., :4]), {}, "lse must have shape (1, 4, 16) ([batch, heads, seq_q])"),
+        "lse-dtype": ((q, k, v, q, dout, lse.astype(np.float16)), {}, "lse must be a contiguous float32 array"),
+        "dout-layout": ((q, k, v, q, np.zeros((1, 4, 16, 128), np.float16)[..., ::2], lse), {},
+                        "dout must be contiguous"),
+        "kind": ((q, k, v, q, dout.tolist(), lse), {}, "dout must be a numpy array or a torch tensor, got list"),
+        "causal": ((q, k, v, q, dout, lse), {"causal": "yes"}, "causal must be True or False, got 'yes'"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_cases()))
+def test_argument_errors(case, monkeypatch):
+    """Each before anything is allocated or launched."""
+    module = __import__("warpspec.ops.attention_backward", fromlist=["launch_backward"])
+    monkeypatch.setattr(module, "launch_backward", lambda *args: pytest.fail("launched"))
+    args, kwargs, message = _cases()[case]
+    with pytest.raises(ArgumentError) as raised:
+        attention_backward(*args, **kwargs)
+    assert message in str(raised.value)
+
+
+def test_return_lse_must_be_a_bool():
+    q, k, v, _ = operands(1, 1, 1, 8, 8, 64, np.float16)
+    with pytest.raises(ArgumentError, match="return_lse must be True or False, got 1"):
+        attention(q, k, v, return_lse=1)
+
+
+@pytest.mark.parametrize("head_dim", sorted(DEFAULT_BACKWARD_SCHEDULES))
+def test_nvrtc_builds_the_backward_kernels_without_spills(head_dim):
+    """NVRTC compiles the preprocessing, dK/dV and dQ kernels of the shipped schedule (causal: the masked
+    variant) with no spills, no stack and no ptxas advisory, their GEMMs as HGMMA."""
+    from warpspec.cuda.launch import compile_kernel
+    from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
+    from warpspec.runtime import kernel_for
+
+    q, k, v, dout = operands(1, 1, 1, 8, 8, head_dim, ml_dtypes.bfloat16)
+    problem = validate_backward(q, k, v, q, dout, np.zeros((1, 1, 8), np.float32), True, None)
+    for kernel in backward_kernels(problem):
+        built = compile_kernel(kernel_for(kernel, {}))
+        (report,) = parse_ptxas_log(built.module.log).values()
+        assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == \
+            (0, 0, 0, ()), type(kernel).__name__
+        counts = count_instructions(disassemble(built.module.cubin), ["HGMMA", "LDL", "STL"])
+        assert counts["HGMMA"] > 0 and counts["LDL"] == counts["STL"] == 0, type(kernel).__name__
+
+
+def test_planted_bug_q_stage_released_before_the_dk_wgmma_completes():
+    """The dK/dV kernel hands a (Q, dO) stage back before dK += dSᵀ·Q has read it: a RaceError at the producer's
+    TMA load that overwrites it."""
+    from pathlib import Path
+
+    from tests.kernels import attention_bug_kernels as bk
+    from warpspec import RaceError
+    from warpspec.ops import attention_backward_kernel as bwk
+
+    q, k, v, dout = operands(1, 1, 1, 300, 100, 64, np.float16)
+    lse, dd = np.zeros((1, 1, 300), np.float32), np.zeros((1, 1, 300), np.float32)
+    kernel = bk.ReleasesQBeforeDK(head_dim=64, causal=False, block_m=64, num_stages=2)
+    with pytest.raises(RaceError) as raised:
+        kernel(300, 100, 1, 1, 1, 0.125, 0.18, q, k, v, dout, lse, dd, np.zeros_like(k), np.zeros_like(v))
+    assert "tma.global_to_shared writes sq[0] while an asynchronous read of it (a wgmma or a TMA store) is still " \
+           "in flight" in str(raised.value)
+    (load,) = [n for n, line in enumerate(Path(bwk.__file__).read_text().splitlines(), 1)
+               if "self.tma.global_to_shared(src=gq, dst=sq[stage]" in line]
+    assert raised.value.location.rsplit(" at ", 1)[-1] == f"{bwk.__file__}:{load}"
+    assert f"ReleasesQBeforeDK.retire_tile at {bk.__file__}:{bk.marker_line('late-dk-wait')} in " \
+           f"wgmma.wait_group(0)" in raised.value.tasks

@@ -1,0 +1,112 @@
+"""ops.attention's split-KV path (warpspec.ops.attention_decode) on the emulator: chosen for few query rows, equal
+to the dense forward kernel and to numpy (both causal modes, grouped-query heads, fp16 and bf16, D 64 and 128),
+its log-sum-exp, random interleavings of the splits, a gradient through it, the planted combine bug with its
+error and line, and the NVRTC build (no spills)."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tests.kernels import attention_bug_kernels as bk
+from tests.ops.test_attention import expected, line_of, operands
+
+import warpspec
+from warpspec import RaceError
+from warpspec.emulator.run import SEED_VARIABLE
+from warpspec.ops import attention, attention_backward
+from warpspec.ops import attention_decode as decode
+from warpspec.ops.attention import launch, validate
+from warpspec.ops.attention_decode_kernel import DECODE_KERNELS
+
+TOLERANCE = {np.float16: 2e-3, ml_dtypes.bfloat16: 2e-2}
+
+
+@pytest.fixture(autouse=True)
+def emulator(monkeypatch):
+    monkeypatch.delenv(SEED_VARIABLE, raising=False)
+    with warpspec.use_backend("emulator"):
+        yield
+
+
+def dense(q, k, v, causal):
+    """The forward kernel itself (no split), and its base-e log-sum-exp."""
+    out, lse2 = np.empty_like(q), np.empty(q.shape[:3], np.float32)
+    launch(q, k, v, out, lse2, validate(q, k, v, causal, None))
+    return out, lse2 * np.float32(np.log(2.0))
+
+
+def test_split_count_fills_the_gpu_for_few_query_rows_only():
+    def count(batch, heads, seq_q, seq_k, head_dim=128):
+        q, k, v = (np.empty((batch, h, s, head_dim), np.float16) for h, s in ((heads, seq_q), (8, seq_k), (8, seq_k)))
+        return decode.split_count(validate(q, k, v, False, None))
+
+    assert count(1, 32, 1, 8192) == 9  # ceil(264 / 32) blocks per head reach two waves of 132 SMs
+    assert count(1, 32, 16, 8192) == 9
+    assert count(1, 32, 17, 8192) == 1  # more rows: the forward kernel
+    assert count(32, 32, 1, 8192) == 1  # 1024 (batch, head) rows fill the GPU already
+    assert count(1, 8, 1, 100) == 2  # never more splits than 64-key tiles
+    assert count(1, 8, 1, 4096, head_dim=256) == 1  # D 256 is not split (its combine would spill)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("seq_q, seq_k, head_dim", [(1, 700, 128), (4, 333, 64), (16, 257, 64), (3, 65, 128)])
+def test_split_kv_matches_dense_and_numpy(dtype, causal, seq_q, seq_k, head_dim):
+    """Two batches of 4 query heads over 2 K/V heads; lengths no multiple of a tile (the last split ragged)."""
+    q, k, v = operands(2, 4, 2, seq_q, seq_k, head_dim, dtype)
+    assert decode.split_count(validate(q, k, v, causal, None)) > 1
+    out, lse = attention(q, k, v, causal=causal, return_lse=True)
+    dense_out, dense_lse = dense(q, k, v, causal)
+    assert np.abs(out.astype(np.float32) - dense_out.astype(np.float32)).max() < TOLERANCE[dtype]
+    assert np.abs(out.astype(np.float32) - expected(q, k, v, causal)).max() < TOLERANCE[dtype]
+    assert np.abs(lse - dense_lse).max() < 1e-4
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_interleavings(seed, monkeypatch):
+    """The splits under random schedules: the last one waits for each earlier one's flag, whatever the order."""
+    monkeypatch.setenv(SEED_VARIABLE, str(seed))
+    q, k, v = operands(1, 2, 1, 2, 400, 64, np.float16, seed=4)
+    out = attention(q, k, v, causal=True)
+    assert np.abs(out.astype(np.float32) - expected(q, k, v, True)).max() < 2e-3
+
+
+def test_gradients_through_a_split_forward():
+    """The split's lse is the forward's: attention_backward on it gives the dense gradients."""
+    q, k, v = operands(1, 2, 1, 4, 200, 64, np.float16, seed=5)
+    dout = operands(1, 2, 1, 4, 4, 64, np.float16, seed=6)[0]
+    out, lse = attention(q, k, v, causal=True, return_lse=True)
+    dense_out, dense_lse = dense(q, k, v, True)
+    split_grads = attention_backward(q, k, v, out, dout, lse, causal=True)
+    dense_grads = attention_backward(q, k, v, dense_out, dout, dense_lse, causal=True)
+    for got, want in zip(split_grads, dense_grads):
+        assert np.abs(got.astype(np.float32) - want.astype(np.float32)).max() < 2e-3
+
+
+def test_planted_bug_combine_reads_a_partial_before_its_flag():
+    """The last split loads an earlier split's partial before flag.wait: a RaceError at that load."""
+    q, k, v = operands(1, 1, 1, 2, 200, 64, np.float16)
+    kernel = bk.ReadsPartialBeforeItsFlag(head_dim=64, causal=False, block_n=64, num_stages=2)
+    splits = 4
+    with pytest.raises(RaceError) as raised:
+        kernel(2, 200, 1, 1, 1, 0.18, 64, splits, q, k, v, np.zeros_like(q), np.zeros((1, 1, 2), np.float32),
+               np.zeros((splits * 64, 64), np.float32), np.zeros((splits * 64, 1), np.float32),
+               np.zeros(splits, np.int32))
+    assert "load_global in block (3, 0, 0) reads ws_lse[128, 0] (argument 'ws_lse_ptr'), which block (2, 0, 0) " \
+           "wrote" in str(raised.value)
+    assert raised.value.location.rsplit(" at ", 1)[-1] == f"{bk.__file__}:{bk.marker_line('early-read')}"
+    assert line_of(bk.__file__, "# <<< early-read") == bk.marker_line("early-read")
+
+
+@pytest.mark.parametrize("head_dim", sorted(decode.DEFAULT_DECODE_SCHEDULES))
+def test_nvrtc_builds_the_decode_kernel_without_spills(head_dim):
+    from warpspec.cuda.launch import compile_kernel
+    from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
+    from warpspec.runtime import kernel_for
+
+    kernel = DECODE_KERNELS["bfloat16"](head_dim=head_dim, causal=True, **decode.DEFAULT_DECODE_SCHEDULES[head_dim])
+    built = compile_kernel(kernel_for(kernel, {}))
+    (report,) = parse_ptxas_log(built.module.log).values()
+    assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
+    counts = count_instructions(disassemble(built.module.cubin), ["HGMMA", "LDL", "STL"])
+    assert counts["HGMMA"] > 0 and counts["LDL"] == counts["STL"] == 0

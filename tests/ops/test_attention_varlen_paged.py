@@ -1,0 +1,158 @@
+"""ops.attention_varlen and ops.attention_paged on the emulator: against per-sequence dense results (ragged lengths,
+grouped-query heads, both causal modes), gradients through varlen with CPU tensors, and every ArgumentError before
+anything runs."""
+
+import numpy as np
+import pytest
+
+from tests.ops.test_attention import expected
+
+import warpspec
+from warpspec import ArgumentError
+from warpspec.ops import attention_paged, attention_varlen
+
+torch = pytest.importorskip("torch")
+
+from torch.nn.attention.bias import causal_lower_right  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def emulator():
+    with warpspec.use_backend("emulator"):
+        yield
+
+
+def heads_first(x):
+    return np.ascontiguousarray(x.transpose(1, 0, 2))[None]
+
+
+def packed(lengths_q, lengths_k, heads=4, kv_heads=2, head_dim=64, seed=0):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((sum(lengths_q), heads, head_dim)).astype(np.float16)
+    k = rng.standard_normal((sum(lengths_k), kv_heads, head_dim)).astype(np.float16)
+    v = rng.standard_normal((sum(lengths_k), kv_heads, head_dim)).astype(np.float16)
+    cu_q = np.concatenate([[0], np.cumsum(lengths_q)]).astype(np.int32)
+    cu_k = np.concatenate([[0], np.cumsum(lengths_k)]).astype(np.int32)
+    return q, k, v, cu_q, cu_k
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_varlen_matches_each_sequence_dense(causal):
+    """Four sequences: one empty query, ragged lengths, S_q > S_k (causal rows without keys are 0)."""
+    lengths_q, lengths_k = [70, 0, 130, 5], [90, 20, 64, 3]
+    q, k, v, cu_q, cu_k = packed(lengths_q, lengths_k)
+    out = attention_varlen(q, k, v, cu_q, cu_k, causal=causal)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    for b in range(4):
+        rows, keys = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        if rows.start == rows.stop:
+            continue
+        want = expected(heads_first(q[rows]), heads_first(k[keys]), heads_first(v[keys]), causal)[0]
+        assert np.abs(out[rows].astype(np.float32) - want.transpose(1, 0, 2)).max() < 2e-3
+
+
+def test_varlen_gradients_with_cpu_tensors():
+    """Each sequence's gradient is its own: against torch float32 attention per sequence."""
+    q, k, v, cu_q, cu_k = (torch.from_numpy(x) for x in packed([40, 70], [50, 70], heads=2, kv_heads=2, seed=1))
+    q, k, v = (x.requires_grad_() for x in (q, k, v))
+    weights = torch.randn(q.shape, generator=torch.Generator().manual_seed(0))
+    (attention_varlen(q, k, v, cu_q, cu_k, causal=True).float() * weights).sum().backward()
+    leaves = [x.detach().float().requires_grad_() for x in (q, k, v)]
+    total = 0
+    for b in range(2):
+        rows, keys = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+        mask = causal_lower_right(rows.stop - rows.start, keys.stop - keys.start)
+        out = torch.nn.functional.scaled_dot_product_attention(
+            *(x[s].transpose(0, 1)[None] for x, s in ((leaves[0], rows), (leaves[1], keys), (leaves[2], keys))),
+            attn_mask=mask)
+        total = total + (out[0].transpose(0, 1) * weights[rows]).sum()
+    total.backward()
+    for got, want in zip((q.grad, k.grad, v.grad), leaves):
+        assert ((got.float() - want.grad).abs().max() / want.grad.abs().max()).item() < 4e-3
+
+
+def paged_operands(seq_lens, seq_q, page_size, heads=4, kv_heads=2, head_dim=64, seed=0):
+    """A cache with each sequence's pages scattered in a random order, and the dense keys they hold."""
+    rng = np.random.default_rng(seed)
+    max_pages = max(-(-n // page_size) for n in seq_lens) + 1
+    num_pages = len(seq_lens) * max_pages + 3
+    k_cache = rng.standard_normal((num_pages, page_size, kv_heads, head_dim)).astype(np.float16)
+    v_cache = rng.standard_normal((num_pages, page_size, kv_heads, head_dim)).astype(np.float16)
+    order = rng.permutation(num_pages).astype(np.int32)
+    table = order[:len(seq_lens) * max_pages].reshape(len(seq_lens), max_pages)
+    q = rng.standard_normal((len(seq_lens), seq_q, heads, head_dim)).astype(np.float16)
+    return q, k_cache, v_cache, np.ascontiguousarray(table), np.array(seq_lens, np.int32)
+
+
+@pytest.mark.parametrize("seq_q, causal", [(1, True), (5, True), (20, False)])
+def test_paged_matches_each_sequence_dense(seq_q, causal):
+    q, k_cache, v_cache, table, seq_lens = paged_operands([37, 100, 20], seq_q, page_size=16)
+    out = attention_paged(q, k_cache, v_cache, table, seq_lens, causal=causal)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    for b, length in enumerate(seq_lens):
+        keys = k_cache[table[b]].reshape(-1, 2, 64)[:length]
+        values = v_cache[table[b]].reshape(-1, 2, 64)[:length]
+        want = expected(heads_first(q[b]), heads_first(keys), heads_first(values), causal)[0]
+        assert np.abs(out[b].astype(np.float32) - want.transpose(1, 0, 2)).max() < 2e-3
+
+
+def _varlen_cases():
+    q, k, v, cu_q, cu_k = packed([10, 20], [10, 20])
+    return {
+        "decreasing": ((q, k, v, np.array([0, 20, 10, 30], np.int32), np.array([0, 10, 20, 30], np.int32)), {},
+                       "cu_seqlens_q must not decrease: cu_seqlens_q[2] = 10 < cu_seqlens_q[1] = 20"),
+        "total": ((q, k, v, np.array([0, 10, 25], np.int32), cu_k), {},
+                  "cu_seqlens_q must end at the total q.shape[0] = 30, got 25"),
+        "start": ((q, k, v, cu_q, np.array([1, 10, 30], np.int32)), {}, "cu_seqlens_k must start at 0, got 1"),
+        "dtype": ((q, k, v, cu_q.astype(np.int64), cu_k), {}, "cu_seqlens_q must be int32, got dtype int64"),
+        "batch": ((q, k, v, cu_q, np.array([0, 30], np.int32)), {},
+                  "cu_seqlens_q has 3 entries but cu_seqlens_k 2"),
+        "rank": ((q[None], k, v, cu_q, cu_k), {}, "q must be 3-D [total_tokens, heads, head_dim]"),
+        "head-dim": ((q[..., :32].copy(), k[..., :32].copy(), v[..., :32].copy(), cu_q, cu_k), {},
+                     "head_dim (q.shape[3]) is 32"),
+        "mixed-kind": ((q, k, v, torch.from_numpy(cu_q), cu_k), {},
+                       "cu_seqlens_q is a torch tensor but q is a numpy array"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_varlen_cases()))
+def test_varlen_argument_errors(case, monkeypatch):
+    module = __import__("warpspec.ops.attention_varlen", fromlist=["attention"])
+    monkeypatch.setattr(module, "attention", lambda *args, **kwargs: pytest.fail("ran before the checks"))
+    args, kwargs, message = _varlen_cases()[case]
+    with pytest.raises(ArgumentError) as raised:
+        attention_varlen(*args, **kwargs)
+    assert message in str(raised.value)
+
+
+def _paged_cases():
+    q, k_cache, v_cache, table, seq_lens = paged_operands([37, 100], 2, page_size=16)
+    bad_page = table.copy()
+    bad_page[1, 3] = k_cache.shape[0]
+    return {
+        "page-out-of-range": ((q, k_cache, v_cache, bad_page, seq_lens), {},
+                              f"block_table[1, 3] is {k_cache.shape[0]}: a page index must lie in "
+                              f"[0, {k_cache.shape[0]})"),
+        "capacity": ((q, k_cache, v_cache, table, np.array([37, 200], np.int32)), {},
+                     "seq_lens[1] is 200, above the table's capacity max_pages * page_size = 8 * 16 = 128"),
+        "too-short": ((q, k_cache, v_cache, table, np.array([1, 100], np.int32)), {},
+                      "seq_lens[0] is 1; it counts the sequence's keys, the 2 new tokens included"),
+        "page-size": ((q, k_cache[:, :8].copy(), v_cache[:, :8].copy(), table, seq_lens), {},
+                      "page_size (k_cache.shape[1]) is 8; attention_paged takes 16 to 256"),
+        "table-dtype": ((q, k_cache, v_cache, table.astype(np.int64), seq_lens), {},
+                        "block_table must be a 2-D int32 array"),
+        "batch": ((q, k_cache, v_cache, table[:1], seq_lens), {}, "block_table has 1 rows and seq_lens 2 entries"),
+        "mixed-device": ((torch.from_numpy(q), torch.from_numpy(k_cache), torch.from_numpy(v_cache),
+                          torch.from_numpy(table), torch.zeros(2, dtype=torch.int32, device="meta")), {},
+                         "seq_lens is on meta but q is on cpu"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_paged_cases()))
+def test_paged_argument_errors(case, monkeypatch):
+    module = __import__("warpspec.ops.attention_paged", fromlist=["attention"])
+    monkeypatch.setattr(module, "attention", lambda *args, **kwargs: pytest.fail("ran before the checks"))
+    args, kwargs, message = _paged_cases()[case]
+    with pytest.raises(ArgumentError) as raised:
+        attention_paged(*args, **kwargs)
+    assert message in str(raised.value)
