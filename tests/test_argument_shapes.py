@@ -124,3 +124,25 @@ def test_the_cuda_launch_plan_checks_a_tensors_shape(monkeypatch):
             kernel(M, N, tensor(M, N), tensor(64, N))
         kernel(M, N, tensor(M * N), tensor(M * N))
         assert side.count == 2
+
+
+class CopyTransposed(warpspec.Script):
+    """out [m, n] = the transpose of x, read through a column-major view of x's row-major [n, m] memory."""
+
+    def __call__(self, m_size: int32, n_size: int32, x_ptr: ~float32, out_ptr: ~float32):
+        self.attrs.blocks = [cdiv(m_size, 16), cdiv(n_size, 64)]
+        self.attrs.warps = 4
+        xt = self.global_view(x_ptr, dtype=float32, shape=[m_size, n_size], strides=[1, m_size])
+        out = self.global_view(out_ptr, dtype=float32, shape=[m_size, n_size])
+        offsets = [16 * self.blockIdx.x, 64 * self.blockIdx.y]
+        self.store_global(out, self.load_global(xt, offsets=offsets, shape=[16, 64]), offsets=offsets)
+
+
+def test_an_array_laid_out_as_a_strided_view_covers_it_is_accepted():
+    """A view [m, n] with strides [1, m] covers a row-major [n, m] array exactly: that array is what it reads
+    (ops.attention's log-sum-exp rows are viewed this way), so it passes, and the view's own shape is refused."""
+    out = np.zeros((M, N), np.float32)
+    CopyTransposed()(M, N, data((N, M)), out)
+    np.testing.assert_array_equal(out, data((N, M)).T)
+    with pytest.raises(ArgumentError, match=rf"argument 'x_ptr' has shape \[{M}, {N}\], but the kernel views it"):
+        CopyTransposed()(M, N, data((M, N)), out)

@@ -75,28 +75,45 @@ def check_view(name: str, stmt: GlobalView, shape, strides, available: int) -> N
                             f"{stmt.decl.name} of shape {list(shape)} (line {stmt.loc.line}), which needs {needed}")
 
 
-def first_views(views) -> dict[int, tuple[GlobalView, tuple]]:
-    """Pointer parameter Var uid -> ``(statement, shape)`` of the kernel's first global view of it, from the
-    ``(statement, shape, strides)`` triples ``view_shapes`` gives."""
-    first: dict[int, tuple[GlobalView, tuple]] = {}
-    for stmt, shape, _ in views:
-        first.setdefault(stmt.pointer.uid, (stmt, shape))
+def first_views(views) -> dict[int, tuple[GlobalView, tuple, tuple]]:
+    """Pointer parameter Var uid -> ``(statement, shape, strides)`` of the kernel's first global view of it, from
+    the ``(statement, shape, strides)`` triples ``view_shapes`` gives."""
+    first: dict[int, tuple[GlobalView, tuple, tuple]] = {}
+    for stmt, shape, strides in views:
+        first.setdefault(stmt.pointer.uid, (stmt, shape, strides))
     return first
 
 
-def check_array_shape(name: str, stmt: GlobalView, shape, array_shape) -> None:
+def stored_shape(shape, strides) -> tuple[int, ...] | None:
+    """The shape of the row-major array whose memory a view of ``shape`` and element ``strides`` covers exactly
+    (its axes in the order of decreasing stride: a view [S, B] with strides [1, S] covers a [B, S] array), or None
+    when the view has gaps or overlaps (a padded pitch)."""
+    order = sorted(range(len(shape)), key=lambda axis: -int(strides[axis]))
+    stride = 1
+    for axis in reversed(order):
+        if int(shape[axis]) > 1 and int(strides[axis]) != stride:
+            return None
+        stride *= int(shape[axis])
+    return tuple(int(shape[axis]) for axis in order)
+
+
+def check_array_shape(name: str, stmt: GlobalView, shape, array_shape, strides) -> None:
     """ArgumentError naming argument ``name`` and both shapes when its array has two or more dimensions, as many
-    as the kernel's first view of it (``stmt``, of ``shape``), and another shape: elements are addressed through
-    the view alone, so such an array (B as [K, N] where the kernel views [N, K]) would be read as if reshaped, a
-    wrong result with no error. Only the size of the other arrays is checked (``check_view``): a one-dimensional
-    array is a flat buffer, and an array of another rank is a deliberate reshape (ops.attention's [batch, heads,
-    seq, d] tensors viewed as [batch * heads, seq, d])."""
+    as the kernel's first view of it (``stmt``, of ``shape`` and element ``strides``), and a shape other than
+    that of the memory the view covers (``stored_shape``: the view's own for a row-major view, [B, S] for a view
+    [S, B] with strides [1, S]; the view's own where it has gaps, as a padded pitch has):
+    elements are addressed through the view alone, so such an array (B as [K, N] where the kernel views [N, K])
+    would be read as if reshaped, a wrong result with no error. Only the size of the other arrays is checked
+    (``check_view``): a one-dimensional array is a flat buffer, and an array of another rank is a deliberate
+    reshape (ops.attention's [batch, heads, seq, d] tensors viewed as [batch * heads, seq, d])."""
     array_shape = tuple(int(extent) for extent in array_shape)
-    if len(array_shape) < 2 or len(array_shape) != len(shape) or array_shape == tuple(shape):
+    expected = stored_shape(shape, strides) or tuple(int(extent) for extent in shape)
+    if len(array_shape) < 2 or len(array_shape) != len(shape) or array_shape == expected:
         return
+    layout = "" if expected == tuple(shape) else f", the memory of a row-major {list(expected)} array"
     raise ArgumentError(f"argument {name!r} has shape {list(array_shape)}, but the kernel views it as "
-                        f"{stmt.decl.name} of shape {list(shape)} (line {stmt.loc.line}); pass an array of that "
-                        f"shape (a transpose is not a reshape), or a flat one-dimensional buffer")
+                        f"{stmt.decl.name} of shape {list(shape)}{layout} (line {stmt.loc.line}); pass an array of "
+                        f"that shape (a transpose is not a reshape), or a flat one-dimensional buffer")
 
 
 def flag_pointers(kernel: ir.Kernel) -> tuple[str, ...]:

@@ -463,7 +463,8 @@ class LaunchPlan:
                 # A torch tensor's shape is known: the first view of it must have that shape (check_array_shape).
                 i = indices[pointer]
                 emit(f"if s{i} != ({', '.join(shape_locals)},):")
-                emit(f"    _check_shape({pointer!r}, _V{j}, ({', '.join(shape_locals)},), s{i})")
+                emit(f"    _check_shape({pointer!r}, _V{j}, ({', '.join(shape_locals)},), s{i}, "
+                     f"({', '.join(stride_locals)},))")
             shaped.add(pointer)
         grid_source = _Source(local, self.namespace, block_index=False)
         try:

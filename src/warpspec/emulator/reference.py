@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from warpspec.arguments import view_shapes
+from warpspec.arguments import first_views, view_shapes
 from warpspec.dtypes import PointerType
 from warpspec.emulator.host import written_pointers
 from warpspec.errors import ArgumentError, OutputMismatchError
@@ -65,15 +65,13 @@ class Mismatch(NamedTuple):
                 f"{self.count} of {self.total} elements differ")
 
 
-def first_views(kernel: ir.Kernel, arguments: dict) -> dict[str, tuple[tuple, tuple]]:
+def views_by_name(kernel: ir.Kernel, arguments: dict) -> dict[str, tuple[tuple, tuple]]:
     """``name -> (shape, strides in elements)`` of each pointer parameter's first global view for these runtime
     ``arguments`` (pointers without a view are left out)."""
     pointers = {p.var.uid: p.name for p in kernel.params if isinstance(p.type, PointerType)}
     env = {p.var.uid: 0 if p.var.uid in pointers else arguments[p.name] for p in kernel.params}
-    views: dict[str, tuple[tuple, tuple]] = {}
-    for stmt, shape, strides in view_shapes(kernel, env):
-        views.setdefault(pointers[stmt.pointer.uid], (shape, strides))
-    return views
+    first = first_views(view_shapes(kernel, env))
+    return {pointers[uid]: (shape, strides) for uid, (_, shape, strides) in first.items()}
 
 
 def _viewed(flat: np.ndarray, shape: tuple, strides: tuple) -> np.ndarray:
@@ -84,7 +82,7 @@ def _viewed(flat: np.ndarray, shape: tuple, strides: tuple) -> np.ndarray:
 def reference_inputs(kernel: ir.Kernel, arguments: dict, flats: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The reference's pointer arguments: a copy of each array (``flats``: parameter name -> the flat array the
     kernel gets) shaped as its first global view (flat when it has none)."""
-    views = first_views(kernel, arguments)
+    views = views_by_name(kernel, arguments)
     inputs = {}
     for name, flat in flats.items():
         copy = np.array(flat, copy=True).reshape(-1)

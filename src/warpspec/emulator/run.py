@@ -70,8 +70,8 @@ def emulate_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None
     views = list(view_shapes(kernel, env))
     for stmt, shape, strides in views:
         check_view(names[stmt.pointer.uid], stmt, shape, strides, memory[stmt.pointer.uid].size)
-    for uid, (stmt, shape) in first_views(views).items():
-        check_array_shape(names[uid], stmt, shape, array_shapes[uid])
+    for uid, (stmt, shape, strides) in first_views(views).items():
+        check_array_shape(names[uid], stmt, shape, array_shapes[uid], strides)
     check_flags_apart(kernel, {names[uid]: (data.ctypes.data, data.ctypes.data + data.nbytes)
                                for uid, data in memory.items()})
     global_memory = GlobalMemory(memory, names)
