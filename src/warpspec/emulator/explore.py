@@ -271,7 +271,8 @@ class _Recorder(Chooser):
 
 
 class _Explorer(_Recorder):
-    """A chooser that runs one schedule: ``prefix`` replayed, then the first process not asleep at each state."""
+    """A chooser that runs one schedule: ``prefix`` replayed, then at each state the first operation's completion not
+    asleep, else the first partition not asleep."""
 
     def __init__(self, nodes: list, prefix: list):
         super().__init__()
@@ -297,7 +298,10 @@ class _Explorer(_Recorder):
                 if enabled:
                     raise _SleepBlocked()
                 return []  # nothing can run: the machine reports the deadlock (or the end)
-            process = awake[0]
+            # An operation's completion first: a wait that finds its operation complete does not block, and a blocked
+            # wait races with the completion that wakes it, a race whose other order is one more run (most of them
+            # ending sleep-blocked). Measured: V3 632 -> 393 runs, stream-K's split 3610 -> 2332, same classes.
+            process = next((p for p in awake if p[0] == "e"), awake[0])
             node.backtrack.add(process)
             self.nodes.append(node)
             self.prefix.append(process)
