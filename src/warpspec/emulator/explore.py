@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 
 from warpspec.emulator.choosers import Chooser
-from warpspec.emulator.run import emulate_kernel, launch_chooser
+from warpspec.emulator.run import emulate_kernel, emulator_seed, launch_chooser
 from warpspec.errors import KernelError
 from warpspec.ir import nodes as ir
 
@@ -557,7 +557,7 @@ def record_run(kernel, arguments: dict) -> ProofResult | None:
     """Run ``kernel`` once in the schedule a plain launch has now (``WARPSPEC_EMULATOR_SEED``'s or the
     deterministic one, decision for decision), recording its steps; None when it passes, else the failure as a
     ``ProofResult`` of one run (not proved, not exhaustive, no choices: the seed reproduces it) for the witness."""
-    inner = launch_chooser()
+    inner = launch_chooser(emulator_seed())
     recorders: list[tuple[_RecordedRun, object]] = []
 
     def run_cluster(build, memory) -> None:

@@ -37,9 +37,9 @@ def emulator_seed() -> int | None:
         raise ArgumentError(f"{SEED_VARIABLE} must be an integer, got {text!r}") from None
 
 
-def launch_chooser() -> Chooser:
-    """The schedule of a launch: the seeded random one of ``WARPSPEC_EMULATOR_SEED``, or the deterministic one."""
-    seed = emulator_seed()
+def launch_chooser(seed: int | None) -> Chooser:
+    """The schedule of a launch: the random one of ``seed`` (``emulator_seed()``), or with None the deterministic
+    one."""
     return SeededChooser(random.Random(seed)) if seed is not None else Chooser()
 
 
@@ -77,7 +77,8 @@ def emulate_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None
     check_flags_apart(kernel, {names[uid]: (data.ctypes.data, data.ctypes.data + data.nbytes)
                                for uid, data in memory.items()})
     global_memory = GlobalMemory(memory, names)
-    chooser = launch_chooser()
+    seed = emulator_seed()
+    chooser = launch_chooser(seed)
     total = grid[0] * grid[1] * grid[2]
     shape = kernel.cluster
     size = shape[0] * shape[1] * shape[2]
