@@ -13,7 +13,7 @@ from tests.kernels import buggy_kernels as bk
 from matmul_v3 import MatmulWGMMAV3
 from tma_copy import TmaCopy
 from warpspec.emulator import prove
-from warpspec.emulator.explore import Budget, check_exhaustive
+from warpspec.emulator.explore import Budget, record_run
 from warpspec.emulator.run import SEED_VARIABLE, emulate_kernel
 from warpspec.errors import KernelError
 from warpspec.frontend.kernel import bind_arguments
@@ -88,13 +88,34 @@ def test_every_planted_bug_is_found_with_its_class_and_line(name):
     assert result.error.location == deterministic.value.location
 
 
-def test_a_counterexample_is_a_timeline_and_a_check_verdict(tmp_path):
-    kernel, runtime = planted("ConsumerNeverReleases")
-    ok, line, error = check_exhaustive(kernel, runtime, 1000, None, tmp_path, write_witness, "num_stages=2")
-    assert not ok and line.startswith("FAIL  num_stages=2  counterexample") and "DeadlockError" in line
-    assert "choices: t0 t1" in error and f"witness: {tmp_path}/timeline.png" in error
+def test_a_counterexample_is_a_timeline_and_a_verdict(tmp_path):
+    result = prove(*planted("ConsumerNeverReleases"), Budget(runs=1000))
+    line = result.text("num_stages=2")
+    assert not result.proved and line.startswith("FAIL  num_stages=2  counterexample") and "DeadlockError" in line
+    write_witness(result, tmp_path)
     trace = json.loads((tmp_path / "trace.json").read_text())
     names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
     assert {"threads 0-127", "threads 128-159", "mbarrier consumer_barriers[0]"} <= names
     assert (tmp_path / "timeline.png").stat().st_size > 10000
     assert "counterexample: DeadlockError" in (tmp_path / "summary.txt").read_text()
+
+
+@pytest.mark.parametrize("seed", [None, 3])
+def test_a_recorded_run_is_the_plain_run_decision_for_decision(seed, monkeypatch, tmp_path):
+    """``record_run`` (what ``warpspec check --witness`` records after a failing run) makes the run's own chooser's
+    decisions: the seeded or deterministic run fails there with the same error, every partition where it was."""
+    if seed is not None:
+        monkeypatch.setenv(SEED_VARIABLE, str(seed))
+    kernel, runtime = planted("ReleaseBeforeWgmmaWait")
+    with pytest.raises(KernelError) as plain:
+        emulate_kernel(kernel, dict(runtime))
+    recorded = record_run(*planted("ReleaseBeforeWgmmaWait"))
+    assert type(recorded.error) is type(plain.value) and str(recorded.error) == str(plain.value)
+    assert recorded.error.tasks == plain.value.tasks and recorded.block == (0, 0, 0) and recorded.steps
+    write_witness(recorded, tmp_path)
+    assert "counterexample: RaceError" in (tmp_path / "summary.txt").read_text()
+
+
+def test_a_passing_run_records_nothing():
+    assert record_run(*ir_of(TmaCopy(tile_m=64, tile_n=64, num_buffers=2), 64, 128,
+                             *[np.zeros((64, 128), np.float16)] * 2)) is None

@@ -10,17 +10,17 @@ import traceback
 from contextlib import contextmanager
 from typing import NamedTuple
 
-from warpspec.cli.failures import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, UsageError, error_text, first_line,
-                                   kernel_wide_error)
+from warpspec.cli.failures import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_NOT_EXHAUSTIVE, EXIT_OK, UsageError,
+                                   error_text, first_line, kernel_wide_error)
 from warpspec.cli.inputs import DEFAULT_MAX_MEMORY, check_input_memory, pointer_arrays, pointer_sizes
 from warpspec.cli.kernel_arguments import scalar_arguments, selected_scripts
 from warpspec.cli.loading import kernel_parameters, load_function, load_script_class
-from warpspec.cli.parser import add_kernel_arguments, non_negative_int
+from warpspec.cli.parser import add_kernel_arguments, non_negative_int, positive_int
 from warpspec.cli.progress import RunProgress
 from warpspec.cli.sizes import byte_size
 from warpspec.emulator.reference import expected_outputs, mismatches
 from warpspec.emulator.run import SEED_VARIABLE
-from warpspec.errors import ArgumentError, CompileError
+from warpspec.errors import ArgumentError, CompileError, KernelError
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -57,7 +57,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("--progress", action="store_true",
                        help="show which block a long run is in on stderr even when stderr is not a terminal "
                             "(on a terminal it is shown once a run takes more than a second)")
+    _add_exhaustive_arguments(check)
     check.set_defaults(handler=check_command)
+
+
+def _add_exhaustive_arguments(check: argparse.ArgumentParser) -> None:
+    """``--exhaustive``, ``--budget`` and ``--witness``."""
+    check.add_argument("--exhaustive", action="store_true",
+                       help="instead of the deterministic and seeded runs, check every interleaving class of each "
+                            "cluster's thread partitions and asynchronous operations: 'proved' or the first "
+                            "counterexample (exit code 3 when the budget runs out first)")
+    check.add_argument("--budget", type=positive_int, default=None, metavar="N",
+                       help="with --exhaustive: at most N runs per cluster (default: 10000)")
+    check.add_argument("--witness", metavar="DIR",
+                       help="write the failing schedule (of --exhaustive, or of the run that failed) as a timeline: "
+                            "DIR/trace.json, timeline.png and summary.txt")
 
 
 class Reference(NamedTuple):
@@ -72,7 +86,7 @@ class Reference(NamedTuple):
 class ScheduleOutcome(NamedTuple):
     """What ``warpspec check`` found for one schedule."""
 
-    verdict: str  # ok, FAIL or skip
+    verdict: str  # ok, FAIL or skip; with --exhaustive proved or unproved for ok
     detail: str  # the rest of its line: the time taken, or the first line of the error
     run: str = ""  # for FAIL: what failed ("compiling", "the deterministic run", "WARPSPEC_EMULATOR_SEED=2")
     error: str = ""  # for FAIL and skip: the whole error
@@ -101,15 +115,18 @@ def check_command(args) -> int:
 
     def report(label: str, result: ScheduleOutcome) -> None:
         progress.clear()
-        print(f"{result.verdict:<5} {label}  {result.detail}", flush=True)
+        print(f"{result.verdict:<4}  {label}  {result.detail}", flush=True)
         verdicts.append(result.verdict)
         if result.verdict == "FAIL":
             failures.append((label, result))
 
     try:
         for label, script in scripts:
-            result = check_schedule(label, script, params, scalars, args.seeds, may_skip, args.max_memory,
-                                    progress, args.allow_partial_writes, reference)
+            if args.exhaustive:
+                result = prove_schedule(label, script, params, scalars, may_skip, args, progress)
+            else:
+                result = check_schedule(label, script, params, scalars, args.seeds, may_skip, args.max_memory,
+                                        progress, args.allow_partial_writes, reference, args.witness)
             if result.verdict == "skip" and not compiled:
                 held.append((label, result))
                 continue
@@ -131,26 +148,35 @@ def check_command(args) -> int:
                                                                                "compiling", shared))]
         for label, result in held:
             report(label, result)
-    found = "no hazard found, outputs match the reference" if reference else "no hazard found, outputs not compared"
-    print(f"{verdicts.count('ok')} ok ({found}), {verdicts.count('FAIL')} failed, {verdicts.count('skip')} skipped")
+    passed = ("proved", "unproved") if args.exhaustive else ("ok",)
+    if args.exhaustive:
+        print(", ".join(f"{verdicts.count(v)} {v}" for v in passed) +
+              f", {verdicts.count('FAIL')} failed, {verdicts.count('skip')} skipped")
+    else:
+        found = ("no hazard found, outputs match the reference" if reference else
+                 "no hazard found, outputs not compared")
+        print(f"{verdicts.count('ok')} ok ({found}), {verdicts.count('FAIL')} failed, {verdicts.count('skip')} "
+              f"skipped")
     if failures:
         label, result = failures[0]
         print(f"\nfirst failure: {label} ({result.run}):\n{result.error}")
         return EXIT_FAILURE
-    if "ok" not in verdicts:
+    if not any(verdict in passed for verdict in verdicts):
         print("no schedule compiles for these arguments")
         return EXIT_FAILURE
+    if "unproved" in verdicts:
+        return EXIT_NOT_EXHAUSTIVE
     return EXIT_OK
 
 
 def check_schedule(label: str, script, params, scalars: dict, seeds: int, may_skip: bool, max_memory: int,
                    progress: RunProgress, allow_partial_writes: bool = False,
-                   reference: Reference | None = None) -> ScheduleOutcome:
+                   reference: Reference | None = None, witness: str | None = None) -> ScheduleOutcome:
     """Check one pinned Script: ``ok``, ``FAIL`` or ``skip`` (a CompileError when ``may_skip``). A run after which
     a view the kernel writes has elements no block wrote fails too, unless ``allow_partial_writes``, and so does
     one whose outputs differ from what ``reference`` writes (it is called once, before the first run). Raises
     UsageError for inputs over ``max_memory`` bytes or arguments the kernel cannot take; tells ``progress`` what it
-    runs."""
+    runs. A run failing with a ``KernelError`` is written as a timeline into ``witness`` (a folder) if given."""
     from warpspec.emulator.run import emulate_kernel
     from warpspec.frontend.kernel import bind_arguments
     from warpspec.runtime import kernel_for
@@ -184,6 +210,8 @@ def check_schedule(label: str, script, params, scalars: dict, seeds: int, may_sk
             except BrokenPipeError:  # the progress line's reader went away: the command's end
                 raise
             except Exception as error:  # noqa: BLE001 - this schedule's verdict; the others are still checked
+                if witness is not None and isinstance(error, KernelError):
+                    return _failed(run, error, _run_witness(kernel, script, scalars, arrays, witness))
                 return _failed(run, error)
             if unwritten and not allow_partial_writes:
                 return _unwritten_verdict(run, unwritten)
@@ -220,10 +248,65 @@ def _where_raised(error: Exception, function) -> str:
     return f"{type(error).__name__}{where}: {error}"
 
 
-def _failed(run: str, error: Exception) -> ScheduleOutcome:
-    """The FAIL verdict of ``error``, raised in ``run``."""
+def _failed(run: str, error: Exception, note: str = "") -> ScheduleOutcome:
+    """The FAIL verdict of ``error``, raised in ``run`` (``note``: lines to add to the error)."""
     text = error_text(error)
-    return ScheduleOutcome("FAIL", first_line(text), run, text)
+    return ScheduleOutcome("FAIL", first_line(text), run, text + note)
+
+
+def _run_witness(kernel, script, scalars: dict, arrays: dict, folder: str) -> str:
+    """Run the schedule that just failed once more, recording it (the environment still names its seed), write its
+    timeline into ``folder``, and say where (the error's last line)."""
+    from warpspec.emulator.explore import record_run
+    from warpspec.frontend.kernel import bind_arguments
+    from warpspec.timeline.witness import write_witness
+
+    fresh = {name: array.copy() for name, array in arrays.items()}
+    runtime, _ = bind_arguments(type(script), (), {**scalars, **fresh})
+    recorded = record_run(kernel, runtime)
+    if recorded is None:
+        return ""
+    write_witness(recorded, folder)
+    return f"\nwitness: {folder}/timeline.png, trace.json, summary.txt"
+
+
+def prove_schedule(label: str, script, params, scalars: dict, may_skip: bool, args,
+                   progress: RunProgress) -> ScheduleOutcome:
+    """``--exhaustive`` for one pinned Script: ``proved``, ``unproved`` (the budget ran out), ``FAIL`` (a
+    counterexample, written as a timeline into ``args.witness`` if given) or ``skip``, as ``check_schedule`` says
+    it for its runs."""
+    from warpspec.emulator.explore import Budget, format_choices, prove
+    from warpspec.frontend.kernel import bind_arguments
+    from warpspec.runtime import kernel_for
+    from warpspec.timeline.witness import write_witness
+
+    if args.reference is not None:
+        raise UsageError("--reference compares the outputs of the deterministic and seeded runs; --exhaustive "
+                         "searches for hazards only: give one of them")
+    progress.start(label, "building the kernel and its inputs")
+    try:
+        check_input_memory(script, params, pointer_sizes(script, params, scalars), args.max_memory)
+        runtime, compile_time = bind_arguments(type(script), (), {**scalars, **pointer_arrays(script, params,
+                                                                                               scalars)})
+        kernel = kernel_for(script, compile_time)
+    except CompileError as error:
+        text = error_text(error)
+        return ScheduleOutcome("skip" if may_skip else "FAIL", first_line(text), "compiling", text)
+    except ArgumentError as error:
+        raise UsageError(str(error)) from None
+    progress.start(label, "the exhaustive search")
+    with _environment(SEED_VARIABLE, None):  # the search makes every decision; a seed would make none
+        result = prove(kernel, runtime, Budget(runs=args.budget or Budget.runs))
+    if result.error is not None:
+        text = (f"{error_text(result.error)}\nchoices that reproduce it in block {result.block}: "
+                f"{format_choices(result.choices)}")
+        if args.witness is not None and result.steps:
+            write_witness(result, args.witness)
+            text += f"\nwitness: {args.witness}/timeline.png, trace.json, summary.txt"
+        return ScheduleOutcome("FAIL", result.detail(), "the exhaustive search", text)
+    if result.unwritten and not args.allow_partial_writes:
+        return _unwritten_verdict("the exhaustive search", result.unwritten)
+    return ScheduleOutcome(result.verdict, result.detail())
 
 
 def _unwritten_verdict(run: str, unwritten: list) -> ScheduleOutcome:

@@ -11,6 +11,9 @@ import warpspec
 from warpspec.errors import WarpspecError
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+#: ``warpspec check --exhaustive`` whose budget ran out before a proof or a counterexample: not a pass, and told
+#: apart from a counterexample (1) so that a script can raise the budget and try again.
+EXIT_NOT_EXHAUSTIVE = 3
 EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 128 + 2, 128 + 13  # as a shell reports death by SIGINT, SIGPIPE
 
 

@@ -38,6 +38,12 @@ def emulator_seed() -> int | None:
         raise ArgumentError(f"{SEED_VARIABLE} must be an integer, got {text!r}") from None
 
 
+def launch_chooser(seed: int | None) -> Chooser:
+    """The schedule of a launch: the random one of ``seed`` (``emulator_seed()``), or with None the deterministic
+    one."""
+    return SeededChooser(random.Random(seed)) if seed is not None else Chooser()
+
+
 #: ``progress(index, total, block_idx)``: called before each cluster runs (each block, without clusters), with the
 #: 0-based position of its first block among the ``total`` blocks of the grid and that block's ``(x, y, z)``
 #: blockIdx.
@@ -76,7 +82,7 @@ def emulate_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None
                                for uid, data in memory.items()})
     global_memory = GlobalMemory(memory, names)
     seed = emulator_seed()
-    chooser = SeededChooser(random.Random(seed)) if seed is not None else Chooser()
+    chooser = launch_chooser(seed)
     total = grid[0] * grid[1] * grid[2]
     shape = kernel.cluster
     size = shape[0] * shape[1] * shape[2]
