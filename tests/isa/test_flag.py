@@ -37,6 +37,17 @@ def running_sum(x):
     return np.cumsum(x.reshape(BLOCKS, fk.ROWS, 64), axis=0, dtype=np.float32).reshape(-1, 64)
 
 
+def test_a_read_only_flags_array_is_refused_before_the_run():
+    """flag.signal writes the flags array: a read-only one is an ArgumentError naming it before any block runs,
+    not numpy's "assignment destination is read-only" in the middle of the run."""
+    x, ws, flags, out = operands()
+    flags.flags.writeable = False
+    with pytest.raises(warpspec.ArgumentError, match=r"argument 'flags_ptr': the kernel writes this array, but it "
+                                                     r"is read-only"):
+        fk.RunningSum()(BLOCKS, x, ws, flags, out)
+    assert not out.any()
+
+
 def test_a_block_reads_what_the_block_before_it_left_after_waiting_for_its_flag():
     x, ws, flags, out = operands()
     fk.RunningSum()(BLOCKS, x, ws, flags, out)

@@ -8,8 +8,8 @@ import numpy as np
 from warpspec import dtypes
 from warpspec.errors import ArgumentError
 from warpspec.ir import nodes as ir
-from warpspec.isa.memory import GlobalView, StoreGlobal
-from warpspec.isa.tma import TmaStore
+from warpspec.isa import registry
+from warpspec.isa.memory import GlobalView
 
 # ndarray subclasses whose indexing is a plain array's (np.matrix keeps two dimensions, masked arrays skip
 # masked elements: flattening and indexing either would not address the memory the kernel means).
@@ -32,15 +32,17 @@ def check_plain_array(name: str, array: np.ndarray) -> None:
 
 
 def written_pointers(kernel: ir.Kernel) -> set[int]:
-    """Uids of the pointer parameters whose memory ``kernel`` writes: views stored to by ``store_global`` or a TMA
-    store."""
+    """Uids of the pointer parameters whose memory ``kernel`` writes: views a statement declaring
+    ``registry.WRITES_GLOBAL`` writes (stores, TMA stores, flag signals)."""
     pointer_of = {}
     targets = []
     for stmt in ir.walk(kernel.body):
         if isinstance(stmt, GlobalView):
             pointer_of[stmt.decl.uid] = stmt.pointer.uid
-        elif isinstance(stmt, (StoreGlobal, TmaStore)):
-            targets.append(stmt.dst.decl.uid)
+        else:
+            written = registry.fact_of(registry.WRITES_GLOBAL, type(stmt))
+            if written is not None:
+                targets.append(written(stmt).decl.uid)
     return {pointer_of[uid] for uid in targets}
 
 

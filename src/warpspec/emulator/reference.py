@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from warpspec.arguments import first_views, view_shapes
+from warpspec.arguments import first_views, flag_pointers, view_shapes
 from warpspec.dtypes import PointerType
 from warpspec.emulator.host import written_pointers
 from warpspec.errors import ArgumentError, OutputMismatchError
@@ -118,8 +118,10 @@ def call_reference(reference: Callable, values: dict) -> None:
 
 def outputs(kernel: ir.Kernel, before: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> list[str]:
     """The pointer parameters to compare: those the kernel stores to, and any the reference changed (an output
-    the kernel should have written but does not), in parameter order."""
-    stored = written_pointers(kernel)
+    the kernel should have written but does not), in parameter order. Flag arrays are the kernel's protocol, not
+    its result: they are not compared."""
+    flags = set(flag_pointers(kernel))
+    stored = {param.var.uid for param in kernel.params if param.name not in flags} & written_pointers(kernel)
     names = []
     for param in kernel.params:
         if param.name not in expected:

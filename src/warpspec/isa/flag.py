@@ -24,7 +24,7 @@ from typing import Any
 from warpspec.dtypes import int32
 from warpspec.isa.base import LanguageObject, language_call
 from warpspec.isa.contracts import BuildContext, EmulationMachine, EmulationTask, Steps
-from warpspec.isa.registry import declare_timeline, emulates
+from warpspec.isa.registry import WRITES_GLOBAL, declare, declare_timeline, emulates
 from warpspec.isa.timeline_facts import NOT_SHOWN, STATEMENT
 from warpspec.isa.values import TensorValue, describe
 from warpspec.ir import nodes as ir
@@ -121,3 +121,5 @@ def _wait(machine: EmulationMachine, task: EmulationTask, s: FlagWait) -> Steps 
 # What each statement costs the CPU timing model and how timelines show it (``isa.timeline_facts``).
 declare_timeline(FlagSignal, STATEMENT, NOT_SHOWN)
 declare_timeline(FlagWait, STATEMENT, NOT_SHOWN)
+
+declare(WRITES_GLOBAL, FlagSignal, lambda s: s.flags)  # the signal stores its value

@@ -16,7 +16,7 @@ from warpspec import dtypes
 from warpspec.dtypes import DType, int32
 from warpspec.isa.base import LanguageObject, language_call, offsets_of, static_tensor_type
 from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
-from warpspec.isa.registry import LAYOUT_RULE, declare, declare_timeline, emulates
+from warpspec.isa.registry import LAYOUT_RULE, WRITES_GLOBAL, declare, declare_timeline, emulates
 from warpspec.isa.timeline_facts import NOT_SHOWN, STATEMENT, TimingCost
 from warpspec.isa.values import TensorValue, describe
 from warpspec.ir import nodes as ir
@@ -353,6 +353,7 @@ declare(LAYOUT_RULE, LoadGlobal, lambda s, target: LayoutRule(defines=s.decl, bl
 declare(LAYOUT_RULE, LoadShared, lambda s, target: LayoutRule(defines=s.decl, blocked=True, call="load_shared"))
 declare(LAYOUT_RULE, AllocRegister, lambda s, target: LayoutRule(defines=s.decl))
 declare(LAYOUT_RULE, StoreGlobal, lambda s, target: LayoutRule(stored=s.src.decl, call="store_global"))
+declare(WRITES_GLOBAL, StoreGlobal, lambda s: s.dst)
 declare(LAYOUT_RULE, StoreShared, lambda s, target: LayoutRule(stored=s.src.decl, call="store_shared"))
 declare(LAYOUT_RULE, StoreElement, lambda s, target: LayoutRule(indexed=s.tensor.decl))
 

@@ -39,6 +39,9 @@ BODY_THREADS = "body threads"
 #: Present (True) on statement types whose completion is each warpgroup's own (WGMMA): the emulator runs a group
 #: issuing them as one partition per warpgroup.
 PER_WARPGROUP = "per warpgroup"
+#: ``fn(stmt) -> ir.TensorRef``: the global view a statement writes (a store, a TMA store, a flag's signal), so a
+#: launch knows which arrays the kernel writes.
+WRITES_GLOBAL = "writes global"
 #: ``isa.timeline_facts.TimingCost``: what one execution of a statement costs the CPU timing model
 #: (``warpspec.timeline.model_timing``).
 TIMING_COST = "timing cost"

@@ -15,7 +15,7 @@ from warpspec.errors import BarrierError, KernelError
 from warpspec.isa.base import LanguageObject, barrier_ref, language_call, offsets_of
 from warpspec.isa.cluster import check_rank
 from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
-from warpspec.isa.registry import at_exit, declare_timeline, emulates
+from warpspec.isa.registry import WRITES_GLOBAL, at_exit, declare, declare_timeline, emulates
 from warpspec.isa.timeline_facts import NOT_SHOWN, STATEMENT, Instrumentation, TimingCost
 from warpspec.isa.values import TensorValue
 from warpspec.ir import nodes as ir
@@ -280,3 +280,5 @@ declare_timeline(TmaStore, TimingCost("tma", lambda s: s.src.nbytes),
                  Instrumentation("tma", "tma {src} -> {dst}", indexed="src"))
 declare_timeline(TmaCommit, STATEMENT, NOT_SHOWN)
 declare_timeline(TmaWait, STATEMENT, Instrumentation("tma_wait", "tma.wait_group({n})"))
+
+declare(WRITES_GLOBAL, TmaStore, lambda s: s.dst)
