@@ -11,6 +11,7 @@ events move freely between them and warpspec.
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import hashlib
 import operator
@@ -122,6 +123,26 @@ def context(device: int | None = None) -> Any:
     if int(check(cu.cuCtxGetCurrent())) != int(ctx):
         check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
     return ctx
+
+
+def set_current_context(handle: int) -> None:
+    """Make the context ``handle`` (a CUcontext's value, as ``cuCtxGetCurrent`` gives it) current in this
+    thread."""
+    check(cu.cuCtxSetCurrent(cu.CUcontext(handle)), "cuCtxSetCurrent")
+
+
+@contextlib.contextmanager
+def on_device(device: int):
+    """``with on_device(1):`` makes ``device``'s primary context current in this thread for the block, then puts
+    back the context that was current before (PyTorch reads the current context as its current device, so work
+    on another GPU must leave it as it was). Yields the context."""
+    found = int(check(cu.cuCtxGetCurrent())) if _initialised else 0
+    ctx = context(device)
+    try:
+        yield ctx
+    finally:
+        if found and found != int(ctx):
+            set_current_context(found)
 
 
 def has_hopper_gpu() -> bool:
