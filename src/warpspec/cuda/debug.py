@@ -16,7 +16,7 @@ import time
 
 from warpspec.cuda.driver import CudaError, check, context, default_device, load_module, on_device
 from warpspec.cuda.launch import compile_kernel, launch_planned
-from warpspec.cuda.plan import host_values, launch_device
+from warpspec.cuda.plan import first_array_device
 from warpspec.errors import BarrierTimeoutError
 from warpspec.ir import nodes as ir
 
@@ -46,8 +46,9 @@ def run_debug(kernel: ir.Kernel, arguments: dict) -> None:
     from cuda.bindings import driver as cu
 
     built = compile_kernel(kernel, debug=True)
-    _, arrays = host_values(kernel, arguments)
-    device = launch_device(arrays, default_device)  # the arrays' GPU, where the launch goes
+    device = first_array_device(kernel, arguments)  # the arrays' GPU, where the launch goes
+    if device is None:
+        device = default_device()
     with on_device(device):
         host, device_pointer = _record(device)
         module = load_module(built.module.cubin, device)

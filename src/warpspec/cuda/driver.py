@@ -85,15 +85,49 @@ def _initialise() -> None:
     _initialised = True
 
 
+_selected = threading.local()  # .device: the current device set by ``use_device`` where PyTorch runs no CUDA
+
+
 def default_device() -> int:
-    """PyTorch's current device when PyTorch has initialised CUDA (so both work on the same GPU), else 0."""
+    """PyTorch's current device when PyTorch has initialised CUDA (so both work on the same GPU), else the device
+    ``use_device`` selects in this thread, else 0."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         # torch._C's getter is what torch.cuda.current_device() returns once CUDA is initialised, without the
         # Python wrapper's lazy-initialisation check: this runs on every launch.
         getter = getattr(torch._C, "_cuda_getDevice", None)
         return getter() if getter is not None else torch.cuda.current_device()
-    return 0
+    return getattr(_selected, "device", 0)
+
+
+@contextlib.contextmanager
+def use_device(device: int):
+    """``with use_device(1):`` makes ``device`` the current device for the block: PyTorch's (``torch.cuda.device``)
+    when PyTorch has initialised CUDA, else the one ``default_device`` returns in this thread. For work that asks
+    for the current device (tuning's timing, events and device identity) done for arrays on another GPU."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        with torch.cuda.device(device):
+            yield
+        return
+    saved = getattr(_selected, "device", None)
+    _selected.device = device
+    try:
+        yield
+    finally:
+        if saved is None:
+            del _selected.device
+        else:
+            _selected.device = saved
+
+
+def array_device(obj: Any, name: str) -> int:
+    """The GPU index of GPU array ``obj`` (argument ``name``): a torch CUDA tensor's ``get_device()`` (no
+    conversion), else ``as_device_array``'s (which raises ``ArgumentError`` for what is no GPU array)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor) and obj.is_cuda:
+        return obj.get_device()
+    return as_device_array(obj, name).device_index
 
 
 def default_stream(device: int) -> int:

@@ -100,6 +100,21 @@ def launch_device(arrays: dict, current) -> int:
     return current()
 
 
+def first_array_device(kernel: ir.Kernel, arguments: dict) -> int | None:
+    """The GPU a launch of ``kernel`` with ``arguments`` goes to, read off its first array argument without the
+    launch's checks (which run at the launch): None when the kernel has no array parameter or that argument is
+    no GPU array. For work done beside a launch, on its GPU (debug mode's record, a profile's buffer)."""
+    from warpspec.cuda.driver import array_device
+
+    for param in kernel.params:
+        if isinstance(param.type, PointerType):
+            try:
+                return array_device(arguments[param.name], param.name)
+            except ArgumentError:
+                return None
+    return None
+
+
 def _float32_slot(param: ir.Param, value) -> float:
     """A float32 parameter's value as the kernel receives it: checked, then rounded as ctypes.c_float does
     (out-of-range magnitudes become infinities rather than errors)."""
