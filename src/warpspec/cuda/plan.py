@@ -439,7 +439,8 @@ class LaunchPlan:
             "_PARAMS": ctypes.addressof(self.params), "_FN": self.function, "_CTX": self.context,
             "_launch": entry.launch_kernel_ex, "_ctx_get": entry.ctx_get_current,
             "_ctx_out": context_out, "_ctx_ref": ctypes.addressof(context_out),
-            "_make_current": self.device_side.context, "_restore": self.device_side.restore_context, "_lock": self.lock, "_failed": self._failed,
+            "_make_current": self.device_side.context, "_restore": self.device_side.restore_context,
+            "_lock": self.lock, "_failed": self._failed,
         }
         for i, param in enumerate(self.kernel.params):
             namespace[f"_P{i}"] = param
