@@ -1,5 +1,5 @@
 """Test-wide setup: the disk cache is a temporary folder for the whole session, examples/ is importable, and tests
-marked ``gpu`` need an NVIDIA Hopper GPU and are skipped cleanly without one."""
+marked ``gpu`` need an NVIDIA Hopper GPU and are skipped cleanly without one, tests marked ``gpu2`` two GPUs."""
 
 import os
 import shutil
@@ -24,6 +24,11 @@ def pytest_unconfigure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    if any("gpu2" in item.keywords for item in items) and _visible_gpus() < 2:
+        skip_two = pytest.mark.skip(reason="needs two GPUs (torch.cuda.device_count() >= 2)")
+        for item in items:
+            if "gpu2" in item.keywords:
+                item.add_marker(skip_two)
     if not any("gpu" in item.keywords for item in items):
         return
     from warpspec.cuda.driver import has_hopper_gpu
@@ -34,3 +39,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _visible_gpus() -> int:
+    """torch.cuda.device_count(), 0 without torch."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count()

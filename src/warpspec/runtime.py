@@ -140,7 +140,7 @@ def run_script(script, args: tuple, kwargs: dict):
     entries = script.__dict__.get("_warpspec_calls")
     if entries and not kwargs and not _debugging and _profiler is None and mode() != "emulator":
         # A plan entry exists only for a device where a CUDA launch worked out, so under ``auto`` it is a Hopper
-        # GPU; each entry checks the current device itself.
+        # GPU; each entry checks its arrays' device (the current device, for a kernel without arrays).
         for call in entries:
             if call(args) is not MISS:
                 return None

@@ -284,8 +284,13 @@ def test_a_custom_op_runs_on_its_tensors_device_index():
     from matmul_v3 import MatmulWGMMAV3
 
     kernel = MatmulWGMMAV3(**PINNED)
-    with pytest.raises(warpspec.ArgumentError, match="is on GPU 1, but the kernel launches on GPU 0"):
-        kernel(256, 256, 128, a1, b1, torch.empty_like(c1))
+    with pytest.raises(warpspec.ArgumentError, match="argument 'b_ptr' is on GPU 0 but argument 'a_ptr' is on GPU 1"):
+        kernel(256, 256, 128, a1, b, torch.empty_like(c1))
+    c = torch.empty_like(c1)
+    kernel(256, 256, 128, a1, b1, c)  # a Script call runs on its tensors' GPU, the current device staying 0
+    assert torch.cuda.current_device() == 0
+    torch.cuda.synchronize(1)
+    assert torch.equal(c.cpu(), c1.cpu())
     with torch.cuda.device(1):
         c = torch.empty_like(c1)
         kernel(256, 256, 128, a1, b1, c)

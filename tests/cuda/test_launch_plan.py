@@ -108,6 +108,9 @@ class FakeSide(plan.DeviceSide):
         self.current_context = 0xC0 + device
         return self.current_context
 
+    def restore_context(self, handle):
+        self.current_context = handle
+
     def tensor_map(self, dtype, address, shape, strides_bytes, box, swizzle_bytes, l2_promotion):
         from warpspec.cuda.driver import check_tiled_tensor_map
 
@@ -220,7 +223,8 @@ OLD_MESSAGES = {
     "float32 array": (dict(src_ptr=array((128, 64), "float32")),
                       "argument 'src_ptr': expected float16 elements for a ~float16 parameter, got float32"),
     "GPU 1": (dict(src_ptr=array((128, 64), device=1)),
-              "argument 'src_ptr' is on GPU 1, but the kernel launches on GPU 0 (the current device)"),
+              "argument 'dst_ptr' is on GPU 0 but argument 'src_ptr' is on GPU 1: every array of one launch must "
+              "be on the same GPU"),
     "too small": (dict(src_ptr=array((100, 64))),
                   f"argument 'src_ptr' holds 6400 elements but the kernel views it as src of shape [128, 64] (line "
                   f"{SRC_LINE}), which needs 8192"),
@@ -300,14 +304,12 @@ def test_a_changed_dtype_device_rank_or_compile_time_value_gets_its_own_plan(sid
     with pytest.raises(ArgumentError, match="holds 8191 elements"):
         kernel(*good(src_ptr=array((8191,))).values())
     assert len(built.plans) == 2 and len(side.launches) == 2
-    # device: arrays on GPU 1 launch once GPU 1 is the current device, through a plan for it
-    side.device = 1
+    # device: arrays on GPU 1 launch on GPU 1 (the current device stays 0), through a plan for it
     on_one = good(src_ptr=array((128, 64), device=1), dst_ptr=array((128, 64), device=1, pointer=BASE + 2**20))
     kernel(*on_one.values())
     assert len(built.plans) == 3 and side.launches[-1].function == 0xF01 and side.launches[-1].context == 0xC1
-    with pytest.raises(ArgumentError, match="is on GPU 0, but the kernel launches on GPU 1"):
-        kernel(*good().values())
-    side.device = 0
+    with pytest.raises(ArgumentError, match="argument 'dst_ptr' is on GPU 0 but argument 'src_ptr' is on GPU 1"):
+        kernel(*good(src_ptr=array((128, 64), device=1)).values())
     # compile-time value: another kernel, its own build and plan; the grid and maps follow the new n_size
     kernel(*good(n_size=128, src_ptr=array((128, 128)), dst_ptr=array((128, 128), pointer=BASE + 2**20),
                  row_stride=128).values())
@@ -566,11 +568,14 @@ def test_dlpack_producers_are_read_through_as_device_array_on_every_call(side):
     with pytest.raises(ArgumentError) as raised:
         kernel(*good(src_ptr=PretendCudaDLPack(src[:100]), dst_ptr=arguments["dst_ptr"]).values())
     assert str(raised.value).startswith("argument 'src_ptr' holds 6400 elements")
-    side.device = 0
+    side.device = 0  # another current device: the launch still goes to the arrays' GPU 3
+    kernel(*arguments.values())
+    assert side.launches[-1].function == 0xF03 and side.launches[-1].context == 0xC3
     with pytest.raises(ArgumentError) as raised:
-        kernel(*arguments.values())
-    assert str(raised.value) == "argument 'src_ptr' is on GPU 3, but the kernel launches on GPU 0 (the current device)"
-    assert len(side.launches) == 2
+        kernel(*good(src_ptr=arguments["src_ptr"]).values())
+    assert str(raised.value) == ("argument 'dst_ptr' is on GPU 0 but argument 'src_ptr' is on GPU 3: every array "
+                                 "of one launch must be on the same GPU")
+    assert len(side.launches) == 3
 
 
 def test_a_winner_guard_takes_only_its_size_bucket(tuning, side):

@@ -14,8 +14,9 @@ import ctypes
 import struct
 import time
 
-from warpspec.cuda.driver import CudaError, check, context, default_device, load_module
+from warpspec.cuda.driver import CudaError, check, context, default_device, load_module, on_device
 from warpspec.cuda.launch import compile_kernel, launch_planned
+from warpspec.cuda.plan import first_array_device
 from warpspec.errors import BarrierTimeoutError
 from warpspec.ir import nodes as ir
 
@@ -45,14 +46,18 @@ def run_debug(kernel: ir.Kernel, arguments: dict) -> None:
     from cuda.bindings import driver as cu
 
     built = compile_kernel(kernel, debug=True)
-    device = default_device()
-    host, device_pointer = _record(device)
-    module = load_module(built.module.cubin, device)
-    address, _ = check(cu.cuModuleGetGlobal(module.handle, b"warpspec_debug_record"), "finding the debug record")
-    check(cu.cuMemcpyHtoD(address, struct.pack("<Q", device_pointer), 8), "setting the debug record")
-    started = time.perf_counter()
-    launch_planned(kernel, arguments, built=built)
-    (result,) = cu.cuCtxSynchronize()
+    device = first_array_device(kernel, arguments)  # the arrays' GPU, where the launch goes
+    if device is None:
+        device = default_device()
+    with on_device(device):
+        host, device_pointer = _record(device)
+        module = load_module(built.module.cubin, device)
+        address, _ = check(cu.cuModuleGetGlobal(module.handle, b"warpspec_debug_record"),
+                           "finding the debug record")
+        check(cu.cuMemcpyHtoD(address, struct.pack("<Q", device_pointer), 8), "setting the debug record")
+        started = time.perf_counter()
+        launch_planned(kernel, arguments, built=built)
+        (result,) = cu.cuCtxSynchronize()
     words = struct.unpack(f"<{RECORD_WORDS}Q", ctypes.string_at(host, 8 * RECORD_WORDS))
     if words[0]:
         raise _timeout(built.generated.debug_sites[words[0] - 1], words, time.perf_counter() - started)

@@ -11,6 +11,7 @@ events move freely between them and warpspec.
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import hashlib
 import operator
@@ -84,15 +85,49 @@ def _initialise() -> None:
     _initialised = True
 
 
+_selected = threading.local()  # .device: the current device set by ``use_device`` where PyTorch runs no CUDA
+
+
 def default_device() -> int:
-    """PyTorch's current device when PyTorch has initialised CUDA (so both work on the same GPU), else 0."""
+    """PyTorch's current device when PyTorch has initialised CUDA (so both work on the same GPU), else the device
+    ``use_device`` selects in this thread, else 0."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         # torch._C's getter is what torch.cuda.current_device() returns once CUDA is initialised, without the
         # Python wrapper's lazy-initialisation check: this runs on every launch.
         getter = getattr(torch._C, "_cuda_getDevice", None)
         return getter() if getter is not None else torch.cuda.current_device()
-    return 0
+    return getattr(_selected, "device", 0)
+
+
+@contextlib.contextmanager
+def use_device(device: int):
+    """``with use_device(1):`` makes ``device`` the current device for the block: PyTorch's (``torch.cuda.device``)
+    when PyTorch has initialised CUDA, else the one ``default_device`` returns in this thread. For work that asks
+    for the current device (tuning's timing, events and device identity) done for arrays on another GPU."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        with torch.cuda.device(device):
+            yield
+        return
+    saved = getattr(_selected, "device", None)
+    _selected.device = device
+    try:
+        yield
+    finally:
+        if saved is None:
+            del _selected.device
+        else:
+            _selected.device = saved
+
+
+def array_device(obj: Any, name: str) -> int:
+    """The GPU index of GPU array ``obj`` (argument ``name``): a torch CUDA tensor's ``get_device()`` (no
+    conversion), else ``as_device_array``'s (which raises ``ArgumentError`` for what is no GPU array)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor) and obj.is_cuda:
+        return obj.get_device()
+    return as_device_array(obj, name).device_index
 
 
 def default_stream(device: int) -> int:
@@ -122,6 +157,26 @@ def context(device: int | None = None) -> Any:
     if int(check(cu.cuCtxGetCurrent())) != int(ctx):
         check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
     return ctx
+
+
+def set_current_context(handle: int) -> None:
+    """Make the context ``handle`` (a CUcontext's value, as ``cuCtxGetCurrent`` gives it) current in this
+    thread."""
+    check(cu.cuCtxSetCurrent(cu.CUcontext(handle)), "cuCtxSetCurrent")
+
+
+@contextlib.contextmanager
+def on_device(device: int):
+    """``with on_device(1):`` makes ``device``'s primary context current in this thread for the block, then puts
+    back the context that was current before (PyTorch reads the current context as its current device, so work
+    on another GPU must leave it as it was). Yields the context."""
+    found = int(check(cu.cuCtxGetCurrent())) if _initialised else 0
+    ctx = context(device)
+    try:
+        yield ctx
+    finally:
+        if found and found != int(ctx):
+            set_current_context(found)
 
 
 def has_hopper_gpu() -> bool:

@@ -46,8 +46,9 @@ def compile_kernel(kernel: ir.Kernel, options: tuple[str, ...] = (), compiler: s
 
 def launch_kernel(kernel: ir.Kernel, arguments: dict, stream: int | None = None, built: BuiltKernel | None = None,
                   l2_promotion: int = 128) -> None:
-    """Launch ``kernel`` on the current GPU with runtime ``arguments`` (by parameter name) on ``stream`` (a
-    CUstream handle; default: PyTorch's current stream when PyTorch uses CUDA, else stream 0); ``built``
+    """Launch ``kernel`` on its arrays' GPU (the current GPU for a kernel without arrays) with runtime
+    ``arguments`` (by parameter name) on ``stream`` (a CUstream handle; default: PyTorch's current stream on that
+    GPU when PyTorch uses CUDA, else stream 0); ``built``
     overrides the default build (e.g. other compile options)."""
     launch_planned(kernel, arguments, stream, built, l2_promotion)
 

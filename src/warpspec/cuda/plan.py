@@ -16,7 +16,10 @@ the rest for one call:
   parameter buffer and the ``CUlaunchConfig`` are prepared once, and a call rewrites its scalar and pointer slots
   with one ``struct.pack_into``, a tensor map's 128 bytes only when that map changed;
 * the launch itself is one ctypes call of ``cuLaunchKernelEx`` on the current stream (PyTorch's when PyTorch uses
-  CUDA, so ``torch.cuda.graph`` captures it), with no host synchronisation and no allocation.
+  CUDA, so ``torch.cuda.graph`` captures it), with no host synchronisation and no allocation;
+* a launch goes to the GPU of its arrays, whatever the current device: in that GPU's context (made current for
+  the launch, the context found current put back after), with its module and its current stream. Arrays on two
+  GPUs are an ``ArgumentError`` naming both.
 
 What talks to the GPU goes through a ``DeviceSide``; tests pass a fake one, so plans run and are checked without a
 GPU.
@@ -60,13 +63,15 @@ _CONFIG_HEAD = struct.Struct("<7I4xQ")
 
 # ------------------------------------------------------------------------------------------ argument checks
 
-def host_values(kernel: ir.Kernel, arguments: dict, device: int) -> tuple[dict, dict]:
-    """Check the runtime ``arguments`` (by parameter name) of a launch on GPU ``device``: the environment of
-    scalar values for host expressions (parameter Var uid -> value; a pointer's is its address) and the
-    ``DeviceArray`` of every pointer parameter. Raises ``ArgumentError`` naming the first bad argument."""
+def host_values(kernel: ir.Kernel, arguments: dict) -> tuple[dict, dict]:
+    """Check the runtime ``arguments`` (by parameter name) of a launch: the environment of scalar values for host
+    expressions (parameter Var uid -> value; a pointer's is its address) and the ``DeviceArray`` of every pointer
+    parameter, all on one GPU (``launch_device``). Raises ``ArgumentError`` naming the first bad argument, and
+    both arguments of a pair on different GPUs."""
     from warpspec.cuda.driver import as_device_array
 
     env, arrays = {}, {}
+    first = None  # the first array argument's name, which fixes the GPU of the launch
     for param in kernel.params:
         value = arguments[param.name]
         if isinstance(param.type, PointerType):
@@ -74,14 +79,40 @@ def host_values(kernel: ir.Kernel, arguments: dict, device: int) -> tuple[dict, 
             if array.dtype_name != param.type.dtype.name:
                 raise ArgumentError(f"argument {param.name!r}: expected {param.type.dtype.name} elements for a "
                                     f"{param.type!r} parameter, got {array.dtype_name}")
-            if array.device_index != device:
-                raise ArgumentError(f"argument {param.name!r} is on GPU {array.device_index}, but the kernel "
-                                    f"launches on GPU {device} (the current device)")
+            if first is None:
+                first = param.name
+            elif array.device_index != arrays[first].device_index:
+                raise ArgumentError(f"argument {param.name!r} is on GPU {array.device_index} but argument "
+                                    f"{first!r} is on GPU {arrays[first].device_index}: every array of one launch "
+                                    f"must be on the same GPU")
             arrays[param.name] = array
             env[param.var.uid] = array.pointer
         else:
             env[param.var.uid] = scalar_value(param, value)
     return env, arrays
+
+
+def launch_device(arrays: dict, current) -> int:
+    """The GPU a launch goes to: that of its arrays (``host_values`` checked they share one), whatever the current
+    device; ``current()`` (the current device) for a kernel without array arguments."""
+    for array in arrays.values():
+        return array.device_index
+    return current()
+
+
+def first_array_device(kernel: ir.Kernel, arguments: dict) -> int | None:
+    """The GPU a launch of ``kernel`` with ``arguments`` goes to, read off its first array argument without the
+    launch's checks (which run at the launch): None when the kernel has no array parameter or that argument is
+    no GPU array. For work done beside a launch, on its GPU (debug mode's record, a profile's buffer)."""
+    from warpspec.cuda.driver import array_device
+
+    for param in kernel.params:
+        if isinstance(param.type, PointerType):
+            try:
+                return array_device(arguments[param.name], param.name)
+            except ArgumentError:
+                return None
+    return None
 
 
 def _float32_slot(param: ir.Param, value) -> float:
@@ -138,6 +169,12 @@ class DeviceSide:
         from warpspec.cuda.driver import context
 
         return int(context(device))
+
+    def restore_context(self, handle: int) -> None:
+        """Make the context ``handle`` (a launch found it current) current again in this thread."""
+        from warpspec.cuda.driver import set_current_context
+
+        set_current_context(handle)
 
     def tensor_map(self, dtype: DType, address: int, shape: tuple, strides_bytes: tuple, box: tuple,
                    swizzle_bytes: int, l2_promotion: int) -> bytes:
@@ -289,9 +326,11 @@ class LaunchPlan:
         has_torch = _torch_arrays(kernel, arguments)
         self.current_device = device_side.device_getter(has_torch)
         self.current_stream = device_side.stream_getter(has_torch)
-        self.device = self.current_device()
         self.entries = 0  # entry functions made, so each binds its constants under names of its own
-        env, arrays = host_values(kernel, arguments, self.device)
+        env, arrays = host_values(kernel, arguments)
+        self.device = launch_device(arrays, self.current_device)
+        #: Whether the plan's device is its arrays' (each launch checks theirs) or, without arrays, the current one.
+        self.follows_arrays = bool(arrays)
         self.views = [stmt for stmt in ir.walk(kernel.body) if isinstance(stmt, GlobalView)]
         names = {p.var.uid: p.name for p in kernel.params}
         viewed = {names[stmt.pointer.uid] for stmt in self.views}
@@ -305,11 +344,20 @@ class LaunchPlan:
         self.lock = threading.Lock()
         self.maps: list[dict] = [{} for _ in built.generated.tensor_maps]  # per map: key -> its 128 bytes
         self._prepare_buffers()
+        previous = self._current_context()
         self.function = device_side.function(built, self.device)
         self.context = device_side.context(self.device)
+        if previous and previous != self.context:
+            device_side.restore_context(previous)
         self.namespace = self._namespace()
         self.body = self._body()
         self.run = self._compile(self._run_source(), "run")
+
+    def _current_context(self) -> int:
+        """The handle of the context current in this thread (0: none)."""
+        handle = ctypes.c_void_p()
+        self.device_side.entry_points().ctx_get_current(ctypes.addressof(handle))
+        return handle.value or 0
 
     # --------------------------------------------------------------------------------------- buffers
 
@@ -391,7 +439,8 @@ class LaunchPlan:
             "_PARAMS": ctypes.addressof(self.params), "_FN": self.function, "_CTX": self.context,
             "_launch": entry.launch_kernel_ex, "_ctx_get": entry.ctx_get_current,
             "_ctx_out": context_out, "_ctx_ref": ctypes.addressof(context_out),
-            "_make_current": self.device_side.context, "_lock": self.lock, "_failed": self._failed,
+            "_make_current": self.device_side.context, "_restore": self.device_side.restore_context,
+            "_lock": self.lock, "_failed": self._failed,
         }
         for i, param in enumerate(self.kernel.params):
             namespace[f"_P{i}"] = param
@@ -502,8 +551,15 @@ class LaunchPlan:
         emit(f"    _cfg_pack(_cfg, 0, {launch_grid_text}, {kernel.num_threads}, 1, 1, {generated.shared_bytes}, "
              f"stream)")
         emit("    _ctx_get(_ctx_ref)")
-        emit(f"    if _ctx_out.value != _CTX: _make_current({self.device})")
-        emit("    code = _launch(_CFG, _FN, _PARAMS, None)")
+        emit("    if _ctx_out.value != _CTX:")
+        # PyTorch's runtime calls read the current context as the current device: a launch on another GPU than
+        # the current one (its arrays') puts back the context it found, so the current device stays what it was.
+        emit("        found = _ctx_out.value")
+        emit(f"        _make_current({self.device})")
+        emit("        code = _launch(_CFG, _FN, _PARAMS, None)")
+        emit("        if found: _restore(found)")
+        emit("    else:")
+        emit("        code = _launch(_CFG, _FN, _PARAMS, None)")
         emit(f"if code: _failed(code, ({launch_grid_text}))")
         return lines
 
@@ -541,7 +597,7 @@ class LaunchPlan:
         emit(f"p{i} = {pointer}")
 
     def _run_source(self) -> str:
-        head = ["def run(A, stream=None):", "    dev = _get_device()", f"    if dev != {self.device}: return MISS"]
+        head = ["def run(A, stream=None):", *self._device_lines()]
         head += [f"    v{i} = A[{p.name!r}]" for i, p in enumerate(self.kernel.params)]
         return "\n".join(head + ["    " + line for line in self.body])
 
@@ -561,7 +617,7 @@ class LaunchPlan:
                 self.namespace[f"{prefix}{j}"] = value
                 head.append(f"    if a{j}.__class__ is not {type(value).__name__} or a{j} != {prefix}{j}: "
                             f"return MISS")
-        head += ["    dev = _get_device()", f"    if dev != {self.device}: return MISS", "    stream = None"]
+        head += [*self._device_lines(), "    stream = None"]
         position = {name: j for j, name in enumerate(parameters)}
         for i, param in enumerate(self.kernel.params):
             j = position[param.name]
@@ -571,6 +627,13 @@ class LaunchPlan:
                 self.namespace[f"{prefix}default{i}"] = defaults[param.name]
                 head.append(f"    v{i} = {prefix}default{i}")
         return self._compile("\n".join(head + ["    " + line for line in self.body]), "call")
+
+    def _device_lines(self) -> list[str]:
+        """The lines setting ``dev``, the plan's device: each array's device is checked where it is read; a plan
+        without arrays serves the current device alone."""
+        if self.follows_arrays:
+            return [f"    dev = {self.device}"]
+        return ["    dev = _get_device()", f"    if dev != {self.device}: return MISS"]
 
     def _compile(self, source: str, name: str):
         code = compile(source, f"<launch plan of {self.kernel.name}>", "exec")

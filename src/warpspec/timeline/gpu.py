@@ -230,6 +230,16 @@ class ProfileSession:
             self.report(timeline)
 
     def _record(self, kernel: ir.Kernel, arguments: dict) -> Timeline:
+        from warpspec.cuda.driver import default_device, use_device
+        from warpspec.cuda.plan import first_array_device
+
+        # The record buffer, the timing events and the device's limits are those of the GPU the launch goes to
+        # (its arrays'), whatever the current device.
+        device = first_array_device(kernel, arguments)
+        with use_device(default_device() if device is None else device):
+            return self._record_here(kernel, arguments)
+
+    def _record_here(self, kernel: ir.Kernel, arguments: dict) -> Timeline:
         from warpspec.cuda.driver import DeviceBuffer
         from warpspec.cuda.launch import compile_kernel, launch_planned
 

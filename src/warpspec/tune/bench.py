@@ -19,7 +19,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 
 from warpspec.cuda.launch import launch_kernel
-from warpspec.runtime import run_script
+from warpspec.runtime import multiprocessor_count, run_script
 
 L2_FLUSH_BYTES = 256 << 20
 
@@ -112,18 +112,22 @@ def time_ms(launch: Callable[[], None], warmup_ms: float = 100.0, rep_ms: float 
 
 
 def device_identity() -> dict:
-    """The GPU warpspec launches on, as it enters tuning keys: name, compute capability and driver version."""
+    """The GPU warpspec launches on (the current device), as it enters tuning keys: name, compute capability, SM
+    count and driver version. Two GPUs of one name can differ in SMs (a MIG slice, a cut-down part), and a winner
+    timed on one must not serve the other."""
     from cuda.bindings import driver as cu
 
-    from warpspec.cuda.driver import check, context
+    from warpspec.cuda.driver import check, default_device
 
-    context()
-    device = check(cu.cuCtxGetDevice(), "cuCtxGetDevice")
+    ordinal = default_device()
+    multiprocessors = multiprocessor_count(ordinal)  # first: it initialises the driver
+    device = check(cu.cuDeviceGet(ordinal), "cuDeviceGet")
     name = check(cu.cuDeviceGetName(256, device), "cuDeviceGetName")
     attribute = cu.CUdevice_attribute
     major = check(cu.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device))
     minor = check(cu.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device))
     return {"gpu": name.split(b"\0", 1)[0].decode(errors="replace"), "compute_capability": f"{major}.{minor}",
+            "multiprocessors": multiprocessors,
             "driver": check(cu.cuDriverGetVersion(), "cuDriverGetVersion")}
 
 

@@ -3,8 +3,8 @@
 The key covers everything that can change which schedule wins: the kernel's source (the text of the files
 defining the Script class and its bases, and its qualified name), its autotune candidates, the constructor
 arguments that are not tuned, the compile-time call arguments, a bucket of the runtime sizes (see
-``size_bucket``), the GPU (name and compute capability), the driver version and the NVRTC version. Files are
-written to a temporary name in the same folder and moved into place with ``os.replace`` (atomic on POSIX), so
+``size_bucket``), the GPU (name, compute capability and SM count), the driver version and the NVRTC version. Files
+are written to a temporary name in the same folder and moved into place with ``os.replace`` (atomic on POSIX), so
 concurrent processes tuning the same kernel never see a partial file: the last writer wins, and both wrote a
 valid winner.
 

@@ -483,17 +483,18 @@ def tuned_call(tuned, args: tuple, kwargs: dict):
         return None  # fake or meta tensors (torch.compile tracing): nothing to tune or run
     runtime, compile_time = bind_arguments(tuned.cls, args, kwargs)
     chosen = tuned.__dict__.setdefault("_warpspec_tuned", {})
-    material = tuning_material(tuned, runtime, compile_time, bench.identity())
-    key = cache.entry_key(material)
-    if key not in chosen:
-        report = _cached_report(tuned, key, material)
-        if report is None:
-            _refuse_capture(tuned)
-            report = tune(tuned, runtime, compile_time, bench)
-            report.key = key
-            cache.store(key, material, {"kernel": report.kernel, "seconds": report.seconds,
-                                        "fates": [asdict(f) for f in report.fates]})
-        chosen[key] = (tuned.instantiate(report.winner.schedule), report)
+    with _on_call_device(tuned, runtime):  # identity, timing and events of the GPU the call launches on
+        material = tuning_material(tuned, runtime, compile_time, bench.identity())
+        key = cache.entry_key(material)
+        if key not in chosen:
+            report = _cached_report(tuned, key, material)
+            if report is None:
+                _refuse_capture(tuned)
+                report = tune(tuned, runtime, compile_time, bench)
+                report.key = key
+                cache.store(key, material, {"kernel": report.kernel, "seconds": report.seconds,
+                                            "fates": [asdict(f) for f in report.fates]})
+            chosen[key] = (tuned.instantiate(report.winner.schedule), report)
     script, tuned.last_report = chosen[key]
     if fast is not None:
         winners[fast] = (script, tuned.last_report, functools.partial(bench.launch, script, kwargs={}))
@@ -512,7 +513,8 @@ def stored_schedule(tuned, args: tuple, kwargs: dict) -> dict | None:
     from warpspec.frontend.kernel import bind_arguments
 
     runtime, compile_time = bind_arguments(tuned.cls, args, kwargs)
-    material = tuning_material(tuned, runtime, compile_time, (settings.bench or _bench()).identity())
+    with _on_call_device(tuned, runtime):
+        material = tuning_material(tuned, runtime, compile_time, (settings.bench or _bench()).identity())
     key = cache.entry_key(material)
     chosen = tuned.__dict__.get("_warpspec_tuned", {}).get(key)
     report = chosen[1] if chosen is not None else _cached_report(tuned, key, material)
@@ -533,9 +535,9 @@ def _winner_guard(tuned, args: tuple, script, report, bench):
 
     count = len(args)
     names = getattr(tuned.cls, "tune_key", None)
-    device = _device_getter()
+    where, placed = _device_text(tuned, count)
     namespace = {"MISS": MISS, "_tuned": tuned, "_script": script, "_report": report, "_launch": bench.launch,
-                 "_device": device, "_no_keywords": {}}
+                 "_no_keywords": {}, **placed}
     lines = ["def guard(args):", f"    if len(args) != {count}: return MISS"]
     if count:
         lines.append(f"    {', '.join(f'a{j}' for j in range(count))}, = args")
@@ -553,7 +555,7 @@ def _winner_guard(tuned, args: tuple, script, report, bench):
             lines.append(f"    if a{j}.__class__ is not int or not {bound}: return MISS")
         elif names is None:
             lines.append(f"    if a{j}.__class__ is not _c{j}: return MISS")
-    lines.append(f"    if _device() != {device()}: return MISS")
+    lines.append(f"    if {where} != {_call_device(tuned, args)}: return MISS")
     lines += ["    _tuned.last_report = _report", "    return _launch(_script, args, _no_keywords)"]
     exec(compile("\n".join(lines), f"<winner guard of {tuned.cls.__name__}>", "exec"), namespace)
     return namespace["guard"]
@@ -578,7 +580,7 @@ def _fast_key(tuned, count: int):
     if count:
         lines.append(f"    {', '.join(f'a{j}' for j in range(count))}, = args")
     parts = []
-    namespace = {"_device": _device_getter()}
+    where, namespace = _device_text(tuned, count)
     for j, p in enumerate(params):
         value = f"a{j}" if j < count else f"_default{j}"
         if j >= count:
@@ -600,10 +602,64 @@ def _fast_key(tuned, count: int):
             lines.append(f"    if {value}.__class__ is not int and {value}.__class__ is not float and "
                          f"{value}.__class__ is not bool: return None")
             parts.append(f"({_bucket_text(value)} if {value}.__class__ is int else {value}.__class__)")
-    lines.append(f"    return ({', '.join(parts + ['_device()'])},)")
+    lines.append(f"    return ({', '.join(parts + [where])},)")
     exec(compile("\n".join(lines), f"<tuning key of {tuned.cls.__name__}>", "exec"), namespace)
     function = functions[count] = namespace["key"]
     return function
+
+
+def _first_array(tuned, count: int) -> tuple[int, str] | None:
+    """(position, name) of the first array parameter among a call's ``count`` positional arguments, or None."""
+    from warpspec.dtypes import PointerType
+    from warpspec.frontend.kernel import parameters
+
+    for j, p in enumerate(parameters(tuned.cls)[:count]):
+        if p.runtime and isinstance(p.annotation, PointerType):
+            return j, p.name
+    return None
+
+
+def _array_device(value, name: str) -> int | None:
+    """The GPU index of array argument ``value``, or None for what is no GPU array (its launch says what is
+    wrong with it)."""
+    from warpspec.cuda.driver import array_device
+
+    try:
+        return array_device(value, name)
+    except ArgumentError:
+        return None
+
+
+def _device_text(tuned, count: int) -> tuple[str, dict]:
+    """The expression of generated code (over positional arguments ``a0, a1, ...``) that says which GPU a call
+    launches on, and the names it uses: its first array's (launches follow their arrays, whatever the current
+    device), else the current device."""
+    found = _first_array(tuned, count)
+    if found is None:
+        return "_device()", {"_device": _device_getter()}
+    j, name = found
+    return f"_where(a{j}, {name!r})", {"_where": _array_device}
+
+
+def _call_device(tuned, args: tuple) -> int:
+    """The GPU a call with positional arguments ``args`` launches on (see ``_device_text``)."""
+    found = _first_array(tuned, len(args))
+    return _device_getter()() if found is None else _array_device(args[found[0]], found[1])
+
+
+def _on_call_device(tuned, runtime: dict):
+    """A context in which the current device is the GPU the call with runtime arguments ``runtime`` (by name)
+    launches on: its first array's, else the current one."""
+    from warpspec.cuda.driver import use_device
+    from warpspec.dtypes import PointerType
+    from warpspec.frontend.kernel import parameters
+
+    current = _device_getter()()
+    for p in parameters(tuned.cls):
+        if p.runtime and isinstance(p.annotation, PointerType) and p.name in runtime:
+            device = _array_device(runtime[p.name], p.name)
+            return contextlib.nullcontext() if device in (None, current) else use_device(device)
+    return contextlib.nullcontext()
 
 
 def _device_getter():
