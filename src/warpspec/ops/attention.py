@@ -22,7 +22,7 @@ from warpspec import runtime
 from warpspec.dtypes import DType, bfloat16, float16
 from warpspec.errors import ArgumentError
 from warpspec.ops.attention_decode import launch_decode, split_count
-from warpspec.ops.attention_kernel import ATTENTION_KERNELS, HEAD_DIMS, LOG2_E
+from warpspec.ops.attention_kernel import HEAD_DIMS, LOG2_E, Attention
 from warpspec.ops.operands import dtype_of, same_device, same_kind
 from warpspec.tune.cache import size_bucket
 
@@ -153,7 +153,7 @@ def tuned_script(problem: Problem):
     """The autotuned kernel (every schedule) of the problem's dtype, head dim and causality."""
     key = (problem.dtype.name, problem.head_dim, problem.causal)
     if key not in _tuned:
-        _tuned[key] = ATTENTION_KERNELS[problem.dtype.name](head_dim=problem.head_dim, causal=problem.causal)
+        _tuned[key] = Attention(problem.dtype, head_dim=problem.head_dim, causal=problem.causal)
     return _tuned[key]
 
 
