@@ -162,11 +162,7 @@ def script_for(problem: Problem, args: tuple, schedule: dict | None = None):
     given; else, on the GPU, the winner that ``tune_attention`` (or an autotuned call) stored for the problem's
     size buckets; else the head dim's shipped default. Remembered per size buckets, back end and device."""
     backend = runtime.get_backend()
-    device = None
-    if backend == "cuda":
-        from warpspec.cuda.driver import default_device
-
-        device = default_device()
+    device = runtime.current_device() if backend == "cuda" else None
     sizes = (size_bucket(problem.seq_q), size_bucket(problem.seq_k), size_bucket(problem.batch * problem.heads))
     key = (problem.dtype.name, problem.head_dim, problem.causal,
            tuple(sorted(schedule.items())) if schedule is not None else sizes, backend, device)
