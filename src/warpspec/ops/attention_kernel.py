@@ -76,7 +76,7 @@ def element_dtype(dtype: DType) -> DType:
     """``dtype`` when the attention kernels take it (``DTYPES``), else an ArgumentError."""
     if dtype not in DTYPES:
         raise ArgumentError(f"the attention kernels take {' or '.join(d.name for d in DTYPES)} operands, got "
-                            f"{dtype!r}")
+                            f"{getattr(dtype, 'name', dtype)!r}")
     return dtype
 
 

@@ -128,10 +128,11 @@ class _Gemm(Script):
         super().__init__()
         if in_dtype not in self.input_dtypes:
             raise ArgumentError(f"{type(self).__name__} takes inputs of "
-                                f"{' or '.join(d.name for d in self.input_dtypes)}, got {in_dtype!r}")
+                                f"{' or '.join(d.name for d in self.input_dtypes)}, got {getattr(in_dtype, 'name', in_dtype)!r}")
         if out_dtype not in OUTPUT_DTYPES[in_dtype]:
             raise ArgumentError(f"{type(self).__name__}: {in_dtype.name} inputs give "
-                                f"{' or '.join(d.name for d in OUTPUT_DTYPES[in_dtype])} outputs, got {out_dtype!r}")
+                                f"{' or '.join(d.name for d in OUTPUT_DTYPES[in_dtype])} outputs, got "
+                                f"{getattr(out_dtype, 'name', out_dtype)!r}")
         self.in_dtype = in_dtype
         self.out_dtype = out_dtype
         self.scaled = in_dtype == float8_e4m3  # float8 kernels multiply by the per-tensor scale of ``scale_ptr``
