@@ -100,3 +100,12 @@ def test_a_tuning_key_holds_the_dtypes():
         runtime, compile_time = bind_arguments(tuned.cls, args, {})
         keys.add(cache.entry_key(tuner.tuning_material(tuned, runtime, compile_time, identity)))
     assert len(keys) == 2
+
+
+def test_the_tuner_finds_the_first_array_among_instance_typed_pointers():
+    """A tuned call launches on its first array's GPU: a ``~self.in_dtype`` pointer is an array parameter."""
+    from warpspec.tune import tuner
+
+    tuned = kernels.Gemm(bfloat16, bfloat16, b_k_major=True, has_bias=False, activation=None)
+    assert tuner._first_array(tuned, 12) == (6, "a_ptr")
+    assert tuner._first_array(tuned, 6) is None

@@ -608,11 +608,10 @@ def _fast_key(tuned, count: int):
 
 def _first_array(tuned, count: int) -> tuple[int, str] | None:
     """(position, name) of the first array parameter among a call's ``count`` positional arguments, or None."""
-    from warpspec.dtypes import PointerType
     from warpspec.frontend.kernel import parameters
 
     for j, p in enumerate(parameters(tuned.cls)[:count]):
-        if p.runtime and isinstance(p.annotation, PointerType):
+        if p.pointer:
             return j, p.name
     return None
 
@@ -649,12 +648,11 @@ def _on_call_device(tuned, runtime: dict):
     """A context in which the current device is the GPU the call with runtime arguments ``runtime`` (by name)
     launches on: its first array's, else the current one."""
     from warpspec.cuda.driver import use_device
-    from warpspec.dtypes import PointerType
     from warpspec.frontend.kernel import parameters
 
     current = _device_getter()()
     for p in parameters(tuned.cls):
-        if p.runtime and isinstance(p.annotation, PointerType) and p.name in runtime:
+        if p.pointer and p.name in runtime:
             device = _array_device(runtime[p.name], p.name)
             return contextlib.nullcontext() if device in (None, current) else use_device(device)
     return contextlib.nullcontext()
