@@ -34,12 +34,13 @@ def _build_one(job):
     """Compile one kernel (in a worker process) so that the main process finds it in the disk cache."""
     dtype_name, head_dim, causal, schedule = job
     from warpspec.cuda.launch import compile_kernel
-    from warpspec.ops.attention_kernel import ATTENTION_KERNELS
+    from warpspec.dtypes import BY_NAME
+    from warpspec.ops.attention_kernel import Attention
     from warpspec.runtime import kernel_for
 
     started = time.perf_counter()
     try:
-        compile_kernel(kernel_for(ATTENTION_KERNELS[dtype_name](head_dim=head_dim, causal=causal, **schedule), {}))
+        compile_kernel(kernel_for(Attention(BY_NAME[dtype_name], head_dim=head_dim, causal=causal, **schedule), {}))
         return job, time.perf_counter() - started, None
     except Exception as error:  # a schedule that does not build (shared memory, registers) is reported, not fatal
         return job, time.perf_counter() - started, f"{type(error).__name__}: {error}"
@@ -76,7 +77,8 @@ def main(argv=None) -> int:
     import warpspec
     from warpspec.ops import attention
     from warpspec.ops.attention import DEFAULT_SCHEDULES, arguments, script_for, validate
-    from warpspec.ops.attention_kernel import AttentionF16
+    from warpspec.dtypes import float16
+    from warpspec.ops.attention_kernel import Attention
 
     head_dims = [int(d) for d in args.head_dims.split(",")]
     seqs = [int(s) for s in args.seqs.split(",")]
@@ -92,7 +94,7 @@ def main(argv=None) -> int:
         if args.schedule:
             return [parse_schedule(args.schedule)]
         if args.schedules == "all":
-            return AttentionF16().schedules()
+            return Attention(float16).schedules()
         return [None]
 
     jobs = [(kernel_dtypes[name], d, causal, schedule or DEFAULT_SCHEDULES[d]) for name in dtype_names

@@ -23,7 +23,8 @@ a ragged shape with grouped-query heads, causal and not.
 import numpy as np
 
 import warpspec
-from warpspec.ops.attention_kernel import LOG2_E, AttentionF16
+from warpspec.dtypes import float16
+from warpspec.ops.attention_kernel import LOG2_E, Attention
 
 from example_support import run_on_backend
 
@@ -45,7 +46,7 @@ def reference(q, k, v, causal):
     return weights @ v32 / np.where(total == 0, 1.0, total)
 
 
-def check_attention(kernel_class=AttentionF16, head_dim=64, heads=4, kv_heads=2, seq_q=200, seq_k=150) -> None:
+def check_attention(kernel_class=Attention, head_dim=64, heads=4, kv_heads=2, seq_q=200, seq_k=150) -> None:
     """Run the kernel (shipped-default-like schedule: 64-row K/V tiles, 2 stages) at a ragged grouped-query shape,
     causal and not, compare with numpy and print the verdicts."""
     rng = np.random.default_rng(0)
@@ -53,7 +54,7 @@ def check_attention(kernel_class=AttentionF16, head_dim=64, heads=4, kv_heads=2,
     k = rng.standard_normal((kv_heads, seq_k, head_dim)).astype(np.float16)
     v = rng.standard_normal((kv_heads, seq_k, head_dim)).astype(np.float16)
     for causal in (False, True):
-        kernel = kernel_class(head_dim=head_dim, causal=causal, block_n=64, num_stages=2, unroll=1)
+        kernel = kernel_class(float16, head_dim=head_dim, causal=causal, block_n=64, num_stages=2, unroll=1)
         out = np.full_like(q, np.nan)  # NaN shows any row left unwritten
         *_, out, _lse = run_on_backend(kernel, seq_q, seq_k, heads, heads, heads // kv_heads, head_dim ** -0.5 * LOG2_E,
                                  q, k, v, out, np.empty((heads, seq_q), np.float32))

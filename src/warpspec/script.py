@@ -99,6 +99,11 @@ class Script(metaclass=_ScriptMeta):
     def __init__(self):
         pass
 
+    def kernel_name(self) -> str:
+        """The name of the built kernel (the CUDA function's, what profilers show): the class name. A class whose
+        constructor takes the element types overrides it so that each instance's kernel says which it runs."""
+        return type(self).__name__
+
     def schedule(self) -> dict:
         """This instance's tuned parameter values (empty for a Script without ``@autotune``)."""
         space = type(self).__dict__.get("_tune_space")

@@ -11,7 +11,7 @@ from warpspec.cli import main
 
 ROOT = Path(__file__).parents[2]
 COPY = [f"{ROOT / 'examples' / 'tma_copy.py'}:TmaCopy", "m_size=64", "n_size=64"]
-LIBRARY_GEMM = f"{ROOT / 'src' / 'warpspec' / 'ops' / 'kernels.py'}:GemmF16"
+LIBRARY_GEMM = f"{ROOT / 'src' / 'warpspec' / 'ops' / 'kernels.py'}:Gemm"
 GEMM_SIZES = ["m_size=64", "n_size=64", "k_size=64", "lda=64", "ldb=64", "ldc=64"]
 
 
@@ -89,7 +89,7 @@ def test_library_kernel_that_needs_constructor_arguments(capsys, tmp_path, comma
     code, _, err = run(capsys, command, LIBRARY_GEMM, *GEMM_SIZES, *out)
     assert code == 2
     line = one_line_error(err, command)
-    assert "GemmF16 needs constructor argument(s) b_k_major, has_bias, activation" in line
+    assert "Gemm needs constructor argument(s) in_dtype, out_dtype, b_k_major, has_bias, activation" in line
     assert "run it through its warpspec.ops operation (e.g. warpspec.ops.matmul)" in line
 
 

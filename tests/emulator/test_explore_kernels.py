@@ -15,6 +15,7 @@ from tests.kernels import attention_bug_kernels, flag_ordering_kernels, rare_int
 from tests.ops import test_attention, test_stream_k
 from tests import test_matmul_v6
 from matmul_v4 import MatmulWGMMAV4
+from warpspec.dtypes import float16
 from warpspec.emulator import prove
 from warpspec.emulator import run as emulator_run
 from warpspec.emulator.explore import Budget
@@ -77,7 +78,7 @@ def stream_k_operands(kernel_class):
 @pytest.mark.slow  # 40-60 s on a 2-core CPU; CI runs it (``-m "not slow"`` leaves it out)
 def test_stream_k_hand_off_is_proved(smallest_split):
     """Every interleaving of each block's roles, blocks in launch order (as flags require)."""
-    script, arguments, a, w, out, (partials, flags) = stream_k_operands(kernels.GemmF16)
+    script, arguments, a, w, out, (partials, flags) = stream_k_operands(kernels.Gemm)
     assert_proved(prove(*ir_of(script, *arguments)), "stream-K 3 tiles over 2 blocks, the third split")
     test_stream_k.assert_close(out, test_stream_k.reference(a, w.T), np.float16)
     assert partials.any() and flags.tolist() == [0, 0]  # the hand-off happened, and its flags were given back
@@ -87,7 +88,7 @@ def test_the_attention_kernel_is_proved():
     """One block of 128 query rows (two consumer warpgroups taking turns) over one 64-key tile."""
     q, k, v = test_attention.operands(1, 1, 1, 64, 64, 64, np.float16)
     out = np.zeros_like(q)
-    script = attention_kernel.AttentionF16(head_dim=64, causal=False, block_n=64, num_stages=2, unroll=1)
+    script = attention_kernel.Attention(float16, head_dim=64, causal=False, block_n=64, num_stages=2, unroll=1)
     lse = test_attention.lse_of(q)
     assert_proved(prove(*ir_of(script, 64, 64, 1, 1, 1, 64 ** -0.5 * attention_kernel.LOG2_E, q, k, v, out, lse)),
                   "attention 64x64, head_dim 64")

@@ -66,10 +66,11 @@ def test_every_row_reduction_of_the_attention_kernel_reads_the_whole_score_tile(
     kernel's reductions (peeled first tile and main loop, both warpgroups) combines all block_n/4 registers of
     its row half of S."""
     from warpspec.ops.attention import DEFAULT_SCHEDULES
-    from warpspec.ops.attention_kernel import AttentionF16
+    from warpspec.dtypes import float16
+    from warpspec.ops.attention_kernel import Attention
 
     schedule = DEFAULT_SCHEDULES[head_dim]
-    source = generate(kernel_for(AttentionF16(head_dim=head_dim, causal=True, **schedule), {})).source
+    source = generate(kernel_for(Attention(float16, head_dim=head_dim, causal=True, **schedule), {})).source
     reductions = re.findall(r"^\s*\w+\[([01])\] = ((?:fmaxf\(|\()+\w+\[.*);$", source, re.MULTILINE)
     assert len(reductions) == 2 * 2 * 2 * 2  # max and sum, first tile and loop, two warpgroups, two row halves
     for half, expression in reductions:

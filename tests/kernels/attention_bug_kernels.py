@@ -2,20 +2,20 @@
 ``warpspec.ops.attention_backward_kernel`` with one bug planted per class, for tests/ops/test_attention.py,
 tests/ops/test_attention_decode.py and tests/ops/test_attention_backward.py.
 
-Each class overrides the one helper of ``AttentionF16``, ``DecodeF16`` or ``BackwardKVF16`` that it breaks. A line that an error report must name ends
+Each class overrides the one helper of ``Attention``, ``Decode`` or ``BackwardKV`` that it breaks. A line that an error report must name ends
 with a marker comment ``# <<< name``; ``marker_line(name)`` finds its number.
 """
 
 from tests.support.markers import markers_of
 
-from warpspec.ops.attention_backward_kernel import BackwardKVF16
-from warpspec.ops.attention_decode_kernel import DECODE_ROWS, DecodeF16
-from warpspec.ops.attention_kernel import AttentionF16
+from warpspec.ops.attention_backward_kernel import BackwardKV
+from warpspec.ops.attention_decode_kernel import DECODE_ROWS, Decode
+from warpspec.ops.attention_kernel import Attention
 
 marker_line = markers_of(__file__)
 
 
-class ReleasesVBeforePV(AttentionF16):
+class ReleasesVBeforePV(Attention):
     """The V stage goes back to the producer before the PV WGMMA that reads it has completed: the producer's next
     TMA load may overwrite the tile under the tensor cores."""
 
@@ -25,7 +25,7 @@ class ReleasesVBeforePV(AttentionF16):
         self.wgmma.wait_group(0)  # <<< late-wait
 
 
-class IssuesOutOfTurn(AttentionF16):
+class IssuesOutOfTurn(Attention):
     """The warpgroups never wait for their turn, while still handing the turn over: the ping-pong barrier gets
     arrivals for phases nobody waits for."""
 
@@ -33,7 +33,7 @@ class IssuesOutOfTurn(AttentionF16):
         pass
 
 
-class ReadsPartialBeforeItsFlag(DecodeF16):
+class ReadsPartialBeforeItsFlag(Decode):
     """The last split loads an earlier split's partial before waiting for its flag: the load may read the slot
     before (or while) the other block writes it."""
 
@@ -47,7 +47,7 @@ class ReadsPartialBeforeItsFlag(DecodeF16):
         return other_o, other_lse
 
 
-class ReleasesQBeforeDK(BackwardKVF16):
+class ReleasesQBeforeDK(BackwardKV):
     """The (Q, dO) stage goes back to the producer before the dK WGMMA that reads Q has completed: the next TMA load
     may overwrite Q under the tensor cores."""
 

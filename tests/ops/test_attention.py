@@ -16,6 +16,7 @@ from attention_fwd import reference
 
 import warpspec
 from warpspec import ArgumentError, BarrierError, RaceError
+from warpspec.dtypes import bfloat16, float16
 from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.ops import attention
 from warpspec.ops import attention_kernel as ak
@@ -172,14 +173,14 @@ def test_the_kernel_refuses_an_unsupported_head_dim():
     q = np.zeros((1, 1, 16, 96), np.float16)
     for schedule in ({"block_n": 64, "num_stages": 2, "unroll": 1}, {}):  # pinned, and autotuned
         with pytest.raises(ArgumentError, match=r"head_dim must be one of \(64, 128, 256\), got 96"):
-            ak.AttentionF16(head_dim=96, causal=False, **schedule)(16, 16, 1, 1, 1, 1.0, q, q, q, np.zeros_like(q),
-                                                                       lse_of(q))
+            ak.Attention(float16, head_dim=96, causal=False, **schedule)(16, 16, 1, 1, 1, 1.0, q, q, q,
+                                                                         np.zeros_like(q), lse_of(q))
 
 
 def _run_bug(cls):
     q, k, v = operands(1, 1, 1, 200, 300, 64, np.float16)
     out = np.zeros_like(q)
-    kernel = cls(head_dim=64, causal=False, block_n=64, num_stages=2, unroll=1)
+    kernel = cls(float16, head_dim=64, causal=False, block_n=64, num_stages=2, unroll=1)
     kernel(200, 300, 1, 1, 1, 64 ** -0.5 * ak.LOG2_E, q, k, v, out, lse_of(q))
 
 
@@ -230,7 +231,7 @@ def test_nvrtc_builds_the_shipped_schedules_without_spills(head_dim):
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.runtime import kernel_for
 
-    kernel = ak.AttentionBF16(head_dim=head_dim, causal=True, **DEFAULT_SCHEDULES[head_dim])
+    kernel = ak.Attention(bfloat16, head_dim=head_dim, causal=True, **DEFAULT_SCHEDULES[head_dim])
     built = compile_kernel(kernel_for(kernel, {}))
     (report,) = parse_ptxas_log(built.module.log).values()
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())

@@ -176,11 +176,12 @@ def test_planted_bug_q_stage_released_before_the_dk_wgmma_completes():
 
     from tests.kernels import attention_bug_kernels as bk
     from warpspec import RaceError
+    from warpspec.dtypes import float16
     from warpspec.ops import attention_backward_kernel as bwk
 
     q, k, v, dout = operands(1, 1, 1, 300, 100, 64, np.float16)
     lse, dd = np.zeros((1, 1, 300), np.float32), np.zeros((1, 1, 300), np.float32)
-    kernel = bk.ReleasesQBeforeDK(head_dim=64, causal=False, block_m=64, num_stages=2)
+    kernel = bk.ReleasesQBeforeDK(float16, head_dim=64, causal=False, block_m=64, num_stages=2)
     with pytest.raises(RaceError) as raised:
         kernel(300, 100, 1, 1, 1, 0.125, 0.18, q, k, v, dout, lse, dd, np.zeros_like(k), np.zeros_like(v))
     assert "tma.global_to_shared writes sq[0] while an asynchronous read of it (a wgmma or a TMA store) is still " \

@@ -12,11 +12,12 @@ from tests.ops.test_attention import expected, line_of, operands
 
 import warpspec
 from warpspec import RaceError
+from warpspec.dtypes import bfloat16, float16
 from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.ops import attention, attention_backward
 from warpspec.ops import attention_decode as decode
 from warpspec.ops.attention import launch, validate
-from warpspec.ops.attention_decode_kernel import DECODE_KERNELS
+from warpspec.ops.attention_decode_kernel import Decode
 
 TOLERANCE = {np.float16: 2e-3, ml_dtypes.bfloat16: 2e-2}
 
@@ -86,7 +87,7 @@ def test_gradients_through_a_split_forward():
 def test_planted_bug_combine_reads_a_partial_before_its_flag():
     """The last split loads an earlier split's partial before flag.wait: a RaceError at that load."""
     q, k, v = operands(1, 1, 1, 2, 200, 64, np.float16)
-    kernel = bk.ReadsPartialBeforeItsFlag(head_dim=64, causal=False, block_n=64, num_stages=2)
+    kernel = bk.ReadsPartialBeforeItsFlag(float16, head_dim=64, causal=False, block_n=64, num_stages=2)
     splits = 4
     with pytest.raises(RaceError) as raised:
         kernel(2, 200, 1, 1, 1, 0.18, 64, splits, q, k, v, np.zeros_like(q), np.zeros((1, 1, 2), np.float32),
@@ -104,7 +105,7 @@ def test_nvrtc_builds_the_decode_kernel_without_spills(head_dim):
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.runtime import kernel_for
 
-    kernel = DECODE_KERNELS["bfloat16"](head_dim=head_dim, causal=True, **decode.DEFAULT_DECODE_SCHEDULES[head_dim])
+    kernel = Decode(bfloat16, head_dim=head_dim, causal=True, **decode.DEFAULT_DECODE_SCHEDULES[head_dim])
     built = compile_kernel(kernel_for(kernel, {}))
     (report,) = parse_ptxas_log(built.module.log).values()
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())

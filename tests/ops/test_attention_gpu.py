@@ -62,12 +62,13 @@ def test_against_sdpa_at_equal_lengths(head_dim, causal):
 def test_every_schedule_that_builds(head_dim):
     from warpspec.errors import CompileError
     from warpspec.ops.attention import arguments, script_for, validate
-    from warpspec.ops.attention_kernel import AttentionF16
+    from warpspec.dtypes import float16
+    from warpspec.ops.attention_kernel import Attention
 
     q, k, v = operands(1, 4, 1, 700, 900, head_dim, torch.float16, seed=1)
     expected = reference(q, k, v, True)
     ran = 0
-    for schedule in AttentionF16().schedules():
+    for schedule in Attention(float16).schedules():
         problem = validate(q, k, v, True, None)
         out = torch.full_like(q, float("nan"))
         try:

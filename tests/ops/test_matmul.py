@@ -16,6 +16,8 @@ import pytest
 
 import warpspec
 from warpspec import ArgumentError, ops
+from warpspec.dtypes import BY_NAME, bfloat16
+from warpspec.ops import kernels
 
 ops_matmul = importlib.import_module("warpspec.ops.matmul")  # the module (``ops.matmul`` is the function)
 
@@ -223,8 +225,9 @@ def test_shipped_defaults_win_over_the_heuristic(monkeypatch, tmp_path):
 
 def test_the_shipped_defaults_file_holds_valid_schedules():
     for dtype_name, schedules in ops_matmul.shipped_defaults().items():
-        kernel = next(cls for (name, _), cls in ops_matmul.GEMM_KERNELS.items() if name == dtype_name)
-        valid = kernel(b_k_major=True, has_bias=False, activation=None).schedules()
+        dtype = BY_NAME[dtype_name]
+        valid = kernels.gemm_class(dtype)(dtype, dtype if dtype.nbytes == 2 else bfloat16, b_k_major=True,
+                                          has_bias=False, activation=None).schedules()
         keys = {"num_stages", "block_m", "block_n", "persistent", "stream_k"}
         assert valid and all(set(s) == keys for s in valid)
         for bucket, schedule in schedules.items():

@@ -139,12 +139,13 @@ def test_nvrtc_builds_a_column_major_a_without_spills(dtype, out_dtype, b_k_majo
     once per stage, each with its imm-trans-a operand set."""
     from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
-    from warpspec.ops.kernels import GEMM_KERNELS
+    from warpspec.dtypes import BY_NAME
+    from warpspec.ops.kernels import Gemm
     from warpspec.runtime import kernel_for
 
-    kernel = GEMM_KERNELS[(dtype, out_dtype)](b_k_major=b_k_major, has_bias=True, activation="silu",
-                                              persistent=persistent, stream_k=split, num_stages=stages,
-                                              block_m=tile[0], block_n=tile[1], a_k_major=False)
+    kernel = Gemm(BY_NAME[dtype], BY_NAME[out_dtype], b_k_major=b_k_major, has_bias=True, activation="silu",
+                  persistent=persistent, stream_k=split, num_stages=stages, block_m=tile[0], block_n=tile[1],
+                  a_k_major=False)
     built = compile_kernel(kernel_for(kernel, {}))
     (report,) = parse_ptxas_log(built.module.log).values()
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())

@@ -16,6 +16,7 @@ import pytest
 
 import warpspec
 from warpspec import DeadlockError, RaceError
+from warpspec.dtypes import bfloat16, float8_e4m3, float16, float32
 from warpspec.ops import kernels
 from warpspec.emulator.run import SEED_VARIABLE
 
@@ -43,9 +44,10 @@ def launch(kernel, a, b, out, bias, scale, num_sms, workspace=None):
     return workspace
 
 
-def stream_k(cls, block_m, block_n, b_k_major=True, has_bias=False, activation=None, stages=3):
-    return cls(b_k_major=b_k_major, has_bias=has_bias, activation=activation, persistent=True, stream_k=True,
-               num_stages=stages, block_m=block_m, block_n=block_n)
+def stream_k(cls, block_m, block_n, b_k_major=True, has_bias=False, activation=None, stages=3,
+             dtypes=(float16, float16)):
+    return cls(*dtypes, b_k_major=b_k_major, has_bias=has_bias, activation=activation, persistent=True,
+               stream_k=True, num_stages=stages, block_m=block_m, block_n=block_n)
 
 
 M, N, K = 300, 200, 64 * kernels.MIN_SPLIT_K_TILES  # 5 x 4 tiles of 64 x 64, the last row of tiles ragged
@@ -56,7 +58,7 @@ def test_the_left_over_tiles_split_over_any_grid_match_numpy(num_sms):
     m, n, k = M, N, K
     a, w = operands(m, n, k, np.float16)
     out = np.full((m, n), np.nan, np.float16)
-    partials, flags = launch(stream_k(kernels.GemmF16, 64, 64), a, w.T, out, None, None, num_sms)
+    partials, flags = launch(stream_k(kernels.Gemm, 64, 64), a, w.T, out, None, None, num_sms)
     assert_close(out, reference(a, w.T), np.float16)
     assert partials.any()  # the split happened: partial tiles went through the workspace
     assert flags.tolist() == [0] * num_sms  # given back for the next launch
@@ -77,8 +79,9 @@ def test_every_dtype_and_layout_splits_with_its_epilogue(dtype, out_dtype, b_lay
     scale = np.array([0.25], np.float32) if dtype == E4M3 else None
     out = np.full((m, n), np.nan, out_dtype)
     problem = ops_matmul.validate(a, b, bias, "gelu", out, None)
-    kernel = stream_k(ops_matmul.kernel_class(problem), *tile, b_k_major=b_layout == "w.T", has_bias=True,
-                      activation="gelu", stages=2 if tile != (128, 128) else 3)
+    kernel = stream_k(kernels.gemm_class(problem.in_dtype), *tile, b_k_major=b_layout == "w.T", has_bias=True,
+                      activation="gelu", stages=2 if tile != (128, 128) else 3,
+                      dtypes=(problem.in_dtype, problem.out_dtype))
     launch(kernel, a, b, out, bias, scale, num_sms=4)  # 9 tiles: 8 in two whole waves, 1 split over 4 blocks
     expected = reference(a, b, bias, "gelu", scale=0.25 if dtype == E4M3 else 1.0)
     if out_dtype != np.float32:
@@ -91,7 +94,7 @@ def test_every_dtype_and_layout_splits_with_its_epilogue(dtype, out_dtype, b_lay
 def test_one_workspace_serves_launch_after_launch_in_any_interleaving(monkeypatch):
     m, n, k = M, N, K
     a, w = operands(m, n, k, np.float16)
-    kernel = stream_k(kernels.GemmF16, 64, 64)
+    kernel = stream_k(kernels.Gemm, 64, 64)
     workspace = None
     for seed in (None, 1, 2):
         if seed is not None:
@@ -108,7 +111,7 @@ def test_a_short_k_or_a_nearly_full_last_wave_is_not_split(k, num_sms):
     the walk stays whole tiles and the workspace is untouched."""
     a, w = operands(M, N, k, np.float16)
     out = np.full((M, N), np.nan, np.float16)
-    partials, _ = launch(stream_k(kernels.GemmF16, 64, 64), a, w.T, out, None, None, num_sms)
+    partials, _ = launch(stream_k(kernels.Gemm, 64, 64), a, w.T, out, None, None, num_sms)
     assert_close(out, reference(a, w.T), np.float16)
     assert not partials.any()
 
@@ -130,7 +133,7 @@ def test_ops_matmul_runs_the_heuristic_stream_k_schedule_with_a_workspace_per_ca
 # ------------------------------------------------------------------------------------------ planted mistakes
 
 
-class FinishesWithoutWaiting(kernels.GemmF16):
+class FinishesWithoutWaiting(kernels.Gemm):
     """Reads an earlier block's partial tile without waiting for its flag."""
 
     def add_partial(self, acc, ws, flags, contributor):
@@ -138,7 +141,7 @@ class FinishesWithoutWaiting(kernels.GemmF16):
         return acc + self.load_global(ws, offsets=[contributor * self.block_m, 0], shape=[self.block_m, self.block_n])
 
 
-class SignalsBeforeItsStores(kernels.GemmF16):
+class SignalsBeforeItsStores(kernels.Gemm):
     """Sets its flag before the consumers' stores of the partial tile are ordered before it."""
 
     def leave_partial(self, acc, ws, flags):
@@ -147,7 +150,7 @@ class SignalsBeforeItsStores(kernels.GemmF16):
         self.store_global(ws, acc, offsets=[self.blockIdx.x * self.block_m, 0])
 
 
-class KeepsFlagsSet(kernels.GemmF16):
+class KeepsFlagsSet(kernels.Gemm):
     """Never gives a flag back its 0, so the next launch finds it set."""
 
     def add_partial(self, acc, ws, flags, contributor):
@@ -157,7 +160,7 @@ class KeepsFlagsSet(kernels.GemmF16):
         return acc + self.load_global(ws, offsets=[contributor * self.block_m, 0], shape=[self.block_m, self.block_n])
 
 
-class WaitsForALaterBlock(kernels.GemmF16):
+class WaitsForALaterBlock(kernels.Gemm):
     """Waits for the next block's flag instead of the contributor's."""
 
     def add_partial(self, acc, ws, flags, contributor):
@@ -206,11 +209,11 @@ def test_each_planted_hand_off_mistake_is_caught_at_its_line(cls, error, line, f
         assert fragment in str(caught.value), str(caught.value)[:2000]
 
 
-@pytest.mark.parametrize("cls, persistent, split, stages", [
-    (kernels.GemmF16, True, True, 3), (kernels.GemmE4M3BF16, True, True, 3), (kernels.GemmF16F32, True, True, 2),
-    (kernels.GemmF16F32, False, False, 2)], ids=["float16-stream-k", "float8-stream-k", "float32-out-stream-k",
+@pytest.mark.parametrize("dtypes, persistent, split, stages", [
+    ((float16, float16), True, True, 3), ((float8_e4m3, bfloat16), True, True, 3),
+    ((float16, float32), True, True, 2), ((float16, float32), False, False, 2)], ids=["float16-stream-k", "float8-stream-k", "float32-out-stream-k",
                                                  "float32-out-one-tile-per-block"])
-def test_builds_that_store_an_accumulator_keep_their_wgmmas_pipelined(cls, persistent, split, stages):
+def test_builds_that_store_an_accumulator_keep_their_wgmmas_pipelined(dtypes, persistent, split, stages):
     """The partial tile's store (and a float32 output's) reads the accumulator right after wgmma.wait_group(0):
     the wait pins the accumulator's registers, so ptxas keeps the WGMMAs asynchronous (no C7514 advisory, which
     serialized every WGMMA of these builds and cost 10% at 8192³), with no spills and both main loops' WGMMAs."""
@@ -218,12 +221,13 @@ def test_builds_that_store_an_accumulator_keep_their_wgmmas_pipelined(cls, persi
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.runtime import kernel_for
 
-    kernel = cls(b_k_major=True, has_bias=True, activation="gelu", persistent=persistent, stream_k=split,
-                 num_stages=stages, block_m=128, block_n=256 if persistent else 128)
+    kernel = kernels.gemm_class(dtypes[0])(*dtypes, b_k_major=True, has_bias=True, activation="gelu",
+                                           persistent=persistent, stream_k=split, num_stages=stages, block_m=128,
+                                           block_n=256 if persistent else 128)
     built = compile_kernel(kernel_for(kernel, {}))
     (report,) = parse_ptxas_log(built.module.log).values()
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
-    mnemonic = "QGMMA" if cls.in_dtype.name == "float8_e4m3" else "HGMMA"
+    mnemonic = "QGMMA" if dtypes[0] == float8_e4m3 else "HGMMA"
     # One K-step is 4 WGMMAs per warpgroup (k16 over 64 columns, k32 over float8's 128), unrolled once per stage.
     per_loop = 4 * stages
     count = count_instructions(disassemble(built.module.cubin), [mnemonic])[mnemonic]

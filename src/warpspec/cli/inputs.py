@@ -8,7 +8,6 @@ import numpy as np
 from warpspec import dtypes
 from warpspec.cli.failures import UsageError
 from warpspec.cli.sizes import bytes_text
-from warpspec.dtypes import PointerType
 from warpspec.errors import ArgumentError
 
 #: The default of ``warpspec check --max-memory``: the random inputs' total size in bytes.
@@ -22,7 +21,7 @@ def bound_kernel(script, params, scalars: dict):
     from warpspec.frontend.kernel import bind_arguments
     from warpspec.runtime import kernel_for
 
-    pointers = [p.name for p in params if isinstance(p.annotation, PointerType)]
+    pointers = [p.name for p in params if p.pointer]
     try:
         runtime, compile_time = bind_arguments(type(script), (), {**scalars, **dict.fromkeys(pointers)})
     except ArgumentError as error:
@@ -34,8 +33,9 @@ def pointer_sizes(script, params, scalars: dict) -> dict[str, int]:
     """How many elements each pointer parameter's array needs: as many as the kernel's global views of it reach.
     Builds the kernel IR for these arguments: raises CompileError when it does not compile."""
     from warpspec.arguments import elements_needed, view_shapes
+    from warpspec.frontend.kernel import script_parameters
 
-    pointers = {p.name: p.annotation.dtype for p in params if isinstance(p.annotation, PointerType)}
+    pointers = {p.name: p.annotation.dtype for p in script_parameters(script) if p.pointer}
     kernel, runtime = bound_kernel(script, params, scalars)
     env = {param.var.uid: 0 if param.name in pointers else runtime[param.name] for param in kernel.params}
     # Views are sized as the launch checks them.
@@ -54,8 +54,9 @@ def pointer_arrays(script, params, scalars: dict) -> dict:
     protocol expects, so that a correct hand-off passes and a wrong one fails for its own reason. Builds the kernel
     IR for these arguments: raises CompileError when it does not compile."""
     from warpspec.arguments import flag_pointers
+    from warpspec.frontend.kernel import script_parameters
 
-    pointers = {p.name: p.annotation.dtype for p in params if isinstance(p.annotation, PointerType)}
+    pointers = {p.name: p.annotation.dtype for p in script_parameters(script) if p.pointer}
     sizes = pointer_sizes(script, params, scalars)
     flags = flag_pointers(bound_kernel(script, params, scalars)[0])
     rng = np.random.default_rng(0)
@@ -66,7 +67,9 @@ def pointer_arrays(script, params, scalars: dict) -> dict:
 def check_input_memory(script, params, sizes: dict[str, int], max_memory: int) -> None:
     """UsageError naming the pointer arguments and their sizes when the random arrays of ``sizes`` (elements by
     parameter name, as ``pointer_sizes`` gives them) would take more than ``max_memory`` bytes in all."""
-    dtypes_by_name = {p.name: p.annotation.dtype for p in params if isinstance(p.annotation, PointerType)}
+    from warpspec.frontend.kernel import script_parameters
+
+    dtypes_by_name = {p.name: p.annotation.dtype for p in script_parameters(script) if p.pointer}
     needed = {name: count * dtypes_by_name[name].numpy.itemsize for name, count in sizes.items()}
     if sum(needed.values()) <= max_memory:
         return

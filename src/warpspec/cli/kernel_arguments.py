@@ -9,7 +9,6 @@ from pathlib import Path
 
 import warpspec
 from warpspec.cli.failures import UsageError
-from warpspec.dtypes import PointerType
 from warpspec.ir.evaluate import wrap
 
 
@@ -24,8 +23,8 @@ def scalar_arguments(class_name: str, params, texts: list[str], runtime_required
             raise UsageError(f"expected NAME=VALUE, got {text!r}")
         values[name] = _parse_value(name, value)
     by_name = {p.name: p for p in params}
-    pointers = [p.name for p in params if isinstance(p.annotation, PointerType)]
-    scalars = [p.name for p in params if not isinstance(p.annotation, PointerType)]
+    pointers = [p.name for p in params if p.pointer]
+    scalars = [p.name for p in params if not p.pointer]
     for name in values:
         if name in pointers:
             raise UsageError(f"{name} is a pointer parameter: it takes no value (warpspec check fills it with "

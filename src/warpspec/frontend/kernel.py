@@ -31,7 +31,23 @@ class Parameter:
 
     @property
     def runtime(self) -> bool:
-        return isinstance(self.annotation, (DType, PointerType))
+        return isinstance(self.annotation, (DType, PointerType, InstancePointer))
+
+    @property
+    def pointer(self) -> bool:
+        return isinstance(self.annotation, (PointerType, InstancePointer))
+
+
+@dataclass(frozen=True)
+class InstancePointer:
+    """A pointer parameter whose element type is a compile-time attribute of the Script instance, written
+    ``~self.in_dtype``: one class serves every element type its constructor takes, and each instance's kernel
+    gets the pointer type of its own attribute (``script_parameters``)."""
+
+    attribute: str
+
+    def __repr__(self) -> str:
+        return f"~self.{self.attribute}"
 
 
 def kernel_function(script_cls):
@@ -60,16 +76,46 @@ def parameters(script_cls) -> tuple[Parameter, ...]:
         if arg.annotation is None:
             raise builder.error(f"kernel parameter {arg.arg!r} needs an annotation: a runtime type (int32, ~float16, "
                                 f"...) or a compile-time one (int, float, bool)")
-        annotation = builder.eval(arg.annotation)
-        if not isinstance(annotation, (DType, PointerType)) and annotation not in COMPILE_TIME_TYPES:
+        annotation = _instance_pointer(arg.annotation, node.args.args[0].arg)
+        if annotation is None:
+            annotation = builder.eval(arg.annotation)
+        if not isinstance(annotation, (DType, PointerType, InstancePointer)) and annotation not in COMPILE_TIME_TYPES:
             raise builder.error(f"parameter {arg.arg!r}: annotation {annotation!r} is neither a runtime type "
-                                f"(int32, uint32, float32, ~dtype) nor int, float or bool")
+                                f"(int32, uint32, float32, ~dtype, ~self.dtype_attribute) nor int, float or bool")
         if isinstance(annotation, DType) and annotation not in RUNTIME_SCALAR_TYPES:
             raise builder.error(f"parameter {arg.arg!r}: runtime scalars are "
                                 f"{', '.join(t.name for t in RUNTIME_SCALAR_TYPES)}; got {annotation.name}")
         default_value = ast if default is ast else builder.eval(default)
         result.append(Parameter(arg.arg, annotation, default_value))
     return tuple(result)
+
+
+def _instance_pointer(annotation: ast.expr, self_name: str) -> InstancePointer | None:
+    """``~self.NAME`` as an ``InstancePointer``; None for any other annotation."""
+    if (isinstance(annotation, ast.UnaryOp) and isinstance(annotation.op, ast.Invert)
+            and isinstance(annotation.operand, ast.Attribute) and isinstance(annotation.operand.value, ast.Name)
+            and annotation.operand.value.id == self_name):
+        return InstancePointer(annotation.operand.attr)
+    return None
+
+
+def script_parameters(script) -> tuple[Parameter, ...]:
+    """The kernel parameters of ``script`` (an instance) with every ``~self.NAME`` pointer resolved to the pointer
+    type of the instance's attribute: what its kernel is built with. Computed once per instance."""
+    resolved = script.__dict__.get("_warpspec_parameters")
+    if resolved is None:
+        cls = type(script)
+        result = []
+        for p in parameters(cls):
+            if isinstance(p.annotation, InstancePointer):
+                dtype = getattr(script, p.annotation.attribute, None)
+                if not isinstance(dtype, DType):
+                    raise CompileError(f"{cls.__name__}: parameter {p.name!r} is annotated {p.annotation!r}, but "
+                                       f"self.{p.annotation.attribute} is {dtype!r}, not a dtype (float16, ...)")
+                p = Parameter(p.name, PointerType(dtype), p.default)
+            result.append(p)
+        resolved = script.__dict__["_warpspec_parameters"] = tuple(result)
+    return resolved
 
 
 def bind_arguments(script_cls, args: tuple, kwargs: dict) -> tuple[dict, dict]:
@@ -117,7 +163,7 @@ def build_kernel(script, compile_time: dict) -> ir.Kernel:
     self_value = _ScriptSelf(script, language, cls)
     scope = {node.args.args[0].arg: Binding(self_value, 0)}
     params = []
-    for p in parameters(cls):
+    for p in script_parameters(script):
         if p.runtime:
             dtype = p.annotation.dtype if isinstance(p.annotation, PointerType) else p.annotation
             var = ir.Var(p.name, int64 if isinstance(p.annotation, PointerType) else dtype)
@@ -137,7 +183,7 @@ def build_kernel(script, compile_time: dict) -> ir.Kernel:
         raise CompileError("the kernel never sets self.attrs.blocks (the grid); set it beside self.attrs.warps",
                            str(attrs.set_at.get("warps", loc)))
     constants = tuple(sorted(compile_time.items())) + tuple(sorted(script.schedule().items()))
-    kernel = ir.Kernel(cls.__name__, tuple(params), attrs.blocks, attrs.warps, attrs.cluster_blocks,
+    kernel = ir.Kernel(script.kernel_name(), tuple(params), attrs.blocks, attrs.warps, attrs.cluster_blocks,
                        body, constants, loc)
     return analyse(kernel, builder.target)
 

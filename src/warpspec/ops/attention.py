@@ -22,7 +22,7 @@ from warpspec import runtime
 from warpspec.dtypes import DType, bfloat16, float16
 from warpspec.errors import ArgumentError
 from warpspec.ops.attention_decode import launch_decode, split_count
-from warpspec.ops.attention_kernel import ATTENTION_KERNELS, HEAD_DIMS, LOG2_E
+from warpspec.ops.attention_kernel import HEAD_DIMS, LOG2_E, Attention
 from warpspec.ops.operands import dtype_of, same_device, same_kind
 from warpspec.tune.cache import size_bucket
 
@@ -153,7 +153,7 @@ def tuned_script(problem: Problem):
     """The autotuned kernel (every schedule) of the problem's dtype, head dim and causality."""
     key = (problem.dtype.name, problem.head_dim, problem.causal)
     if key not in _tuned:
-        _tuned[key] = ATTENTION_KERNELS[problem.dtype.name](head_dim=problem.head_dim, causal=problem.causal)
+        _tuned[key] = Attention(problem.dtype, head_dim=problem.head_dim, causal=problem.causal)
     return _tuned[key]
 
 
@@ -162,11 +162,7 @@ def script_for(problem: Problem, args: tuple, schedule: dict | None = None):
     given; else, on the GPU, the winner that ``tune_attention`` (or an autotuned call) stored for the problem's
     size buckets; else the head dim's shipped default. Remembered per size buckets, back end and device."""
     backend = runtime.get_backend()
-    device = None
-    if backend == "cuda":
-        from warpspec.cuda.driver import default_device
-
-        device = default_device()
+    device = runtime.current_device() if backend == "cuda" else None
     sizes = (size_bucket(problem.seq_q), size_bucket(problem.seq_k), size_bucket(problem.batch * problem.heads))
     key = (problem.dtype.name, problem.head_dim, problem.causal,
            tuple(sorted(schedule.items())) if schedule is not None else sizes, backend, device)

@@ -17,7 +17,7 @@ import numpy as np
 from warpspec import runtime
 from warpspec.errors import ArgumentError
 from warpspec.ops.attention import Problem, _contiguous, validate
-from warpspec.ops.attention_backward_kernel import BACKWARD_HEAD_DIMS, BACKWARD_KERNELS
+from warpspec.ops.attention_backward_kernel import BACKWARD_HEAD_DIMS, BackwardKV, BackwardQ, Dot
 from warpspec.ops.attention_kernel import LOG2_E
 from warpspec.ops.operands import dtype_of, same_device, same_kind
 
@@ -36,11 +36,10 @@ def backward_kernels(problem: Problem):
     """The pinned (preprocessing, dK/dV, dQ) Scripts of the problem's dtype, head dim and causality."""
     key = (problem.dtype.name, problem.head_dim, problem.causal)
     if key not in _kernels:
-        dot, kv, q = BACKWARD_KERNELS[problem.dtype.name]
-        schedule = DEFAULT_BACKWARD_SCHEDULES[problem.head_dim]
-        _kernels[key] = (dot(head_dim=problem.head_dim),
-                         kv(head_dim=problem.head_dim, causal=problem.causal, **schedule["kv"]),
-                         q(head_dim=problem.head_dim, causal=problem.causal, **schedule["q"]))
+        dtype, schedule = problem.dtype, DEFAULT_BACKWARD_SCHEDULES[problem.head_dim]
+        _kernels[key] = (Dot(dtype, head_dim=problem.head_dim),
+                         BackwardKV(dtype, head_dim=problem.head_dim, causal=problem.causal, **schedule["kv"]),
+                         BackwardQ(dtype, head_dim=problem.head_dim, causal=problem.causal, **schedule["q"]))
     return _kernels[key]
 
 

@@ -23,11 +23,12 @@ no key have lse = +inf, so P = 0 there.
 
 from __future__ import annotations
 
-from warpspec.dtypes import bfloat16, float16, float32, int32
+from warpspec.dtypes import float32, int32
 from warpspec.errors import ArgumentError
 from warpspec.frontend.interpreter import cdiv
 from warpspec.ops.attention_kernel import (CONSUMER_REGISTERS, CONSUMER_THREADS, HEAD_DIMS, PRODUCER_REGISTERS,
-                                           WARPGROUP)
+                                           WARPGROUP, element_dtype)
+from warpspec.ops.naming import typed_kernel_name
 from warpspec.pipeline import Pipeline
 from warpspec.script import Script
 
@@ -42,15 +43,22 @@ def _check_head_dim(head_dim):
     assert head_dim in HEAD_DIMS
 
 
-class _Dot(Script):
-    """D = rowsum(dO ∘ O): one warpgroup per 64 query rows of one head."""
+class Dot(Script):
+    """D = rowsum(dO ∘ O): one warpgroup per 64 query rows of one head, of ``dtype`` O and dO."""
 
-    dtype = float16
-
-    def __init__(self, head_dim):
+    def __init__(self, dtype, head_dim):
         super().__init__()
+        self.dtype = element_dtype(dtype)
         _check_head_dim(head_dim)
         self.head_dim = head_dim
+
+    def kernel_name(self) -> str:
+        """``DotF16`` or ``DotBF16``."""
+        return typed_kernel_name(self, Dot, "Dot", (self.dtype,))
+
+    def __call__(self, seq_q: int32, batch_heads: int32, o_ptr: ~self.dtype, do_ptr: ~self.dtype,
+                 dd_ptr: ~float32):
+        self.dot(seq_q, batch_heads, o_ptr, do_ptr, dd_ptr)
 
     def dot(self, seq_q, batch_heads, o_ptr, do_ptr, dd_ptr):
         """D[bh, rows] for rows ``64 · blockIdx.x ...`` of head ``bh = blockIdx.y``."""
@@ -81,18 +89,28 @@ class _Dot(Script):
             self.store_global(gdd, self.reduce_sum(diagonal), offsets=[rows_from, bh])
 
 
-class _KV(Script):
-    """dK and dV of 128 keys of one K/V head, summed over the query heads of its group."""
+class BackwardKV(Script):
+    """dK and dV of 128 keys of one K/V head, summed over the query heads of its group; ``dtype`` operands and
+    gradients."""
 
-    dtype = float16
-
-    def __init__(self, head_dim, causal, block_m, num_stages):
+    def __init__(self, dtype, head_dim, causal, block_m, num_stages):
         super().__init__()
+        self.dtype = element_dtype(dtype)
         _check_head_dim(head_dim)
         self.head_dim = head_dim
         self.causal = causal
         self.block_m = block_m
         self.num_stages = num_stages
+
+    def kernel_name(self) -> str:
+        """``BackwardKVF16`` or ``BackwardKVBF16``."""
+        return typed_kernel_name(self, BackwardKV, "BackwardKV", (self.dtype,))
+
+    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32, scale: float32,
+                 scale_log2: float32, q_ptr: ~self.dtype, k_ptr: ~self.dtype, v_ptr: ~self.dtype,
+                 do_ptr: ~self.dtype, lse_ptr: ~float32, dd_ptr: ~float32, dk_ptr: ~self.dtype, dv_ptr: ~self.dtype):
+        self.backward_kv(seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
+                         lse_ptr, dd_ptr, dk_ptr, dv_ptr)
 
     def backward_kv(self, seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
                     lse_ptr, dd_ptr, dk_ptr, dv_ptr):
@@ -230,18 +248,27 @@ class _KV(Script):
             self.tma.wait_group(0)  # the shared source must stay valid until the copy has read it
 
 
-class _Q(Script):
-    """dQ of 128 query rows of one head, over every K/V tile they see."""
+class BackwardQ(Script):
+    """dQ of 128 query rows of one head, over every K/V tile they see; ``dtype`` operands and gradient."""
 
-    dtype = float16
-
-    def __init__(self, head_dim, causal, block_n, num_stages):
+    def __init__(self, dtype, head_dim, causal, block_n, num_stages):
         super().__init__()
+        self.dtype = element_dtype(dtype)
         _check_head_dim(head_dim)
         self.head_dim = head_dim
         self.causal = causal
         self.block_n = block_n
         self.num_stages = num_stages
+
+    def kernel_name(self) -> str:
+        """``BackwardQF16`` or ``BackwardQBF16``."""
+        return typed_kernel_name(self, BackwardQ, "BackwardQ", (self.dtype,))
+
+    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32, scale: float32,
+                 scale_log2: float32, q_ptr: ~self.dtype, k_ptr: ~self.dtype, v_ptr: ~self.dtype,
+                 do_ptr: ~self.dtype, lse_ptr: ~float32, dd_ptr: ~float32, dq_ptr: ~self.dtype):
+        self.backward_q(seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
+                        lse_ptr, dd_ptr, dq_ptr)
 
     def backward_q(self, seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
                    lse_ptr, dd_ptr, dq_ptr):
@@ -348,74 +375,3 @@ class _Q(Script):
             self.tma.shared_to_global(src=sq, dst=gdq, offsets=[bh, rows_from, 0])
             self.tma.commit_group()
             self.tma.wait_group(0)
-
-
-class DotF16(_Dot):
-    """float16 O and dO."""
-
-    dtype = float16
-
-    def __call__(self, seq_q: int32, batch_heads: int32, o_ptr: ~float16, do_ptr: ~float16, dd_ptr: ~float32):
-        self.dot(seq_q, batch_heads, o_ptr, do_ptr, dd_ptr)
-
-
-class DotBF16(_Dot):
-    """bfloat16 O and dO."""
-
-    dtype = bfloat16
-
-    def __call__(self, seq_q: int32, batch_heads: int32, o_ptr: ~bfloat16, do_ptr: ~bfloat16, dd_ptr: ~float32):
-        self.dot(seq_q, batch_heads, o_ptr, do_ptr, dd_ptr)
-
-
-class BackwardKVF16(_KV):
-    """float16 operands and gradients."""
-
-    dtype = float16
-
-    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32, scale: float32,
-                 scale_log2: float32, q_ptr: ~float16, k_ptr: ~float16, v_ptr: ~float16, do_ptr: ~float16,
-                 lse_ptr: ~float32, dd_ptr: ~float32, dk_ptr: ~float16, dv_ptr: ~float16):
-        self.backward_kv(seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
-                         lse_ptr, dd_ptr, dk_ptr, dv_ptr)
-
-
-class BackwardKVBF16(_KV):
-    """bfloat16 operands and gradients."""
-
-    dtype = bfloat16
-
-    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32, scale: float32,
-                 scale_log2: float32, q_ptr: ~bfloat16, k_ptr: ~bfloat16, v_ptr: ~bfloat16, do_ptr: ~bfloat16,
-                 lse_ptr: ~float32, dd_ptr: ~float32, dk_ptr: ~bfloat16, dv_ptr: ~bfloat16):
-        self.backward_kv(seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
-                         lse_ptr, dd_ptr, dk_ptr, dv_ptr)
-
-
-class BackwardQF16(_Q):
-    """float16 operands and gradient."""
-
-    dtype = float16
-
-    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32, scale: float32,
-                 scale_log2: float32, q_ptr: ~float16, k_ptr: ~float16, v_ptr: ~float16, do_ptr: ~float16,
-                 lse_ptr: ~float32, dd_ptr: ~float32, dq_ptr: ~float16):
-        self.backward_q(seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
-                        lse_ptr, dd_ptr, dq_ptr)
-
-
-class BackwardQBF16(_Q):
-    """bfloat16 operands and gradient."""
-
-    dtype = bfloat16
-
-    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32, scale: float32,
-                 scale_log2: float32, q_ptr: ~bfloat16, k_ptr: ~bfloat16, v_ptr: ~bfloat16, do_ptr: ~bfloat16,
-                 lse_ptr: ~float32, dd_ptr: ~float32, dq_ptr: ~bfloat16):
-        self.backward_q(seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
-                        lse_ptr, dd_ptr, dq_ptr)
-
-
-#: The three kernels of each element type, by dtype name: (preprocessing, dK/dV, dQ).
-BACKWARD_KERNELS = {"float16": (DotF16, BackwardKVF16, BackwardQF16),
-                    "bfloat16": (DotBF16, BackwardKVBF16, BackwardQBF16)}

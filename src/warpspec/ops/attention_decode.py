@@ -5,7 +5,7 @@ speculative decoding) and fewer (batch, head) rows of blocks than it takes to fi
 from __future__ import annotations
 
 from warpspec.frontend.interpreter import cdiv
-from warpspec.ops.attention_decode_kernel import DECODE_KERNELS, DECODE_ROWS
+from warpspec.ops.attention_decode_kernel import DECODE_ROWS, Decode
 from warpspec.ops.attention_kernel import LOG2_E
 from warpspec.ops.workspace import workspace_like
 
@@ -34,8 +34,8 @@ def decode_kernel(problem):
     """The pinned split-KV Script of the problem's dtype, head dim and causality."""
     key = (problem.dtype.name, problem.head_dim, problem.causal)
     if key not in _kernels:
-        _kernels[key] = DECODE_KERNELS[problem.dtype.name](head_dim=problem.head_dim, causal=problem.causal,
-                                                          **DEFAULT_DECODE_SCHEDULES[problem.head_dim])
+        _kernels[key] = Decode(problem.dtype, head_dim=problem.head_dim, causal=problem.causal,
+                               **DEFAULT_DECODE_SCHEDULES[problem.head_dim])
     return _kernels[key]
 
 

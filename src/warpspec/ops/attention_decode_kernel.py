@@ -20,9 +20,10 @@ log-sum-exp (+inf for a row that sees no key, as the forward kernel stores it).
 
 from __future__ import annotations
 
-from warpspec.dtypes import bfloat16, float16, float32, int32
+from warpspec.dtypes import float32, int32
 from warpspec.frontend.interpreter import cdiv
-from warpspec.ops.attention_kernel import HEAD_DIMS, WARPGROUP
+from warpspec.ops.attention_kernel import HEAD_DIMS, WARPGROUP, element_dtype
+from warpspec.ops.naming import typed_kernel_name
 from warpspec.errors import ArgumentError
 from warpspec.pipeline import Pipeline
 from warpspec.script import Script
@@ -31,19 +32,30 @@ from warpspec.script import Script
 DECODE_ROWS = 64
 
 
-class _Decode(Script):
-    """Shared body; subclasses fix the element type through their ``__call__`` annotations."""
+class Decode(Script):
+    """The split-KV decode kernel of ``dtype`` (float16 or bfloat16) Q, K, V and O; the pointer annotations
+    ``~self.dtype`` take the constructor's element type."""
 
-    dtype = float16
-
-    def __init__(self, head_dim, causal, block_n, num_stages):
+    def __init__(self, dtype, head_dim, causal, block_n, num_stages):
         super().__init__()
+        self.dtype = element_dtype(dtype)
         if head_dim not in HEAD_DIMS:
             raise ArgumentError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
         self.head_dim = head_dim
         self.causal = causal
         self.block_n = block_n
         self.num_stages = num_stages
+
+    def kernel_name(self) -> str:
+        """``DecodeF16`` or ``DecodeBF16``."""
+        return typed_kernel_name(self, Decode, "Decode", (self.dtype,))
+
+    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32,
+                 scale_log2: float32, chunk: int32, n_splits: int32, q_ptr: ~self.dtype, k_ptr: ~self.dtype,
+                 v_ptr: ~self.dtype, o_ptr: ~self.dtype, lse_ptr: ~float32, ws_o_ptr: ~float32, ws_lse_ptr: ~float32,
+                 flags_ptr: ~int32):
+        self.decode(seq_q, seq_k, batch_heads, heads, group, scale_log2, chunk, n_splits, q_ptr, k_ptr, v_ptr,
+                    o_ptr, lse_ptr, ws_o_ptr, ws_lse_ptr, flags_ptr)
 
     def decode(self, seq_q, seq_k, batch_heads, heads, group, scale_log2, chunk, n_splits, q_ptr, k_ptr, v_ptr,
                o_ptr, lse_ptr, ws_o_ptr, ws_lse_ptr, flags_ptr):
@@ -184,33 +196,3 @@ class _Decode(Script):
         other_lse = self.load_global(ws_lse, offsets=[slot * DECODE_ROWS, 0], shape=[DECODE_ROWS, 1])
         other_o = self.load_global(ws_o, offsets=[slot * DECODE_ROWS, 0], shape=[DECODE_ROWS, self.head_dim])
         return other_o, other_lse
-
-
-class DecodeF16(_Decode):
-    """float16 Q, K, V and O."""
-
-    dtype = float16
-
-    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32,
-                 scale_log2: float32, chunk: int32, n_splits: int32, q_ptr: ~float16, k_ptr: ~float16,
-                 v_ptr: ~float16, o_ptr: ~float16, lse_ptr: ~float32, ws_o_ptr: ~float32, ws_lse_ptr: ~float32,
-                 flags_ptr: ~int32):
-        self.decode(seq_q, seq_k, batch_heads, heads, group, scale_log2, chunk, n_splits, q_ptr, k_ptr, v_ptr,
-                    o_ptr, lse_ptr, ws_o_ptr, ws_lse_ptr, flags_ptr)
-
-
-class DecodeBF16(_Decode):
-    """bfloat16 Q, K, V and O."""
-
-    dtype = bfloat16
-
-    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32,
-                 scale_log2: float32, chunk: int32, n_splits: int32, q_ptr: ~bfloat16, k_ptr: ~bfloat16,
-                 v_ptr: ~bfloat16, o_ptr: ~bfloat16, lse_ptr: ~float32, ws_o_ptr: ~float32, ws_lse_ptr: ~float32,
-                 flags_ptr: ~int32):
-        self.decode(seq_q, seq_k, batch_heads, heads, group, scale_log2, chunk, n_splits, q_ptr, k_ptr, v_ptr,
-                    o_ptr, lse_ptr, ws_o_ptr, ws_lse_ptr, flags_ptr)
-
-
-#: The decode kernel class of each element type, by dtype name.
-DECODE_KERNELS = {"float16": DecodeF16, "bfloat16": DecodeBF16}

@@ -34,22 +34,24 @@ Log-sum-exp: every row's ``m + log2(ℓ)`` (its running maximum and sum, in the 
 stored to ``lse`` (float32 [B·H, S_q]) for the backward pass, which recomputes P = exp2(S · scale_log2 - lse)
 without a second softmax. A row that sees no key stores +inf, so the backward's exp2 gives 0 there.
 
-Pointer parameters carry their dtype, so each element type has its own Script class: ``AttentionF16`` and
-``AttentionBF16`` (``ATTENTION_KERNELS`` by dtype name). The schedule (``block_n``, ``num_stages``, ``unroll``) is
+The element type is the constructor's first argument (``Attention(bfloat16, head_dim=128, causal=True)``; its
+kernels are named ``AttentionF16`` and ``AttentionBF16``). The schedule (``block_n``, ``num_stages``, ``unroll``) is
 autotuned.
 """
 
 from __future__ import annotations
 
-from warpspec.dtypes import bfloat16, float16, float32, int32, uint32
+from warpspec.dtypes import DType, bfloat16, float16, float32, int32, uint32
 from warpspec.errors import ArgumentError
 from warpspec.frontend.interpreter import cdiv
+from warpspec.ops.naming import typed_kernel_name
 from warpspec.pipeline import Pipeline
 from warpspec.script import Script, autotune
 
 #: log2(e): exp(x) = exp2(x · log2 e), so the softmax scale is folded into one multiplication.
 LOG2_E = 1.4426950408889634
 HEAD_DIMS = (64, 128, 256)
+DTYPES = (float16, bfloat16)  # the element types of Q, K, V and O (and their gradients)
 WARPGROUP = 128
 BLOCK_M = 2 * 64  # two consumer warpgroups of 64 query rows (one m64 WGMMA row block each)
 CONSUMER_THREADS = 2 * WARPGROUP
@@ -60,15 +62,35 @@ PRODUCER_REGISTERS = 24
 CONSUMER_REGISTERS = 240
 
 
-class _Attention(Script):
-    """Shared body; subclasses fix the element type through their ``__call__`` annotations."""
+def _schedules(cls):
+    """The schedule space: K/V tiles of 48 to 128 rows, 2 or 3 stages per ring (where shared memory allows: D=256
+    fits 80 rows in 2 stages, 48 in 3), and the main loop as it is or unrolled once per stage (``unroll``: every
+    stage index a constant, for two or three times the code; only D <= 128 unrolled, D=256 would spill)."""
+    return autotune("block_n, num_stages, unroll", [
+        [128, 2, 1], [128, 2, 2], [128, 3, 1], [128, 3, 3], [96, 2, 1], [80, 2, 1], [64, 2, 1], [64, 3, 1],
+        [48, 3, 1],
+    ])(cls)
 
-    dtype = float16
+
+def element_dtype(dtype: DType) -> DType:
+    """``dtype`` when the attention kernels take it (``DTYPES``), else an ArgumentError."""
+    if dtype not in DTYPES:
+        raise ArgumentError(f"the attention kernels take {' or '.join(d.name for d in DTYPES)} operands, got "
+                            f"{getattr(dtype, 'name', dtype)!r}")
+    return dtype
+
+
+@_schedules
+class Attention(Script):
+    """The forward kernel of ``dtype`` (float16 or bfloat16) Q, K, V and O; the pointer annotations
+    ``~self.dtype`` take the constructor's element type."""
+
     #: The lengths and the number of (batch, head) rows choose the schedule (ops.attention keys its choices alike).
     tune_key = ("seq_q", "seq_k", "batch_heads")
 
-    def __init__(self, head_dim, causal, block_n, num_stages, unroll):
+    def __init__(self, dtype, head_dim, causal, block_n, num_stages, unroll):
         super().__init__()
+        self.dtype = element_dtype(dtype)
         if head_dim not in HEAD_DIMS:
             raise ArgumentError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
         self.head_dim = head_dim
@@ -76,6 +98,15 @@ class _Attention(Script):
         self.block_n = block_n
         self.num_stages = num_stages
         self.unroll = unroll
+
+    def kernel_name(self) -> str:
+        """``AttentionF16`` or ``AttentionBF16``."""
+        return typed_kernel_name(self, Attention, "Attention", (self.dtype,))
+
+    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32,
+                 scale_log2: float32, q_ptr: ~self.dtype, k_ptr: ~self.dtype, v_ptr: ~self.dtype,
+                 o_ptr: ~self.dtype, lse_ptr: ~float32):
+        self.attention(seq_q, seq_k, batch_heads, heads, group, scale_log2, q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr)
 
     def attention(self, seq_q, seq_k, batch_heads, heads, group, scale_log2, q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr):
         """The kernel: O[bh] = softmax(scale · Q[bh]·K[kv(bh)]ᵀ) · V[kv(bh)] for query rows
@@ -265,41 +296,3 @@ class _Attention(Script):
             self.tma.shared_to_global(src=sq, dst=go, offsets=[bh, rows_from, 0])
             self.tma.commit_group()
             self.tma.wait_group(0)  # the shared source must stay valid until the copy has read it
-
-
-def _schedules(cls):
-    """The schedule space: K/V tiles of 48 to 128 rows, 2 or 3 stages per ring (where shared memory allows: D=256
-    fits 80 rows in 2 stages, 48 in 3), and the main loop as it is or unrolled once per stage (``unroll``: every
-    stage index a constant, for two or three times the code; only D <= 128 unrolled, D=256 would spill)."""
-    return autotune("block_n, num_stages, unroll", [
-        [128, 2, 1], [128, 2, 2], [128, 3, 1], [128, 3, 3], [96, 2, 1], [80, 2, 1], [64, 2, 1], [64, 3, 1],
-        [48, 3, 1],
-    ])(cls)
-
-
-@_schedules
-class AttentionF16(_Attention):
-    """float16 Q, K, V and O."""
-
-    dtype = float16
-
-    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32,
-                 scale_log2: float32, q_ptr: ~float16, k_ptr: ~float16, v_ptr: ~float16, o_ptr: ~float16,
-                 lse_ptr: ~float32):
-        self.attention(seq_q, seq_k, batch_heads, heads, group, scale_log2, q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr)
-
-
-@_schedules
-class AttentionBF16(_Attention):
-    """bfloat16 Q, K, V and O."""
-
-    dtype = bfloat16
-
-    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32,
-                 scale_log2: float32, q_ptr: ~bfloat16, k_ptr: ~bfloat16, v_ptr: ~bfloat16, o_ptr: ~bfloat16,
-                 lse_ptr: ~float32):
-        self.attention(seq_q, seq_k, batch_heads, heads, group, scale_log2, q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr)
-
-
-#: The kernel class of each element type, by dtype name.
-ATTENTION_KERNELS = {"float16": AttentionF16, "bfloat16": AttentionBF16}

@@ -5,8 +5,9 @@ elected thread of a producer warpgroup with a 40-register budget) fills a ring o
 consumer warpgroups (232 registers each) multiply them with WGMMA keeping one group in flight, and the epilogue
 works on the float32 accumulators in registers. What V5 fixes, this kernel takes as compile-time choices:
 
-* the element types: one Script class per (input dtype, output dtype) pair, because pointer parameters carry their
-  dtype in the annotation (``GEMM_KERNELS`` lists them);
+* the element types (constructor arguments ``in_dtype``, ``out_dtype``; ``OUTPUT_DTYPES`` lists the pairs): the
+  pointer parameters are annotated ``~self.in_dtype`` and ``~self.out_dtype``, so one class serves every pair.
+  float8 inputs take the ``ScaledGemm`` class, whose kernel has one more parameter (the scale);
 * B's layout (constructor argument ``b_k_major``): K-major B is the transposed view of a tile stored [N, K] (a
   linear layer's ``w.T``, the only layout float8 WGMMA reads); N-major B is a row-major [K, N] tile, read by the
   transposable 16-bit forms as stored;
@@ -33,8 +34,10 @@ host, which keeps a call free of host synchronisation (CUDA graphs, ``torch.comp
 
 from __future__ import annotations
 
-from warpspec.dtypes import bfloat16, float8_e4m3, float16, float32, int32
+from warpspec.dtypes import DType, bfloat16, float8_e4m3, float16, float32, int32
+from warpspec.errors import ArgumentError
 from warpspec.frontend.interpreter import cdiv
+from warpspec.ops.naming import typed_kernel_name
 from warpspec.pipeline import Pipeline
 from warpspec.script import Class, Script, autotune
 
@@ -49,9 +52,13 @@ PRODUCER_THREADS = WARPGROUP
 PRODUCER_REGISTERS = 40
 CONSUMER_REGISTERS = 232
 GROUP_M = 8  # tile rows per rasterization band
+ROW_BYTES = 128  # of each A and B row per stage: K per stage is 64 16-bit or 128 float8 elements
 NUM_SMS = 132  # the H200's SMs: the default of the kernels' num_sms (ops.matmul passes the device's count)
 
 
+#: The output types each input type gives (its own, float32, and for float8 either 16-bit type).
+OUTPUT_DTYPES = {float16: (float16, float32), bfloat16: (bfloat16, float32),
+                 float8_e4m3: (bfloat16, float16, float32)}
 #: The output tiles (block_m, block_n) of the schedule space.
 TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
 #: Stream-K: the most blocks that share one tile of the last wave (its owner adds the others' partial sums one
@@ -108,18 +115,28 @@ class StreamK(Class):
 
 
 class _Gemm(Script):
-    """Shared body; subclasses fix the element types through their ``__call__`` annotations."""
+    """Shared body of ``Gemm`` and ``ScaledGemm``, whose kernels differ in their parameters (the float8 one reads
+    a scale). The element types are constructor arguments: the pointer annotations ``~self.in_dtype`` and
+    ``~self.out_dtype`` take them, so each instance builds its own kernel."""
 
     #: Only the problem sizes choose the schedule: the pitches follow them, and num_sms is the device's.
     tune_key = ("m_size", "n_size", "k_size")
-    in_dtype = float16
-    out_dtype = float16
-    scaled = False  # float8 kernels multiply by the per-tensor scale read from ``scale_ptr``
-    block_k = 64  # K per stage: 128 bytes of each row (float8 kernels: 128 elements)
+    input_dtypes: tuple[DType, ...] = ()  # the input types the subclass's kernel takes
 
-    def __init__(self, b_k_major, has_bias, activation, persistent, stream_k, num_stages, block_m, block_n,
-                 group_m=GROUP_M, a_k_major=True):
+    def __init__(self, in_dtype, out_dtype, b_k_major, has_bias, activation, persistent, stream_k, num_stages,
+                 block_m, block_n, group_m=GROUP_M, a_k_major=True):
         super().__init__()
+        if in_dtype not in self.input_dtypes:
+            raise ArgumentError(f"{type(self).__name__} takes inputs of "
+                                f"{' or '.join(d.name for d in self.input_dtypes)}, got {getattr(in_dtype, 'name', in_dtype)!r}")
+        if out_dtype not in OUTPUT_DTYPES[in_dtype]:
+            raise ArgumentError(f"{type(self).__name__}: {in_dtype.name} inputs give "
+                                f"{' or '.join(d.name for d in OUTPUT_DTYPES[in_dtype])} outputs, got "
+                                f"{getattr(out_dtype, 'name', out_dtype)!r}")
+        self.in_dtype = in_dtype
+        self.out_dtype = out_dtype
+        self.scaled = in_dtype == float8_e4m3  # float8 kernels multiply by the per-tensor scale of ``scale_ptr``
+        self.block_k = block_k_for(in_dtype)
         self.a_k_major = a_k_major
         assert persistent or not stream_k, "stream-K splits the last wave of the persistent walk"
         self.group_m = group_m  # tile rows per rasterization band (not tuned: benchmarks/rasterization.py)
@@ -133,6 +150,11 @@ class _Gemm(Script):
         self.block_n = block_n
         # 64 rows per warpgroup per WGMMA: tiles of 64 rows take one consumer warpgroup, taller tiles two.
         self.consumer_threads = WARPGROUP if block_m == 64 else 2 * WARPGROUP
+
+    def kernel_name(self) -> str:
+        """``Gemm`` and the element types: the input's, then the output's where it differs (``GemmBF16F32``)."""
+        dtypes = (self.in_dtype,) if self.out_dtype == self.in_dtype else (self.in_dtype, self.out_dtype)
+        return typed_kernel_name(self, gemm_class(self.in_dtype), "Gemm", dtypes)
 
     def gemm(self, m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, scale_ptr, ws_ptr, flags_ptr,
              num_sms):
@@ -338,96 +360,38 @@ def _schedules(cls):
 
 
 @_schedules
-class GemmF16(_Gemm):
-    """float16 A and B, float16 C (and bias)."""
+class Gemm(_Gemm):
+    """16-bit A and B (float16 or bfloat16), C and bias of the input type or float32."""
 
-    in_dtype, out_dtype = float16, float16
+    input_dtypes = (float16, bfloat16)
 
     def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
-                 a_ptr: ~float16, b_ptr: ~float16, c_ptr: ~float16, bias_ptr: ~float16,
+                 a_ptr: ~self.in_dtype, b_ptr: ~self.in_dtype, c_ptr: ~self.out_dtype, bias_ptr: ~self.out_dtype,
                  ws_ptr: ~float32, flags_ptr: ~int32, num_sms: int32 = NUM_SMS):
         self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, None, ws_ptr, flags_ptr,
                   num_sms)
 
 
 @_schedules
-class GemmF16F32(_Gemm):
-    """float16 A and B, float32 C (and bias)."""
+class ScaledGemm(_Gemm):
+    """float8_e4m3 A and B with a per-tensor scale (scale_a · scale_b, one float32 read from ``scale_ptr``), C and
+    bias of float16, bfloat16 or float32."""
 
-    in_dtype, out_dtype = float16, float32
-
-    def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
-                 a_ptr: ~float16, b_ptr: ~float16, c_ptr: ~float32, bias_ptr: ~float32,
-                 ws_ptr: ~float32, flags_ptr: ~int32, num_sms: int32 = NUM_SMS):
-        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, None, ws_ptr, flags_ptr,
-                  num_sms)
-
-
-@_schedules
-class GemmBF16(_Gemm):
-    """bfloat16 A and B, bfloat16 C (and bias)."""
-
-    in_dtype, out_dtype = bfloat16, bfloat16
+    input_dtypes = (float8_e4m3,)
 
     def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
-                 a_ptr: ~bfloat16, b_ptr: ~bfloat16, c_ptr: ~bfloat16, bias_ptr: ~bfloat16,
-                 ws_ptr: ~float32, flags_ptr: ~int32, num_sms: int32 = NUM_SMS):
-        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, None, ws_ptr, flags_ptr,
-                  num_sms)
-
-
-@_schedules
-class GemmBF16F32(_Gemm):
-    """bfloat16 A and B, float32 C (and bias)."""
-
-    in_dtype, out_dtype = bfloat16, float32
-
-    def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
-                 a_ptr: ~bfloat16, b_ptr: ~bfloat16, c_ptr: ~float32, bias_ptr: ~float32,
-                 ws_ptr: ~float32, flags_ptr: ~int32, num_sms: int32 = NUM_SMS):
-        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, None, ws_ptr, flags_ptr,
-                  num_sms)
-
-
-@_schedules
-class GemmE4M3BF16(_Gemm):
-    """float8_e4m3 A and B with a per-tensor scale (scale_a · scale_b, one float32), bfloat16 C (and bias)."""
-
-    in_dtype, out_dtype, scaled, block_k = float8_e4m3, bfloat16, True, 128
-
-    def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
-                 a_ptr: ~float8_e4m3, b_ptr: ~float8_e4m3, c_ptr: ~bfloat16, bias_ptr: ~bfloat16,
+                 a_ptr: ~self.in_dtype, b_ptr: ~self.in_dtype, c_ptr: ~self.out_dtype, bias_ptr: ~self.out_dtype,
                  scale_ptr: ~float32, ws_ptr: ~float32, flags_ptr: ~int32, num_sms: int32 = NUM_SMS):
         self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, scale_ptr, ws_ptr, flags_ptr,
                   num_sms)
 
 
-@_schedules
-class GemmE4M3F16(_Gemm):
-    """float8_e4m3 A and B with a per-tensor scale, float16 C (and bias)."""
-
-    in_dtype, out_dtype, scaled, block_k = float8_e4m3, float16, True, 128
-
-    def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
-                 a_ptr: ~float8_e4m3, b_ptr: ~float8_e4m3, c_ptr: ~float16, bias_ptr: ~float16,
-                 scale_ptr: ~float32, ws_ptr: ~float32, flags_ptr: ~int32, num_sms: int32 = NUM_SMS):
-        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, scale_ptr, ws_ptr, flags_ptr,
-                  num_sms)
+def gemm_class(in_dtype: DType):
+    """The kernel class for inputs of ``in_dtype``: ``Gemm`` for 16-bit inputs, ``ScaledGemm`` for float8 ones
+    (their kernels take the per-tensor scale as one more pointer)."""
+    return ScaledGemm if in_dtype == float8_e4m3 else Gemm
 
 
-@_schedules
-class GemmE4M3F32(_Gemm):
-    """float8_e4m3 A and B with a per-tensor scale, float32 C (and bias)."""
-
-    in_dtype, out_dtype, scaled, block_k = float8_e4m3, float32, True, 128
-
-    def __call__(self, m_size: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32, ldc: int32,
-                 a_ptr: ~float8_e4m3, b_ptr: ~float8_e4m3, c_ptr: ~float32, bias_ptr: ~float32,
-                 scale_ptr: ~float32, ws_ptr: ~float32, flags_ptr: ~int32, num_sms: int32 = NUM_SMS):
-        self.gemm(m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, scale_ptr, ws_ptr, flags_ptr,
-                  num_sms)
-
-
-#: (input dtype name, output dtype name) -> kernel class.
-GEMM_KERNELS = {(cls.in_dtype.name, cls.out_dtype.name): cls
-                for cls in (GemmF16, GemmF16F32, GemmBF16, GemmBF16F32, GemmE4M3BF16, GemmE4M3F16, GemmE4M3F32)}
+def block_k_for(in_dtype: DType) -> int:
+    """K per stage for inputs of ``in_dtype``: 128 bytes of each row (64 16-bit or 128 float8 elements)."""
+    return ROW_BYTES // in_dtype.nbytes

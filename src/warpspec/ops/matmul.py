@@ -30,7 +30,7 @@ import numpy as np
 from warpspec import dtypes, runtime
 from warpspec.dtypes import DType, bfloat16, float8_e4m3, float16, float32
 from warpspec.errors import ArgumentError, CompileError
-from warpspec.ops.kernels import ACTIVATIONS, GEMM_KERNELS, NUM_SMS
+from warpspec.ops.kernels import ACTIVATIONS, NUM_SMS, block_k_for, gemm_class
 from warpspec.ops.operands import dtype_of, kind_of, same_device, same_kind
 from warpspec.ops.workspace import placeholders_like, workspace_elements, workspace_like
 from warpspec.tune.cache import size_bucket
@@ -642,22 +642,28 @@ def _address(value) -> int:
     return value.data_ptr()
 
 
-def kernel_class(problem: Problem):
-    """The Script class for the problem's dtypes."""
-    return GEMM_KERNELS[(problem.in_dtype.name, problem.out_dtype.name)]
+def gemm_script(problem: Problem, **arguments):
+    """The GEMM Script of the problem's dtypes (``Gemm``, or ``ScaledGemm`` for float8 inputs) constructed with
+    ``arguments`` (the variant and, to pin one, the schedule)."""
+    return gemm_class(problem.in_dtype)(problem.in_dtype, problem.out_dtype, **arguments)
 
 
-_tuned: dict = {}  # (class, variant) -> TunedScript
-_chosen: dict = {}  # (class, variant, size buckets, back end, device) -> pinned Script
+def dtypes_key(problem: Problem) -> tuple[str, str]:
+    """(input dtype name, output dtype name): what, with the variant, selects the kernel."""
+    return problem.in_dtype.name, problem.out_dtype.name
+
+
+_tuned: dict = {}  # (dtypes, variant) -> TunedScript
+_chosen: dict = {}  # (dtypes, variant, size buckets, back end, device) -> pinned Script
 
 
 def tuned_script(problem: Problem):
-    """The autotuned Script (all schedules) of the problem's kernel class and variant."""
-    key = (kernel_class(problem), problem.variant)
+    """The autotuned Script (all schedules) of the problem's dtypes and variant."""
+    key = (dtypes_key(problem), problem.variant)
     if key not in _tuned:
         b_k_major, has_bias, activation, a_k_major = problem.variant
         extra = {} if a_k_major else {"a_k_major": False}  # the K-major kernels keep their constructor key
-        _tuned[key] = key[0](b_k_major=b_k_major, has_bias=has_bias, activation=activation, **extra)
+        _tuned[key] = gemm_script(problem, b_k_major=b_k_major, has_bias=has_bias, activation=activation, **extra)
     return _tuned[key]
 
 
@@ -667,7 +673,7 @@ def script_for(problem: Problem, args: tuple):
     device = None
     if backend == "cuda":
         device = runtime.current_device()
-    key = (kernel_class(problem), problem.variant, buckets(problem), backend, device)
+    key = (dtypes_key(problem), problem.variant, buckets(problem), backend, device)
     script = _chosen.get(key)
     if script is None:
         script = _chosen[key] = _buildable(problem, choose_schedule(problem, args, backend == "cuda"), args)
@@ -697,8 +703,8 @@ def forget_choices() -> None:
 
 def chosen_schedule(problem: Problem) -> dict | None:
     """The schedule this process runs for calls like ``problem``, once one has run (None before)."""
-    for (cls, variant, sizes, _, _), script in _chosen.items():
-        if (cls, variant, sizes) == (kernel_class(problem), problem.variant, buckets(problem)):
+    for (dtypes, variant, sizes, _, _), script in _chosen.items():
+        if (dtypes, variant, sizes) == (dtypes_key(problem), problem.variant, buckets(problem)):
             return script.schedule()
     return None
 
@@ -752,7 +758,7 @@ def heuristic_schedule(problem: Problem) -> dict:
                 "persistent": True, "stream_k": True}
     block_m = 64 if problem.m <= 128 else 128
     block_n = 64 if problem.n <= 128 else 128
-    k_tiles = -(-problem.k // kernel_class(problem).block_k)
+    k_tiles = -(-problem.k // block_k_for(problem.in_dtype))
     return {"num_stages": 2 if k_tiles <= 2 else 4, "block_m": block_m, "block_n": block_n, "persistent": False,
             "stream_k": False}
 

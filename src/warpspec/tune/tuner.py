@@ -530,7 +530,6 @@ def _winner_guard(tuned, args: tuple, script, report, bench):
     positional arguments have the same key as ``args`` (``_fast_key``'s: compile-time values, array classes,
     size buckets, device) and returns MISS otherwise: one comparison per argument instead of building the key."""
     from warpspec.cuda.plan import MISS
-    from warpspec.dtypes import PointerType
     from warpspec.frontend.kernel import parameters
 
     count = len(args)
@@ -546,7 +545,7 @@ def _winner_guard(tuned, args: tuple, script, report, bench):
         namespace[name], namespace[f"_c{j}"] = value, value.__class__
         if not p.runtime:
             lines.append(f"    if a{j}.__class__ is not _c{j} or a{j} != {name}: return MISS")
-        elif isinstance(p.annotation, PointerType):
+        elif p.pointer:
             lines.append(f"    if a{j}.__class__ is not _c{j}: return MISS")
         elif value.__class__ is int and (names is None or p.name in names):
             bucket = cache.size_bucket(value)
@@ -571,7 +570,6 @@ def _fast_key(tuned, count: int):
     function = functions.get(count)
     if function is not None:
         return function
-    from warpspec.dtypes import PointerType
     from warpspec.frontend.kernel import parameters
 
     params = parameters(tuned.cls)
@@ -589,7 +587,7 @@ def _fast_key(tuned, count: int):
             lines.append(f"    if {value}.__class__ is not {p.annotation.__name__}: return None")
             parts.append(value)
             continue
-        if isinstance(p.annotation, PointerType):
+        if p.pointer:
             # An integer there would be part of the tuning key's sizes; the class keeps fake tensors (which
             # must not launch) apart from real ones.
             lines.append(f"    if {value}.__class__ is int or {value}.__class__ is bool: return None")
@@ -610,11 +608,10 @@ def _fast_key(tuned, count: int):
 
 def _first_array(tuned, count: int) -> tuple[int, str] | None:
     """(position, name) of the first array parameter among a call's ``count`` positional arguments, or None."""
-    from warpspec.dtypes import PointerType
     from warpspec.frontend.kernel import parameters
 
     for j, p in enumerate(parameters(tuned.cls)[:count]):
-        if p.runtime and isinstance(p.annotation, PointerType):
+        if p.pointer:
             return j, p.name
     return None
 
@@ -651,12 +648,11 @@ def _on_call_device(tuned, runtime: dict):
     """A context in which the current device is the GPU the call with runtime arguments ``runtime`` (by name)
     launches on: its first array's, else the current one."""
     from warpspec.cuda.driver import use_device
-    from warpspec.dtypes import PointerType
     from warpspec.frontend.kernel import parameters
 
     current = _device_getter()()
     for p in parameters(tuned.cls):
-        if p.runtime and isinstance(p.annotation, PointerType) and p.name in runtime:
+        if p.pointer and p.name in runtime:
             device = _array_device(runtime[p.name], p.name)
             return contextlib.nullcontext() if device in (None, current) else use_device(device)
     return contextlib.nullcontext()
