@@ -87,6 +87,7 @@ def test_linear_trains_an_mlp_to_torch_s_loss_curve():
             optimizer.step()
             curve.append(loss.item())
         curves.append(curve)
-    assert curves[1][-1] < 0.9 * curves[1][0], curves
+    # torch's own curve falls (0.289 to 0.279 over the 20 steps on an H200): the model trains, and ours must follow it
+    assert curves[1][-1] < curves[1][0] - 5e-3, curves
     for mine, reference in zip(*curves):
         assert abs(mine - reference) <= 1e-2 * reference, curves
