@@ -5,6 +5,7 @@ neither in the process nor from the disk cache."""
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 
 import pytest
@@ -46,11 +47,17 @@ class TwoGpuBench:
         run_script(script, args, kwargs)
 
 
+def torch_without_cuda(monkeypatch) -> None:
+    """``driver.default_device`` asks an imported torch first: make it answer as a process whose CUDA is not
+    initialised, so the current device is ``use_device``'s, else 0 (without torch it is that already)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+
+
 @pytest.fixture
 def two_gpus(side, monkeypatch, tmp_path):
-    import torch
-
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)  # default_device: use_device's, else 0
+    torch_without_cuda(monkeypatch)
     monkeypatch.setenv("WARPSPEC_CACHE_DIR", str(tmp_path))
     for name, value in vars(tuner.settings).items():
         monkeypatch.setattr(tuner.settings, name, value)
@@ -104,15 +111,13 @@ def test_the_tuning_key_covers_the_sm_count():
 
 
 def test_device_identity_names_the_current_devices_sm_count(monkeypatch):
-    import torch
-
     from warpspec import runtime
 
     success = driver.cu.CUresult.CUDA_SUCCESS
     attribute = driver.cu.CUdevice_attribute
     capability = {attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: 9,
                   attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: 0}
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    torch_without_cuda(monkeypatch)
     monkeypatch.setattr(runtime, "_multiprocessors", {0: 132, 1: 114})
     monkeypatch.setattr(driver.cu, "cuDeviceGet", lambda ordinal: (success, ordinal))
     monkeypatch.setattr(driver.cu, "cuDeviceGetName", lambda size, device: (success, b"Fake H200\0\0"))
