@@ -1,5 +1,5 @@
 """sm_90a emission of the memory family (``warpspec.isa.memory``): view sizes and strides, register arrays,
-element loads and stores in each register layout, shared-memory addresses with the TMA swizzle, and global stores
+element loads and stores in each register layout, scalar loads from global memory, shared-memory addresses with the TMA swizzle, and global stores
 (accumulator tiles through ``epilogue``)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from warpspec.cuda.contracts import CodeGenerator
 from warpspec.cuda.cxx import C_TYPES
 from warpspec.cuda.sm90 import epilogue
 from warpspec.dtypes import float32
-from warpspec.isa.memory import (AllocRegister, AllocShared, GlobalView, LoadGlobal, LoadShared, StoreElement,
-                                 StoreGlobal, StoreShared)
+from warpspec.isa.memory import (AllocRegister, AllocShared, GlobalView, LoadGlobal, LoadScalar, LoadShared,
+                                 StoreElement, StoreGlobal, StoreShared)
 from warpspec.ir import nodes as ir
 from warpspec.layout.registers import Accumulator, Replicated, packed
 from warpspec.isa.registry import emits
@@ -108,6 +108,17 @@ def _emit_LoadGlobal(gen: CodeGenerator, s: LoadGlobal) -> None:
         gen.line(gen.set_element(decl, i, value))
 
     gen.element_loop(layout, body)
+
+
+@emits(LoadScalar, TARGET)
+def _emit_LoadScalar(gen: CodeGenerator, s: LoadScalar) -> None:
+    view = gen.tensor_name(s.view.decl)
+    offset = " + ".join(f"static_cast<long long>({gen.cexpr(i)}) * {view}_stride{axis}"
+                        for axis, i in enumerate(s.indices))
+    ctype = C_TYPES[s.var.type.name]
+    # An ordinary load (ld.global, weak): the metadata it reads is not written during the launch.
+    gen.line(f"const {ctype} {gen.name_of(s.var)} = *reinterpret_cast<const {ctype} *>("
+             f"reinterpret_cast<const unsigned char *>({view}_base) + ({offset}) * {s.var.type.nbytes});")
 
 
 def shared_offset(gen: CodeGenerator, ref: ir.TensorRef, row: str, col: str) -> str:
