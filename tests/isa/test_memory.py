@@ -54,6 +54,17 @@ class Gather(warpspec.Script):
                           offsets=[self.blockIdx.x, 0])
 
 
+class StopAtRow(warpspec.Script):
+    """out[:end] = x[:end] for an [8, 64] float32 tile: a store whose rows stop at a runtime row."""
+
+    def __call__(self, end: int32, x_ptr: ~float32, out_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        x = self.global_view(x_ptr, dtype=float32, shape=[8, 64])
+        out = self.global_view(out_ptr, dtype=float32, shape=[8, 64], scratch=True)  # rows past end: never written
+        self.store_global(out, self.load_global(x, offsets=[0, 0], shape=[8, 64]), offsets=[0, 0], row_end=end)
+
+
 class Misuse(warpspec.Script):
     """One memory call that breaks one rule, chosen by ``mistake``."""
 
@@ -115,6 +126,15 @@ def test_a_round_trip_through_registers_and_shared_memory():
     np.testing.assert_array_equal(out, 2 * x)
 
 
+@pytest.mark.parametrize("end", [0, 3, 8, 20])
+def test_a_store_stops_at_its_row_end(end):
+    x, out = _input(), np.full((8, 64), np.nan, np.float32)
+    with warpspec.use_backend("emulator"):
+        StopAtRow()(end, x, out)
+    np.testing.assert_array_equal(out[:end], x[:end])
+    assert np.isnan(out[end:]).all()
+
+
 def _gather_inputs(n=5):
     rng = np.random.default_rng(1)
     rows = rng.permutation(n).astype(np.int32)
@@ -162,6 +182,14 @@ def test_the_cuda_build_loads_and_stores_global_and_shared_memory_without_local_
     counts = sass.count_instructions(sass.disassemble(cubin), ["LDG", "STG", "STS", "LDS", "LDL", "STL"])
     assert counts["LDG"] > 0 and counts["STG"] > 0 and counts["STS"] > 0 and counts["LDS"] > 0
     assert counts["LDL"] == 0 and counts["STL"] == 0
+
+
+def test_the_cuda_build_of_a_store_with_a_row_end_guards_rows_with_it():
+    kernel = kernel_for(StopAtRow(), {})
+    compiled = compile_kernel(kernel)
+    assert "< out_size0 ? end : out_size0" in compiled.generated.source
+    counts = sass.count_instructions(sass.disassemble(compiled.module.cubin), ["STG", "LDL", "STL"])
+    assert counts["STG"] > 0 and counts["LDL"] == 0 and counts["STL"] == 0
 
 
 def test_the_cuda_build_of_a_scalar_load_is_an_ldg_without_local_memory():

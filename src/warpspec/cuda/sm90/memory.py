@@ -79,13 +79,16 @@ def _emit_StoreElement(gen: CodeGenerator, s: StoreElement) -> None:
     gen.line("}")
 
 
-def _global_address(gen: CodeGenerator, view: str, rank: int, offsets, row: str, col: str):
-    """(in-bounds condition, element offset) of tile element (row, col) of a view at ``offsets``."""
+def _global_address(gen: CodeGenerator, view: str, rank: int, offsets, row: str, col: str,
+                    rows_end: str | None = None):
+    """(in-bounds condition, element offset) of tile element (row, col) of a view at ``offsets``; ``rows_end``:
+    the first view row not to touch, when it is not the view's size."""
+    rows_end = rows_end or f"{view}_size0"
     if rank == 1:
         c = f"({offsets[0]} + {col})"
-        return f"({c} >= 0 && {c} < {view}_size0)", f"static_cast<long long>({c}) * {view}_stride0"
+        return f"({c} >= 0 && {c} < {rows_end})", f"static_cast<long long>({c}) * {view}_stride0"
     r, c = f"({offsets[0]} + {row})", f"({offsets[1]} + {col})"
-    return (f"({r} >= 0 && {r} < {view}_size0 && {c} >= 0 && {c} < {view}_size1)",
+    return (f"({r} >= 0 && {r} < {rows_end} && {c} >= 0 && {c} < {view}_size1)",
             f"static_cast<long long>({r}) * {view}_stride0 + static_cast<long long>({c}) * {view}_stride1")
 
 
@@ -178,16 +181,18 @@ def _emit_StoreGlobal(gen: CodeGenerator, s: StoreGlobal) -> None:
     view = gen.tensor_name(s.dst.decl)
     offsets = [gen.cexpr(o) for o in s.offsets]
     nbytes = s.src.decl.dtype.nbytes
+    end = None if s.row_end is None else gen.cexpr(s.row_end)
+    rows_end = None if end is None else f"({end} < {view}_size0 ? {end} : {view}_size0)"
     if isinstance(layout, Accumulator) and len(offsets) == 2 and nbytes in (2, 4):
         if gen.quad_stores and nbytes == 2 and layout.layout.instr_n % 32 == 0:
-            epilogue.store_quads(gen, s, layout, view, *offsets)
+            epilogue.store_quads(gen, s, layout, view, *offsets, rows_end=rows_end)
         else:
-            epilogue.store_pairs(gen, s, layout, view, *offsets)
+            epilogue.store_pairs(gen, s, layout, view, *offsets, rows_end=rows_end)
         return
     ctype = C_TYPES[s.src.decl.dtype.name]
 
     def body(i, row, col, valid):
-        inside, offset = _global_address(gen, view, len(offsets), offsets, row, col)
+        inside, offset = _global_address(gen, view, len(offsets), offsets, row, col, rows_end)
         if valid:
             inside = f"{valid} && {inside}"
         gen.line(f"if ({inside}) *reinterpret_cast<{ctype} *>(reinterpret_cast<unsigned char *>({view}_base) + "
