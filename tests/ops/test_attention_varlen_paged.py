@@ -1,6 +1,8 @@
 """ops.attention_varlen and ops.attention_paged on the emulator: against per-sequence dense results (ragged lengths,
-grouped-query heads, both causal modes), gradients through varlen with CPU tensors, and every ArgumentError before
-anything runs."""
+grouped-query heads, both causal modes; varlen in one launch of the packed kernel), gradients through varlen with
+CPU tensors, every ArgumentError before anything runs, and the packed kernel's NVRTC build (no spills)."""
+
+import importlib
 
 import numpy as np
 import pytest
@@ -49,6 +51,66 @@ def test_varlen_matches_each_sequence_dense(causal):
             continue
         want = expected(heads_first(q[rows]), heads_first(k[keys]), heads_first(v[keys]), causal)[0]
         assert np.abs(out[rows].astype(np.float32) - want.transpose(1, 0, 2)).max() < 2e-3
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_varlen_random_lengths_run_in_one_launch(causal, monkeypatch):
+    """Six sequences of random lengths 1-200 (S_q and S_k drawn apart), fp16 and grouped-query heads: one launch
+    of the packed kernel, each sequence's rows its dense result."""
+    module = importlib.import_module("warpspec.ops.attention_varlen")
+    launches = []
+    monkeypatch.setattr(module, "launch", _counted(module.launch, launches))
+    rng = np.random.default_rng(7)
+    lengths_q, lengths_k = rng.integers(1, 201, 6).tolist(), rng.integers(1, 201, 6).tolist()
+    q, k, v, cu_q, cu_k = packed(lengths_q, lengths_k, seed=3)
+    out = attention_varlen(q, k, v, cu_q, cu_k, causal=causal)
+    assert len(launches) == 1
+    for b in range(6):
+        rows, keys = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        want = expected(heads_first(q[rows]), heads_first(k[keys]), heads_first(v[keys]), causal)[0]
+        assert np.abs(out[rows].astype(np.float32) - want.transpose(1, 0, 2)).max() < 2e-3
+
+
+def _counted(function, calls):
+    def counted(*args):
+        calls.append(args)
+        return function(*args)
+    return counted
+
+
+def test_the_packed_kernel_builds_without_spills():
+    """NVRTC compiles the packed kernel at each head dim's shipped schedule (causal) with no spills, no stack and
+    no ptxas advisory; its scalar loads are LDGs."""
+    from warpspec.cuda.launch import compile_kernel
+    from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
+    from warpspec.ops.attention import DEFAULT_SCHEDULES
+    from warpspec.ops.attention_varlen_kernel import AttentionVarlenBF16
+    from warpspec.runtime import kernel_for
+
+    for head_dim in sorted(DEFAULT_SCHEDULES):
+        kernel = AttentionVarlenBF16(head_dim=head_dim, causal=True, **DEFAULT_SCHEDULES[head_dim])
+        built = compile_kernel(kernel_for(kernel, {}))
+        (report,) = parse_ptxas_log(built.module.log).values()
+        assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == \
+            (0, 0, 0, ())
+        counts = count_instructions(disassemble(built.module.cubin), ["HGMMA", "LDG", "LDL", "STL"])
+        assert counts["HGMMA"] > 0 and counts["LDG"] >= 4 and counts["LDL"] == counts["STL"] == 0
+
+
+@pytest.mark.gpu
+def test_gpu_varlen_matches_each_sequence_dense():
+    lengths_q, lengths_k = [300, 1, 129, 77], [300, 50, 129, 200]
+    q, k, v, cu_q, cu_k = (torch.from_numpy(x).cuda() for x in packed(lengths_q, lengths_k, head_dim=128))
+    with warpspec.use_backend("cuda"):
+        out = attention_varlen(q, k, v, cu_q, cu_k, causal=True)
+    torch.cuda.synchronize()
+    for b in range(4):
+        rows, keys = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+        mask = causal_lower_right(rows.stop - rows.start, keys.stop - keys.start)
+        want = torch.nn.functional.scaled_dot_product_attention(
+            *(x[s].float().transpose(0, 1)[None] for x, s in ((q, rows), (k, keys), (v, keys))), attn_mask=mask,
+            enable_gqa=True)[0].transpose(0, 1)
+        assert (out[rows].float() - want).abs().max().item() < 2e-3
 
 
 def test_varlen_gradients_with_cpu_tensors():
@@ -117,8 +179,8 @@ def _varlen_cases():
 
 @pytest.mark.parametrize("case", list(_varlen_cases()))
 def test_varlen_argument_errors(case, monkeypatch):
-    module = __import__("warpspec.ops.attention_varlen", fromlist=["attention"])
-    monkeypatch.setattr(module, "attention", lambda *args, **kwargs: pytest.fail("ran before the checks"))
+    module = __import__("warpspec.ops.attention_varlen", fromlist=["launch"])
+    monkeypatch.setattr(module, "launch", lambda *args, **kwargs: pytest.fail("ran before the checks"))
     args, kwargs, message = _varlen_cases()[case]
     with pytest.raises(ArgumentError) as raised:
         attention_varlen(*args, **kwargs)
