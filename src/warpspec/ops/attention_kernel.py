@@ -144,11 +144,12 @@ class _Attention(Script):
                 self.tma.global_to_shared(src=gq, dst=sq[wg], offsets=[bh, q_row + 64 * wg, 0],
                                           mbarrier=q_loaded[0])
         for j in self.range(n_tiles):
+            row = self.key_row(k_row, j)
             for pipe, gx, sx in ((pipe_k, gk, sk), (pipe_v, gv, sv)):
                 pipe.producer_acquire()
                 with self.single_thread():
                     self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), sx[pipe.producer_stage].nbytes)
-                    self.tma.global_to_shared(src=gx, dst=sx[pipe.producer_stage], offsets=[kv_bh, k_row + j * self.block_n, 0],
+                    self.tma.global_to_shared(src=gx, dst=sx[pipe.producer_stage], offsets=[kv_bh, row, 0],
                                               mbarrier=pipe.producer_barrier())
                 pipe.producer_advance()
         # Stay until the consumers released every filled stage, so their arrivals never target a barrier whose
@@ -157,6 +158,10 @@ class _Attention(Script):
             for _ in self.range(min(self.num_stages, n_tiles)):
                 pipe.producer_acquire()
                 pipe.producer_advance()
+
+    def key_row(self, k_row, j):
+        """The K/V view row where key tile j starts: ``k_row`` (the sequence's first key row) + j·block_n."""
+        return k_row + j * self.block_n
 
     def consume(self, wg, sq, sk, sv, go, glse, q_loaded, pipe_k, pipe_v, turns, seq_q, seq_k, scale_log2, bh,
                 offset_m, n_tiles, q_start):
