@@ -1,8 +1,8 @@
 """Tensors and the memory operations on them: global views, shared and register tensors, loads and stores.
 
 ``self.global_view``, ``self.shared_tensor``, ``self.register_tensor``, ``self.load_global``, ``self.load_scalar``,
-``self.store_global``, ``self.load_shared``, ``self.store_shared`` and element writes (``phases[stage] ^= 1``), their IR statements and
-their emulation. Which thread holds which element of a register tensor is decided by the layout pass
+``self.store_global``, ``self.load_shared``, ``self.store_shared`` and element writes (``phases[stage] ^= 1``), their
+IR statements and their emulation. Which thread holds which element of a register tensor is decided by the layout pass
 (``warpspec.passes.layouts``) for both back ends; the CUDA emission is ``warpspec.cuda.sm90.memory``.
 """
 

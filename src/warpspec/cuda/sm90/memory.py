@@ -1,6 +1,6 @@
 """sm_90a emission of the memory family (``warpspec.isa.memory``): view sizes and strides, register arrays,
-element loads and stores in each register layout, scalar loads from global memory, shared-memory addresses with the TMA swizzle, and global stores
-(accumulator tiles through ``epilogue``)."""
+element loads and stores in each register layout, scalar loads from global memory, shared-memory addresses with the
+TMA swizzle, and global stores (accumulator tiles through ``epilogue``)."""
 
 from __future__ import annotations
 
@@ -185,9 +185,9 @@ def _emit_StoreGlobal(gen: CodeGenerator, s: StoreGlobal) -> None:
     rows_end = None if end is None else f"({end} < {view}_size0 ? {end} : {view}_size0)"
     if isinstance(layout, Accumulator) and len(offsets) == 2 and nbytes in (2, 4):
         if gen.quad_stores and nbytes == 2 and layout.layout.instr_n % 32 == 0:
-            epilogue.store_quads(gen, s, layout, view, *offsets, rows_end=rows_end)
+            epilogue.store_quads(gen, s, layout, view, offsets[0], offsets[1], rows_end)
         else:
-            epilogue.store_pairs(gen, s, layout, view, *offsets, rows_end=rows_end)
+            epilogue.store_pairs(gen, s, layout, view, offsets[0], offsets[1], rows_end)
         return
     ctype = C_TYPES[s.src.decl.dtype.name]
 
