@@ -34,6 +34,9 @@ Log-sum-exp: every row's ``m + log2(ℓ)`` (its running maximum and sum, in the 
 stored to ``lse`` (float32 [B·H, S_q]) for the backward pass, which recomputes P = exp2(S · scale_log2 - lse)
 without a second softmax. A row that sees no key stores +inf, so the backward's exp2 gives 0 there.
 
+Packed sequences and paged caches (``attention_varlen_kernel``, ``attention_paged_kernel``) run this body through
+``attend`` with their own views and row offsets, ``key_row`` (where key tile j starts) and ``store_result``.
+
 Pointer parameters carry their dtype, so each element type has its own Script class: ``AttentionF16`` and
 ``AttentionBF16`` (``ATTENTION_KERNELS`` by dtype name). The schedule (``block_n``, ``num_stages``, ``unroll``) is
 autotuned.

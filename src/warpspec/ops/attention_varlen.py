@@ -170,9 +170,8 @@ def _op_implementation(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seq_q, causal, s
     if not runtime.shape_only((q, k, v)):
         dtype = dtype_of(q)
         assert dtype is not None
-        group = int(q.shape[1]) // int(k.shape[1])
-        problem = VarlenProblem(int(cu_seqlens_q.shape[0]) - 1, int(q.shape[1]), int(q.shape[1]) // group,
-                                int(q.shape[2]), dtype, causal, scale, max_seq_q)
+        problem = VarlenProblem(int(cu_seqlens_q.shape[0]) - 1, int(q.shape[1]), int(k.shape[1]), int(q.shape[2]),
+                                dtype, causal, scale, max_seq_q)
         launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse2, problem)
     return out, lse2
 
