@@ -146,3 +146,24 @@ def test_an_array_laid_out_as_a_strided_view_covers_it_is_accepted():
     np.testing.assert_array_equal(out, data((N, M)).T)
     with pytest.raises(ArgumentError, match=rf"argument 'x_ptr' has shape \[{M}, {N}\], but the kernel views it"):
         CopyTransposed()(M, N, data((M, N)), out)
+
+
+def test_axes_of_one_element_do_not_make_the_shapes_differ():
+    """A [n, 1] array is the memory of a [1, n] view with strides [1, 1] (the packed attention kernels' head-major
+    views of a single head have such tied strides): accepted; a [2, n / 2] array is still refused."""
+
+    class CopyRow(warpspec.Script):
+        def __call__(self, n_size: int32, x_ptr: ~float32, out_ptr: ~float32):
+            self.attrs.blocks = [cdiv(n_size, 64)]
+            self.attrs.warps = 4
+            x = self.global_view(x_ptr, dtype=float32, shape=[1, n_size], strides=[1, 1])
+            out = self.global_view(out_ptr, dtype=float32, shape=[1, n_size])
+            offsets = [0, 64 * self.blockIdx.x]
+            self.store_global(out, self.load_global(x, offsets=offsets, shape=[1, 64]), offsets=offsets)
+
+    out = np.zeros((1, N), np.float32)
+    with warpspec.use_backend("emulator"):
+        CopyRow()(N, data((N, 1)), out)
+    np.testing.assert_array_equal(out, data((1, N)))
+    with warpspec.use_backend("emulator"), pytest.raises(ArgumentError, match=rf"has shape \[2, {N // 2}\]"):
+        CopyRow()(N, data((2, N // 2)), out)

@@ -110,10 +110,16 @@ def check_array_shape(name: str, stmt: GlobalView, shape, array_shape, strides) 
     expected = stored_shape(shape, strides) or tuple(int(extent) for extent in shape)
     if len(array_shape) < 2 or len(array_shape) != len(shape) or array_shape == expected:
         return
+    if _without_ones(array_shape) == _without_ones(expected):
+        return  # axes of one element order nothing: [S, 1, D] is the memory of [1, S, D] ([D, H·D, 1] with H = 1)
     layout = "" if expected == tuple(shape) else f", the memory of a row-major {list(expected)} array"
     raise ArgumentError(f"argument {name!r} has shape {list(array_shape)}, but the kernel views it as "
                         f"{stmt.decl.name} of shape {list(shape)}{layout} (line {stmt.loc.line}); pass an array of "
                         f"that shape (a transpose is not a reshape), or a flat one-dimensional buffer")
+
+
+def _without_ones(shape) -> tuple[int, ...]:
+    return tuple(extent for extent in shape if extent != 1)
 
 
 def flag_pointers(kernel: ir.Kernel) -> tuple[str, ...]:

@@ -1,4 +1,4 @@
-"""warpspec.isa.memory (global views, shared and register tensors, ``load_global``/``store_global``,
+"""warpspec.isa.memory (global views, shared and register tensors, ``load_global``/``load_scalar``/``store_global``,
 ``load_shared``/``store_shared``, element writes): the emulator's result against numpy, one planted misuse per check
 below (exact error class, the kernel's ``file:line``, a message fragment), the global loads and stores in the machine
 code, and a ``gpu``-marked run against numpy."""
@@ -30,6 +30,41 @@ class RoundTrip(warpspec.Script):
         self.store_global(out, self.load_shared(staged) * 2.0, offsets=[0, 0])
 
 
+class Gather(warpspec.Script):
+    """out[i] = x[rows[i]] * scales[i] for [n, 64] float32 rows: block i reads its row index and its scale as
+    scalars from global memory and steers its load with them."""
+
+    def __init__(self, overrun=False):
+        super().__init__()
+        self.overrun = overrun  # the last block reads one entry past ``rows``
+
+    def __call__(self, n: int32, rows_ptr: ~int32, scales_ptr: ~float32, x_ptr: ~float32, out_ptr: ~float32):
+        self.attrs.blocks = [n]
+        self.attrs.warps = 4
+        rows = self.global_view(rows_ptr, dtype=int32, shape=[n])
+        scales = self.global_view(scales_ptr, dtype=float32, shape=[n, 1])
+        x = self.global_view(x_ptr, dtype=float32, shape=[n, 64])
+        out = self.global_view(out_ptr, dtype=float32, shape=[n, 64])
+        i: int32 = self.blockIdx.x
+        if self.overrun:
+            i = i + 1
+        row = self.load_scalar(rows, [i])  # <<< overrun
+        scale = self.load_scalar(scales, [self.blockIdx.x, 0])
+        self.store_global(out, self.load_global(x, offsets=[row, 0], shape=[1, 64]) * scale,
+                          offsets=[self.blockIdx.x, 0])
+
+
+class StopAtRow(warpspec.Script):
+    """out[:end] = x[:end] for an [8, 64] float32 tile: a store whose rows stop at a runtime row."""
+
+    def __call__(self, end: int32, x_ptr: ~float32, out_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        x = self.global_view(x_ptr, dtype=float32, shape=[8, 64])
+        out = self.global_view(out_ptr, dtype=float32, shape=[8, 64], scratch=True)  # rows past end: never written
+        self.store_global(out, self.load_global(x, offsets=[0, 0], shape=[8, 64]), offsets=[0, 0], row_end=end)
+
+
 class Misuse(warpspec.Script):
     """One memory call that breaks one rule, chosen by ``mistake``."""
 
@@ -59,6 +94,8 @@ class Misuse(warpspec.Script):
             self.load_global(x, offsets=[0, 0], shape=[64])  # <<< load-rank
         if self.mistake == "store-dtype":
             self.store_global(x, self.cast(tile, float16), offsets=[0, 0])  # <<< store-dtype
+        if self.mistake == "scalar-indices":
+            self.load_scalar(x, [0])  # <<< scalar-indices
         if self.mistake == "store-shared-rank":
             staged = self.shared_tensor(dtype=float32, shape=[1, 8, 64])
             self.store_shared(staged, tile)  # <<< store-shared-rank
@@ -73,6 +110,7 @@ MISUSES = [
     ("shared-in-loop", "shared_tensor cannot be allocated inside a runtime loop or branch"),
     ("load-rank", "load_global shape [64] must have the rank of x (2)"),
     ("store-dtype", "is float16 but x holds"),
+    ("scalar-indices", "load_scalar needs one index per dimension of x (2), got 1"),
     ("store-shared-rank", "store_shared takes a 2-D shared tile; staged has shape [1, 8, 64]"),
 ]
 
@@ -88,6 +126,49 @@ def test_a_round_trip_through_registers_and_shared_memory():
     np.testing.assert_array_equal(out, 2 * x)
 
 
+@pytest.mark.parametrize("end", [0, 3, 8, 20])
+def test_a_store_stops_at_its_row_end(end):
+    x, out = _input(), np.full((8, 64), np.nan, np.float32)
+    with warpspec.use_backend("emulator"):
+        StopAtRow()(end, x, out)
+    np.testing.assert_array_equal(out[:end], x[:end])
+    assert np.isnan(out[end:]).all()
+
+
+def _gather_inputs(n=5):
+    rng = np.random.default_rng(1)
+    rows = rng.permutation(n).astype(np.int32)
+    scales = rng.standard_normal((n, 1)).astype(np.float32)
+    return rows, scales, rng.standard_normal((n, 64)).astype(np.float32)
+
+
+def test_scalar_loads_steer_each_block():
+    rows, scales, x = _gather_inputs()
+    out = np.full_like(x, np.nan)
+    with warpspec.use_backend("emulator"):
+        Gather()(len(rows), rows, scales, x, out)
+    np.testing.assert_array_equal(out, x[rows] * scales)
+
+
+def test_a_scalar_load_outside_its_view_is_a_bounds_error_at_its_line():
+    rows, scales, x = _gather_inputs()
+    with warpspec.use_backend("emulator"), pytest.raises(warpspec.BoundsError) as caught:
+        Gather(overrun=True)(len(rows), rows, scales, x, np.zeros_like(x))
+    assert caught.value.location == f"{__file__}:{marker_line('overrun')}"
+    assert "load_scalar: index [5] is outside rows [5]" in str(caught.value)
+
+
+def test_a_scalar_load_of_a_float16_view_is_a_compile_error():
+    class Half(warpspec.Script):
+        def __call__(self, x_ptr: ~float16):
+            self.attrs.blocks = [1]
+            self.attrs.warps = 4
+            self.load_scalar(self.global_view(x_ptr, dtype=float16, shape=[8]), [0])
+
+    with warpspec.use_backend("emulator"), pytest.raises(CompileError, match="x_ptr holds float16|holds float16"):
+        Half()(np.zeros(8, np.float16))
+
+
 @pytest.mark.parametrize("mistake, fragment", MISUSES, ids=[m[0] for m in MISUSES])
 def test_each_misuse_is_a_compile_error_at_its_line(mistake, fragment):
     with warpspec.use_backend("emulator"), pytest.raises(CompileError) as caught:
@@ -101,6 +182,32 @@ def test_the_cuda_build_loads_and_stores_global_and_shared_memory_without_local_
     counts = sass.count_instructions(sass.disassemble(cubin), ["LDG", "STG", "STS", "LDS", "LDL", "STL"])
     assert counts["LDG"] > 0 and counts["STG"] > 0 and counts["STS"] > 0 and counts["LDS"] > 0
     assert counts["LDL"] == 0 and counts["STL"] == 0
+
+
+def test_the_cuda_build_of_a_store_with_a_row_end_guards_rows_with_it():
+    kernel = kernel_for(StopAtRow(), {})
+    compiled = compile_kernel(kernel)
+    assert "< out_size0 ? end : out_size0" in compiled.generated.source
+    counts = sass.count_instructions(sass.disassemble(compiled.module.cubin), ["STG", "LDL", "STL"])
+    assert counts["STG"] > 0 and counts["LDL"] == 0 and counts["STL"] == 0
+
+
+def test_the_cuda_build_of_a_scalar_load_is_an_ldg_without_local_memory():
+    cubin = compile_kernel(kernel_for(Gather(), {})).module.cubin
+    counts = sass.count_instructions(sass.disassemble(cubin), ["LDG", "STG", "LDL", "STL"])
+    assert counts["LDG"] >= 3 and counts["STG"] > 0  # the row index, the scale, the row's elements
+    assert counts["LDL"] == 0 and counts["STL"] == 0
+
+
+@pytest.mark.gpu
+def test_gpu_scalar_loads_steer_each_block():
+    torch = pytest.importorskip("torch")
+    rows, scales, x = _gather_inputs()
+    out = torch.full(x.shape, float("nan"), device="cuda")
+    with warpspec.use_backend("cuda"):
+        Gather()(len(rows), *(torch.from_numpy(a).cuda() for a in (rows, scales, x)), out)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(out.cpu().numpy(), x[rows] * scales)
 
 
 @pytest.mark.gpu

@@ -11,6 +11,7 @@ from tests.support.markers import markers_of
 from warpspec.ops.attention_backward_kernel import BackwardKV
 from warpspec.ops.attention_decode_kernel import DECODE_ROWS, Decode
 from warpspec.ops.attention_kernel import Attention
+from warpspec.ops.attention_paged_kernel import AttentionPaged
 
 marker_line = markers_of(__file__)
 
@@ -55,3 +56,14 @@ class ReleasesQBeforeDK(BackwardKV):
         pipe.consumer_release()
         pipe.consumer_advance()
         self.wgmma.wait_group(0)  # <<< late-dk-wait
+
+
+class ReadsTheNextPage(AttentionPaged):
+    """Key tile j looks its page up one block-table entry too far: a sequence that fills its table reads past the
+    table's row."""
+
+    def key_row(self, k_row, j):
+        table, sequence = k_row
+        first = j * self.block_n
+        page = self.load_scalar(table, [sequence, first // self.page_size + 1])  # <<< next-page
+        return page * self.page_size + first % self.page_size

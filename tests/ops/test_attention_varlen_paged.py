@@ -1,6 +1,8 @@
 """ops.attention_varlen and ops.attention_paged on the emulator: against per-sequence dense results (ragged lengths,
-grouped-query heads, both causal modes), gradients through varlen with CPU tensors, and every ArgumentError before
-anything runs."""
+grouped-query heads, both causal modes; varlen in one launch of the packed kernel), gradients through varlen with
+CPU tensors, every ArgumentError before anything runs, and the packed kernel's NVRTC build (no spills)."""
+
+import importlib
 
 import numpy as np
 import pytest
@@ -8,7 +10,7 @@ import pytest
 from tests.ops.test_attention import expected
 
 import warpspec
-from warpspec import ArgumentError
+from warpspec import ArgumentError, bfloat16, float16
 from warpspec.ops import attention_paged, attention_varlen
 
 torch = pytest.importorskip("torch")
@@ -51,6 +53,66 @@ def test_varlen_matches_each_sequence_dense(causal):
         assert np.abs(out[rows].astype(np.float32) - want.transpose(1, 0, 2)).max() < 2e-3
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_varlen_random_lengths_run_in_one_launch(causal, monkeypatch):
+    """Six sequences of random lengths 1-200 (S_q and S_k drawn apart), fp16 and grouped-query heads: one launch
+    of the packed kernel, each sequence's rows its dense result."""
+    module = importlib.import_module("warpspec.ops.attention_varlen")
+    launches = []
+    monkeypatch.setattr(module, "launch", _counted(module.launch, launches))
+    rng = np.random.default_rng(7)
+    lengths_q, lengths_k = rng.integers(1, 201, 6).tolist(), rng.integers(1, 201, 6).tolist()
+    q, k, v, cu_q, cu_k = packed(lengths_q, lengths_k, seed=3)
+    out = attention_varlen(q, k, v, cu_q, cu_k, causal=causal)
+    assert len(launches) == 1
+    for b in range(6):
+        rows, keys = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        want = expected(heads_first(q[rows]), heads_first(k[keys]), heads_first(v[keys]), causal)[0]
+        assert np.abs(out[rows].astype(np.float32) - want.transpose(1, 0, 2)).max() < 2e-3
+
+
+def _counted(function, calls):
+    def counted(*args):
+        calls.append(args)
+        return function(*args)
+    return counted
+
+
+def test_the_packed_kernel_builds_without_spills():
+    """NVRTC compiles the packed kernel at each head dim's shipped schedule (causal) with no spills, no stack and
+    no ptxas advisory; its scalar loads are LDGs."""
+    from warpspec.cuda.launch import compile_kernel
+    from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
+    from warpspec.ops.attention import DEFAULT_SCHEDULES
+    from warpspec.ops.attention_varlen_kernel import AttentionVarlen
+    from warpspec.runtime import kernel_for
+
+    for head_dim in sorted(DEFAULT_SCHEDULES):
+        kernel = AttentionVarlen(bfloat16, head_dim=head_dim, causal=True, **DEFAULT_SCHEDULES[head_dim])
+        built = compile_kernel(kernel_for(kernel, {}))
+        (report,) = parse_ptxas_log(built.module.log).values()
+        assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == \
+            (0, 0, 0, ())
+        counts = count_instructions(disassemble(built.module.cubin), ["HGMMA", "LDG", "LDL", "STL"])
+        assert counts["HGMMA"] > 0 and counts["LDG"] >= 4 and counts["LDL"] == counts["STL"] == 0
+
+
+@pytest.mark.gpu
+def test_gpu_varlen_matches_each_sequence_dense():
+    lengths_q, lengths_k = [300, 1, 129, 77], [300, 50, 129, 200]
+    q, k, v, cu_q, cu_k = (torch.from_numpy(x).cuda() for x in packed(lengths_q, lengths_k, head_dim=128))
+    with warpspec.use_backend("cuda"):
+        out = attention_varlen(q, k, v, cu_q, cu_k, causal=True)
+    torch.cuda.synchronize()
+    for b in range(4):
+        rows, keys = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_k[b]), int(cu_k[b + 1]))
+        mask = causal_lower_right(rows.stop - rows.start, keys.stop - keys.start)
+        want = torch.nn.functional.scaled_dot_product_attention(
+            *(x[s].float().transpose(0, 1)[None] for x, s in ((q, rows), (k, keys), (v, keys))), attn_mask=mask,
+            enable_gqa=True)[0].transpose(0, 1)
+        assert (out[rows].float() - want).abs().max().item() < 2e-3
+
+
 def test_varlen_gradients_with_cpu_tensors():
     """Each sequence's gradient is its own: against torch float32 attention per sequence."""
     q, k, v, cu_q, cu_k = (torch.from_numpy(x) for x in packed([40, 70], [50, 70], heads=2, kv_heads=2, seed=1))
@@ -84,10 +146,17 @@ def paged_operands(seq_lens, seq_q, page_size, heads=4, kv_heads=2, head_dim=64,
     return q, k_cache, v_cache, np.ascontiguousarray(table), np.array(seq_lens, np.int32)
 
 
-@pytest.mark.parametrize("seq_q, causal", [(1, True), (5, True), (20, False)])
-def test_paged_matches_each_sequence_dense(seq_q, causal):
-    q, k_cache, v_cache, table, seq_lens = paged_operands([37, 100, 20], seq_q, page_size=16)
+@pytest.mark.parametrize("seq_q, causal, page_size", [(1, True, 16), (5, True, 16), (20, False, 16), (3, True, 64),
+                                                     (130, False, 256), (7, True, 48)])
+def test_paged_matches_each_sequence_dense(seq_q, causal, page_size, monkeypatch):
+    """One launch of the paged kernel (key tiles of 16 to 128 rows inside a page) against each sequence's keys
+    gathered from its pages."""
+    module = importlib.import_module("warpspec.ops.attention_paged")
+    launches = []
+    monkeypatch.setattr(module, "launch", _counted(module.launch, launches))
+    q, k_cache, v_cache, table, seq_lens = paged_operands([137, 150, 131], seq_q, page_size=page_size)
     out = attention_paged(q, k_cache, v_cache, table, seq_lens, causal=causal)
+    assert len(launches) == 1
     assert out.shape == q.shape and out.dtype == q.dtype
     for b, length in enumerate(seq_lens):
         keys = k_cache[table[b]].reshape(-1, 2, 64)[:length]
@@ -117,12 +186,68 @@ def _varlen_cases():
 
 @pytest.mark.parametrize("case", list(_varlen_cases()))
 def test_varlen_argument_errors(case, monkeypatch):
-    module = __import__("warpspec.ops.attention_varlen", fromlist=["attention"])
-    monkeypatch.setattr(module, "attention", lambda *args, **kwargs: pytest.fail("ran before the checks"))
+    module = __import__("warpspec.ops.attention_varlen", fromlist=["launch"])
+    monkeypatch.setattr(module, "launch", lambda *args, **kwargs: pytest.fail("ran before the checks"))
     args, kwargs, message = _varlen_cases()[case]
     with pytest.raises(ArgumentError) as raised:
         attention_varlen(*args, **kwargs)
     assert message in str(raised.value)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page_size", [16, 64])
+def test_gpu_paged_matches_each_sequence_dense(page_size):
+    q, k_cache, v_cache, table, seq_lens = (torch.from_numpy(x).cuda() for x in
+                                            paged_operands([300, 1000, 77], 4, page_size=page_size))
+    with warpspec.use_backend("cuda"):
+        out = attention_paged(q, k_cache, v_cache, table, seq_lens, causal=True)
+    torch.cuda.synchronize()
+    for b, length in enumerate(seq_lens.tolist()):
+        keys = k_cache[table[b].long()].reshape(-1, 2, 64)[:length]
+        values = v_cache[table[b].long()].reshape(-1, 2, 64)[:length]
+        want = torch.nn.functional.scaled_dot_product_attention(
+            q[b].float().transpose(0, 1)[None], keys.float().transpose(0, 1)[None],
+            values.float().transpose(0, 1)[None], attn_mask=causal_lower_right(4, length), enable_gqa=True)[0]
+        assert (out[b].float() - want.transpose(0, 1)).abs().max().item() < 2e-3
+
+
+def test_planted_bug_a_page_looked_up_past_the_table_is_caught_at_its_line():
+    """The bug kernel reads block_table[b, page + 1]: for a sequence that fills its table, a BoundsError at the
+    lookup's line."""
+    from tests.kernels import attention_bug_kernels as bk
+    from warpspec.ops.attention_kernel import LOG2_E
+
+    q, k_cache, v_cache, table, _ = paged_operands([40], 2, page_size=16)
+    seq_lens = np.array([table.shape[1] * 16], np.int32)
+    batch, seq_q, heads, head_dim = q.shape
+    out, lse = np.empty_like(q), np.empty((heads, batch * seq_q), np.float32)
+    kernel = bk.ReadsTheNextPage(float16, head_dim=head_dim, causal=True, page_size=16, block_n=16, num_stages=2, unroll=1)
+    with pytest.raises(warpspec.BoundsError) as raised:
+        kernel(batch, seq_q, k_cache.shape[0], table.shape[1], heads, 2, head_dim ** -0.5 * LOG2_E, table, seq_lens,
+               q, k_cache, v_cache, out, lse)
+    assert f"load_scalar: index [0, {table.shape[1]}] is outside table [1, {table.shape[1]}]" in str(raised.value)
+    assert raised.value.location.rsplit(" at ", 1)[-1] == f"{bk.__file__}:{bk.marker_line('next-page')}"
+
+
+def test_the_paged_kernel_builds_without_spills():
+    """NVRTC compiles the paged kernel (causal, bf16) at pages of 16 and 256 rows for D 128, and 128 for D 256,
+    with no spills, no stack and no ptxas advisory."""
+    from warpspec.cuda.launch import compile_kernel
+    from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
+    from warpspec.ops.attention import DEFAULT_SCHEDULES
+    from warpspec.ops.attention_paged import key_tile
+    from warpspec.ops.attention_paged_kernel import AttentionPaged
+    from warpspec.runtime import kernel_for
+
+    for head_dim, page_size in ((128, 16), (128, 256), (256, 128)):
+        schedule = dict(DEFAULT_SCHEDULES[head_dim], block_n=key_tile(head_dim, page_size))
+        kernel = AttentionPaged(bfloat16, head_dim=head_dim, causal=True, page_size=page_size, **schedule)
+        built = compile_kernel(kernel_for(kernel, {}))
+        (report,) = parse_ptxas_log(built.module.log).values()
+        assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == \
+            (0, 0, 0, ())
+        counts = count_instructions(disassemble(built.module.cubin), ["HGMMA", "LDG", "LDL", "STL"])
+        assert counts["HGMMA"] > 0 and counts["LDG"] >= 2 and counts["LDL"] == counts["STL"] == 0
 
 
 def _paged_cases():
@@ -139,6 +264,8 @@ def _paged_cases():
                       "seq_lens[0] is 1; it counts the sequence's keys, the 2 new tokens included"),
         "page-size": ((q, k_cache[:, :8].copy(), v_cache[:, :8].copy(), table, seq_lens), {},
                       "page_size (k_cache.shape[1]) is 8; attention_paged takes 16 to 256"),
+        "page-multiple": (paged_operands([37, 100], 2, page_size=24)[:3] + (table, seq_lens), {},
+                          "page_size (k_cache.shape[1]) is 24; attention_paged takes 16 to 256, a multiple of 16"),
         "table-dtype": ((q, k_cache, v_cache, table.astype(np.int64), seq_lens), {},
                         "block_table must be a 2-D int32 array"),
         "batch": ((q, k_cache, v_cache, table[:1], seq_lens), {}, "block_table has 1 rows and seq_lens 2 entries"),
@@ -150,8 +277,9 @@ def _paged_cases():
 
 @pytest.mark.parametrize("case", list(_paged_cases()))
 def test_paged_argument_errors(case, monkeypatch):
-    module = __import__("warpspec.ops.attention_paged", fromlist=["attention"])
+    module = importlib.import_module("warpspec.ops.attention_paged")
     monkeypatch.setattr(module, "attention", lambda *args, **kwargs: pytest.fail("ran before the checks"))
+    monkeypatch.setattr(module, "launch", lambda *args, **kwargs: pytest.fail("ran before the checks"))
     args, kwargs, message = _paged_cases()[case]
     with pytest.raises(ArgumentError) as raised:
         attention_paged(*args, **kwargs)

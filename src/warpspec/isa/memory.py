@@ -1,8 +1,8 @@
 """Tensors and the memory operations on them: global views, shared and register tensors, loads and stores.
 
-``self.global_view``, ``self.shared_tensor``, ``self.register_tensor``, ``self.load_global``, ``self.store_global``,
-``self.load_shared``, ``self.store_shared`` and element writes (``phases[stage] ^= 1``), their IR statements and
-their emulation. Which thread holds which element of a register tensor is decided by the layout pass
+``self.global_view``, ``self.shared_tensor``, ``self.register_tensor``, ``self.load_global``, ``self.load_scalar``,
+``self.store_global``, ``self.load_shared``, ``self.store_shared`` and element writes (``phases[stage] ^= 1``), their
+IR statements and their emulation. Which thread holds which element of a register tensor is decided by the layout pass
 (``warpspec.passes.layouts``) for both back ends; the CUDA emission is ``warpspec.cuda.sm90.memory``.
 """
 
@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from warpspec import dtypes
-from warpspec.dtypes import DType, int32
+from warpspec.dtypes import DType, float32, int32, int64, uint32
+from warpspec.errors import BoundsError
 from warpspec.isa.base import LanguageObject, language_call, offsets_of, static_tensor_type
 from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
 from warpspec.isa.registry import LAYOUT_RULE, WRITES_GLOBAL, declare, declare_timeline, emulates
@@ -89,6 +90,23 @@ class LoadGlobal(ir.DefineTensor):
 
 
 @dataclass(frozen=True, eq=False)
+class LoadScalar(ir.Instruction):
+    """Read element ``indices`` of global view ``view`` into runtime scalar ``var``, the same value in every
+    executing thread."""
+
+    var: ir.Var
+    view: ir.TensorRef
+    indices: tuple[ir.Expr, ...]
+
+    def text(self, f) -> str:
+        return f"{self.var.name} = load_scalar({f(self.view)}, [{', '.join(f(i) for i in self.indices)}])"
+
+
+#: The element types a scalar load gives: the runtime scalar types both back ends hold in a register.
+SCALAR_LOAD_TYPES = (int32, uint32, int64, float32)
+
+
+@dataclass(frozen=True, eq=False)
 class LoadShared(ir.DefineTensor):
     """Read shared tensor ``src`` into registers."""
 
@@ -100,12 +118,17 @@ class LoadShared(ir.DefineTensor):
 
 @dataclass(frozen=True, eq=False)
 class StoreGlobal(ir.Instruction):
-    """Write register tensor ``src`` into global view ``dst`` at ``offsets``; elements outside the view are
-    skipped."""
+    """Write register tensor ``src`` into global view ``dst`` at ``offsets``; elements outside the view, and rows
+    at or past ``row_end`` when given, are skipped."""
 
     dst: ir.TensorRef
     src: ir.TensorRef
     offsets: tuple[ir.Expr, ...]
+    row_end: ir.Expr | None = None
+
+    def text(self, f) -> str:
+        row_end = "" if self.row_end is None else f", row_end={f(self.row_end)}"
+        return f"store_global({f(self.dst)}, {f(self.src)}, offsets={f(self.offsets)}{row_end})"
 
 
 @dataclass(frozen=True, eq=False)
@@ -219,9 +242,35 @@ class Memory(LanguageObject):
         return TensorValue(ir.TensorRef(decl))
 
     @language_call
-    def store_global(self, view, tensor, offsets) -> None:
+    def load_scalar(self, view, indices) -> ir.Var:
+        """Read one element of global view ``view``, at ``indices`` (one runtime or compile-time index per
+        dimension), as a runtime scalar of the view's dtype (int32, uint32, int64 or float32): metadata such as
+        ``cu_seqlens[b]`` or ``block_table[b, page]`` that decides a block's work. Executed by every thread of the
+        executing group (each loads the same address, so the value is uniform across the group and may steer its
+        branches and loops); ``ld.global`` of the element, a weak load: the value must not be written during the
+        launch by another block (the emulator reports a race), as for ``load_global``; a value another block
+        publishes is read after ``flag.wait``. An index outside the view is a ``BoundsError`` on the emulator and
+        unchecked on the GPU."""
+        b = self.b
+        view = b.to_tensor(view, "load_scalar view", (ir.GLOBAL,))
+        if view.dtype not in SCALAR_LOAD_TYPES:
+            raise b.error(f"load_scalar reads {', '.join(t.name for t in SCALAR_LOAD_TYPES)} views; {view.name} "
+                          f"holds {view.dtype.name}")
+        indices = list(indices) if isinstance(indices, (list, tuple)) else [indices]
+        if len(indices) != len(view.shape):
+            raise b.error(f"load_scalar needs one index per dimension of {view.name} ({len(view.shape)}), got "
+                          f"{len(indices)}")
+        exprs = tuple(b.to_index(i, "load_scalar index") for i in indices)
+        var = ir.Var(b.target_name(f"{view.name}_value"), view.dtype)
+        b.emit(LoadScalar(b.loc, b.threads(), var, view.ref, exprs))
+        return var
+
+    @language_call
+    def store_global(self, view, tensor, offsets, row_end=None) -> None:
         """Store register tensor ``tensor`` into global view ``view`` at ``offsets``; elements that fall outside the
-        view are not written (ragged edges). Executed by the threads holding the tensor (all of them: the layout
+        view are not written (ragged edges), nor, with ``row_end`` (a runtime or compile-time int32), those of
+        view rows (the first dimension) at or past ``row_end``: a tile that ends inside a packed sequence's rows
+        leaves the next sequence's alone. Executed by the threads holding the tensor (all of them: the layout
         pass refuses a store by a subset); ``st.global``."""
         b = self.b
         view = b.to_tensor(view, "store_global view", (ir.GLOBAL,))
@@ -233,7 +282,8 @@ class Memory(LanguageObject):
             raise b.error(f"store_global: {tensor.name} has rank {len(tensor.shape)}, {view.name} has rank "
                           f"{len(view.shape)}")
         offs = offsets_of(b, offsets, view, "store_global")
-        b.emit(StoreGlobal(b.loc, b.threads(), view.ref, tensor.ref, offs))
+        end = None if row_end is None else b.to_index(row_end, "store_global row_end")
+        b.emit(StoreGlobal(b.loc, b.threads(), view.ref, tensor.ref, offs, end))
 
     @language_call
     def store_shared(self, dst, src, column=0) -> None:
@@ -314,6 +364,18 @@ def _load_global(machine: EmulationMachine, task: EmulationTask, s: LoadGlobal) 
     machine.define_register(task, s.decl, machine.read_global_tile(task, s.view, offsets, s.decl.shape, "load_global"))
 
 
+@emulates(LoadScalar)
+def _load_scalar(machine: EmulationMachine, task: EmulationTask, s: LoadScalar) -> None:
+    indices = [machine.ev(task, i) for i in s.indices]
+    shape = task.env[s.view.decl.uid][1]
+    for axis, (index, extent) in enumerate(zip(indices, shape)):
+        if not 0 <= index < extent:
+            raise BoundsError(f"load_scalar: index {indices} is outside {s.view.decl.name} {list(shape)} "
+                              f"(dimension {axis})")
+    value = machine.read_global_tile(task, s.view, indices, (1,) * len(indices), "load_scalar")
+    task.env[s.var.uid] = wrap(value.item(), s.var.type)
+
+
 @emulates(LoadShared)
 def _load_shared(machine: EmulationMachine, task: EmulationTask, s: LoadShared) -> None:
     region = machine.region(task, s.src)
@@ -341,8 +403,10 @@ def _store_shared(machine: EmulationMachine, task: EmulationTask, s: StoreShared
 def _store_global(machine: EmulationMachine, task: EmulationTask, s: StoreGlobal) -> None:
     src = machine.register(task, s.src, "store_global")
     offsets = [machine.ev(task, o) for o in s.offsets]
-    machine.write_global_tile(task, s.dst, offsets, src, "store_global",
-                              rows=machine.row_share(task, s.threads, src.shape[0]))
+    first, last = machine.row_share(task, s.threads, src.shape[0])
+    if s.row_end is not None:  # the tile rows before row_end: none when the tile starts past it
+        last = max(min(last, machine.ev(task, s.row_end) - offsets[0]), first)
+    machine.write_global_tile(task, s.dst, offsets, src, "store_global", rows=(first, last))
 
 
 # --------------------------------------------------------------------------------------------------- facts
@@ -366,6 +430,9 @@ declare_timeline(AllocShared, STATEMENT, NOT_SHOWN)
 declare_timeline(AllocRegister, STATEMENT, NOT_SHOWN)
 declare_timeline(StoreElement, STATEMENT, NOT_SHOWN)
 declare_timeline(LoadGlobal, TimingCost("global_load", lambda s: s.decl), NOT_SHOWN)
+# One element's latency, as a one-element tile; not shown: a block reads its few metadata words once, up front.
+declare_timeline(LoadScalar, TimingCost("global_load", lambda s: ir.TensorDecl(s.var.name, ir.REGISTER, s.var.type,
+                                                                               (1,), s.loc)), NOT_SHOWN)
 declare_timeline(StoreGlobal, TimingCost("global_store", lambda s: s.src.decl), NOT_SHOWN)
 declare_timeline(LoadShared, TimingCost("registers", lambda s: s.decl.shape), NOT_SHOWN)
 declare_timeline(StoreShared, TimingCost("registers", lambda s: s.src.shape), NOT_SHOWN)

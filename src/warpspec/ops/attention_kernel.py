@@ -34,6 +34,9 @@ Log-sum-exp: every row's ``m + log2(ℓ)`` (its running maximum and sum, in the 
 stored to ``lse`` (float32 [B·H, S_q]) for the backward pass, which recomputes P = exp2(S · scale_log2 - lse)
 without a second softmax. A row that sees no key stores +inf, so the backward's exp2 gives 0 there.
 
+Packed sequences and paged caches (``attention_varlen_kernel``, ``attention_paged_kernel``) run this body through
+``attend`` with their own views and row offsets, ``key_row`` (where key tile j starts) and ``store_result``.
+
 The element type is the constructor's first argument (``Attention(bfloat16, head_dim=128, causal=True)``; its
 kernels are named ``AttentionF16`` and ``AttentionBF16``). The schedule (``block_n``, ``num_stages``, ``unroll``) is
 autotuned.
@@ -55,6 +58,7 @@ DTYPES = (float16, bfloat16)  # the element types of Q, K, V and O (and their gr
 WARPGROUP = 128
 BLOCK_M = 2 * 64  # two consumer warpgroups of 64 query rows (one m64 WGMMA row block each)
 CONSUMER_THREADS = 2 * WARPGROUP
+WARPS = (CONSUMER_THREADS + WARPGROUP) // 32  # the consumers and the producer's warpgroup
 #: The producer needs few registers (addresses and phases); its warpgroup gives the rest to the consumers, whose
 #: O (D/2 registers per thread), S (block_n/2) and P (block_n/4) fragments are live at once. 24 + 2 · 240 fits
 #: the SM's 65536 registers per warpgroup lane (setmaxnreg's rule: 24 + 240 + 240 <= 512).
@@ -87,6 +91,8 @@ class Attention(Script):
 
     #: The lengths and the number of (batch, head) rows choose the schedule (ops.attention keys its choices alike).
     tune_key = ("seq_q", "seq_k", "batch_heads")
+    #: Packed sequences (``attention_varlen_kernel``): a block's query tile may lie past its sequence's end.
+    varlen = False
 
     def __init__(self, dtype, head_dim, causal, block_n, num_stages, unroll):
         super().__init__()
@@ -111,9 +117,9 @@ class Attention(Script):
     def attention(self, seq_q, seq_k, batch_heads, heads, group, scale_log2, q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr):
         """The kernel: O[bh] = softmax(scale · Q[bh]·K[kv(bh)]ᵀ) · V[kv(bh)] for query rows
         ``BLOCK_M · blockIdx.x ...`` of head ``bh = blockIdx.y``."""
-        d, block_n, dtype = self.head_dim, self.block_n, self.dtype
+        d, dtype = self.head_dim, self.dtype
         self.attrs.blocks = [cdiv(seq_q, BLOCK_M), batch_heads]
-        self.attrs.warps = (CONSUMER_THREADS + WARPGROUP) // 32
+        self.attrs.warps = WARPS
         gq = self.global_view(q_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
         go = self.global_view(o_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
         gk = self.global_view(k_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
@@ -121,6 +127,15 @@ class Attention(Script):
         # lse [B·H, S_q] seen as [S_q, B·H]: a warpgroup's [64, 1] column is stored at (rows, bh), rows past S_q
         # clipped instead of reaching the next head's.
         glse = self.global_view(lse_ptr, dtype=float32, shape=[seq_q, batch_heads], strides=[1, seq_q])
+        bh: int32 = self.blockIdx.y
+        kv_bh: int32 = bh // heads * (heads // group) + bh % heads // group
+        self.attend(gq, gk, gv, go, glse, seq_q, seq_k, scale_log2, bh, kv_bh, 0, 0)
+
+    def attend(self, gq, gk, gv, go, glse, seq_q, seq_k, scale_log2, bh, kv_bh, q_start, k_start):
+        """Query tile ``blockIdx.x`` of head row ``bh`` (index 0 of ``gq``/``go``/``glse``'s head axis) against
+        K/V head row ``kv_bh``: the sequence's queries are view rows ``q_start ...`` (``seq_q`` of them), its keys
+        rows ``k_start ...`` (``seq_k``); both starts are 0 unless sequences are packed."""
+        d, block_n, dtype = self.head_dim, self.block_n, self.dtype
         sq = self.shared_tensor(dtype=dtype, shape=[2, 1, 64, d])  # one 64-row slice per consumer warpgroup
         sk = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
         sv = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
@@ -133,38 +148,42 @@ class Attention(Script):
         # Causal blocks walk the longest rows first: the last query tiles see the most keys.
         tile_m = self.gridDim.x - 1 - self.blockIdx.x if self.causal else self.blockIdx.x
         offset_m: int32 = BLOCK_M * tile_m
-        bh: int32 = self.blockIdx.y
-        kv_bh: int32 = bh // heads * (heads // group) + bh % heads // group
         n_end: int32 = seq_k
         if self.causal:
             # The block's last row, offset_m + BLOCK_M - 1, sees keys up to offset_m + BLOCK_M - 1 + seq_k - seq_q.
             n_end = max(min(seq_k, offset_m + BLOCK_M + seq_k - seq_q), 0)
+        if self.varlen:
+            if offset_m >= seq_q:  # a tile of the longest sequence only: no keys to read, no rows to store
+                n_end = 0
         n_tiles: int32 = cdiv(n_end, block_n)
 
         with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=WARPGROUP,
                                max_registers=PRODUCER_REGISTERS):
             with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=32):
-                self.produce(gq, gk, gv, sq, sk, sv, q_loaded, pipe_k, pipe_v, bh, kv_bh, offset_m, n_tiles)
+                self.produce(gq, gk, gv, sq, sk, sv, q_loaded, pipe_k, pipe_v, bh, kv_bh, q_start + offset_m,
+                             k_start, n_tiles)
 
         with self.thread_group(thread_begin=0, num_threads=CONSUMER_THREADS, max_registers=CONSUMER_REGISTERS):
             for wg in range(2):
                 with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
                     self.consume(wg, sq[wg], sk, sv, go, glse, q_loaded, pipe_k, pipe_v, turns, seq_q, seq_k,
-                                 scale_log2, bh, offset_m, n_tiles)
+                                 scale_log2, bh, offset_m, n_tiles, q_start)
 
-    def produce(self, gq, gk, gv, sq, sk, sv, q_loaded, pipe_k, pipe_v, bh, kv_bh, offset_m, n_tiles):
-        """The producer warp: the Q tile, then K_j and V_j for every tile j of the block, each into its ring."""
+    def produce(self, gq, gk, gv, sq, sk, sv, q_loaded, pipe_k, pipe_v, bh, kv_bh, q_row, k_row, n_tiles):
+        """The producer warp: the Q tile (view rows ``q_row ...``), then K_j and V_j (rows ``k_row + j·block_n
+        ...``) for every tile j of the block, each into its ring."""
         with self.single_thread():
             self.mbarrier.arrive_and_expect_tx(q_loaded[0], sq.nbytes)
             for wg in range(2):
-                self.tma.global_to_shared(src=gq, dst=sq[wg], offsets=[bh, offset_m + 64 * wg, 0],
+                self.tma.global_to_shared(src=gq, dst=sq[wg], offsets=[bh, q_row + 64 * wg, 0],
                                           mbarrier=q_loaded[0])
         for j in self.range(n_tiles):
+            row = self.key_row(k_row, j)
             for pipe, gx, sx in ((pipe_k, gk, sk), (pipe_v, gv, sv)):
                 pipe.producer_acquire()
                 with self.single_thread():
                     self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), sx[pipe.producer_stage].nbytes)
-                    self.tma.global_to_shared(src=gx, dst=sx[pipe.producer_stage], offsets=[kv_bh, j * self.block_n, 0],
+                    self.tma.global_to_shared(src=gx, dst=sx[pipe.producer_stage], offsets=[kv_bh, row, 0],
                                               mbarrier=pipe.producer_barrier())
                 pipe.producer_advance()
         # Stay until the consumers released every filled stage, so their arrivals never target a barrier whose
@@ -174,8 +193,12 @@ class Attention(Script):
                 pipe.producer_acquire()
                 pipe.producer_advance()
 
+    def key_row(self, k_row, j):
+        """The K/V view row where key tile j starts: ``k_row`` (the sequence's first key row) + j·block_n."""
+        return k_row + j * self.block_n
+
     def consume(self, wg, sq, sk, sv, go, glse, q_loaded, pipe_k, pipe_v, turns, seq_q, seq_k, scale_log2, bh,
-                offset_m, n_tiles):
+                offset_m, n_tiles, q_start):
         """Consumer warpgroup ``wg``: rows ``offset_m + 64·wg ...``, the online softmax over the block's K/V tiles
         with S_j's QKᵀ issued before P_{j-1}'s PV, taking turns with the other warpgroup to issue them."""
         d, block_n, dtype = self.head_dim, self.block_n, self.dtype
@@ -248,9 +271,14 @@ class Attention(Script):
             self.retire_pv(pipe_v)
         # 0 / 0 for a row that saw no key: divide by 1 instead (its O is 0).
         out = acc_o / self.where(row_sum == 0.0, 1.0, row_sum)
-        self.store_global(glse, self.where(row_sum == 0.0, float("inf"), row_max + self.log2(row_sum)),
-                          offsets=[rows_from, bh])
-        self.store_output(sq, go, self.cast(out, dtype), bh, rows_from)
+        lse = self.where(row_sum == 0.0, float("inf"), row_max + self.log2(row_sum))
+        self.store_result(sq, go, glse, out, lse, bh, rows_from, q_start, seq_q)
+
+    def store_result(self, sq, go, glse, out, lse, bh, rows_from, q_start, seq_q):
+        """A warpgroup's 64 rows of O (float32, stored in the kernel's dtype) and of the log-sum-exp, from view row
+        ``q_start + rows_from`` (the packed mode's sequence start; 0 here)."""
+        self.store_global(glse, lse, offsets=[rows_from, bh])
+        self.store_output(sq, go, self.cast(out, self.dtype), bh, rows_from)
 
     def wait_turn(self, turn, phase):
         """Wait until the other warpgroup has issued its GEMMs (ping-pong): this warpgroup's turn to issue."""

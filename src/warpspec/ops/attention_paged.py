@@ -1,11 +1,11 @@
 """``warpspec.ops.attention_paged``: attention of the newest query tokens of each sequence against a paged KV cache
 (vLLM's layout): the keys of sequence b are the first ``seq_lens[b]`` rows of its pages ``block_table[b, :]``.
 
-This version gathers each sequence's pages on the host side of the launch (an index into the cache, then
-``ops.attention`` on the gathered [1, H_kv, S_k, D] keys), so numpy arrays run on the emulator and torch tensors
-are differentiable in q. Gathering the pages inside the kernel, by the producer warp's TMA loads at offsets read
-from ``block_table``, needs a scalar load from global memory, which the language does not have yet (register tiles
-are distributed over threads and cannot be indexed: docs/language.md).
+One launch of the paged kernel (``warpspec.ops.attention_paged_kernel``) covers the batch: its producer warp reads
+each key tile's page from ``block_table`` and loads it with TMA. numpy arrays run it on the emulator, torch tensors
+through the custom op ``warpspec::attention_paged`` (CUDA tensors on their GPU, CPU tensors on the emulator). A q
+that requires a gradient takes the differentiable path instead: each sequence's pages gathered by indexing the
+cache, then ``ops.attention`` on them (one launch per sequence).
 """
 
 from __future__ import annotations
@@ -14,13 +14,18 @@ import sys
 
 import numpy as np
 
+from warpspec import runtime
 from warpspec.errors import ArgumentError
 from warpspec.frontend.interpreter import cdiv
-from warpspec.ops.attention import _contiguous, attention, validate
+from warpspec.ops.attention import DEFAULT_SCHEDULES, MAX_GRID_Y, MAX_INT32, _contiguous, attention, validate
+from warpspec.ops.attention_kernel import LOG2_E
+from warpspec.ops.attention_paged_kernel import AttentionPaged
 from warpspec.ops.attention_varlen import heads_first
 from warpspec.ops.operands import dtype_of, same_device, same_kind
 
 PAGE_SIZES = (16, 256)  # the smallest and largest page size taken
+#: Key tiles lie inside one page and hold a multiple of 16 rows (PV's WGMMA K step).
+PAGE_MULTIPLE = 16
 
 
 def attention_paged(q, k_cache, v_cache, block_table, seq_lens, *, causal=True, scale=None):
@@ -33,7 +38,16 @@ def attention_paged(q, k_cache, v_cache, block_table, seq_lens, *, causal=True, 
     kind = same_kind("q", q, k_cache=k_cache, v_cache=v_cache, block_table=block_table, seq_lens=seq_lens)
     if kind == "torch":
         same_device("q", q, k_cache=k_cache, v_cache=v_cache, block_table=block_table, seq_lens=seq_lens)
-    pages, lengths = validate_paged(q, k_cache, v_cache, block_table, seq_lens, causal, scale)
+    pages, lengths, row = validate_paged(q, k_cache, v_cache, block_table, seq_lens, causal, scale)
+    if kind == "numpy" or not q.requires_grad:
+        if int(q.shape[1]) == 0:
+            return q * 0
+        if kind == "torch":
+            return _torch_op()(q, k_cache, v_cache, block_table, seq_lens, row.causal, row.scale)
+        out = np.empty(q.shape, dtype=q.dtype)
+        with runtime.use_backend("emulator"):
+            launch(q, k_cache, v_cache, block_table, seq_lens, out, row.causal, row.scale)
+        return out
     page_size = int(k_cache.shape[1])
     outputs = []
     for b, (row, length) in enumerate(zip(pages, lengths)):
@@ -50,7 +64,7 @@ def attention_paged(q, k_cache, v_cache, block_table, seq_lens, *, causal=True, 
 
 
 def validate_paged(q, k_cache, v_cache, block_table, seq_lens, causal, scale):
-    """Every check; the block table and the lengths as Python lists."""
+    """Every check; the block table and the lengths as Python lists, and ops.attention's problem of one token."""
     if len(q.shape) != 4:
         raise ArgumentError(f"q must be 4-D [batch, seq_q, heads, head_dim], got shape {tuple(q.shape)}")
     for name, value in (("k_cache", k_cache), ("v_cache", v_cache)):
@@ -61,14 +75,14 @@ def validate_paged(q, k_cache, v_cache, block_table, seq_lens, causal, scale):
         raise ArgumentError(f"v_cache must have k_cache's shape {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
     batch, seq_q = int(q.shape[0]), int(q.shape[1])
     num_pages, page_size = int(k_cache.shape[0]), int(k_cache.shape[1])
-    if not PAGE_SIZES[0] <= page_size <= PAGE_SIZES[1]:
+    if not PAGE_SIZES[0] <= page_size <= PAGE_SIZES[1] or page_size % PAGE_MULTIPLE:
         raise ArgumentError(f"page_size (k_cache.shape[1]) is {page_size}; attention_paged takes "
-                            f"{PAGE_SIZES[0]} to {PAGE_SIZES[1]}")
+                            f"{PAGE_SIZES[0]} to {PAGE_SIZES[1]}, a multiple of {PAGE_MULTIPLE}")
     for name, value in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if not _contiguous(value):
             raise ArgumentError(f"{name} must be contiguous; make a contiguous copy first")
     # ops.attention's checks (dtypes, head dims, head counts, causal, scale) on one token of each, up front.
-    validate(heads_first(q[0, :1]), heads_first(k_cache[0, :1]), heads_first(v_cache[0, :1]), causal, scale)
+    row = validate(heads_first(q[0, :1]), heads_first(k_cache[0, :1]), heads_first(v_cache[0, :1]), causal, scale)
     for name, value, rank in (("block_table", block_table, 2), ("seq_lens", seq_lens, 1)):
         found = dtype_of(value)
         if len(value.shape) != rank or found is None or found.name != "int32":
@@ -77,6 +91,11 @@ def validate_paged(q, k_cache, v_cache, block_table, seq_lens, causal, scale):
     if int(block_table.shape[0]) != batch or int(seq_lens.shape[0]) != batch:
         raise ArgumentError(f"block_table has {int(block_table.shape[0])} rows and seq_lens {int(seq_lens.shape[0])} "
                             f"entries; q has batch {batch}")
+    if batch > MAX_GRID_Y:
+        raise ArgumentError(f"q has batch {batch}; at most {MAX_GRID_Y} (the grid's z extent)")
+    if max(int(np.prod(q.shape)), int(np.prod(k_cache.shape))) > MAX_INT32:
+        raise ArgumentError("q or the caches have more than 2**31 - 1 elements, which the kernel's int32 offsets "
+                            "cannot address")
     max_pages = int(block_table.shape[1])
     pages, lengths = block_table.tolist(), [int(x) for x in seq_lens.tolist()]
     for b, length in enumerate(lengths):
@@ -90,4 +109,62 @@ def validate_paged(q, k_cache, v_cache, block_table, seq_lens, causal, scale):
             if not 0 <= page < num_pages:
                 raise ArgumentError(f"block_table[{b}, {p}] is {page}: a page index must lie in [0, {num_pages}) "
                                     f"(k_cache.shape[0])")
-    return pages, lengths
+    return pages, lengths, row
+
+
+_scripts: dict = {}  # (dtype name, head dim, causal, page size) -> the paged kernel pinned to its schedule
+
+
+def key_tile(head_dim: int, page_size: int) -> int:
+    """The key tile of the paged kernel: the largest multiple of 16 rows that divides the page and is at most the
+    dense kernel's shipped tile for the head dim."""
+    widest = min(DEFAULT_SCHEDULES[head_dim]["block_n"], page_size)
+    return max(n for n in range(PAGE_MULTIPLE, widest + 1, PAGE_MULTIPLE) if page_size % n == 0)
+
+
+def launch(q, k_cache, v_cache, block_table, seq_lens, out, causal: bool, scale: float) -> None:
+    """One launch of the paged kernel on validated operands on the selected back end."""
+    dtype = dtype_of(q)
+    assert dtype is not None
+    batch, seq_q, heads, head_dim = (int(x) for x in q.shape)
+    num_pages, page_size, kv_heads = (int(x) for x in k_cache.shape[:3])
+    key = (dtype.name, head_dim, causal, page_size)
+    if key not in _scripts:
+        schedule = dict(DEFAULT_SCHEDULES[head_dim], block_n=key_tile(head_dim, page_size))
+        tuned = AttentionPaged(dtype, head_dim=head_dim, causal=causal, page_size=page_size)
+        _scripts[key] = tuned.instantiate(schedule)
+    lse2 = np.empty((heads, batch * seq_q), np.float32) if isinstance(q, np.ndarray) else \
+        sys.modules["torch"].empty((heads, batch * seq_q), dtype=sys.modules["torch"].float32, device=q.device)
+    _scripts[key](batch, seq_q, num_pages, int(block_table.shape[1]), heads, heads // kv_heads, scale * LOG2_E,
+                  block_table, seq_lens, q, k_cache, v_cache, out, lse2)
+
+
+_op = None
+
+
+def _torch_op():
+    """The custom op ``warpspec::attention_paged(q, k_cache, v_cache, block_table, seq_lens, causal, scale) ->
+    out``, registered at the first use or when this module is imported after torch."""
+    global _op
+    if _op is None:
+        from warpspec.torch_ops import custom_op
+
+        _op = custom_op("warpspec::attention_paged", _op_implementation,
+                        schema="(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, Tensor seq_lens, "
+                               "bool causal, float scale) -> Tensor")
+    return _op
+
+
+def _op_implementation(q, k_cache, v_cache, block_table, seq_lens, causal, scale):
+    """The op's real and fake implementation: allocate, then launch (nothing runs on fake or meta tensors). The
+    caller validated the arguments."""
+    import torch
+
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    if not runtime.shape_only((q, k_cache, v_cache)):
+        launch(q, k_cache, v_cache, block_table, seq_lens, out, causal, scale)
+    return out
+
+
+if "torch" in sys.modules:
+    _torch_op()

@@ -1,21 +1,41 @@
 """``warpspec.ops.attention_varlen``: attention over a packed batch of sequences of different lengths
 (``flash_attn_varlen_func``'s convention), each sequence its own problem: no work is spent on padding.
 
-This version runs each sequence through ``ops.attention`` (a [1, H, S, D] view of its rows), so numpy arrays run on
-the emulator and torch tensors are differentiable, forward and backward alike; one launch per sequence. Reading
-``cu_seqlens`` inside one kernel needs a scalar load from global memory, which the language does not have yet
-(register tiles are distributed over threads and cannot be indexed: docs/language.md).
+The forward pass is one launch of the packed kernel (``warpspec.ops.attention_varlen_kernel``), whose blocks read
+their sequence's bounds from ``cu_seqlens``: numpy arrays run it on the emulator, torch tensors through the custom
+op ``warpspec::attention_varlen`` (CUDA tensors on their GPU, CPU tensors on the emulator). The op is differentiable;
+its backward runs ``ops.attention_backward``'s kernels once per sequence, on the sequence's rows and the forward's
+log-sum-exp.
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 
+from warpspec import runtime
+from warpspec.dtypes import DType
 from warpspec.errors import ArgumentError
-from warpspec.ops.attention import _contiguous, attention, validate
+from warpspec.ops.attention import DEFAULT_SCHEDULES, MAX_GRID_Y, MAX_INT32, _contiguous, validate
+from warpspec.ops.attention_kernel import LOG2_E
+from warpspec.ops.attention_varlen_kernel import AttentionVarlen
 from warpspec.ops.operands import dtype_of, same_device, same_kind
+
+
+@dataclass(frozen=True)
+class VarlenProblem:
+    """One validated call."""
+
+    batch: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    dtype: DType
+    causal: bool
+    scale: float
+    max_seq_q: int
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, scale=None):
@@ -23,10 +43,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, scale
     and ``cu_seqlens_k`` int32 [B + 1] (sequence b is rows ``cu_seqlens[b]:cu_seqlens[b + 1]``; they start at 0,
     never decrease and end at the total). ``causal`` and ``scale`` as ``ops.attention`` takes them (causal aligned
     at the bottom right of each sequence). Returns [total_q, H, D] in q's dtype and kind; rows of a sequence
-    without keys are 0."""
+    without keys are 0. One kernel launch for the whole batch; torch tensors are differentiable."""
     kind = same_kind("q", q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     if kind == "torch":
-        same_device("q", q, k=k, v=v)
+        same_device("q", q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     for name, value in (("q", q), ("k", k), ("v", v)):
         if len(value.shape) != 3:
             raise ArgumentError(f"{name} must be 3-D [total_tokens, heads, head_dim], got shape {tuple(value.shape)}")
@@ -38,22 +58,45 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, scale
                                 f"first")
     if int(k.shape[0]) > 0:
         # ops.attention's checks (dtypes, head dim, head counts, causal, scale) on one row of each, up front.
-        validate(heads_first(q[:1]), heads_first(k[:1]), heads_first(v[:1]), causal, scale)
+        row = validate(heads_first(q[:1]), heads_first(k[:1]), heads_first(v[:1]), causal, scale)
+        if max(int(q.shape[0]) * row.heads, int(k.shape[0]) * row.kv_heads) * row.head_dim > MAX_INT32:
+            raise ArgumentError("q, k or v has more than 2**31 - 1 elements, which the kernel's int32 offsets "
+                                "cannot address")
     starts_q = offsets("cu_seqlens_q", cu_seqlens_q, int(q.shape[0]), "q.shape[0]")
     starts_k = offsets("cu_seqlens_k", cu_seqlens_k, int(k.shape[0]), "k.shape[0]")
     if len(starts_q) != len(starts_k):
         raise ArgumentError(f"cu_seqlens_q has {len(starts_q)} entries but cu_seqlens_k {len(starts_k)}: one "
                             f"[batch + 1] pair")
-    pieces = []
-    for b in range(len(starts_q) - 1):
-        q_b = q[starts_q[b]:starts_q[b + 1]]
-        k_b, v_b = k[starts_k[b]:starts_k[b + 1]], v[starts_k[b]:starts_k[b + 1]]
-        pieces.append(sequence_attention(q_b, k_b, v_b, causal, scale))
-    if not pieces:
-        return q[:0] * 0
+    if len(starts_q) - 1 > MAX_GRID_Y:
+        raise ArgumentError(f"cu_seqlens_q holds {len(starts_q) - 1} sequences; at most {MAX_GRID_Y} (the grid's "
+                            f"z extent)")
+    if int(k.shape[0]) == 0 or int(q.shape[0]) == 0:
+        return q * 0  # no keys anywhere (every row is 0), or no rows
+    max_seq_q = max(b - a for a, b in zip(starts_q, starts_q[1:]))
+    problem = VarlenProblem(len(starts_q) - 1, row.heads, row.kv_heads, row.head_dim, row.dtype, row.causal,
+                            row.scale, max_seq_q)
     if kind == "torch":
-        return sys.modules["torch"].cat(pieces)
-    return np.concatenate(pieces)
+        return _torch_op()(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seq_q, problem.causal, problem.scale)[0]
+    out = np.empty(q.shape, dtype=q.dtype)
+    with runtime.use_backend("emulator"):
+        launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, np.empty((problem.heads, q.shape[0]), np.float32),
+               problem)
+    return out
+
+
+_scripts: dict = {}  # (dtype name, head dim, causal) -> the packed kernel pinned to the head dim's schedule
+
+
+def launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse2, problem: VarlenProblem) -> None:
+    """One launch of the packed kernel on validated operands on the selected back end (``lse2`` float32
+    [H, total_q] receives the base-2 log-sum-exp), with the dense kernel's shipped schedule of the head dim."""
+    key = (problem.dtype.name, problem.head_dim, problem.causal)
+    if key not in _scripts:
+        tuned = AttentionVarlen(problem.dtype, head_dim=problem.head_dim, causal=problem.causal)
+        _scripts[key] = tuned.instantiate(dict(DEFAULT_SCHEDULES[problem.head_dim]))
+    _scripts[key](problem.batch, problem.max_seq_q, int(q.shape[0]), int(k.shape[0]), problem.heads,
+                  problem.heads // problem.kv_heads, problem.scale * LOG2_E, cu_seqlens_q, cu_seqlens_k, q, k, v,
+                  out, lse2)
 
 
 def offsets(name: str, value, total: int, total_name: str) -> list[int]:
@@ -75,17 +118,84 @@ def offsets(name: str, value, total: int, total_name: str) -> list[int]:
     return values
 
 
-def sequence_attention(q_b, k_b, v_b, causal, scale):
-    """One sequence's [S_q, H, D] rows against its [S_k, H_kv, D] keys through ``ops.attention``; zeros when it
-    has no keys."""
-    if int(k_b.shape[0]) == 0:
-        return q_b * 0
-    out = attention(heads_first(q_b), heads_first(k_b), heads_first(v_b), causal=causal, scale=scale)[0]
-    return out.transpose(1, 0, 2) if isinstance(out, np.ndarray) else out.transpose(0, 1)
-
-
 def heads_first(x):
     """[S, H, D] rows as the contiguous [1, H, S, D] that ops.attention takes (differentiable for tensors)."""
     if isinstance(x, np.ndarray):
         return np.ascontiguousarray(x.transpose(1, 0, 2))[None]
     return x.transpose(0, 1).unsqueeze(0).contiguous()
+
+
+# --------------------------------------------------------------------------------------------- torch op
+
+_op = None
+
+
+def _torch_op():
+    """The custom op ``warpspec::attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seq_q, causal, scale)
+    -> (out, lse2)`` (``lse2`` the kernel's base-2 log-sum-exp, [H, total_q]), differentiable: its backward runs
+    ``attention_backward``'s kernels per sequence. Registered at the first use, or when this module is imported
+    after torch."""
+    global _op
+    if _op is None:
+        import torch
+
+        from warpspec.torch_ops import custom_op
+
+        _op = custom_op("warpspec::attention_varlen", _op_implementation,
+                        schema="(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
+                               "int max_seq_q, bool causal, float scale) -> (Tensor, Tensor)")
+
+        def setup_context(ctx, inputs, output):
+            q, k, v, cu_q, cu_k, _, causal, scale = inputs
+            ctx.save_for_backward(q, k, v, cu_q, cu_k, *output)
+            ctx.causal, ctx.scale = causal, scale
+            ctx.mark_non_differentiable(output[1])
+
+        def backward(ctx, dout, _dlse):
+            q, k, v, cu_q, cu_k, out, lse2 = ctx.saved_tensors
+            grads = sequence_gradients(q, k, v, cu_q, cu_k, out, dout.contiguous(), lse2, ctx.causal, ctx.scale)
+            return (*grads, None, None, None, None, None)
+
+        torch.library.register_autograd("warpspec::attention_varlen", backward, setup_context=setup_context)
+    return _op
+
+
+def _op_implementation(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seq_q, causal, scale):
+    """The op's real and fake implementation: allocate, then launch (nothing runs on fake or meta tensors). The
+    caller validated the arguments."""
+    import torch
+
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse2 = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
+    if not runtime.shape_only((q, k, v)):
+        dtype = dtype_of(q)
+        assert dtype is not None
+        problem = VarlenProblem(int(cu_seqlens_q.shape[0]) - 1, int(q.shape[1]), int(k.shape[1]), int(q.shape[2]),
+                                dtype, causal, scale, max_seq_q)
+        launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse2, problem)
+    return out, lse2
+
+
+def sequence_gradients(q, k, v, cu_q, cu_k, out, dout, lse2, causal, scale):
+    """(dq, dk, dv) of the packed forward, one ``attention_backward`` per sequence (its rows as [1, H, S, D] and
+    its log-sum-exp row); a sequence without queries or keys has zero gradients."""
+    import torch
+
+    from warpspec.ops.attention_backward import torch_backward_op
+
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    starts_q, starts_k = cu_q.tolist(), cu_k.tolist()
+    for b in range(len(starts_q) - 1):
+        rows, keys = slice(starts_q[b], starts_q[b + 1]), slice(starts_k[b], starts_k[b + 1])
+        if rows.start == rows.stop or keys.start == keys.stop:
+            continue
+        grads = torch_backward_op()(heads_first(q[rows]), heads_first(k[keys]), heads_first(v[keys]),
+                                    heads_first(out[rows]), heads_first(dout[rows]),
+                                    lse2[:, rows].unsqueeze(0).contiguous(), causal, scale)
+        for total, part, span in zip((dq, dk, dv), grads, (rows, keys, keys)):
+            total[span] = part[0].transpose(0, 1)
+    return dq, dk, dv
+
+
+if "torch" in sys.modules:
+    _torch_op()

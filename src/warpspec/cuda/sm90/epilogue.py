@@ -9,15 +9,18 @@ from warpspec.isa.memory import StoreGlobal
 from warpspec.layout.registers import Accumulator, packed
 
 
-def _store_head(gen: CodeGenerator, layout: Accumulator, view: str, row: str, col_expr: str) -> None:
+def _store_head(gen: CodeGenerator, layout: Accumulator, view: str, row: str, col_expr: str,
+                rows_end: str | None) -> None:
     acc = layout.layout
     gen.line(thread_prelude(layout.begin))
+    gen.line(f"const int rows_end_ = {rows_end or view + '_size0'};  // the first view row not to write")
     gen.line(f"const int row0_ = {row} + g_ * {acc.m // acc.warpgroups} + 16 * w_ + (lane_ >> 2);")
     gen.line(f"const int col0_ = {col_expr};")
     gen.line(f"unsigned char *const base_ = reinterpret_cast<unsigned char *>({view}_base);")
 
 
-def store_pairs(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: str, row: str, col: str):
+def store_pairs(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: str, row: str, col: str,
+                rows_end: str | None = None):
     """Each thread stores its fragment's adjacent column pairs (4 or 8 bytes) where aligned and in bounds."""
     acc = layout.layout
     src = s.src.decl
@@ -29,7 +32,7 @@ def store_pairs(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: s
     bits = (lambda e: f"__float_as_uint({e})") if src.dtype.is_float else (lambda e: f"static_cast<unsigned>({e})")
     gen.line("{")
     gen.indent += 1
-    _store_head(gen, layout, view, row, f"{col} + 2 * (lane_ & 3)")
+    _store_head(gen, layout, view, row, f"{col} + 2 * (lane_ & 3)", rows_end)
     gen.line(f"const bool pairs_ = ({view}_stride1 == 1) && (({view}_stride0 & 1) == 0) && "
               f"(({view}_base & {2 * nbytes - 1}) == 0) && ((({col}) & 1) == 0);")
     for mb in range(acc.m_blocks):
@@ -44,7 +47,7 @@ def store_pairs(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: s
                                 f"(static_cast<u64>({bits(gen.element(src, reg + 1))}) << 32))")
                     gen.line(f"{{ const int r = row0_ + {mb * 64 + 8 * h}, c = col0_ + "
                               f"{ni * acc.instr_n + 8 * j};")
-                    gen.line(f"  if (r < {view}_size0) {{ const long long e = static_cast<long long>(r) * "
+                    gen.line(f"  if (r < rows_end_) {{ const long long e = static_cast<long long>(r) * "
                               f"{view}_stride0 + static_cast<long long>(c) * {view}_stride1;")
                     gen.line(f"    if (pairs_ && c + 1 < {view}_size1) *reinterpret_cast<{pair} *>(base_ + e * "
                               f"{nbytes}) = {both};")
@@ -56,7 +59,8 @@ def store_pairs(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: s
     gen.line("}")
 
 
-def store_quads(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: str, row: str, col: str):
+def store_quads(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: str, row: str, col: str,
+                rows_end: str | None = None):
     """16-bit tiles: the four lanes of a quad exchange column pairs through shuffles so each lane stores 8
     consecutive columns (16 bytes, whole 32-byte sectors per quad) instead of 4 bytes at a time."""
     acc = layout.layout
@@ -65,7 +69,7 @@ def store_quads(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: s
     ctype = C_TYPES[src.dtype.name]
     gen.line("{")
     gen.indent += 1
-    _store_head(gen, layout, view, row, f"{col} + 8 * (lane_ & 3)")
+    _store_head(gen, layout, view, row, f"{col} + 8 * (lane_ & 3)", rows_end)
     gen.line("const int q_ = lane_ & 3;")
     gen.line(f"const bool vec_ = ({view}_stride1 == 1) && (({view}_stride0 & 7) == 0) && (({view}_base & 15) == 0)"
               f" && ((({col}) & 7) == 0);")
@@ -87,7 +91,7 @@ def store_quads(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: s
                     gen.line("  out_.z = select4((2 - q_) & 3, v_[0], v_[1], v_[2], v_[3]); "
                               "out_.w = select4((3 - q_) & 3, v_[0], v_[1], v_[2], v_[3]);")
                     gen.line(f"  const int r = row0_ + {mb * 64 + 8 * h}, c = col0_ + {ni * acc.instr_n + 32 * t};")
-                    gen.line(f"  if (r < {view}_size0) {{")
+                    gen.line(f"  if (r < rows_end_) {{")
                     gen.line(f"    const long long e = static_cast<long long>(r) * {view}_stride0 + "
                               f"static_cast<long long>(c) * {view}_stride1;")
                     gen.line(f"    if (vec_ && c + 7 < {view}_size1) *reinterpret_cast<U4 *>(base_ + e * 2) = out_;")

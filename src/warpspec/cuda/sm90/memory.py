@@ -1,6 +1,6 @@
 """sm_90a emission of the memory family (``warpspec.isa.memory``): view sizes and strides, register arrays,
-element loads and stores in each register layout, shared-memory addresses with the TMA swizzle, and global stores
-(accumulator tiles through ``epilogue``)."""
+element loads and stores in each register layout, scalar loads from global memory, shared-memory addresses with the
+TMA swizzle, and global stores (accumulator tiles through ``epilogue``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from warpspec.cuda.contracts import CodeGenerator
 from warpspec.cuda.cxx import C_TYPES
 from warpspec.cuda.sm90 import epilogue
 from warpspec.dtypes import float32
-from warpspec.isa.memory import (AllocRegister, AllocShared, GlobalView, LoadGlobal, LoadShared, StoreElement,
-                                 StoreGlobal, StoreShared)
+from warpspec.isa.memory import (AllocRegister, AllocShared, GlobalView, LoadGlobal, LoadScalar, LoadShared,
+                                 StoreElement, StoreGlobal, StoreShared)
 from warpspec.ir import nodes as ir
 from warpspec.layout.registers import Accumulator, Replicated, packed
 from warpspec.isa.registry import emits
@@ -79,13 +79,16 @@ def _emit_StoreElement(gen: CodeGenerator, s: StoreElement) -> None:
     gen.line("}")
 
 
-def _global_address(gen: CodeGenerator, view: str, rank: int, offsets, row: str, col: str):
-    """(in-bounds condition, element offset) of tile element (row, col) of a view at ``offsets``."""
+def _global_address(gen: CodeGenerator, view: str, rank: int, offsets, row: str, col: str,
+                    rows_end: str | None = None):
+    """(in-bounds condition, element offset) of tile element (row, col) of a view at ``offsets``; ``rows_end``:
+    the first view row not to touch, when it is not the view's size."""
+    rows_end = rows_end or f"{view}_size0"
     if rank == 1:
         c = f"({offsets[0]} + {col})"
-        return f"({c} >= 0 && {c} < {view}_size0)", f"static_cast<long long>({c}) * {view}_stride0"
+        return f"({c} >= 0 && {c} < {rows_end})", f"static_cast<long long>({c}) * {view}_stride0"
     r, c = f"({offsets[0]} + {row})", f"({offsets[1]} + {col})"
-    return (f"({r} >= 0 && {r} < {view}_size0 && {c} >= 0 && {c} < {view}_size1)",
+    return (f"({r} >= 0 && {r} < {rows_end} && {c} >= 0 && {c} < {view}_size1)",
             f"static_cast<long long>({r}) * {view}_stride0 + static_cast<long long>({c}) * {view}_stride1")
 
 
@@ -108,6 +111,17 @@ def _emit_LoadGlobal(gen: CodeGenerator, s: LoadGlobal) -> None:
         gen.line(gen.set_element(decl, i, value))
 
     gen.element_loop(layout, body)
+
+
+@emits(LoadScalar, TARGET)
+def _emit_LoadScalar(gen: CodeGenerator, s: LoadScalar) -> None:
+    view = gen.tensor_name(s.view.decl)
+    offset = " + ".join(f"static_cast<long long>({gen.cexpr(i)}) * {view}_stride{axis}"
+                        for axis, i in enumerate(s.indices))
+    ctype = C_TYPES[s.var.type.name]
+    # An ordinary load (ld.global, weak): the metadata it reads is not written during the launch.
+    gen.line(f"const {ctype} {gen.name_of(s.var)} = *reinterpret_cast<const {ctype} *>("
+             f"reinterpret_cast<const unsigned char *>({view}_base) + ({offset}) * {s.var.type.nbytes});")
 
 
 def shared_offset(gen: CodeGenerator, ref: ir.TensorRef, row: str, col: str) -> str:
@@ -167,16 +181,18 @@ def _emit_StoreGlobal(gen: CodeGenerator, s: StoreGlobal) -> None:
     view = gen.tensor_name(s.dst.decl)
     offsets = [gen.cexpr(o) for o in s.offsets]
     nbytes = s.src.decl.dtype.nbytes
+    end = None if s.row_end is None else gen.cexpr(s.row_end)
+    rows_end = None if end is None else f"({end} < {view}_size0 ? {end} : {view}_size0)"
     if isinstance(layout, Accumulator) and len(offsets) == 2 and nbytes in (2, 4):
         if gen.quad_stores and nbytes == 2 and layout.layout.instr_n % 32 == 0:
-            epilogue.store_quads(gen, s, layout, view, *offsets)
+            epilogue.store_quads(gen, s, layout, view, offsets[0], offsets[1], rows_end)
         else:
-            epilogue.store_pairs(gen, s, layout, view, *offsets)
+            epilogue.store_pairs(gen, s, layout, view, offsets[0], offsets[1], rows_end)
         return
     ctype = C_TYPES[s.src.decl.dtype.name]
 
     def body(i, row, col, valid):
-        inside, offset = _global_address(gen, view, len(offsets), offsets, row, col)
+        inside, offset = _global_address(gen, view, len(offsets), offsets, row, col, rows_end)
         if valid:
             inside = f"{valid} && {inside}"
         gen.line(f"if ({inside}) *reinterpret_cast<{ctype} *>(reinterpret_cast<unsigned char *>({view}_base) + "

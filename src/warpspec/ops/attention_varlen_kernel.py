@@ -1,0 +1,76 @@
+"""The attention forward kernel over a packed batch of sequences (``warpspec.ops.attention_varlen``): the forward
+kernel of ``warpspec.ops.attention_kernel`` in its packed mode, one launch for every sequence.
+
+Q is [total_q, H, D] and K, V are [total_k, H_kv, D], sequence b being rows ``cu_seqlens[b] ...
+cu_seqlens[b + 1]`` (``flash_attn_varlen_func``'s layout). The grid is (query tiles of the longest sequence,
+H, B): block (x, h, b) reads its sequence's bounds from ``cu_seqlens_q`` and ``cu_seqlens_k`` with
+``load_scalar`` and runs the dense kernel's body on query tile x of head h of sequence b. A tile past its sequence's
+end reads no keys and stores nothing. The views are head-major over the packed rows ([H, total, D], strides
+[D, H·D, 1]), so each TMA box is the dense kernel's [1, rows, D] at the sequence's row offset; keys past the
+sequence's end in its last tile are the next sequence's (or TMA's zeros past the total), masked like the dense
+kernel's columns past S_k. O and the log-sum-exp leave from registers (``store_global``) with ``row_end`` at the
+sequence's end: a TMA box would also write the next sequence's rows.
+
+Causal masks are aligned at the bottom right of each sequence (query i of a sequence sees its keys
+j <= i + S_k - S_q), as ``ops.attention`` aligns them.
+"""
+
+from __future__ import annotations
+
+from warpspec.dtypes import float32, int32
+from warpspec.frontend.interpreter import cdiv
+from warpspec.ops.attention_kernel import BLOCK_M, WARPS, Attention, _schedules
+from warpspec.ops.naming import typed_kernel_name
+
+
+class _AttentionVarlen(Attention):
+    """The packed mode: per-sequence bounds read in the kernel; ``AttentionVarlen`` and ``AttentionPaged`` give
+    the kernels' parameters."""
+
+    varlen = True
+    tune_key = ("max_seq_q", "total_k", "heads")
+
+    def attention_varlen(self, batch, max_seq_q, total_q, total_k, heads, group, scale_log2, cu_q_ptr, cu_k_ptr,
+                         q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr):
+        """The kernel: query tile ``blockIdx.x`` of head ``blockIdx.y`` of sequence ``blockIdx.z``."""
+        d, dtype = self.head_dim, self.dtype
+        kv_heads = heads // group
+        self.attrs.blocks = [cdiv(max_seq_q, BLOCK_M), heads, batch]
+        self.attrs.warps = WARPS
+        gq = self.global_view(q_ptr, dtype=dtype, shape=[heads, total_q, d], strides=[d, heads * d, 1])
+        gk = self.global_view(k_ptr, dtype=dtype, shape=[kv_heads, total_k, d], strides=[d, kv_heads * d, 1])
+        gv = self.global_view(v_ptr, dtype=dtype, shape=[kv_heads, total_k, d], strides=[d, kv_heads * d, 1])
+        go = self.global_view(o_ptr, dtype=dtype, shape=[total_q, heads * d])
+        # lse [H, total_q] seen as [total_q, H], as the dense kernel sees its [B·H, S_q].
+        glse = self.global_view(lse_ptr, dtype=float32, shape=[total_q, heads], strides=[1, total_q])
+        cu_q = self.global_view(cu_q_ptr, dtype=int32, shape=[batch + 1])
+        cu_k = self.global_view(cu_k_ptr, dtype=int32, shape=[batch + 1])
+        sequence: int32 = self.blockIdx.z
+        q_start = self.load_scalar(cu_q, [sequence])
+        k_start = self.load_scalar(cu_k, [sequence])
+        seq_q: int32 = self.load_scalar(cu_q, [sequence + 1]) - q_start
+        seq_k: int32 = self.load_scalar(cu_k, [sequence + 1]) - k_start
+        head: int32 = self.blockIdx.y
+        self.attend(gq, gk, gv, go, glse, seq_q, seq_k, scale_log2, head, head // group, q_start, k_start)
+
+    def store_result(self, sq, go, glse, out, lse, bh, rows_from, q_start, seq_q):
+        """A warpgroup's 64 rows of O and of the log-sum-exp, stored from registers up to the sequence's end."""
+        row = q_start + rows_from
+        row_end = q_start + seq_q
+        self.store_global(glse, lse, offsets=[row, bh], row_end=row_end)
+        self.store_global(go, self.cast(out, self.dtype), offsets=[row, bh * self.head_dim], row_end=row_end)
+
+
+@_schedules
+class AttentionVarlen(_AttentionVarlen):
+    """Q, K, V and O of the constructor's element type (float16 or bfloat16), over packed sequences."""
+
+    def kernel_name(self) -> str:
+        """``AttentionVarlenF16`` or ``AttentionVarlenBF16``."""
+        return typed_kernel_name(self, AttentionVarlen, "AttentionVarlen", (self.dtype,))
+
+    def __call__(self, batch: int32, max_seq_q: int32, total_q: int32, total_k: int32, heads: int32, group: int32,
+                 scale_log2: float32, cu_q_ptr: ~int32, cu_k_ptr: ~int32, q_ptr: ~self.dtype, k_ptr: ~self.dtype,
+                 v_ptr: ~self.dtype, o_ptr: ~self.dtype, lse_ptr: ~float32):
+        self.attention_varlen(batch, max_seq_q, total_q, total_k, heads, group, scale_log2, cu_q_ptr, cu_k_ptr,
+                              q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr)
