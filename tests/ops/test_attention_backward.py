@@ -7,6 +7,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tests.ops import test_attention
 import warpspec
 from warpspec import ArgumentError
 from warpspec.emulator.run import SEED_VARIABLE
@@ -28,11 +29,9 @@ def emulator(monkeypatch):
 
 
 def operands(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, seed=0):
-    rng = np.random.default_rng(seed)
-    q = rng.standard_normal((batch, heads, seq_q, head_dim)).astype(dtype)
-    k = rng.standard_normal((batch, kv_heads, seq_k, head_dim)).astype(dtype)
-    v = rng.standard_normal((batch, kv_heads, seq_k, head_dim)).astype(dtype)
-    dout = rng.standard_normal((batch, heads, seq_q, head_dim)).astype(dtype)
+    """The forward's operands (``test_attention.operands``) and a dO of O's shape, from a seed of its own."""
+    q, k, v = test_attention.operands(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, seed)
+    dout = np.random.default_rng(seed + 1).standard_normal(q.shape).astype(dtype)
     return q, k, v, dout
 
 

@@ -22,9 +22,8 @@ from __future__ import annotations
 
 from warpspec.dtypes import float32, int32
 from warpspec.frontend.interpreter import cdiv
-from warpspec.ops.attention_kernel import HEAD_DIMS, WARPGROUP, element_dtype
+from warpspec.ops.attention_kernel import WARPGROUP, element_dtype, kernel_head_dim
 from warpspec.ops.naming import typed_kernel_name
-from warpspec.errors import ArgumentError
 from warpspec.pipeline import Pipeline
 from warpspec.script import Script
 
@@ -39,9 +38,7 @@ class Decode(Script):
     def __init__(self, dtype, head_dim, causal, block_n, num_stages):
         super().__init__()
         self.dtype = element_dtype(dtype)
-        if head_dim not in HEAD_DIMS:
-            raise ArgumentError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
-        self.head_dim = head_dim
+        self.head_dim = kernel_head_dim(head_dim)
         self.causal = causal
         self.block_n = block_n
         self.num_stages = num_stages

@@ -84,6 +84,13 @@ def element_dtype(dtype: DType) -> DType:
     return dtype
 
 
+def kernel_head_dim(head_dim: int) -> int:
+    """``head_dim`` when the attention kernels are built for it (``HEAD_DIMS``), else an ArgumentError."""
+    if head_dim not in HEAD_DIMS:
+        raise ArgumentError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
+    return head_dim
+
+
 @_schedules
 class Attention(Script):
     """The forward kernel of ``dtype`` (float16 or bfloat16) Q, K, V and O; the pointer annotations
@@ -97,9 +104,7 @@ class Attention(Script):
     def __init__(self, dtype, head_dim, causal, block_n, num_stages, unroll):
         super().__init__()
         self.dtype = element_dtype(dtype)
-        if head_dim not in HEAD_DIMS:
-            raise ArgumentError(f"head_dim must be one of {HEAD_DIMS}, got {head_dim}")
-        self.head_dim = head_dim
+        self.head_dim = kernel_head_dim(head_dim)
         self.causal = causal
         self.block_n = block_n
         self.num_stages = num_stages
