@@ -1,15 +1,22 @@
 """Checks of a launch's runtime arguments that every back end applies alike: scalar values, the grid, the global
-views that must fit inside their arrays, multi-dimensional arrays that must have their view's shape, and flag arrays
-that must not share memory with data."""
+views that must fit inside their arrays, multi-dimensional arrays that must have their view's shape, flag arrays
+that must not share memory with data, and views that TMA copies through, which a tensor map must be able to
+describe."""
 
 from __future__ import annotations
 
 import numbers
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
+from warpspec.dtypes import DType
 from warpspec.errors import ArgumentError
 from warpspec.ir import nodes as ir
 from warpspec.isa.flag import FlagSignal, FlagWait
 from warpspec.isa.memory import GlobalView
+from warpspec.isa.tma import TmaLoad, TmaStore
 from warpspec.ir.evaluate import ExprCompiler, wrap
 
 
@@ -144,3 +151,136 @@ def check_flags_apart(kernel: ir.Kernel, spans: dict) -> None:
                 raise ArgumentError(f"argument {flag!r} holds the flags of flag.signal/flag.wait, and its array "
                                     f"shares memory with argument {name!r}: the flags and the data would overwrite "
                                     f"each other; pass a separate int32 array for {flag!r}")
+
+
+# ----------------------------------------------------------------------------------------- tensor maps
+
+# TMA copies bits, so 8-bit floats travel as UINT8 (as in CUTLASS's to_CUtensorMapDataType) and int8 too.
+TENSOR_MAP_DTYPES = {
+    "float16": "FLOAT16", "bfloat16": "BFLOAT16", "float32": "FLOAT32", "int32": "INT32", "uint32": "UINT32",
+    "int64": "INT64", "int8": "UINT8", "float8_e4m3": "UINT8", "float8_e5m2": "UINT8",
+}
+SWIZZLES = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
+L2_PROMOTIONS = {0: "NONE", 64: "L2_64B", 128: "L2_128B", 256: "L2_256B"}
+
+
+@dataclass(frozen=True)
+class TiledTensorMapSpec:
+    """The checked, normalised arguments of a tiled tensor map (all arrays innermost dimension first)."""
+
+    dtype: DType
+    global_address: int
+    global_shape: tuple[int, ...]
+    global_strides_bytes: tuple[int, ...]
+    box: tuple[int, ...]
+    swizzle_bytes: int
+    l2_promotion: int
+
+
+
+def _index(value: Any, label: str) -> int:
+    if isinstance(value, bool):
+        raise ArgumentError(f"tensor map: {label} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ArgumentError(f"tensor map: {label} must be an integer, got {value!r}") from None
+
+
+def check_tensor_map_global(
+    dtype: DType,
+    global_address: int | None,
+    global_shape: Sequence[int],
+    global_strides_bytes: Sequence[int],
+) -> tuple[int | None, tuple[int, ...], tuple[int, ...]]:
+    """Check the global half of a tiled tensor map (what the array and its view decide: dtype, base address, shape
+    and byte strides, innermost dimension first) against the driver's rules (cuda.h cuTensorMapEncodeTiled);
+    return ``(address, shape, strides)`` normalised. ``global_address`` None skips the address (an array the
+    launch copies to a fresh, aligned device buffer). Raises ``ArgumentError`` naming the first wrong value."""
+    if not isinstance(dtype, DType) or dtype.name not in TENSOR_MAP_DTYPES:
+        raise ArgumentError(f"tensor map: dtype {dtype!r} cannot be loaded by TMA; expected one of "
+                            f"{', '.join(TENSOR_MAP_DTYPES)}")
+    address = None if global_address is None else _index(global_address, "global_address")
+    if address is not None and (address <= 0 or address % 16):
+        raise ArgumentError(f"tensor map: global_address {address:#x} must be a non-null device address aligned "
+                            f"to 16 bytes (it is {address % 16} bytes past a 16-byte boundary)")
+    shape = tuple(_index(value, f"global_shape[{i}]") for i, value in enumerate(global_shape))
+    rank = len(shape)
+    if not 1 <= rank <= 5:
+        raise ArgumentError(f"tensor map: global_shape has {rank} dimensions; TMA supports 1 to 5")
+    for i, extent in enumerate(shape):
+        if not 1 <= extent <= 2**32:
+            raise ArgumentError(f"tensor map: global_shape[{i}] = {extent} must be in [1, 2^32]")
+    strides = tuple(_index(value, f"global_strides_bytes[{i}]") for i, value in enumerate(global_strides_bytes))
+    if len(strides) != rank - 1:
+        raise ArgumentError(
+            f"tensor map: global_strides_bytes has {len(strides)} values for a rank-{rank} tensor; expected "
+            f"{rank - 1} (byte strides of dimensions 1..{rank - 1}; dimension 0 is contiguous)")
+    for i, stride in enumerate(strides):
+        if stride <= 0 or stride % 16 or stride >= 2**40:
+            raise ArgumentError(f"tensor map: global_strides_bytes[{i}] = {stride} (stride of dimension {i + 1}) "
+                                f"must be a positive multiple of 16 below 2^40")
+    return address, shape, strides
+
+
+def check_tiled_tensor_map(
+    dtype: DType,
+    global_address: int,
+    global_shape: Sequence[int],
+    global_strides_bytes: Sequence[int],
+    box: Sequence[int],
+    swizzle_bytes: int = 0,
+    l2_promotion: int = 128,
+) -> TiledTensorMapSpec:
+    """Check the arguments of ``cuda.driver.encode_tiled_tensor_map`` against the driver's rules (cuda.h
+    cuTensorMapEncodeTiled) without calling it, and return them normalised: the global half
+    (``check_tensor_map_global``), then the box, swizzle and L2 promotion the kernel's build chose.
+
+    Raises ``ArgumentError`` naming the first wrong value and what is expected. Pure: needs no GPU.
+    """
+    address, shape, strides = check_tensor_map_global(dtype, global_address, global_shape, global_strides_bytes)
+    assert address is not None  # an address in, an address out
+    rank = len(shape)
+    box_dims = tuple(_index(value, f"box[{i}]") for i, value in enumerate(box))
+    if len(box_dims) != rank:
+        raise ArgumentError(f"tensor map: box has {len(box_dims)} values for a rank-{rank} tensor; expected {rank}")
+    for i, extent in enumerate(box_dims):
+        if not 1 <= extent <= 256:
+            raise ArgumentError(f"tensor map: box[{i}] = {extent} must be in [1, 256]")
+    swizzle = _index(swizzle_bytes, "swizzle_bytes")
+    if swizzle not in SWIZZLES:
+        raise ArgumentError(f"tensor map: swizzle_bytes = {swizzle} must be one of 0, 32, 64, 128")
+    row_bytes = box_dims[0] * dtype.nbytes
+    if row_bytes % 16:
+        raise ArgumentError(f"tensor map: box[0] * {dtype.nbytes} bytes ({dtype.name}) = {row_bytes} bytes must be a "
+                            f"multiple of 16; use box[0] a multiple of {16 // dtype.nbytes}")
+    if swizzle and row_bytes > swizzle:
+        raise ArgumentError(
+            f"tensor map: box[0] * {dtype.nbytes} bytes = {row_bytes} bytes exceeds the {swizzle}-byte swizzle span; "
+            f"use box[0] <= {swizzle // dtype.nbytes} (load the tile as several boxes) or a wider swizzle")
+    promotion = _index(l2_promotion, "l2_promotion")
+    if promotion not in L2_PROMOTIONS:
+        raise ArgumentError(f"tensor map: l2_promotion = {promotion} must be one of 0, 64, 128, 256 (bytes)")
+    return TiledTensorMapSpec(dtype, address, shape, strides, box_dims, swizzle, promotion)
+
+
+def tma_views(kernel: ir.Kernel) -> set[int]:
+    """Uids of the global views that a TMA copy of ``kernel`` moves through (each one a tensor map at launch)."""
+    return {(stmt.src if isinstance(stmt, TmaLoad) else stmt.dst).decl.uid
+            for stmt in ir.walk(kernel.body) if isinstance(stmt, (TmaLoad, TmaStore))}
+
+
+def check_tma_view(name: str, view: str, dtype: DType, address: int | None, shape, strides) -> None:
+    """ArgumentError naming argument ``name`` unless its view ``view`` (of element ``shape`` and ``strides``,
+    outermost first, at device address ``address``, or None for an array the launch copies) can be described by a
+    tensor map: innermost dimension contiguous, every other stride a multiple of 16 bytes, base 16-byte aligned.
+    Both back ends call it for every view a TMA copy moves through, so a view the GPU cannot copy is refused on
+    the emulator too."""
+    if strides[-1] != 1:
+        raise ArgumentError(f"argument {name!r}: TMA needs the innermost dimension of {view} to be contiguous "
+                            f"(stride 1), got stride {strides[-1]}")
+    try:
+        check_tensor_map_global(dtype, address, tuple(reversed(shape)),
+                                tuple(s * dtype.nbytes for s in reversed(strides[:-1])))
+    except ArgumentError as error:
+        raise ArgumentError(f"argument {name!r} (view {view}): {error}") from None

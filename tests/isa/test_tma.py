@@ -13,7 +13,7 @@ import pytest
 
 import warpspec
 from tests.support.markers import markers_of
-from warpspec import CompileError, float16, float32, int32
+from warpspec import ArgumentError, CompileError, float16, float32, int32
 from warpspec.cuda import sass
 from warpspec.cuda.launch import compile_kernel
 from warpspec.runtime import kernel_for
@@ -89,13 +89,35 @@ MISUSES = [
 ]
 
 
-@pytest.mark.parametrize("m, n", [(64, 64), (100, 150)])
+@pytest.mark.parametrize("m, n", [(64, 64), (100, 136)])
 def test_a_copy_through_shared_memory_is_exact_at_ragged_shapes(m, n):
     src = np.random.default_rng(0).standard_normal((m, n)).astype(np.float16)
     dst = np.full((m, n), np.nan, dtype=np.float16)
     with warpspec.use_backend("emulator"):
         TileCopy()(m, n, src, dst)
     np.testing.assert_array_equal(dst, src)
+
+
+@pytest.mark.parametrize("n, fragment", [
+    (150, "argument 'src_ptr' (view src): tensor map: global_strides_bytes[0] = 300 (stride of dimension 1) must be "
+          "a positive multiple of 16 below 2^40"),
+])
+def test_the_emulator_refuses_a_pitch_no_tensor_map_can_describe_as_the_gpu_does(n, fragment):
+    # Rows of 150 fp16 elements are 300 bytes apart: cuTensorMapEncodeTiled refuses that pitch, so must the emulator.
+    src = np.zeros((100, n), np.float16)
+    with warpspec.use_backend("emulator"), pytest.raises(ArgumentError) as caught:
+        TileCopy()(100, n, src, np.zeros_like(src))
+    assert str(caught.value) == fragment
+
+
+def test_the_emulator_refuses_a_misaligned_base_as_the_gpu_does():
+    storage = np.zeros(64 * 64 + 8, np.float16)
+    src = storage[1:1 + 64 * 64].reshape(64, 64)  # 2 bytes past an aligned address
+    with warpspec.use_backend("emulator"), pytest.raises(ArgumentError, match=r"argument 'src_ptr' \(view src\): "
+                                                                                r"tensor map: global_address .* must "
+                                                                                r"be a non-null device address aligned "
+                                                                                r"to 16 bytes"):
+        TileCopy()(64, 64, src, np.zeros((64, 64), np.float16))
 
 
 @pytest.mark.parametrize("mistake, fragment", MISUSES, ids=[m[0] for m in MISUSES])
@@ -115,9 +137,9 @@ def test_the_cuda_build_has_one_bulk_tensor_load_and_store():
 @pytest.mark.gpu
 def test_gpu_a_copy_through_shared_memory_is_exact_at_a_ragged_shape():
     torch = pytest.importorskip("torch")
-    src = np.random.default_rng(0).standard_normal((100, 150)).astype(np.float16)
-    dst = torch.full((100, 150), float("nan"), device="cuda", dtype=torch.float16)
+    src = np.random.default_rng(0).standard_normal((100, 136)).astype(np.float16)
+    dst = torch.full((100, 136), float("nan"), device="cuda", dtype=torch.float16)
     with warpspec.use_backend("cuda"):
-        TileCopy()(100, 150, torch.from_numpy(src).cuda(), dst)
+        TileCopy()(100, 136, torch.from_numpy(src).cuda(), dst)
     torch.cuda.synchronize()
     np.testing.assert_array_equal(dst.cpu().numpy(), src)

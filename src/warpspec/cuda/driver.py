@@ -2,7 +2,8 @@
 the adapter that turns a user's GPU array (torch, ``__cuda_array_interface__``, DLPack) into a pointer + layout.
 
 Nothing talks to the driver until it is needed, so importing this module works on a machine without a GPU, and
-the argument checks (``check_tiled_tensor_map``, ``as_device_array``'s rejections) run there too.
+``as_device_array``'s rejections run there too (the tensor maps' rules are ``warpspec.arguments``', shared with
+the emulator).
 
 warpspec always works in the device's *primary* context, the one PyTorch and CuPy use, so pointers, streams and
 events move freely between them and warpspec.
@@ -14,7 +15,6 @@ import collections
 import contextlib
 import ctypes
 import hashlib
-import operator
 import sys
 import threading
 from collections.abc import Sequence
@@ -23,6 +23,8 @@ from typing import Any
 
 from cuda.bindings import driver as cu
 
+from warpspec.arguments import (L2_PROMOTIONS, SWIZZLES, TENSOR_MAP_DTYPES, TiledTensorMapSpec,
+                                check_tiled_tensor_map)
 from warpspec.dtypes import BY_NAME, DType
 from warpspec.errors import ArgumentError, WarpspecError
 
@@ -286,27 +288,7 @@ def load_module(cubin: bytes, device: int | None = None) -> Module:
 
 # ----------------------------------------------------------------------------------------- tensor maps
 
-# TMA copies bits, so 8-bit floats travel as UINT8 (as in CUTLASS's to_CUtensorMapDataType) and int8 too.
-_TENSOR_MAP_DTYPES = {
-    "float16": "FLOAT16", "bfloat16": "BFLOAT16", "float32": "FLOAT32", "int32": "INT32", "uint32": "UINT32",
-    "int64": "INT64", "int8": "UINT8", "float8_e4m3": "UINT8", "float8_e5m2": "UINT8",
-}
-_SWIZZLES = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}
-_L2_PROMOTIONS = {0: "NONE", 64: "L2_64B", 128: "L2_128B", 256: "L2_256B"}
 _MAX_TENSOR_MAPS = 256
-
-
-@dataclass(frozen=True)
-class TiledTensorMapSpec:
-    """The checked, normalised arguments of a tiled tensor map (all arrays innermost dimension first)."""
-
-    dtype: DType
-    global_address: int
-    global_shape: tuple[int, ...]
-    global_strides_bytes: tuple[int, ...]
-    box: tuple[int, ...]
-    swizzle_bytes: int
-    l2_promotion: int
 
 
 @dataclass(frozen=True, eq=False)
@@ -328,75 +310,6 @@ class TensorMap:
     def to_bytes(self) -> bytes:
         """The 128 opaque bytes."""
         return ctypes.string_at(self.address, 128)
-
-
-def _index(value: Any, label: str) -> int:
-    if isinstance(value, bool):
-        raise ArgumentError(f"tensor map: {label} must be an integer, got {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise ArgumentError(f"tensor map: {label} must be an integer, got {value!r}") from None
-
-
-def check_tiled_tensor_map(
-    dtype: DType,
-    global_address: int,
-    global_shape: Sequence[int],
-    global_strides_bytes: Sequence[int],
-    box: Sequence[int],
-    swizzle_bytes: int = 0,
-    l2_promotion: int = 128,
-) -> TiledTensorMapSpec:
-    """Check the arguments of ``encode_tiled_tensor_map`` against the driver's rules (cuda.h
-    cuTensorMapEncodeTiled) without calling it, and return them normalised.
-
-    Raises ``ArgumentError`` naming the first wrong value and what is expected. Pure: needs no GPU.
-    """
-    if not isinstance(dtype, DType) or dtype.name not in _TENSOR_MAP_DTYPES:
-        raise ArgumentError(f"tensor map: dtype {dtype!r} cannot be loaded by TMA; expected one of "
-                            f"{', '.join(_TENSOR_MAP_DTYPES)}")
-    address = _index(global_address, "global_address")
-    if address <= 0 or address % 16:
-        raise ArgumentError(f"tensor map: global_address {address:#x} must be a non-null device address aligned "
-                            f"to 16 bytes (it is {address % 16} bytes past a 16-byte boundary)")
-    shape = tuple(_index(value, f"global_shape[{i}]") for i, value in enumerate(global_shape))
-    rank = len(shape)
-    if not 1 <= rank <= 5:
-        raise ArgumentError(f"tensor map: global_shape has {rank} dimensions; TMA supports 1 to 5")
-    for i, extent in enumerate(shape):
-        if not 1 <= extent <= 2**32:
-            raise ArgumentError(f"tensor map: global_shape[{i}] = {extent} must be in [1, 2^32]")
-    strides = tuple(_index(value, f"global_strides_bytes[{i}]") for i, value in enumerate(global_strides_bytes))
-    if len(strides) != rank - 1:
-        raise ArgumentError(
-            f"tensor map: global_strides_bytes has {len(strides)} values for a rank-{rank} tensor; expected "
-            f"{rank - 1} (byte strides of dimensions 1..{rank - 1}; dimension 0 is contiguous)")
-    for i, stride in enumerate(strides):
-        if stride <= 0 or stride % 16 or stride >= 2**40:
-            raise ArgumentError(f"tensor map: global_strides_bytes[{i}] = {stride} (stride of dimension {i + 1}) "
-                                f"must be a positive multiple of 16 below 2^40")
-    box_dims = tuple(_index(value, f"box[{i}]") for i, value in enumerate(box))
-    if len(box_dims) != rank:
-        raise ArgumentError(f"tensor map: box has {len(box_dims)} values for a rank-{rank} tensor; expected {rank}")
-    for i, extent in enumerate(box_dims):
-        if not 1 <= extent <= 256:
-            raise ArgumentError(f"tensor map: box[{i}] = {extent} must be in [1, 256]")
-    swizzle = _index(swizzle_bytes, "swizzle_bytes")
-    if swizzle not in _SWIZZLES:
-        raise ArgumentError(f"tensor map: swizzle_bytes = {swizzle} must be one of 0, 32, 64, 128")
-    row_bytes = box_dims[0] * dtype.nbytes
-    if row_bytes % 16:
-        raise ArgumentError(f"tensor map: box[0] * {dtype.nbytes} bytes ({dtype.name}) = {row_bytes} bytes must be a "
-                            f"multiple of 16; use box[0] a multiple of {16 // dtype.nbytes}")
-    if swizzle and row_bytes > swizzle:
-        raise ArgumentError(
-            f"tensor map: box[0] * {dtype.nbytes} bytes = {row_bytes} bytes exceeds the {swizzle}-byte swizzle span; "
-            f"use box[0] <= {swizzle // dtype.nbytes} (load the tile as several boxes) or a wider swizzle")
-    promotion = _index(l2_promotion, "l2_promotion")
-    if promotion not in _L2_PROMOTIONS:
-        raise ArgumentError(f"tensor map: l2_promotion = {promotion} must be one of 0, 64, 128, 256 (bytes)")
-    return TiledTensorMapSpec(dtype, address, shape, strides, box_dims, swizzle, promotion)
 
 
 _tensor_maps: collections.OrderedDict[TiledTensorMapSpec, TensorMap] = collections.OrderedDict()
@@ -429,7 +342,7 @@ def encode_tiled_tensor_map(
     context()
     rank = len(spec.global_shape)
     handle = check(cu.cuTensorMapEncodeTiled(
-        getattr(cu.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_" + _TENSOR_MAP_DTYPES[spec.dtype.name]),
+        getattr(cu.CUtensorMapDataType, "CU_TENSOR_MAP_DATA_TYPE_" + TENSOR_MAP_DTYPES[spec.dtype.name]),
         rank,
         spec.global_address,
         # Array arguments must be wrapped: cuda-bindings 13.5 rejects plain ints there.
@@ -438,8 +351,8 @@ def encode_tiled_tensor_map(
         [cu.cuuint32_t(extent) for extent in spec.box],
         [cu.cuuint32_t(1)] * rank,  # element strides: every element of the box
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        getattr(cu.CUtensorMapSwizzle, "CU_TENSOR_MAP_SWIZZLE_" + _SWIZZLES[spec.swizzle_bytes]),
-        getattr(cu.CUtensorMapL2promotion, "CU_TENSOR_MAP_L2_PROMOTION_" + _L2_PROMOTIONS[spec.l2_promotion]),
+        getattr(cu.CUtensorMapSwizzle, "CU_TENSOR_MAP_SWIZZLE_" + SWIZZLES[spec.swizzle_bytes]),
+        getattr(cu.CUtensorMapL2promotion, "CU_TENSOR_MAP_L2_PROMOTION_" + L2_PROMOTIONS[spec.l2_promotion]),
         cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
     ), f"cuTensorMapEncodeTiled({spec})")
     tensor_map = TensorMap(handle, spec)

@@ -34,7 +34,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
-from warpspec.arguments import check_array_shape, check_view, launch_grid, scalar_value
+from warpspec.arguments import check_array_shape, check_tma_view, check_view, launch_grid, scalar_value
 from warpspec.dtypes import DType, PointerType
 from warpspec.errors import ArgumentError, CompileError
 from warpspec.isa.memory import GlobalView
@@ -403,9 +403,7 @@ class LaunchPlan:
         use = self.built.generated.tensor_maps[index]
         rank = (len(key) - 1) // 2
         pointer, shape, strides = key[0], key[1:1 + rank], key[1 + rank:]
-        if strides[-1] != 1:
-            raise ArgumentError(f"argument {use.pointer!r}: TMA needs the innermost dimension of {use.view.name} "
-                                f"to be contiguous (stride 1), got stride {strides[-1]}")
+        check_tma_view(use.pointer, use.view.name, use.view.dtype, pointer, shape, strides)  # the emulator's too
         elem = use.view.dtype.nbytes
         try:
             data = self.device_side.tensor_map(

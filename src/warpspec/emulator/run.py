@@ -12,8 +12,8 @@ from pathlib import Path
 
 from threadpoolctl import threadpool_limits
 
-from warpspec.arguments import (check_array_shape, check_flags_apart, check_view, first_views, launch_grid,
-                                scalar_value, view_shapes)
+from warpspec.arguments import (check_array_shape, check_flags_apart, check_tma_view, check_view, first_views,
+                                launch_grid, scalar_value, tma_views, view_shapes)
 from warpspec.dtypes import PointerType
 from warpspec.emulator.global_memory import GlobalMemory, UnwrittenOutput
 from warpspec.emulator.host import HostArray
@@ -78,6 +78,12 @@ def emulate_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None
         check_view(names[stmt.pointer.uid], stmt, shape, strides, memory[stmt.pointer.uid].size)
     for uid, (stmt, shape, strides) in first_views(views).items():
         check_array_shape(names[uid], stmt, shape, array_shapes[uid], strides)
+    # The views TMA copies through become tensor maps on the GPU: what a map cannot describe is refused here too.
+    copied = tma_views(kernel)
+    for stmt, shape, strides in views:
+        if stmt.decl.uid in copied:
+            check_tma_view(names[stmt.pointer.uid], stmt.decl.name, stmt.decl.dtype,
+                           memory[stmt.pointer.uid].ctypes.data, shape, strides)
     check_flags_apart(kernel, {names[uid]: (data.ctypes.data, data.ctypes.data + data.nbytes)
                                for uid, data in memory.items()})
     global_memory = GlobalMemory(memory, names)

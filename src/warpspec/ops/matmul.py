@@ -290,14 +290,23 @@ def staged_copy(value, transposed: bool):
     return copy.T if transposed else copy
 
 
-def _pitch(name: str, value, dtype: DType, layout: str) -> int:
-    """The row pitch (elements) of a 2-D operand whose last axis is contiguous, checked against TMA's 16 bytes
-    (a single row has no pitch to check)."""
+def row_pitch(value, dtype: DType) -> int:
+    """The row pitch (elements) that a kernel's view of 2-D operand ``value`` (last axis contiguous) carries: its row
+    stride, except for a single row, which has no pitch: nothing steps over it, so it is given the smallest multiple
+    of 16 bytes at or above its stride (a tensor map needs one, whatever the row's extent)."""
     stride = strides_of(value)[0]
-    if value.shape[0] > 1 and (stride * dtype.nbytes) % TMA_ALIGNMENT:
-        raise ArgumentError(f"{name}: the row pitch of {layout} is {stride} elements = {stride * dtype.nbytes} "
-                            f"bytes, which is not a multiple of {TMA_ALIGNMENT} bytes as TMA requires (pad the rows)")
+    if value.shape[0] <= 1:
+        per_row = TMA_ALIGNMENT // dtype.nbytes
+        return max(1, -(-stride // per_row)) * per_row
     return stride
+
+
+def _check_pitch(name: str, value, dtype: DType) -> None:
+    """ArgumentError unless the row pitch of 2-D operand ``name`` is a multiple of TMA's 16 bytes."""
+    stride = row_pitch(value, dtype)
+    if (stride * dtype.nbytes) % TMA_ALIGNMENT:
+        raise ArgumentError(f"{name}: the row pitch of {name} is {stride} elements = {stride * dtype.nbytes} "
+                            f"bytes, which is not a multiple of {TMA_ALIGNMENT} bytes as TMA requires (pad the rows)")
 
 
 @dataclasses.dataclass
@@ -437,7 +446,7 @@ def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
             if _overlap(out, value):
                 raise ArgumentError(f"out shares memory with {name}: the kernel would overwrite {name} while it still "
                                     f"reads it; pass a separate out (or none, for a new array)")
-        _pitch("out", out, result_dtype, "out")
+        _check_pitch("out", out, result_dtype)
     if activation not in ACTIVATIONS:
         raise ArgumentError(f"activation must be one of None, 'relu', 'gelu', 'silu'; got {activation!r}")
     if bias is not None:
@@ -581,7 +590,8 @@ class Layout:
         """The layout of ``problem``'s operands (their strides are what it depends on)."""
         a_view = a if problem.a_k_major else a.T
         b_view = b.T if problem.b_k_major else b
-        sizes = (problem.m, problem.n, problem.k, strides_of(a_view)[0], strides_of(b_view)[0], strides_of(out)[0])
+        sizes = (problem.m, problem.n, problem.k, row_pitch(a_view, problem.in_dtype),
+                 row_pitch(b_view, problem.in_dtype), row_pitch(out, problem.out_dtype))
         contiguous = tuple(span(value) is value for value in (a_view, b_view, out))
         return cls(sizes, contiguous, problem.b_k_major, problem.in_dtype == float8_e4m3, problem.a_k_major)
 
