@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     import warpspec
     from warpspec.ops import attention
     from warpspec.ops.attention import validate
-    from warpspec.ops.attention_decode import split_count
+    from warpspec.ops.attention_decode import pack_size, split_count, uses_decode
 
     heads, kv_heads = (8, 2) if args.dry_run else (int(h) for h in args.heads.split("/"))
     batches = [1] if args.dry_run else [int(b) for b in args.batches.split(",")]
@@ -78,7 +78,10 @@ def main(argv=None) -> int:
                     q = torch.randn(batch, heads, seq_q, args.head_dim, device=device, dtype=torch.bfloat16,
                                     generator=generator)
                     row = {"batch": batch, "seq_q": seq_q, "seq_k": seq_k, "heads": f"{heads}/{kv_heads}",
-                           "kv_mb": kv_bytes / 1e6, "splits": split_count(validate(q, k, v, True, None))}
+                           "kv_mb": kv_bytes / 1e6}
+                    problem = validate(q, k, v, True, None)
+                    if uses_decode(problem):
+                        row["pack"], row["splits"] = pack_size(problem), split_count(problem)
                     expected = reference(q, k, v)
                     row["error"] = (attention(q, k, v, causal=True).float() - expected).abs().max().item()
                     if row["error"] > TOLERANCE:
@@ -93,7 +96,12 @@ def main(argv=None) -> int:
                             return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep,
                                                            return_mode="median")
 
+                        from warpspec.tune.bench import host_us_per_call
+
                         row["warpspec_us"] = 1e3 * bench(lambda: attention(q, k, v, causal=True))
+                        # Host time per call, to tell a host-bound figure from the kernel's own time.
+                        row["warpspec_host_us"] = host_us_per_call(lambda: attention(q, k, v, causal=True),
+                                                                   torch.cuda.synchronize, calls=20, repeats=5)
                         row["warpspec_tb_s"] = kv_bytes / row["warpspec_us"] / 1e6
                         mask = causal_lower_right(seq_q, seq_k)
                         for name, backend in backends.items():

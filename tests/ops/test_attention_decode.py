@@ -36,17 +36,21 @@ def dense(q, k, v, causal):
     return out, lse2 * np.float32(np.log(2.0))
 
 
-def test_split_count_fills_the_gpu_for_few_query_rows_only():
-    def count(batch, heads, seq_q, seq_k, head_dim=128):
-        q, k, v = (np.empty((batch, h, s, head_dim), np.float16) for h, s in ((heads, seq_q), (8, seq_k), (8, seq_k)))
-        return decode.split_count(validate(q, k, v, False, None))
+def test_decode_packs_the_heads_of_a_group_and_splits_to_fill_the_gpu():
+    def plan(batch, heads, seq_q, seq_k, head_dim=128, kv_heads=8):
+        q, k, v = (np.empty((batch, h, s, head_dim), np.float16)
+                   for h, s in ((heads, seq_q), (kv_heads, seq_k), (kv_heads, seq_k)))
+        problem = validate(q, k, v, False, None)
+        return decode.uses_decode(problem), decode.pack_size(problem), decode.split_count(problem)
 
-    assert count(1, 32, 1, 8192) == 9  # ceil(264 / 32) blocks per head reach two waves of 132 SMs
-    assert count(1, 32, 16, 8192) == 9
-    assert count(1, 32, 17, 8192) == 1  # more rows: the forward kernel
-    assert count(32, 32, 1, 8192) == 1  # 1024 (batch, head) rows fill the GPU already
-    assert count(1, 8, 1, 100) == 2  # never more splits than 64-key tiles
-    assert count(1, 8, 1, 4096, head_dim=256) == 1  # D 256 is not split (its combine would spill)
+    assert plan(1, 32, 1, 8192) == (True, 4, 16)  # 8 packs; ceil(264 / 8) splits, at most 16
+    assert plan(1, 32, 16, 8192) == (True, 4, 16)  # 4 heads of 16 rows fill the block's 64
+    assert plan(1, 64, 16, 8192) == (True, 4, 16)  # a group of 8: the largest divisor that fits, 4
+    assert plan(1, 24, 3, 8192, kv_heads=2) == (True, 12, 16)  # 12 heads of 3 rows: 36 of 64
+    assert plan(1, 32, 17, 8192)[0] is False  # more rows: the forward kernel
+    assert plan(32, 32, 1, 8192) == (True, 4, 2)  # 256 packs already nearly fill two waves
+    assert plan(1, 8, 1, 100) == (True, 1, 2)  # no grouping; never more splits than 64-key tiles
+    assert plan(1, 8, 1, 4096, head_dim=256)[0] is False  # D 256 runs the forward kernel (its combine would spill)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["fp16", "bf16"])
@@ -55,12 +59,23 @@ def test_split_count_fills_the_gpu_for_few_query_rows_only():
 def test_split_kv_matches_dense_and_numpy(dtype, causal, seq_q, seq_k, head_dim):
     """Two batches of 4 query heads over 2 K/V heads; lengths no multiple of a tile (the last split ragged)."""
     q, k, v = operands(2, 4, 2, seq_q, seq_k, head_dim, dtype)
-    assert decode.split_count(validate(q, k, v, causal, None)) > 1
+    assert decode.uses_decode(validate(q, k, v, causal, None))
     out, lse = attention(q, k, v, causal=causal, return_lse=True)
     dense_out, dense_lse = dense(q, k, v, causal)
     assert np.abs(out.astype(np.float32) - dense_out.astype(np.float32)).max() < TOLERANCE[dtype]
     assert np.abs(out.astype(np.float32) - expected(q, k, v, causal)).max() < TOLERANCE[dtype]
     assert np.abs(lse - dense_lse).max() < 1e-4
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_a_full_pack_of_four_heads_of_sixteen_rows(causal):
+    """A group of 4 query heads over one K/V head, 16 rows each: the block's 64 rows are all real, and the causal
+    mask of each head starts where its rows do."""
+    q, k, v = operands(1, 8, 2, 16, 150, 64, np.float16, seed=3)
+    assert decode.pack_size(validate(q, k, v, causal, None)) * 16 == 64
+    out, lse = attention(q, k, v, causal=causal, return_lse=True)
+    assert np.abs(out.astype(np.float32) - expected(q, k, v, causal)).max() < TOLERANCE[np.float16]
+    assert np.abs(lse - dense(q, k, v, causal)[1]).max() < 1e-4
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -99,13 +114,14 @@ def test_planted_bug_combine_reads_a_partial_before_its_flag():
     assert line_of(bk.__file__, "# <<< early-read") == bk.marker_line("early-read")
 
 
+@pytest.mark.parametrize("pack", [1, 4])
 @pytest.mark.parametrize("head_dim", sorted(decode.DEFAULT_DECODE_SCHEDULES))
-def test_nvrtc_builds_the_decode_kernel_without_spills(head_dim):
+def test_nvrtc_builds_the_decode_kernel_without_spills(head_dim, pack):
     from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.runtime import kernel_for
 
-    kernel = Decode(bfloat16, head_dim=head_dim, causal=True, **decode.DEFAULT_DECODE_SCHEDULES[head_dim])
+    kernel = Decode(bfloat16, head_dim=head_dim, causal=True, pack=pack, **decode.DEFAULT_DECODE_SCHEDULES[head_dim])
     built = compile_kernel(kernel_for(kernel, {}))
     (report,) = parse_ptxas_log(built.module.log).values()
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())

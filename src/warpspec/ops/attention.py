@@ -21,7 +21,7 @@ import numpy as np
 from warpspec import runtime
 from warpspec.dtypes import DType, bfloat16, float16
 from warpspec.errors import ArgumentError
-from warpspec.ops.attention_decode import launch_decode, split_count
+from warpspec.ops.attention_decode import launch_decode, uses_decode
 from warpspec.ops.attention_kernel import HEAD_DIMS, LOG2_E, Attention
 from warpspec.ops.operands import dtype_of, same_device, same_kind
 from warpspec.tune.cache import size_bucket
@@ -192,11 +192,10 @@ def arguments(q, k, v, out, lse2, problem: Problem) -> tuple:
 
 
 def run(q, k, v, out, lse2, problem: Problem) -> None:
-    """Run ``problem`` on the kernel that suits it: split-KV for few query rows on few (batch, head) rows (decode,
-    ``warpspec.ops.attention_decode``), else the forward kernel."""
-    n_splits = split_count(problem)
-    if n_splits > 1:
-        launch_decode(q, k, v, out, lse2, problem, n_splits)
+    """Run ``problem`` on the kernel that suits it: the decode kernel for few query rows (decode and speculative
+    decoding, ``warpspec.ops.attention_decode``), else the forward kernel."""
+    if uses_decode(problem):
+        launch_decode(q, k, v, out, lse2, problem)
     else:
         launch(q, k, v, out, lse2, problem)
 

@@ -1,26 +1,34 @@
 """The split-KV (flash-decoding) attention forward behind ``warpspec.ops.attention`` for few query rows (decode and
-speculative decoding) against many keys: the keys of each (batch, head) are split into ``n_splits`` chunks of
+speculative decoding) against many keys: the keys of each (batch, K/V head) are split into ``n_splits`` chunks of
 ``chunk`` keys (a multiple of ``block_n``), one block per chunk, so that even batch 1 fills every SM.
 
-The grid is (n_splits, B·H). A block's threads:
+Query heads that share a K/V head (grouped-query attention) are packed into one block: ``pack`` consecutive query
+heads (a divisor of the group) of S_q rows each are the block's ``pack · S_q <= 64`` query rows, so K and V are read
+once per pack instead of once per query head. Decode reads every key once per block, so this divides the bytes
+read, its whole cost, by ``pack``. The q and out tensors [B·H, S_q, D] are viewed as [B·H / pack, pack · S_q, D]:
+a pack's rows are consecutive in memory.
+
+The grid is (n_splits, B·H / pack). A block's threads:
 
 * **a producer warp** loads the (at most 64) query rows once, then the K and V tiles of the block's chunk through
   one ring of shared-memory stages (a ``Pipeline``; decode is bandwidth-bound, so the ring only has to keep enough
   loads in flight);
 * **one consumer warpgroup** runs the forward's online softmax over the chunk and ends with a partial result: O_s
-  normalised by its own row sum and lse_s = m_s + log2(ℓ_s) (-inf for rows that saw no key of the chunk).
+  normalised by its own row sum and lse_s = m_s + log2(ℓ_s) (-inf for rows that saw no key of the chunk). Row r
+  is query r mod S_q of head r // S_q of the pack: the causal mask reads it so.
 
-Every block but the last split of a head leaves its partial in a float32 workspace (ordinary stores), and
-``flag.signal``s it; the last split, launched after the others of its head (blockIdx.x is the fastest index),
+Every block but the last split of a pack leaves its partial in a float32 workspace (ordinary stores), and
+``flag.signal``s it; the last split, launched after the others of its pack (blockIdx.x is the fastest index),
 ``flag.wait``s for each, gives the flag back (0, for the next launch) and folds the partial into its own:
 m = max(lse, lse_s), O = (O·2^(lse - m) + O_s·2^(lse_s - m)) / (2^(lse - m) + 2^(lse_s - m)), lse = m + log2 of
-that sum. It then stores O (cast, through shared memory and a TMA store that clips rows past S_q) and the row's
-log-sum-exp (+inf for a row that sees no key, as the forward kernel stores it).
+that sum. It then stores O (cast, through shared memory and a TMA store that clips rows past pack · S_q) and the
+row's log-sum-exp (+inf for a row that sees no key, as the forward kernel stores it).
 """
 
 from __future__ import annotations
 
 from warpspec.dtypes import float32, int32
+from warpspec.errors import ArgumentError
 from warpspec.frontend.interpreter import cdiv
 from warpspec.ops.attention_kernel import WARPGROUP, element_dtype, kernel_head_dim
 from warpspec.ops.naming import typed_kernel_name
@@ -32,16 +40,20 @@ DECODE_ROWS = 64
 
 
 class Decode(Script):
-    """The split-KV decode kernel of ``dtype`` (float16 or bfloat16) Q, K, V and O; the pointer annotations
+    """The split-KV decode kernel of ``dtype`` (float16 or bfloat16) Q, K, V and O, with ``pack`` query heads of a
+    K/V head per block (``pack · seq_q <= 64`` at the call; ``pack`` divides the group); the pointer annotations
     ``~self.dtype`` take the constructor's element type."""
 
-    def __init__(self, dtype, head_dim, causal, block_n, num_stages):
+    def __init__(self, dtype, head_dim, causal, block_n, num_stages, pack=1):
         super().__init__()
         self.dtype = element_dtype(dtype)
         self.head_dim = kernel_head_dim(head_dim)
         self.causal = causal
         self.block_n = block_n
         self.num_stages = num_stages
+        if not isinstance(pack, int) or isinstance(pack, bool) or not 1 <= pack <= DECODE_ROWS:
+            raise ArgumentError(f"pack must be an integer in [1, {DECODE_ROWS}] (query heads per block), got {pack!r}")
+        self.pack = pack
 
     def kernel_name(self) -> str:
         """``DecodeF16`` or ``DecodeBF16``."""
@@ -56,21 +68,20 @@ class Decode(Script):
 
     def decode(self, seq_q, seq_k, batch_heads, heads, group, scale_log2, chunk, n_splits, q_ptr, k_ptr, v_ptr,
                o_ptr, lse_ptr, ws_o_ptr, ws_lse_ptr, flags_ptr):
-        """Split ``blockIdx.x`` of head ``bh = blockIdx.y``: keys ``chunk · blockIdx.x ...``."""
-        d, block_n, dtype = self.head_dim, self.block_n, self.dtype
-        self.attrs.blocks = [n_splits, batch_heads]
+        """Split ``blockIdx.x`` of the pack of query heads ``blockIdx.y``: keys ``chunk · blockIdx.x ...``."""
+        d, block_n, dtype, pack = self.head_dim, self.block_n, self.dtype, self.pack
+        packs = batch_heads // pack
+        self.attrs.blocks = [n_splits, packs]
         self.attrs.warps = (WARPGROUP + 32) // 32
-        gq = self.global_view(q_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
-        go = self.global_view(o_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
+        gq = self.global_view(q_ptr, dtype=dtype, shape=[packs, pack * seq_q, d])
+        go = self.global_view(o_ptr, dtype=dtype, shape=[packs, pack * seq_q, d])
         gk = self.global_view(k_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
         gv = self.global_view(v_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
-        glse = self.global_view(lse_ptr, dtype=float32, shape=[seq_q, batch_heads], strides=[1, seq_q])
+        glse = self.global_view(lse_ptr, dtype=float32, shape=[pack * seq_q, packs], strides=[1, pack * seq_q])
         # One 64-row partial (O and lse) and one flag per block.
-        ws_o = self.global_view(ws_o_ptr, dtype=float32, shape=[n_splits * batch_heads * DECODE_ROWS, d],
-                                scratch=True)
-        ws_lse = self.global_view(ws_lse_ptr, dtype=float32, shape=[n_splits * batch_heads * DECODE_ROWS, 1],
-                                  scratch=True)
-        flags = self.global_view(flags_ptr, dtype=int32, shape=[n_splits * batch_heads])
+        ws_o = self.global_view(ws_o_ptr, dtype=float32, shape=[n_splits * packs * DECODE_ROWS, d], scratch=True)
+        ws_lse = self.global_view(ws_lse_ptr, dtype=float32, shape=[n_splits * packs * DECODE_ROWS, 1], scratch=True)
+        flags = self.global_view(flags_ptr, dtype=int32, shape=[n_splits * packs])
         sq = self.shared_tensor(dtype=dtype, shape=[1, DECODE_ROWS, d])
         sk = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
         sv = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
@@ -78,17 +89,18 @@ class Decode(Script):
         pipe = Pipeline(self.num_stages, consumer_arrivals=WARPGROUP)
 
         split: int32 = self.blockIdx.x
-        bh: int32 = self.blockIdx.y
+        pb: int32 = self.blockIdx.y
+        bh: int32 = pb * pack  # the pack's first query head; all of its heads read one K/V head
         kv_bh: int32 = bh // heads * (heads // group) + bh % heads // group
         # Causal or not, every key is seen by some row: the last query row (S_q <= 64) sees them all.
         keys_from: int32 = split * chunk
         n_tiles: int32 = cdiv(max(min(seq_k - keys_from, chunk), 0), block_n)
 
         with self.thread_group(thread_begin=WARPGROUP, num_threads=32):
-            self.produce(gq, gk, gv, sq, sk, sv, q_loaded, pipe, bh, kv_bh, keys_from, n_tiles)
+            self.produce(gq, gk, gv, sq, sk, sv, q_loaded, pipe, pb, kv_bh, keys_from, n_tiles)
         with self.thread_group(thread_begin=0, num_threads=WARPGROUP):
             row_max, acc_o = self.consume(sq, sk, sv, q_loaded, pipe, seq_q, seq_k, scale_log2, keys_from, n_tiles)
-            slot: int32 = bh * n_splits + split
+            slot: int32 = pb * n_splits + split
             if split < n_splits - 1:
                 self.leave_partial(acc_o, row_max, ws_o, ws_lse, flags, slot)
             else:
@@ -103,20 +115,21 @@ class Decode(Script):
                     acc_o = (acc_o * mine + other_o * theirs) / self.where(total == 0.0, 1.0, total)
                     row_max = self.where(total == 0.0, float("-inf"), subtrahend + self.log2(total))
                 self.store_global(glse, self.where(row_max == float("-inf"), float("inf"), row_max),
-                                  offsets=[0, bh])
+                                  offsets=[0, pb])
                 self.store_shared(sq[0], self.cast(acc_o, dtype))  # Q's last reader, the last S WGMMA, is done
                 self.fence_proxy_async()
                 self.sync()
                 with self.single_thread():
-                    self.tma.shared_to_global(src=sq, dst=go, offsets=[bh, 0, 0])
+                    self.tma.shared_to_global(src=sq, dst=go, offsets=[pb, 0, 0])
                     self.tma.commit_group()
                     self.tma.wait_group(0)
 
-    def produce(self, gq, gk, gv, sq, sk, sv, q_loaded, pipe, bh, kv_bh, keys_from, n_tiles):
-        """The producer warp: Q once, then K_j and V_j of every tile of the chunk into one ring."""
+    def produce(self, gq, gk, gv, sq, sk, sv, q_loaded, pipe, pb, kv_bh, keys_from, n_tiles):
+        """The producer warp: the pack's query rows once, then K_j and V_j of every tile of the chunk into one
+        ring."""
         with self.single_thread():
             self.mbarrier.arrive_and_expect_tx(q_loaded[0], sq.nbytes)
-            self.tma.global_to_shared(src=gq, dst=sq, offsets=[bh, 0, 0], mbarrier=q_loaded[0])
+            self.tma.global_to_shared(src=gq, dst=sq, offsets=[pb, 0, 0], mbarrier=q_loaded[0])
         for j in self.range(n_tiles):
             pipe.producer_acquire()
             with self.single_thread():
@@ -156,7 +169,7 @@ class Decode(Script):
                 cols = self.col_index(acc_s) + offset_n
                 keep = cols < seq_k
                 if self.causal:
-                    keep = keep & (cols <= self.row_index(acc_s) + causal_shift)
+                    keep = keep & self.causal_visible(acc_s, cols, seq_q, causal_shift)
                 acc_s = self.where(keep, acc_s, float("-inf"))
             new_max = max(row_max, self.reduce_max(acc_s) * scale_log2)
             # Rows without a visible key yet subtract 0, never -inf - -inf.
@@ -175,6 +188,19 @@ class Decode(Script):
             pipe.consumer_advance()
         lse = self.where(row_sum == 0.0, float("-inf"), row_max + self.log2(row_sum))
         return lse, acc_o / self.where(row_sum == 0.0, 1.0, row_sum)
+
+    def causal_visible(self, acc_s, cols, seq_q, causal_shift):
+        """Which logits of tile ``acc_s`` (key index ``cols``) a causal query row sees: row r is query r mod S_q of
+        the pack's head r // S_q, which sees keys up to (r mod S_q) + S_k - S_q. Unrolled over the pack's heads
+        (the registers' integer operations have no modulo)."""
+        rows = self.row_index(acc_s)
+        if self.pack == 1:
+            return cols <= rows + causal_shift
+        visible = (rows < seq_q) & (cols <= rows + causal_shift)
+        for head in range(1, self.pack):
+            first = head * seq_q
+            visible = visible | ((rows >= first) & (rows < first + seq_q) & (cols <= rows - first + causal_shift))
+        return visible
 
     def leave_partial(self, acc_o, lse, ws_o, ws_lse, flags, slot):
         """Store this chunk's partial into its workspace slot, then say so to the head's last split."""
