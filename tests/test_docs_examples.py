@@ -233,6 +233,19 @@ class Staged(warpspec.Script):
         self.body(x, y, s, b)
 
 
+class ArrivesWithoutBytes(Staged):
+    """The arrival on ``b[0]`` announces none of the load's bytes: the phase completes on it, before the load is
+    issued, so the wait passes while the load may still be writing ``s``."""
+
+    def body(self, x, y, s, b):
+        with self.thread_group(thread_begin=0, num_threads=32):
+            with self.single_thread():
+                self.mbarrier.arrive(b[0])
+                self.tma.global_to_shared(src=x, dst=s, offsets=[0, 0], mbarrier=b[0])
+            self.mbarrier.wait(b[0], phase=0)
+            self.load_shared(s)
+
+
 class ReadWhileCopying(Staged):
     """The second load into ``s`` is not waited for before ``s`` is read."""
 
@@ -415,6 +428,7 @@ EMULATOR_CHECKS = {
     "expect-too-many-bytes": lambda: run_matmul(bk.ExpectTooManyBytes()),
     "consumer-phase-one": lambda: run_matmul(bk.ConsumerStartsAtPhaseOne()),
     "read-while-copying": staged(ReadWhileCopying),
+    "arrival-without-bytes": staged(ArrivesWithoutBytes),
     "read-unordered": staged(ReadUnordered),
     "store-without-fence": staged(StoreWithoutFence),
     "release-before-wgmma-wait": lambda: run_matmul(bk.ReleaseBeforeWgmmaWait()),

@@ -1,6 +1,7 @@
 """Emulator messages that name what went wrong as the author wrote it: a consumer whose mbarrier.wait passes on a
 stale parity and then reads a buffer a TMA copy is still filling is told the phase its wait expected and the
-barrier's current phase, not to "wait on the copy's mbarrier first" (it did wait)."""
+barrier's current phase, not to "wait on the copy's mbarrier first" (it did wait); one whose wait was right, but on
+a phase that an arrival without transaction bytes completed before the copy was issued, is told that arrival."""
 
 import inspect
 
@@ -44,6 +45,26 @@ class ParityNeverFlips(Copy):
                 self.mbarrier.arrive(empty[buffer])
 
 
+class AnnouncesNoBytes(Copy):
+    """The producer arrives on ``full`` without announcing the copy's bytes: each phase completes on that arrival
+    alone, before the copy is issued, and the consumer's correct wait passes while the copy is still writing."""
+
+    def produce(self, src, buffers, full, empty, offset_m, num_tiles):
+        for tile in self.range(num_tiles):
+            buffer: int32 = tile % self.num_buffers
+            lap_parity: uint32 = (tile // self.num_buffers) & 1
+            self.mbarrier.wait(empty[buffer], phase=lap_parity ^ 1)
+            with self.single_thread():
+                self.mbarrier.arrive(full[buffer])  # arrive
+                self.tma.global_to_shared(
+                    src=src, dst=buffers[buffer], offsets=[offset_m, tile * self.tile_n], mbarrier=full[buffer])
+
+
+def line_of(method, marker: str) -> str:
+    lines, first = inspect.getsourcelines(method)
+    return f"{__file__}:{first + next(i for i, line in enumerate(lines) if line.rstrip().endswith('# ' + marker))}"
+
+
 def read_line(cls) -> str:
     lines, first = inspect.getsourcelines(cls.consume)
     return f"{__file__}:{first + next(i for i, line in enumerate(lines) if line.rstrip().endswith('# read'))}"
@@ -76,3 +97,16 @@ def test_a_wait_on_a_completed_phase_names_it_and_the_current_one():
            f"full[0] had already completed, but the copy completes full[0]'s current phase 1 (parity 1): that wait " \
            f"expected the wrong phase, and must use phase=1 here" in first
     assert "wait on the copy's mbarrier first" not in first
+
+
+def test_a_phase_completed_by_an_arrival_without_bytes_names_that_arrival():
+    with pytest.raises(RaceError) as caught:
+        AnnouncesNoBytes()(64, 256, np.ones((64, 256), np.float16), np.zeros((64, 256), np.float16))
+    first = str(caught.value).splitlines()[0]
+    assert "-> Copy.consume at " in first and ": tma.shared_to_global reads buffers[0], which holds elements" in first
+    assert "; the last mbarrier.wait on full[0] by these threads passed phase 0, which completed on its arrivals " \
+           "alone, with no transaction bytes announced (its last arrival: " in first
+    assert first.endswith(f"-> AnnouncesNoBytes.produce at {line_of(AnnouncesNoBytes.produce, 'arrive')}), so the "
+                          f"copy, issued after, completes full[0]'s current phase 1 (parity 1): announce the copy's "
+                          f"bytes on that arrival (mbarrier.arrive_and_expect_tx) so that the phase waits for "
+                          f"them"), first

@@ -1,8 +1,10 @@
-"""The attention kernels of ``warpspec.ops.attention_kernel``, ``warpspec.ops.attention_decode_kernel`` and
-``warpspec.ops.attention_backward_kernel`` with one bug planted per class, for tests/ops/test_attention.py,
-tests/ops/test_attention_decode.py and tests/ops/test_attention_backward.py.
+"""The attention kernels of ``warpspec.ops.attention_kernel``, ``warpspec.ops.attention_decode_kernel``,
+``warpspec.ops.attention_backward_kernel`` and ``warpspec.ops.attention_paged_kernel`` with one bug planted per
+class, for tests/ops/test_attention.py, tests/ops/test_attention_decode.py, tests/ops/test_attention_backward.py and
+tests/ops/test_attention_varlen_paged.py.
 
-Each class overrides the one helper of ``Attention``, ``Decode`` or ``BackwardKV`` that it breaks. A line that an error report must name ends
+Each class overrides the one helper of ``Attention``, ``Decode``, ``BackwardKV`` or ``AttentionPaged`` that it
+breaks. A line that an error report must name ends
 with a marker comment ``# <<< name``; ``marker_line(name)`` finds its number.
 """
 
@@ -67,3 +69,15 @@ class ReadsTheNextPage(AttentionPaged):
         first = j * self.block_n
         page = self.load_scalar(table, [sequence, first // self.page_size + 1])  # <<< next-page
         return page * self.page_size + first % self.page_size
+
+
+class ReadsAPageBeforeItLands(AttentionPaged):
+    """The producer arrives on a stage's full barrier without announcing the bytes its TMA load of the page will
+    deliver: the barrier completes on the arrival alone, and the consumer may read the stage before the page
+    lands."""
+
+    def load_stage(self, pipe, gx, sx, kv_bh, row):
+        with self.single_thread():
+            self.mbarrier.arrive(pipe.producer_barrier())  # <<< no-expect-tx
+            self.tma.global_to_shared(src=gx, dst=sx[pipe.producer_stage], offsets=[kv_bh, row, 0],
+                                      mbarrier=pipe.producer_barrier())

@@ -229,6 +229,31 @@ def test_planted_bug_a_page_looked_up_past_the_table_is_caught_at_its_line():
     assert raised.value.location.rsplit(" at ", 1)[-1] == f"{bk.__file__}:{bk.marker_line('next-page')}"
 
 
+def test_planted_bug_a_page_read_before_its_load_completes_is_caught_at_its_line():
+    """The bug kernel's producer arrives on a K stage without announcing the page's bytes: the stage's phase
+    completes before the page lands, and the consumer's QK WGMMA reads it. A RaceError at that read, naming the
+    arrival that should have announced the bytes."""
+    from tests.kernels import attention_bug_kernels as bk
+    from warpspec.ops.attention_kernel import LOG2_E
+
+    q, k_cache, v_cache, table, seq_lens = paged_operands([40], 2, page_size=16)
+    batch, seq_q, heads, head_dim = q.shape
+    out, lse = np.empty_like(q), np.empty((heads, batch * seq_q), np.float32)
+    kernel = bk.ReadsAPageBeforeItLands(float16, head_dim=head_dim, causal=True, page_size=16, block_n=16,
+                                        num_stages=2, unroll=1)
+    with pytest.raises(warpspec.RaceError) as raised:
+        kernel(batch, seq_q, k_cache.shape[0], table.shape[1], heads, 2, head_dim ** -0.5 * LOG2_E, table, seq_lens,
+               q, k_cache, v_cache, out, lse)
+    message = str(raised.value).splitlines()[0]
+    from warpspec.ops import attention_kernel
+
+    frames, read_at = raised.value.location.rsplit(" at ", 1)  # the innermost frame: the consumer's QK WGMMA
+    assert frames.endswith("-> Attention.consume") and read_at.startswith(f"{attention_kernel.__file__}:")
+    assert "wgmma.mma operand b reads sk[0, 0], which holds elements that no completed write has filled" in message
+    assert f"ReadsAPageBeforeItLands.load_stage at {bk.__file__}:{bk.marker_line('no-expect-tx')}), so the copy, " \
+           f"issued after, completes full_barriers[0]'s current phase 1" in message
+
+
 def test_the_paged_kernel_builds_without_spills():
     """NVRTC compiles the paged kernel (causal, bf16) at pages of 16 and 256 rows for D 128, and 128 for D 256,
     with no spills, no stack and no ptxas advisory."""

@@ -27,13 +27,18 @@ class BarrierState:
         self.observed = True  # some wait has seen the last completed phase (vacuously true before the first)
         self.seen: dict[int, tuple[int, int]] = {}  # task -> (`completed`, its own epoch) at its last passing wait
         self.waiters: list = []  # (task, parity) blocked on this barrier
+        self.announced = 0  # transaction bytes the current phase's arrivals announced (expect_tx)
+        # Where the arrival that completed the last phase was made, when that phase announced no bytes (None
+        # otherwise): a copy issued after such a phase counts toward the next one.
+        self.completed_without_bytes: str | None = None
 
     def describe(self) -> str:
         return (f"{self.name}: {self.completed} phase(s) completed, current phase parity {self.completed & 1}, "
                 f"{self.pending}/{self.expected} arrivals pending, tx-count {self.tx}")
 
-    def arrive(self, count: int, clock: list[int], tx: int = 0) -> None:
-        """``count`` arrivals (after adding ``tx`` expected bytes), releasing ``clock``."""
+    def arrive(self, count: int, clock: list[int], tx: int = 0, where: str = "") -> None:
+        """``count`` arrivals (after adding ``tx`` expected bytes), releasing ``clock``; ``where`` is the
+        arriving statement's location (for messages)."""
         if self.pending == self.expected and self.completed and not self.observed:
             raise BarrierError(f"arrive on {self.name} starts phase {self.completed} before any thread waited on "
                                f"the completion of phase {self.completed - 1}; the PTX ISA requires a successful "
@@ -43,9 +48,10 @@ class BarrierState:
                                f"phase: the extra arrivals would complete more than one phase (expected "
                                f"{self.expected} per phase; {self.describe()})")
         self._add_tx(tx)
+        self.announced += tx
         self.pending -= count
         join(self.clock, clock)
-        self._maybe_complete()
+        self._maybe_complete(where)
 
     def complete_tx(self, nbytes: int, clock: list[int]) -> None:
         """Bytes delivered by an async copy, which releases the issuer's clock at issue time."""
@@ -59,8 +65,10 @@ class BarrierState:
             raise BarrierError(f"the transaction count of {self.name} reached {self.tx}, outside "
                                f"[-(2^20 - 1), 2^20 - 1] ({self.describe()})")
 
-    def _maybe_complete(self) -> None:
+    def _maybe_complete(self, where: str = "") -> None:
         if self.pending == 0 and self.tx == 0:
+            self.completed_without_bytes = (where or "an arrival") if self.announced == 0 else None
+            self.announced = 0
             self.completed += 1
             self.pending = self.expected
             self.released = self.clock

@@ -77,6 +77,13 @@ class Region:
         seen = bar.seen.get(task.index)
         if seen is None or seen == seen_at_issue.get(task.index) or seen[0] != bar.completed:
             return f"; the copy completes {current}: wait on {bar.name} with phase={bar.completed & 1} first"
+        if bar.completed and bar.completed_without_bytes is not None:
+            # The wait's phase is the right one, but it completed on its arrivals alone, before the copy was issued.
+            return (f"; the last mbarrier.wait on {bar.name} by these threads passed phase {bar.completed - 1}, "
+                    f"which completed on its arrivals alone, with no transaction bytes announced (its last "
+                    f"arrival: {bar.completed_without_bytes}), so the copy, issued after, completes {current}: "
+                    f"announce the copy's bytes on that arrival (mbarrier.arrive_and_expect_tx) so that the phase "
+                    f"waits for them")
         if bar.completed:
             passed = (f"phase={(bar.completed - 1) & 1}, which phase {bar.completed - 1} of {bar.name} had already "
                       f"completed")

@@ -157,7 +157,7 @@ def _arrive(machine: EmulationMachine, task: EmulationTask, s: MbarrierArrive) -
     else:
         rank = machine.ev(task, s.cta)
         bar = machine.cluster.remote_barrier(task, rank, s.barrier, f"mbarrier.arrive(cta={rank})")
-    bar.arrive(machine.arrivals(task, s), task.clock)
+    bar.arrive(machine.arrivals(task, s), task.clock, where=str(s.loc))
     task.tick()
     return machine.preempt()
 
@@ -166,7 +166,7 @@ def _arrive(machine: EmulationMachine, task: EmulationTask, s: MbarrierArrive) -
 def _arrive_expect_tx(machine: EmulationMachine, task: EmulationTask, s: MbarrierArriveExpectTx) -> Steps | None:
     count = machine.arrivals(task, s)
     nbytes = machine.ev(task, s.nbytes)
-    machine.barrier(task, s.barrier).arrive(count, task.clock, tx=nbytes * count)
+    machine.barrier(task, s.barrier).arrive(count, task.clock, tx=nbytes * count, where=str(s.loc))
     task.tick()
     return machine.preempt()
 

@@ -186,10 +186,7 @@ class Attention(Script):
             row = self.key_row(k_row, j)
             for pipe, gx, sx in ((pipe_k, gk, sk), (pipe_v, gv, sv)):
                 pipe.producer_acquire()
-                with self.single_thread():
-                    self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), sx[pipe.producer_stage].nbytes)
-                    self.tma.global_to_shared(src=gx, dst=sx[pipe.producer_stage], offsets=[kv_bh, row, 0],
-                                              mbarrier=pipe.producer_barrier())
+                self.load_stage(pipe, gx, sx, kv_bh, row)
                 pipe.producer_advance()
         # Stay until the consumers released every filled stage, so their arrivals never target a barrier whose
         # waiter has exited.
@@ -197,6 +194,14 @@ class Attention(Script):
             for _ in self.range(min(self.num_stages, n_tiles)):
                 pipe.producer_acquire()
                 pipe.producer_advance()
+
+    def load_stage(self, pipe, gx, sx, kv_bh, row):
+        """One thread of the producer warp fills the producer's stage of ``sx`` with the K or V tile at view rows
+        ``row ...`` of head ``kv_bh``, announcing its bytes on the stage's full barrier."""
+        with self.single_thread():
+            self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), sx[pipe.producer_stage].nbytes)
+            self.tma.global_to_shared(src=gx, dst=sx[pipe.producer_stage], offsets=[kv_bh, row, 0],
+                                      mbarrier=pipe.producer_barrier())
 
     def key_row(self, k_row, j):
         """The K/V view row where key tile j starts: ``k_row`` (the sequence's first key row) + j·block_n."""
