@@ -105,3 +105,59 @@ def test_blocks_below_one_is_a_usage_error_naming_the_option(capsys, tmp_path):
     assert code == 2
     assert "--blocks: expected a positive integer, got 0" in err
     assert not (tmp_path / "trace.json").exists()
+
+
+PINNED = ["--schedule", "num_stages=3,block_m=128,block_n=128,block_k=64"]
+
+
+def occupancy_line(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("blocks per SM: "))
+
+
+def test_the_model_takes_its_registers_from_the_real_build():
+    """Without --registers the model's occupancy uses ptxas's count of the NVRTC build."""
+    from warpspec.cuda.launch import compile_kernel
+    from warpspec.cuda.sass import parse_ptxas_log
+    from warpspec.runtime import kernel_for
+    from warpspec.timeline.model import built_registers
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    from matmul_v3 import MatmulWGMMAV3
+
+    kernel = kernel_for(MatmulWGMMAV3(num_stages=3, block_m=128, block_n=128, block_k=64), {"n_size": 512,
+                                                                                             "k_size": 512})
+    (report,) = parse_ptxas_log(compile_kernel(kernel).module.log).values()
+    assert built_registers(kernel) == report.registers
+
+
+def test_timeline_reports_where_its_register_count_comes_from(capsys, tmp_path):
+    code, text, err = timeline(capsys, V3, *SIZES, *PINNED, "--out", str(tmp_path / "built"))
+    assert code == 0, err
+    assert occupancy_line(text).endswith("registers x 160 threads each; the model's count, registers from ptxas); "
+                                         "1 at once on SM 0")
+    code, text, err = timeline(capsys, V3, *SIZES, *PINNED, "--registers", "255", "--out", str(tmp_path / "given"))
+    assert code == 0, err
+    assert occupancy_line(text) == ("blocks per SM: 1 (limited by registers; 97 KB of shared memory, 255 registers x "
+                                    "160 threads each; the model's count, registers from --registers); 1 at once "
+                                    "on SM 0")
+
+
+def test_without_a_build_the_model_estimates_registers(capsys, tmp_path, monkeypatch):
+    """Where NVRTC cannot build the kernel (not installed, or the build fails) the count is the model's estimate,
+    and the summary says that it is one."""
+    import warpspec.cuda.launch
+    from warpspec.errors import CompileError
+
+    def no_nvrtc(kernel):
+        raise CompileError("NVRTC is not installed")
+
+    monkeypatch.setattr(warpspec.cuda.launch, "compile_kernel", no_nvrtc)
+    code, text, err = timeline(capsys, V3, *SIZES, *PINNED, "--out", str(tmp_path))
+    assert code == 0, err
+    assert "160 registers x 160 threads each; the model's count, registers estimated)" in occupancy_line(text)
+
+
+def test_registers_below_one_is_a_usage_error_naming_the_option(capsys, tmp_path):
+    code, _, err = timeline(capsys, V3, *SIZES, "--registers", "0", "--out", str(tmp_path))
+    assert code == 2
+    assert "--registers: expected a positive integer, got 0" in err

@@ -35,6 +35,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                "(default: 64)")
     timeline.add_argument("--sm", type=non_negative_int, default=0, metavar="S",
                           help="with --backend cuda: record the blocks that run on SM S (default: 0)")
+    timeline.add_argument("--registers", type=positive_int, default=None, metavar="N",
+                          help="with the timing model: registers per thread, for the occupancy (default: ptxas's "
+                               "count from an NVRTC build, or an estimate where NVRTC is not installed)")
     timeline.add_argument("--window", default="2", metavar="all|N|A:B",
                           help="what timeline.png shows: the first N waves of blocks (default: 2), A:B microseconds, "
                                "or all; trace.json always has every event")
@@ -46,7 +49,7 @@ def timeline_command(args) -> int:
     chart and summary into ``--out`` and print the summary."""
     from warpspec.timeline import write
     from warpspec.timeline.chart import parse_window
-    from warpspec.timeline.model import model_launch
+    from warpspec.timeline.model import built_registers, model_launch
 
     try:
         window = parse_window(args.window)
@@ -69,7 +72,10 @@ def timeline_command(args) -> int:
         label, text = errors[0]
         raise KernelFailure(label if len(errors) == 1 else f"{script_cls.__name__}, every schedule", text)
     if args.backend == "emulator":
-        timeline = model_launch(kernel, runtime)
+        if args.registers is not None:
+            timeline = model_launch(kernel, runtime, registers=args.registers, registers_from="from --registers")
+        else:
+            timeline = model_launch(kernel, runtime, registers=built_registers(kernel))
     else:
         timeline = _gpu_timeline(script, params, scalars, args.blocks, args.sm)
         if timeline.flops is None:

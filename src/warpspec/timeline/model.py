@@ -16,7 +16,7 @@ from pathlib import Path
 
 from warpspec.arguments import elements_needed, launch_grid, scalar_value, view_shapes
 from warpspec.dtypes import PointerType
-from warpspec.errors import ArgumentError, CompileError
+from warpspec.errors import ArgumentError, CompileError, WarpspecError
 from warpspec.ir import nodes as ir
 from warpspec.isa.wgmma import WgmmaMma
 from warpspec.timeline.events import Event, Occupancy, Timeline, resident_blocks, role_name
@@ -79,13 +79,27 @@ def costs(parameters: dict, memory_bytes_per_ns: float) -> Costs:
                  register_ns_per_element=p["register_ns_per_element"], wgmma_flops_per_ns=rate)
 
 
+def built_registers(kernel: ir.Kernel) -> int | None:
+    """Registers per thread of ``kernel``'s real build: ptxas's count from an NVRTC compile (cached like every
+    build), or None when NVRTC is not installed or the kernel does not build."""
+    try:
+        from warpspec.cuda.launch import compile_kernel
+        from warpspec.cuda.sass import parse_ptxas_log
+
+        reports = parse_ptxas_log(compile_kernel(kernel).module.log)
+    except (ImportError, OSError, WarpspecError):
+        return None
+    return max((report.registers for report in reports.values()), default=None)
+
+
 def model_launch(kernel: ir.Kernel, arguments: dict, parameters: dict | None = None,
-                 registers: int | None = None) -> Timeline:
+                 registers: int | None = None, registers_from: str = "from ptxas") -> Timeline:
     """The modeled timeline of launching ``kernel`` (its IR, e.g. ``warpspec.runtime.kernel_for``) with runtime
     ``arguments`` by parameter name. Array arguments are not read (their values do not change the time): pass the
     arrays or None. ``parameters``: a device's model parameters (default: the H200's); ``registers``: registers
-    per thread if known (ptxas's count), else estimated. The timeline holds the blocks one SM runs together, on
-    SM 0, and ``kernel_ns`` the whole launch."""
+    per thread if known (``built_registers``, or a count the caller was given, which ``registers_from`` names),
+    else estimated. The timeline holds the blocks one SM runs together, on SM 0, and ``kernel_ns`` the whole
+    launch."""
     if kernel.cluster != (1, 1, 1):
         # The blocks of a cluster run on several SMs and reach each other's shared memory: one modeled SM cannot
         # hold them (its remote arrivals and multicasts would find no partner).
@@ -141,7 +155,7 @@ def model_launch(kernel: ir.Kernel, arguments: dict, parameters: dict | None = N
                      f"{kernel_ns / 1e3:.1f} us)")
         kernel_ns = floor_ns
     resident_per_sm = Occupancy(per_sm, limit, shared_bytes(kernel), registers or estimated_registers(kernel, p),
-                                kernel.num_threads, "the model's count" + ("" if registers else
-                                                                           ", registers estimated"))
+                                kernel.num_threads, "the model's count, registers " +
+                                (registers_from if registers else "estimated"))
     return Timeline(kernel.name, "model", dict(kernel.constants), kernel_ns, events, roles, flops or None, notes,
                     sm=0, occupancy=resident_per_sm)
