@@ -1,5 +1,5 @@
 """warpspec.ops.attention with CPU torch tensors: the custom op runs them on the emulator and returns a tensor of
-q's dtype; errors are ArgumentErrors as for numpy arrays."""
+q's dtype; errors are ArgumentErrors as for numpy arrays; the eager path that skips the dispatcher."""
 
 import numpy as np
 import pytest
@@ -31,3 +31,27 @@ def test_mixed_kinds_and_devices_are_argument_errors():
     with pytest.raises(ArgumentError, match="v is on meta but q is on cpu: every tensor of one call must be on the "
                                             "same device"):
         attention(q, q, torch.zeros(1, 1, 8, 64, dtype=torch.float16, device="meta"))
+
+
+def test_the_eager_fast_path_skips_the_op_but_never_autograd(monkeypatch):
+    """Where the dispatcher would do nothing but call the implementation (``dispatch_is_plain``; forced here for CPU
+    tensors), ops.attention runs it directly: the same result without the custom op. A call that needs a gradient
+    still goes through the op and records one."""
+    import sys
+
+    import warpspec
+    import warpspec.torch_ops
+
+    attention_module = sys.modules["warpspec.ops.attention"]
+    generator = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, h, s, 64, generator=generator).half() for h, s in ((4, 2), (2, 70), (2, 70)))
+    through_op = attention(q, k, v, causal=True)
+    monkeypatch.setattr(warpspec.torch_ops, "dispatch_is_plain", lambda *tensors: True)
+    real_op = attention_module._torch_op
+    monkeypatch.setattr(attention_module, "_torch_op", lambda: pytest.fail("the fast path called the custom op"))
+    with warpspec.use_backend("emulator"):
+        direct = attention(q, k, v, causal=True)
+    assert torch.equal(direct, through_op)
+    monkeypatch.setattr(attention_module, "_torch_op", real_op)
+    with warpspec.use_backend("emulator"):
+        assert attention(q.requires_grad_(), k, v, causal=True).grad_fn is not None

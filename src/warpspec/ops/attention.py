@@ -81,7 +81,16 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False):
         raise ArgumentError(f"return_lse must be True or False, got {return_lse!r}")
     if kind == "torch":
         same_device("q", q, k=k, v=v)
-        out, lse2 = _torch_op()(q, k, v, problem.causal, problem.scale)
+        import torch
+
+        from warpspec.torch_ops import dispatch_is_plain
+
+        needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+        if not needs_grad and not torch.compiler.is_compiling() and dispatch_is_plain(q, k, v):
+            # What the op would run, without the dispatcher's cost (decode at batch 1 is bound by host time).
+            out, lse2 = _allocate_and_run(q, k, v, problem)
+        else:
+            out, lse2 = _torch_op()(q, k, v, problem.causal, problem.scale)
         return (out, lse2 * LN_2) if return_lse else out
     out = np.empty(q.shape, dtype=q.dtype)
     lse2 = np.empty(q.shape[:3], dtype=np.float32)
@@ -277,11 +286,15 @@ def _torch_op():
 
 
 def _op_implementation(q, k, v, causal, scale):
-    """The op's real and fake implementation: validate, allocate, then run the kernel (fake or meta tensors,
-    while ``torch.compile`` traces, only describe the call: nothing runs)."""
+    """The op's real and fake implementation: validate, allocate, then run the kernel (``_allocate_and_run``)."""
+    return _allocate_and_run(q, k, v, validate(q, k, v, causal, scale))
+
+
+def _allocate_and_run(q, k, v, problem: Problem):
+    """(out, lse2) of validated torch tensors: allocated on q's device, then computed (fake or meta tensors, while
+    ``torch.compile`` traces, only describe the call: nothing runs)."""
     import torch
 
-    problem = validate(q, k, v, causal, scale)
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse2 = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     if not runtime.shape_only((q, k, v)):

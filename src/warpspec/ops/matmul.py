@@ -159,8 +159,10 @@ def _padded_output(empty, problem: Problem, dtype):
 def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
     """torch tensors: validate, allocate the output, fold the scales on the device, and write the output through
     the custom op, or straight through its implementation where PyTorch's dispatcher would do nothing else
-    (``_dispatch_is_plain``): the dispatcher's own cost is more than a small GEMM's kernel time."""
+    (``warpspec.torch_ops.dispatch_is_plain``): the dispatcher's own cost is more than a small GEMM's kernel time."""
     torch = sys.modules["torch"]
+    from warpspec.torch_ops import dispatch_is_plain
+
     if torch.is_grad_enabled() and _any_requires_grad(a, b, bias):
         from warpspec.ops.matmul_grad import differentiable_matmul
 
@@ -177,7 +179,7 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
                              _torch_dtype(problem.out_dtype))
         found = found.with_output(a, b, bias, out)
     scale = _torch_scale(a, scale_a, scale_b) if problem.in_dtype == float8_e4m3 else None
-    if _dispatch_is_plain(torch, a, b, out, bias, scale):
+    if dispatch_is_plain(a, b, out, bias, scale):
         _write(found, a, b, out, bias, scale)
     else:
         _torch_op()(a, b, out, bias, scale, activation or "")
@@ -211,22 +213,6 @@ def _traced_matmul(torch, a, b, bias, activation, out, out_dtype, scale_a, scale
     scale = _torch_scale(a, scale_a, scale_b) if in_dtype == float8_e4m3 else None
     _op(a, b, out, bias, scale, activation or "")
     return out
-
-
-def _dispatch_is_plain(torch, a, *others) -> bool:
-    """Whether PyTorch's dispatcher would hand these tensors to the op's implementation and do nothing else: CUDA
-    tensors of the plain class on the current device (the CUDA back end selected), none needing a gradient, no
-    torch function or dispatch mode, no functorch transform (vmap, functionalize) and no profiler running. Then
-    an eager call runs the implementation itself; otherwise it goes through the op, which the dispatcher routes.
-    (Calls that need a gradient never get here: they take the differentiable op, ``warpspec.ops.matmul_grad``.)"""
-    C = torch._C
-    if (not a.is_cuda or C._is_torch_function_mode_enabled() or C._len_torch_dispatch_stack()
-            or C._are_functorch_transforms_active() or torch.autograd.profiler._is_profiler_enabled):
-        return False
-    if a.get_device() != runtime.current_device() or runtime.get_backend() != "cuda":
-        return False
-    grad = torch.is_grad_enabled()
-    return all(t is None or (type(t) is torch.Tensor and not (grad and t.requires_grad)) for t in (a, *others))
 
 
 # --------------------------------------------------------------------------------------------- validation
