@@ -25,7 +25,12 @@ SUITE=$SUITE,8192x8192x1024,4096x14336x4096,4096x4096x14336,16384x4096x4096
 summary=()
 for step in "${steps[@]}"; do
   case "$step" in
-    gpu-tests) cmd=(python3 -m pytest -q -m gpu tests -p no:cacheprovider) ;;
+    # The GPU suite compiles hundreds of kernels: pytest-xdist (on the GPU machine's image) spreads the builds over
+    # the CPUs, and pytest-timeout ends a test that hangs instead of the whole step (its thread method: a test stuck
+    # in a driver call never sees a signal; the worker is ended and replaced).
+    gpu-tests) cmd=(python3 -m pytest -q -m gpu tests -p no:cacheprovider)
+               python3 -c "import xdist, pytest_timeout" 2>/dev/null &&
+                 cmd+=(-n 14 --timeout 300 --timeout-method thread -rfE) ;;
     main) cmd=(python3 examples/main.py) ;;
     tutorial) cmd=(python3 benchmarks/tutorial.py) ;;
     launch) cmd=(python3 benchmarks/launch.py --breakdown --json "$out/launch.json") ;;
