@@ -177,7 +177,6 @@ class TiledTensorMapSpec:
     l2_promotion: int
 
 
-
 def _index(value: Any, label: str) -> int:
     if isinstance(value, bool):
         raise ArgumentError(f"tensor map: {label} must be an integer, got {value!r}")
@@ -189,19 +188,18 @@ def _index(value: Any, label: str) -> int:
 
 def check_tensor_map_global(
     dtype: DType,
-    global_address: int | None,
+    global_address: int,
     global_shape: Sequence[int],
     global_strides_bytes: Sequence[int],
-) -> tuple[int | None, tuple[int, ...], tuple[int, ...]]:
+) -> tuple[int, tuple[int, ...], tuple[int, ...]]:
     """Check the global half of a tiled tensor map (what the array and its view decide: dtype, base address, shape
     and byte strides, innermost dimension first) against the driver's rules (cuda.h cuTensorMapEncodeTiled);
-    return ``(address, shape, strides)`` normalised. ``global_address`` None skips the address (an array the
-    launch copies to a fresh, aligned device buffer). Raises ``ArgumentError`` naming the first wrong value."""
+    return ``(address, shape, strides)`` normalised. Raises ``ArgumentError`` naming the first wrong value."""
     if not isinstance(dtype, DType) or dtype.name not in TENSOR_MAP_DTYPES:
         raise ArgumentError(f"tensor map: dtype {dtype!r} cannot be loaded by TMA; expected one of "
                             f"{', '.join(TENSOR_MAP_DTYPES)}")
-    address = None if global_address is None else _index(global_address, "global_address")
-    if address is not None and (address <= 0 or address % 16):
+    address = _index(global_address, "global_address")
+    if address <= 0 or address % 16:
         raise ArgumentError(f"tensor map: global_address {address:#x} must be a non-null device address aligned "
                             f"to 16 bytes (it is {address % 16} bytes past a 16-byte boundary)")
     shape = tuple(_index(value, f"global_shape[{i}]") for i, value in enumerate(global_shape))
@@ -239,7 +237,6 @@ def check_tiled_tensor_map(
     Raises ``ArgumentError`` naming the first wrong value and what is expected. Pure: needs no GPU.
     """
     address, shape, strides = check_tensor_map_global(dtype, global_address, global_shape, global_strides_bytes)
-    assert address is not None  # an address in, an address out
     rank = len(shape)
     box_dims = tuple(_index(value, f"box[{i}]") for i, value in enumerate(box))
     if len(box_dims) != rank:
@@ -270,10 +267,10 @@ def tma_views(kernel: ir.Kernel) -> set[int]:
             for stmt in ir.walk(kernel.body) if isinstance(stmt, (TmaLoad, TmaStore))}
 
 
-def check_tma_view(name: str, view: str, dtype: DType, address: int | None, shape, strides) -> None:
+def check_tma_view(name: str, view: str, dtype: DType, address: int, shape, strides) -> None:
     """ArgumentError naming argument ``name`` unless its view ``view`` (of element ``shape`` and ``strides``,
-    outermost first, at device address ``address``, or None for an array the launch copies) can be described by a
-    tensor map: innermost dimension contiguous, every other stride a multiple of 16 bytes, base 16-byte aligned.
+    outermost first, at address ``address``: the GPU's, or the emulator's host array) can be described by a tensor
+    map: innermost dimension contiguous, every other stride a multiple of 16 bytes, base 16-byte aligned.
     Both back ends call it for every view a TMA copy moves through, so a view the GPU cannot copy is refused on
     the emulator too."""
     if strides[-1] != 1:

@@ -114,27 +114,23 @@ def occupancy_line(text: str) -> str:
     return next(line for line in text.splitlines() if line.startswith("blocks per SM: "))
 
 
-def test_the_model_takes_its_registers_from_the_real_build():
-    """Without --registers the model's occupancy uses ptxas's count of the NVRTC build."""
+def test_timeline_reports_where_its_register_count_comes_from(capsys, tmp_path):
+    """Without --registers the model's occupancy uses ptxas's count of the kernel's NVRTC build; --registers N
+    replaces it (255 leaves room for one block per SM)."""
     from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import parse_ptxas_log
     from warpspec.runtime import kernel_for
-    from warpspec.timeline.model import built_registers
 
     sys.path.insert(0, str(ROOT / "examples"))
     from matmul_v3 import MatmulWGMMAV3
 
-    kernel = kernel_for(MatmulWGMMAV3(num_stages=3, block_m=128, block_n=128, block_k=64), {"n_size": 512,
-                                                                                             "k_size": 512})
-    (report,) = parse_ptxas_log(compile_kernel(kernel).module.log).values()
-    assert built_registers(kernel) == report.registers
-
-
-def test_timeline_reports_where_its_register_count_comes_from(capsys, tmp_path):
+    built = compile_kernel(kernel_for(MatmulWGMMAV3(num_stages=3, block_m=128, block_n=128, block_k=64),
+                                      {"n_size": 512, "k_size": 512}))
+    (report,) = parse_ptxas_log(built.module.log).values()
     code, text, err = timeline(capsys, V3, *SIZES, *PINNED, "--out", str(tmp_path / "built"))
     assert code == 0, err
-    assert occupancy_line(text).endswith("registers x 160 threads each; the model's count, registers from ptxas); "
-                                         "1 at once on SM 0")
+    assert occupancy_line(text).endswith(f" {report.registers} registers x 160 threads each; the model's count, "
+                                         f"registers from ptxas); 1 at once on SM 0")
     code, text, err = timeline(capsys, V3, *SIZES, *PINNED, "--registers", "255", "--out", str(tmp_path / "given"))
     assert code == 0, err
     assert occupancy_line(text) == ("blocks per SM: 1 (limited by registers; 97 KB of shared memory, 255 registers x "

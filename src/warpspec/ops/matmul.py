@@ -161,8 +161,6 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
     the custom op, or straight through its implementation where PyTorch's dispatcher would do nothing else
     (``warpspec.torch_ops.dispatch_is_plain``): the dispatcher's own cost is more than a small GEMM's kernel time."""
     torch = sys.modules["torch"]
-    from warpspec.torch_ops import dispatch_is_plain
-
     if torch.is_grad_enabled() and _any_requires_grad(a, b, bias):
         from warpspec.ops.matmul_grad import differentiable_matmul
 
@@ -179,6 +177,8 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
                              _torch_dtype(problem.out_dtype))
         found = found.with_output(a, b, bias, out)
     scale = _torch_scale(a, scale_a, scale_b) if problem.in_dtype == float8_e4m3 else None
+    from warpspec.torch_ops import dispatch_is_plain
+
     if dispatch_is_plain(a, b, out, bias, scale):
         _write(found, a, b, out, bias, scale)
     else:
@@ -699,8 +699,8 @@ def forget_choices() -> None:
 
 def chosen_schedule(problem: Problem) -> dict | None:
     """The schedule this process runs for calls like ``problem``, once one has run (None before)."""
-    for (dtypes, variant, sizes, _, _), script in _chosen.items():
-        if (dtypes, variant, sizes) == (dtypes_key(problem), problem.variant, buckets(problem)):
+    for (dtype_names, variant, sizes, _, _), script in _chosen.items():
+        if (dtype_names, variant, sizes) == (dtypes_key(problem), problem.variant, buckets(problem)):
             return script.schedule()
     return None
 
