@@ -78,3 +78,14 @@ def captured(step, *inputs):
     with torch.cuda.graph(graph):
         output = step(*inputs)
     return graph, output
+
+
+def replayed_on(step, example, fresh):
+    """The output of ``step`` captured in a CUDA graph on a copy of ``example`` (``captured``), replayed after
+    ``fresh`` is copied into that input: what a graph captured once computes for new data."""
+    static_input = example.clone()
+    graph, output = captured(step, static_input)
+    static_input.copy_(fresh)
+    graph.replay()
+    torch.cuda.synchronize()
+    return output

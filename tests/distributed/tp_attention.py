@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from common import CopyToRanks, ReduceFromRanks, captured, check, join
+from common import CopyToRanks, ReduceFromRanks, check, join, replayed_on
 
 import warpspec.ops as ops
 
@@ -82,13 +82,9 @@ def main() -> None:
         check("out against one GPU's ops", y, whole, TOLERANCE)
 
     with torch.no_grad():
-        static_x = x.clone()
-        graph, static_y = captured(forward, static_x)
         fresh = torch.randn(BATCH * SEQ, MODEL, device="cuda", dtype=DTYPE)
-        static_x.copy_(fresh)
-        graph.replay()
-        torch.cuda.synchronize()
-        check("out replayed from the CUDA graph", static_y, reference(fresh, w_qkv, w_o), TOLERANCE)
+        check("out replayed from the CUDA graph", replayed_on(forward, x, fresh), reference(fresh, w_qkv, w_o),
+              TOLERANCE)
     print(f"rank {rank}: forward, backward and graph match", flush=True)
     dist.destroy_process_group()
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from common import CopyToRanks, ReduceFromRanks, captured, check, join
+from common import CopyToRanks, ReduceFromRanks, check, join, replayed_on
 
 import warpspec.ops as ops
 
@@ -61,13 +61,8 @@ def main() -> None:
 
     # The forward captured in a CUDA graph on this rank, replayed on new inputs.
     with torch.no_grad():
-        static_x = x.clone()
-        graph, static_y = captured(forward, static_x)
         fresh = torch.randn(TOKENS, HIDDEN, device="cuda", dtype=DTYPE)
-        static_x.copy_(fresh)
-        graph.replay()
-        torch.cuda.synchronize()
-        check("y replayed from the CUDA graph", static_y, reference(fresh, w1, w2), TOLERANCE)
+        check("y replayed from the CUDA graph", replayed_on(forward, x, fresh), reference(fresh, w1, w2), TOLERANCE)
     print(f"rank {rank}: forward, backward and graph match", flush=True)
     dist.destroy_process_group()
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from tests.kernels import buggy_kernels as bk
+from tests.support.example_checks import emulator  # noqa: F401  (autouse: the emulator, its deterministic schedule)
 import warpspec
 from warpspec import float16, int32
-from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.errors import InFlightAtExitError
 
 THIS = Path(__file__).name
@@ -49,13 +49,6 @@ class LoadNobodyWaitsOn(warpspec.Script):
         with self.single_thread():
             self.mbarrier.arrive_and_expect_tx(full[0], transaction_bytes=tile.nbytes)
             self.tma.global_to_shared(src=src, dst=tile, offsets=[0, 0], mbarrier=full[0])
-
-
-@pytest.fixture(autouse=True)
-def emulator(monkeypatch):
-    monkeypatch.delenv(SEED_VARIABLE, raising=False)
-    with warpspec.use_backend("emulator"):
-        yield
 
 
 def test_a_store_not_waited_for_is_an_error_at_its_line():

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.kernels import cluster_kernels as ck
+from tests.support.example_checks import emulator  # noqa: F401  (autouse: the emulator, its deterministic schedule)
 import warpspec
 from warpspec import ArgumentError, BarrierError, BoundsError, CompileError, RaceError
 from warpspec.cuda import sass
@@ -20,14 +21,6 @@ from warpspec.runtime import kernel_for
 
 # Ragged: the last band and the last tile of each band are partial; rows of 592 bytes keep TMA's 16-byte pitch.
 M, N = 100, 296
-
-
-@pytest.fixture(autouse=True)
-def emulator(monkeypatch):
-    """Run on the emulator with its deterministic schedule unless a test sets a seed."""
-    monkeypatch.delenv(SEED_VARIABLE, raising=False)
-    with warpspec.use_backend("emulator"):
-        yield
 
 
 def run_stream(kernel, m=M, n=N):

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tests.kernels import flag_kernels as fk
+from tests.support.example_checks import emulator  # noqa: F401  (autouse: the emulator, its deterministic schedule)
 import warpspec
 from warpspec import CompileError, DeadlockError, RaceError, Script, float32, int32
 from warpspec.cuda.codegen import generate
@@ -15,13 +16,6 @@ from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.runtime import kernel_for
 
 BLOCKS = 4
-
-
-@pytest.fixture(autouse=True)
-def emulator(monkeypatch):
-    monkeypatch.delenv(SEED_VARIABLE, raising=False)
-    with warpspec.use_backend("emulator"):
-        yield
 
 
 def at(marker: str) -> str:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.kernels import flag_ordering_kernels as kfo
-import warpspec
+from tests.support.example_checks import emulator  # noqa: F401  (autouse: the emulator, its deterministic schedule)
 from warpspec import ArgumentError, RaceError
 from warpspec.arguments import flag_pointers
 from warpspec.emulator.run import SEED_VARIABLE
@@ -17,13 +17,6 @@ from warpspec.runtime import kernel_for
 
 BLOCKS = 3
 SEEDS = [None, 0, 1, 2, 3, 5, 8, 13]
-
-
-@pytest.fixture(autouse=True)
-def emulator(monkeypatch):
-    monkeypatch.delenv(SEED_VARIABLE, raising=False)
-    with warpspec.use_backend("emulator"):
-        yield
 
 
 def at(marker: str) -> str:

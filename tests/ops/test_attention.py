@@ -9,12 +9,12 @@ from io import StringIO
 from pathlib import Path
 
 from tests.kernels import attention_bug_kernels as bk
+from tests.support.example_checks import emulator  # noqa: F401  (autouse: the emulator, its deterministic schedule)
 import ml_dtypes
 import numpy as np
 import pytest
 from attention_fwd import reference
 
-import warpspec
 from warpspec import ArgumentError, BarrierError, RaceError
 from warpspec.dtypes import bfloat16, float16
 from warpspec.emulator.run import SEED_VARIABLE
@@ -26,14 +26,6 @@ KERNEL_FILE = ak.__file__
 EXAMPLE_FILE = str(Path(__file__).resolve().parents[2] / "examples" / "attention_fwd.py")
 #: fp16/bf16 inputs and output, P rounded to the input type before PV: bf16 keeps 8 bits.
 TOLERANCE = {np.float16: 2e-3, ml_dtypes.bfloat16: 2e-2}
-
-
-@pytest.fixture(autouse=True)
-def emulator(monkeypatch):
-    """Run on the emulator with its deterministic schedule."""
-    monkeypatch.delenv(SEED_VARIABLE, raising=False)
-    with warpspec.use_backend("emulator"):
-        yield
 
 
 def operands(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, seed=0):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.ops import test_attention
-import warpspec
+from tests.support.example_checks import emulator  # noqa: F401  (autouse: the emulator, its deterministic schedule)
 from warpspec import ArgumentError
 from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.ops import attention, attention_backward
@@ -19,13 +19,6 @@ torch = pytest.importorskip("torch")
 #: Max abs error over max |reference gradient|: fp16 operands and P, dS rounded to the input type before their
 #: GEMMs (bf16 keeps 8 bits); measured 3e-4 to 1e-3 for fp16.
 GRADIENT_TOLERANCE = {np.float16: 4e-3, ml_dtypes.bfloat16: 3e-2}
-
-
-@pytest.fixture(autouse=True)
-def emulator(monkeypatch):
-    monkeypatch.delenv(SEED_VARIABLE, raising=False)
-    with warpspec.use_backend("emulator"):
-        yield
 
 
 def operands(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, seed=0):

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from tests.kernels import attention_bug_kernels as bk
-from tests.ops.test_attention import expected, line_of, operands
+from tests.ops.test_attention import TOLERANCE, expected, line_of, operands
+from tests.support.example_checks import emulator  # noqa: F401  (autouse: the emulator, its deterministic schedule)
 
-import warpspec
 from warpspec import RaceError
 from warpspec.dtypes import bfloat16, float16
 from warpspec.emulator.run import SEED_VARIABLE
@@ -18,15 +18,6 @@ from warpspec.ops import attention, attention_backward
 from warpspec.ops import attention_decode as decode
 from warpspec.ops.attention import launch, validate
 from warpspec.ops.attention_decode_kernel import Decode
-
-TOLERANCE = {np.float16: 2e-3, ml_dtypes.bfloat16: 2e-2}
-
-
-@pytest.fixture(autouse=True)
-def emulator(monkeypatch):
-    monkeypatch.delenv(SEED_VARIABLE, raising=False)
-    with warpspec.use_backend("emulator"):
-        yield
 
 
 def dense(q, k, v, causal):

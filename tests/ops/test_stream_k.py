@@ -14,23 +14,16 @@ import inspect
 import numpy as np
 import pytest
 
-import warpspec
 from warpspec import DeadlockError, RaceError
 from warpspec.dtypes import bfloat16, float8_e4m3, float16, float32
 from warpspec.ops import kernels
 from warpspec.emulator.run import SEED_VARIABLE
 
 from tests.ops.test_matmul import BF16, E4M3, assert_close, operands, reference
+from tests.support.example_checks import emulator  # noqa: F401  (autouse: the emulator, its deterministic schedule)
 
 ops_matmul = importlib.import_module("warpspec.ops.matmul")
 KERNELS = kernels.__file__
-
-
-@pytest.fixture(autouse=True)
-def emulator(monkeypatch):
-    monkeypatch.delenv(SEED_VARIABLE, raising=False)
-    with warpspec.use_backend("emulator"):
-        yield
 
 
 def launch(kernel, a, b, out, bias, scale, num_sms, workspace=None):
