@@ -22,7 +22,9 @@ def test_emulator_matches_numpy(mode, n, k):
     c = np.full((64, n), np.nan, dtype=np.float32)
     with warpspec.use_backend("emulator"):
         wf.WgmmaForm(mode, n, k)(a, b, x, y, c)
-    assert wf.max_error(mode, c, a, b, x, y) < 1e-5
+    # numpy's BLAS sums the scores in its own order, so "registers" may round one to the neighbouring float16
+    # (1e-3 relative), as on the GPU (tests/isa/test_wgmma_gpu.py); a misplaced element is off by O(1).
+    assert wf.max_error(mode, c, a, b, x, y) < (2e-3 if mode == "registers" else 1e-5)
 
 
 @pytest.mark.parametrize("mode", wf.MODES)
