@@ -6,7 +6,8 @@
 #
 # Steps: gpu-tests, main, tutorial, launch, matmul, schedules (V3's depths and tiles), v6, v7 (every schedule),
 # timeline (the instrumentation's cost and V3's timelines), timeline-cli, v7-timeline, gemm (ops.matmul's suite),
-# tune-defaults (tunes the suite's shapes and writes the shipped defaults), ops-tests, stream-k-tests (flags and
+# tune-defaults (tunes the suite's shapes and writes the shipped defaults), tune-small-m (the same for a linear
+# layer's small M), llm (benchmarks/llm_shapes.py), split-tests (the split family's GPU tests), ops-tests, stream-k-tests (flags and
 # the stream-K schedules), stream-k (stream-K against whole tiles, cuBLAS beside), attention, attention-tests.
 set -u
 cd "$(dirname "$0")/.."
@@ -22,6 +23,10 @@ bindings.__version__)" | tee -a "$out/gpu.txt"
 # benchmarks/gemm.py's shapes; shapes of one size bucket share a winner, tuned at the first (8192^3 here)
 SUITE=2048x2048x2048,4096x4096x4096,8192x8192x8192,8000x8000x8000,8192x8192x8056,16384x16384x8192
 SUITE=$SUITE,8192x8192x1024,4096x14336x4096,4096x4096x14336,16384x4096x4096
+# A linear layer's small M (the split family) against Llama-sized weights N x K: the buckets llm_shapes.py reads
+SMALL_M=""
+for m in 1 8 32 64 256; do for nk in 4096x4096 14336x4096 4096x14336 6144x4096 1024x4096; do
+  SMALL_M="$SMALL_M${SMALL_M:+,}${m}x${nk}"; done; done
 summary=()
 for step in "${steps[@]}"; do
   case "$step" in
@@ -49,6 +54,12 @@ for step in "${steps[@]}"; do
                         --write-defaults --shapes $SUITE || exit; done; python3 -m warpspec.cli tune --runs 30 \
                         --dtype float8_e4m3 --write-defaults --shapes 4096x14336x4096,8192x8192x8192 || exit; \
                         cp src/warpspec/ops/defaults.json '$out/defaults.json'") ;;
+    tune-small-m) cmd=(bash -c "for d in bfloat16 float16; do python3 -m warpspec.cli tune --dtype \$d --runs 10 \
+                       --write-defaults --shapes $SMALL_M || exit; done; \
+                       cp src/warpspec/ops/defaults.json '$out/defaults.json'") ;;
+    llm) cmd=(python3 benchmarks/llm_shapes.py --no-tune --json "$out/llm.json") ;;
+    split-tests) cmd=(python3 -m pytest -q -m gpu tests/ops/test_split_gemm_gpu.py -p no:cacheprovider)
+                 python3 -c "import xdist" 2>/dev/null && cmd+=(-n 8) ;;
     ops-tests) cmd=(python3 -m pytest -q -x -m gpu tests/ops/test_matmul_gpu.py -p no:cacheprovider) ;;
     stream-k-tests) cmd=(python3 -m pytest -q -m gpu tests/isa/test_flag_gpu.py tests/ops/test_matmul_gpu.py
                          -k "flag or stream_k or splits" -p no:cacheprovider) ;;

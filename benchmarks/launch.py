@@ -156,8 +156,8 @@ def ops_breakdown(calls: int, size: int = 2048) -> dict[str, float]:
     c = torch.empty(size, size, device="cuda", dtype=torch.float16)
     module.matmul(a, w_t, out=c)  # builds the kernel and sets the signature's launcher
     found = module.signature(a, w_t, None, None, c, None)
-    script, num_sms, elements = found.launcher
-    work = module.workspace_like(c, elements, num_sms) if elements else module.placeholders_like(c)
+    script, num_sms, (elements, flag_count) = found.launcher
+    work = module.workspace_like(c, elements, flag_count) if elements else module.placeholders_like(c)
     args = found.layout.arguments(a, w_t, c, None, None, work, num_sms)
     op = module._torch_op()
     nothing = warpspec.torch_ops.custom_op("warpspec_benchmarks::nothing", lambda x: None, schema="(Tensor x) -> ()")

@@ -68,7 +68,7 @@ def stream_k_operands(kernel_class):
     a, w = test_stream_k.operands(m, n, k, np.float16)
     out = np.full((m, n), np.nan, np.float16)
     problem = test_stream_k.ops_matmul.validate(a, w.T, None, None, out, None)
-    workspace = (np.zeros(test_stream_k.ops_matmul.workspace_elements(m, n, STREAM_K_BLOCKS), np.float32),
+    workspace = (np.zeros(test_stream_k.ops_matmul.workspace_sizes(m, n, STREAM_K_BLOCKS)[0], np.float32),
                  np.zeros(STREAM_K_BLOCKS, np.int32))
     layout = test_stream_k.ops_matmul.Layout.of(a, w.T, out, problem)
     script = test_stream_k.stream_k(kernel_class, 64, 64, stages=2)

@@ -193,13 +193,23 @@ def test_misaligned_base_address_is_refused():
 # ------------------------------------------------------------------------------------------ schedules
 
 
+@pytest.fixture
+def tile_walk(monkeypatch):
+    """Small problems run the tile walk's family (``Gemm``) instead of the split family, whose schedules are
+    tested in tests/ops/test_split_gemm.py: the schedule mechanics these tests check are the same for both."""
+    monkeypatch.setattr(ops_matmul, "SPLIT_FAMILY_M", 0)
+    monkeypatch.setattr(ops_matmul, "_chosen", {})
+    monkeypatch.setattr(ops_matmul, "_signatures", {})
+
+
 def problem(m, n, k, dtype=warpspec.float16, has_bias=False):
     return ops_matmul.Problem(m, n, k, dtype, ops_matmul.OUT_DTYPES[dtype][0], True, has_bias, None)
 
 
 def test_heuristic_uses_small_tiles_for_small_problems_and_v6_tiles_for_large():
-    assert ops_matmul.heuristic_schedule(problem(96, 80, 64)) == \
-        {"num_stages": 2, "block_m": 64, "block_n": 64, "persistent": False, "stream_k": False}
+    assert ops_matmul.heuristic_schedule(problem(96, 80, 64)) == ops_matmul.split_schedule(problem(96, 80, 64))
+    assert ops_matmul.heuristic_schedule(problem(300, 80, 64)) == \
+        {"num_stages": 2, "block_m": 128, "block_n": 64, "persistent": False, "stream_k": False}
     assert ops_matmul.heuristic_schedule(problem(8192, 8192, 8192)) == \
         {"num_stages": 3, "block_m": 128, "block_n": 256, "persistent": True,
          "stream_k": True}
@@ -226,12 +236,16 @@ def test_shipped_defaults_win_over_the_heuristic(monkeypatch, tmp_path):
 def test_the_shipped_defaults_file_holds_valid_schedules():
     for dtype_name, schedules in ops_matmul.shipped_defaults().items():
         dtype = BY_NAME[dtype_name]
-        valid = kernels.gemm_class(dtype)(dtype, dtype if dtype.nbytes == 2 else bfloat16, b_k_major=True,
-                                          has_bias=False, activation=None).schedules()
-        keys = {"num_stages", "block_m", "block_n", "persistent", "stream_k"}
-        assert valid and all(set(s) == keys for s in valid)
+        valid = {split: kernels.gemm_class(dtype, split)(dtype, dtype if dtype.nbytes == 2 else bfloat16,
+                                                         b_k_major=True, has_bias=False, activation=None).schedules()
+                 for split in (False, True)}
+        keys = {False: {"num_stages", "block_m", "block_n", "persistent", "stream_k"},
+                True: {"num_stages", "block_m", "block_n", "swap_ab", "split_k"}}
+        assert all(valid[split] and all(set(s) == keys[split] for s in valid[split]) for split in valid)
         for bucket, schedule in schedules.items():
-            assert len(bucket.split("x")) == 3 and schedule in valid, (dtype_name, bucket, schedule)
+            m = int(bucket.split("x")[0])  # the bucket of M names the family
+            assert len(bucket.split("x")) == 3 and schedule in valid[m <= ops_matmul.SPLIT_FAMILY_M], \
+                (dtype_name, bucket, schedule)
 
 
 def test_parse_shapes():
@@ -309,7 +323,7 @@ class StoredWinnerBench:
         return {"gpu": "Fake H200", "compute_capability": "9.0", "driver": 13000}
 
 
-def test_a_stored_winner_wins_on_the_gpu_and_serves_the_epilogue_variants(tmp_path, monkeypatch):
+def test_a_stored_winner_wins_on_the_gpu_and_serves_the_epilogue_variants(tmp_path, monkeypatch, tile_walk):
     from dataclasses import asdict
 
     from warpspec.frontend.kernel import bind_arguments
@@ -338,7 +352,7 @@ def test_a_stored_winner_wins_on_the_gpu_and_serves_the_epilogue_variants(tmp_pa
     assert ops_matmul.choose_schedule(with_bias, bias_args, on_gpu=False) == ops_matmul.heuristic_schedule(plain)
 
 
-def test_a_shipped_default_that_cannot_build_for_the_output_dtype_falls_back(monkeypatch):
+def test_a_shipped_default_that_cannot_build_for_the_output_dtype_falls_back(monkeypatch, tile_walk):
     """A float16 default whose stages leave no room for a float32 output's epilogue buffer (128 KB): the size
     rule's schedule runs instead, and the result is right."""
     too_big = {"num_stages": 3, "block_m": 128, "block_n": 256, "persistent": True, "stream_k": False}

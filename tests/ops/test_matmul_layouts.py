@@ -11,6 +11,8 @@ import pytest
 
 from warpspec import ArgumentError, ops
 
+from tests.ops.test_matmul import tile_walk  # noqa: F401  (the fixture)
+
 ops_matmul = importlib.import_module("warpspec.ops.matmul")
 BF16, E4M3 = ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn
 #: The float32 result of rounded inputs, summed in another order: a few float32 units of the sum's magnitude.
@@ -45,7 +47,7 @@ def test_every_layout_of_a_and_b(dtype, a_layout, b_layout, m, n, k):
     assert_product(ops.matmul(a, b, out_dtype=np.float32), a, b)
 
 
-def test_a_column_major_a_with_every_schedule_shape_and_the_epilogue():
+def test_a_column_major_a_with_every_schedule_shape_and_the_epilogue(tile_walk):
     """Column-major A through tiles of 64 and 128 rows (one and two consumer warpgroups), persistent or not."""
     a = as_layout(rounded((200, 64), np.float16, 2), "column")
     w = rounded((136, 64), np.float16, 3)

@@ -30,8 +30,9 @@ def launch(kernel, a, b, out, bias, scale, num_sms, workspace=None):
     """Run ``kernel`` on the operands with a grid bound of ``num_sms``; returns the workspace it used."""
     problem = ops_matmul.validate(a, b, bias, kernel.activation, out, None)
     if workspace is None:
-        workspace = (np.zeros(ops_matmul.workspace_elements(problem.m, problem.n, num_sms), np.float32),
-                     np.zeros(num_sms, np.int32))
+        pinned = {"stream_k": kernel.stream_k, "block_m": kernel.block_m, "block_n": kernel.block_n}
+        elements, flag_count = ops_matmul.workspace_sizes(problem.m, problem.n, num_sms, pinned)
+        workspace = (np.zeros(max(elements, 1), np.float32), np.zeros(max(flag_count, 1), np.int32))
     layout = ops_matmul.Layout.of(a, b, out, problem)
     kernel(*layout.arguments(a, b, out, bias, scale, workspace, num_sms))
     return workspace

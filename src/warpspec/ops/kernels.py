@@ -35,7 +35,7 @@ host, which keeps a call free of host synchronisation (CUDA graphs, ``torch.comp
 from __future__ import annotations
 
 from warpspec.dtypes import DType, bfloat16, float8_e4m3, float16, float32, int32
-from warpspec.errors import ArgumentError
+from warpspec.errors import ArgumentError, CompileError
 from warpspec.frontend.interpreter import cdiv
 from warpspec.ops.naming import typed_kernel_name
 from warpspec.pipeline import Pipeline
@@ -69,6 +69,13 @@ TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
 MAX_SPLIT = 4
 MIN_SPLIT_K_TILES = 32
 MAX_LEFT_PERCENT = 60
+#: The split family (``SplitGemm``): its tiles as (swap_ab, block_m, block_n) — with swap_ab a tile's rows run over
+#: N and its 8 to 64 columns over M —, the blocks a tile's K range is split between, and its stage counts (deeper
+#: rings than the tile walk's: a block streams a weight whose every byte it reads once).
+SPLIT_TILES = ((False, 64, 64), (False, 64, 128), (False, 128, 64), (False, 128, 128),
+               (True, 64, 8), (True, 128, 8), (True, 128, 16), (True, 128, 32), (True, 128, 64))
+SPLITS = (1, 2, 4, 8)
+SPLIT_STAGES = (3, 4, 6, 8)
 
 
 class StreamK(Class):
@@ -122,9 +129,10 @@ class _Gemm(Script):
     #: Only the problem sizes choose the schedule: the pitches follow them, and num_sms is the device's.
     tune_key = ("m_size", "n_size", "k_size")
     input_dtypes: tuple[DType, ...] = ()  # the input types the subclass's kernel takes
+    split_family = False  # True for the classes whose schedules are ``SPLIT_TILES`` (``SplitFamily``)
 
     def __init__(self, in_dtype, out_dtype, b_k_major, has_bias, activation, persistent, stream_k, num_stages,
-                 block_m, block_n, group_m=GROUP_M, a_k_major=True):
+                 block_m, block_n, group_m=GROUP_M, a_k_major=True, swap_ab=False, split_k=1):
         super().__init__()
         if in_dtype not in self.input_dtypes:
             raise ArgumentError(f"{type(self).__name__} takes inputs of "
@@ -139,6 +147,18 @@ class _Gemm(Script):
         self.block_k = block_k_for(in_dtype)
         self.a_k_major = a_k_major
         assert persistent or not stream_k, "stream-K splits the last wave of the persistent walk"
+        if persistent and (swap_ab or split_k != 1):
+            # The transposed output has no unit column stride, which a TMA store needs; a split walks its blocks'
+            # own K ranges, not the persistent tile walk.
+            raise CompileError(f"{type(self).__name__}: swap_ab and split_k > 1 run one tile (part) per block, not "
+                               f"persistent")
+        if not isinstance(split_k, int) or isinstance(split_k, bool) or split_k < 1:
+            raise CompileError(f"{type(self).__name__}: split_k must be a positive int, got {split_k!r}")
+        self.swap_ab = swap_ab
+        self.split_k = split_k
+        # The operands WGMMA reads as its A (the output tile's rows) and its B (its columns): a and b, or b and a
+        # when the product is computed transposed (swap_ab), each K-major or not as stored.
+        self.rows_k_major, self.cols_k_major = (b_k_major, a_k_major) if swap_ab else (a_k_major, b_k_major)
         self.group_m = group_m  # tile rows per rasterization band (not tuned: benchmarks/rasterization.py)
         self.b_k_major = b_k_major
         self.has_bias = has_bias
@@ -152,38 +172,48 @@ class _Gemm(Script):
         self.consumer_threads = WARPGROUP if block_m == 64 else 2 * WARPGROUP
 
     def kernel_name(self) -> str:
-        """``Gemm`` and the element types: the input's, then the output's where it differs (``GemmBF16F32``)."""
+        """``Gemm`` (``SplitGemm`` for the split family) and the element types: the input's, then the output's
+        where it differs (``GemmBF16F32``)."""
         dtypes = (self.in_dtype,) if self.out_dtype == self.in_dtype else (self.in_dtype, self.out_dtype)
-        return typed_kernel_name(self, gemm_class(self.in_dtype), "Gemm", dtypes)
+        stem = "SplitGemm" if self.split_family else "Gemm"
+        return typed_kernel_name(self, gemm_class(self.in_dtype, self.split_family), stem, dtypes)
 
     def gemm(self, m_size, n_size, k_size, lda, ldb, ldc, a_ptr, b_ptr, c_ptr, bias_ptr, scale_ptr, ws_ptr, flags_ptr,
              num_sms):
-        """The kernel: C[m, n] = act(scale · sum_k A[m, k] B[k, n] + bias[n]) (scale only when ``self.scaled``)."""
+        """The kernel: C[m, n] = act(scale · sum_k A[m, k] B[k, n] + bias[n]) (scale only when ``self.scaled``).
+        With ``swap_ab`` it computes Cᵀ = Bᵀ·Aᵀ: the output tiles' rows run over N and their columns over M, so a
+        small M becomes WGMMA's narrow N side and b's rows (a weight) fill its 64-row A side."""
         block_m, block_n, block_k, stages = self.block_m, self.block_n, self.block_k, self.num_stages
-        tiles_m = cdiv(m_size, block_m)
-        tiles_n = cdiv(n_size, block_n)
+        rows_size, cols_size = (n_size, m_size) if self.swap_ab else (m_size, n_size)
+        tiles_m = cdiv(rows_size, block_m)
+        tiles_n = cdiv(cols_size, block_n)
         num_tiles = tiles_m * tiles_n
-        self.attrs.blocks = [min(num_tiles, num_sms) if self.persistent else num_tiles]
+        k_tiles = cdiv(k_size, block_k)
+        # Split-K: every tile's K-tiles dealt out to ``splits`` consecutive blocks, each with at least one.
+        splits = min(k_tiles, self.split_k) if self.split_k > 1 else 1
+        self.attrs.blocks = [min(num_tiles, num_sms) if self.persistent else num_tiles * splits]
         self.attrs.warps = (self.consumer_threads + PRODUCER_THREADS) // 32
-        split = StreamK(num_tiles, cdiv(k_size, block_k), block_k) if self.stream_k else None
+        split = StreamK(num_tiles, k_tiles, block_k) if self.stream_k else None
         whole_tiles = num_tiles if split is None else split.whole_tiles
 
-        if self.a_k_major:
-            ga = self.global_view(a_ptr, dtype=self.in_dtype, shape=[m_size, k_size], strides=[lda, 1])
-            sa = self.shared_tensor(dtype=self.in_dtype, shape=[stages, block_m, block_k])
+        # The pointers go to the views as they are: a pointer copied into a local is a plain integer.
+        if self.swap_ab:
+            ga = self.operand_view(b_ptr, ldb, rows_size, k_size, self.rows_k_major)
+            gb = self.operand_view(a_ptr, lda, cols_size, k_size, self.cols_k_major)
         else:
-            ga = self.global_view(a_ptr, dtype=self.in_dtype, shape=[k_size, m_size], strides=[lda, 1])
-            sa = self.shared_tensor(dtype=self.in_dtype, shape=[stages, block_k, block_m])
-        if self.b_k_major:
-            gb = self.global_view(b_ptr, dtype=self.in_dtype, shape=[n_size, k_size], strides=[ldb, 1])
-            sb = self.shared_tensor(dtype=self.in_dtype, shape=[stages, block_n, block_k])
+            ga = self.operand_view(a_ptr, lda, rows_size, k_size, self.rows_k_major)
+            gb = self.operand_view(b_ptr, ldb, cols_size, k_size, self.cols_k_major)
+        sa_shape = [stages, block_m, block_k] if self.rows_k_major else [stages, block_k, block_m]
+        sa = self.shared_tensor(dtype=self.in_dtype, shape=sa_shape)
+        sb_shape = [stages, block_n, block_k] if self.cols_k_major else [stages, block_k, block_n]
+        sb = self.shared_tensor(dtype=self.in_dtype, shape=sb_shape)
+        if self.swap_ab:  # Cᵀ: its rows are C's columns, one element apart
+            gc = self.global_view(c_ptr, dtype=self.out_dtype, shape=[n_size, m_size], strides=[1, ldc])
         else:
-            gb = self.global_view(b_ptr, dtype=self.in_dtype, shape=[k_size, n_size], strides=[ldb, 1])
-            sb = self.shared_tensor(dtype=self.in_dtype, shape=[stages, block_k, block_n])
-        gc = self.global_view(c_ptr, dtype=self.out_dtype, shape=[m_size, n_size], strides=[ldc, 1])
-        if split is not None:
+            gc = self.global_view(c_ptr, dtype=self.out_dtype, shape=[m_size, n_size], strides=[ldc, 1])
+        if split is not None or self.split_k > 1:
             # One partial tile and one flag per block (``warpspec.ops.workspace`` sizes them on the host).
-            grid = min(num_tiles, num_sms)
+            grid = min(num_tiles, num_sms) if split is not None else num_tiles * splits
             ws = self.global_view(ws_ptr, dtype=float32, shape=[grid * block_m, block_n], scratch=True)
             flags = self.global_view(flags_ptr, dtype=int32, shape=[grid])
         # The persistent kernel's epilogue buffer: the TMA store of one tile reads it under the next's main loop.
@@ -192,17 +222,23 @@ class _Gemm(Script):
 
         with self.thread_group(thread_begin=self.consumer_threads, num_threads=PRODUCER_THREADS,
                                max_registers=PRODUCER_REGISTERS):
-            filled: int32 = 0  # stages filled, to drain
-            for tile in self.range(self.blockIdx.x, whole_tiles, self.gridDim.x):
+            if self.split_k > 1:
+                tile, k_begin, k_end = self.split_part(splits, k_tiles)
                 offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
-                filled = filled + cdiv(k_size, block_k)
-                self.produce(pipe, ga, gb, sa, sb, offset_m, offset_n, 0, k_size)
-            if split is not None:
-                for piece in self.range(split.pieces):
-                    tile, k_begin, k_end = split.piece(piece)
-                    offset_m, offset_n = self.tile_offsets(whole_tiles + tile, tiles_m, tiles_n)
-                    filled = filled + (k_end - k_begin) // block_k
-                    self.produce(pipe, ga, gb, sa, sb, offset_m, offset_n, k_begin, k_end)
+                self.produce(pipe, ga, gb, sa, sb, offset_m, offset_n, k_begin, k_end)
+                filled = (k_end - k_begin) // block_k
+            else:
+                filled: int32 = 0  # stages filled, to drain
+                for tile in self.range(self.blockIdx.x, whole_tiles, self.gridDim.x):
+                    offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
+                    filled = filled + k_tiles
+                    self.produce(pipe, ga, gb, sa, sb, offset_m, offset_n, 0, k_size)
+                if split is not None:
+                    for piece in self.range(split.pieces):
+                        tile, k_begin, k_end = split.piece(piece)
+                        offset_m, offset_n = self.tile_offsets(whole_tiles + tile, tiles_m, tiles_n)
+                        filled = filled + (k_end - k_begin) // block_k
+                        self.produce(pipe, ga, gb, sa, sb, offset_m, offset_n, k_begin, k_end)
             # Stay until the consumers released every stage that was filled, so their arrivals never target a
             # barrier whose waiter has exited.
             for _ in self.range(min(stages, filled)):
@@ -210,10 +246,22 @@ class _Gemm(Script):
                 pipe.producer_advance()
 
         with self.thread_group(thread_begin=0, num_threads=self.consumer_threads, max_registers=CONSUMER_REGISTERS):
-            for tile in self.range(self.blockIdx.x, whole_tiles, self.gridDim.x):
+            if self.split_k > 1:
+                tile, k_begin, k_end = self.split_part(splits, k_tiles)
                 offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
-                acc = self.consume(pipe, sa, sb, 0, k_size)
-                self.finish_tile(acc, sc, gc, m_size, n_size, bias_ptr, scale_ptr, offset_m, offset_n)
+                acc = self.consume(pipe, sa, sb, k_begin, k_end)
+                part = self.blockIdx.x % splits
+                if part < splits - 1:
+                    self.leave_partial(acc, ws, flags)
+                else:  # the tile's last part adds the others' sums, in the order of their blocks
+                    for contributor in self.range(self.blockIdx.x - part, self.blockIdx.x):
+                        acc = self.add_partial(acc, ws, flags, contributor)
+                    self.finish_tile(acc, sc, gc, m_size, n_size, bias_ptr, scale_ptr, offset_m, offset_n)
+            else:
+                for tile in self.range(self.blockIdx.x, whole_tiles, self.gridDim.x):
+                    offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
+                    acc = self.consume(pipe, sa, sb, 0, k_size)
+                    self.finish_tile(acc, sc, gc, m_size, n_size, bias_ptr, scale_ptr, offset_m, offset_n)
             if split is not None:
                 for piece in self.range(split.pieces):
                     tile, k_begin, k_end = split.piece(piece)
@@ -229,6 +277,19 @@ class _Gemm(Script):
                 with self.single_thread():
                     self.tma.wait_group(0)  # the last store's shared source must stay valid until it was read
 
+    def operand_view(self, ptr, pitch, extent, k_size, k_major):
+        """The global view of an operand with ``extent`` rows (or columns) of K: [extent, K] when K-major, else
+        [K, extent], rows ``pitch`` elements apart."""
+        shape = [extent, k_size] if k_major else [k_size, extent]
+        return self.global_view(ptr, dtype=self.in_dtype, shape=shape, strides=[pitch, 1])
+
+    def split_part(self, splits, k_tiles):
+        """Split-K: (tile, first K element, end K element) of this block's part. The ``splits`` consecutive blocks
+        of a tile take consecutive ranges of its K-tiles, the last block the range that ends it."""
+        part = self.blockIdx.x % splits
+        return (self.blockIdx.x // splits, part * k_tiles // splits * self.block_k,
+                (part + 1) * k_tiles // splits * self.block_k)
+
     def produce(self, pipe, ga, gb, sa, sb, offset_m, offset_n, k_begin, k_end):
         """The producer's loads of one tile's K range ``[k_begin, k_end)`` (elements) into the ring."""
         for offset_k in self.range(k_begin, k_end, self.block_k, unroll=self.num_stages):
@@ -237,13 +298,13 @@ class _Gemm(Script):
             with self.single_thread():
                 self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(),
                                                    transaction_bytes=sa[stage].nbytes + sb[stage].nbytes)
-                if self.a_k_major:
+                if self.rows_k_major:
                     self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_m, offset_k],
                                               mbarrier=pipe.producer_barrier())
                 else:
                     self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_k, offset_m],
                                               mbarrier=pipe.producer_barrier())
-                if self.b_k_major:
+                if self.cols_k_major:
                     self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k],
                                               mbarrier=pipe.producer_barrier())
                 else:
@@ -258,8 +319,8 @@ class _Gemm(Script):
         for offset_k in self.range(k_begin, k_end, self.block_k, unroll=self.num_stages):
             pipe.consumer_acquire()
             self.wgmma.fence()
-            a_tile = sa[pipe.consumer_stage] if self.a_k_major else sa[pipe.consumer_stage].transpose()
-            b_tile = sb[pipe.consumer_stage].transpose() if self.b_k_major else sb[pipe.consumer_stage]
+            a_tile = sa[pipe.consumer_stage] if self.rows_k_major else sa[pipe.consumer_stage].transpose()
+            b_tile = sb[pipe.consumer_stage].transpose() if self.cols_k_major else sb[pipe.consumer_stage]
             self.wgmma.mma(a_tile, b_tile, acc)
             self.wgmma.commit_group()
             self.wgmma.wait_group(1)  # the previous K-tile's group is done reading its stage: release it
@@ -306,15 +367,20 @@ class _Gemm(Script):
         return self.block_m * (first_m + in_band % band_rows), self.block_n * (in_band // band_rows)
 
     def epilogue(self, acc, m_size, n_size, bias_ptr, scale_ptr, offset_m, offset_n):
-        """Scale, bias and activation of the accumulator tile at (offset_m, offset_n), cast to the output dtype."""
+        """Scale, bias and activation of the accumulator tile at (offset_m, offset_n), cast to the output dtype.
+        The bias runs along C's N: the tile's columns, or its rows with ``swap_ab``."""
         result = acc
         if self.scaled:
             # One value for every row: a column vector (a few values per thread) of a view whose strides are 0.
-            scale = self.global_view(scale_ptr, dtype=float32, shape=[m_size, 1], strides=[0, 0])
+            scale = self.global_view(scale_ptr, dtype=float32, shape=[max(m_size, n_size), 1], strides=[0, 0])
             result = result * self.load_global(scale, offsets=[offset_m, 0], shape=[self.block_m, 1])
         if self.has_bias:
-            biases = self.global_view(bias_ptr, dtype=self.out_dtype, shape=[1, n_size])
-            bias = self.load_global(biases, offsets=[0, offset_n], shape=[1, self.block_n])
+            if self.swap_ab:  # a [block_m, 1] column of the bias seen as an [N, 1] view
+                biases = self.global_view(bias_ptr, dtype=self.out_dtype, shape=[n_size, 1], strides=[1, 0])
+                bias = self.load_global(biases, offsets=[offset_m, 0], shape=[self.block_m, 1])
+            else:
+                biases = self.global_view(bias_ptr, dtype=self.out_dtype, shape=[1, n_size])
+                bias = self.load_global(biases, offsets=[0, offset_n], shape=[1, self.block_n])
             result = result + (bias if self.out_dtype == float32 else self.cast(bias, dtype=float32))
         result = self.activate(result)
         return result if self.out_dtype == float32 else self.cast(result, dtype=self.out_dtype)
@@ -386,10 +452,42 @@ class ScaledGemm(_Gemm):
                   num_sms)
 
 
-def gemm_class(in_dtype: DType):
+class SplitFamily:
+    """The schedules for few output tiles (a linear layer at a decode or small-batch M): one tile's part per block,
+    never persistent, each tile's K range split between ``split_k`` blocks and, with ``swap_ab``, the product
+    computed transposed so that M is WGMMA's narrow side. Mixed into ``Gemm`` and ``ScaledGemm`` before them."""
+
+    split_family = True
+
+    def __init__(self, in_dtype, out_dtype, b_k_major, has_bias, activation, swap_ab, split_k, num_stages, block_m,
+                 block_n, a_k_major=True):
+        super().__init__(in_dtype, out_dtype, b_k_major, has_bias, activation, False, False, num_stages, block_m,
+                         block_n, a_k_major=a_k_major, swap_ab=swap_ab, split_k=split_k)
+
+
+def _split_schedules(cls):
+    """The split family's schedule space: ``SPLIT_TILES`` × ``SPLITS`` × ``SPLIT_STAGES``."""
+    cls = autotune("swap_ab, block_m, block_n", [list(tile) for tile in SPLIT_TILES])(cls)
+    cls = autotune("split_k", list(SPLITS))(cls)
+    return autotune("num_stages", list(SPLIT_STAGES))(cls)
+
+
+@_split_schedules
+class SplitGemm(SplitFamily, Gemm):
+    """``Gemm``'s kernel in the split family's schedules."""
+
+
+@_split_schedules
+class ScaledSplitGemm(SplitFamily, ScaledGemm):
+    """``ScaledGemm``'s kernel in the split family's schedules."""
+
+
+def gemm_class(in_dtype: DType, split: bool = False):
     """The kernel class for inputs of ``in_dtype``: ``Gemm`` for 16-bit inputs, ``ScaledGemm`` for float8 ones
-    (their kernels take the per-tensor scale as one more pointer)."""
-    return ScaledGemm if in_dtype == float8_e4m3 else Gemm
+    (their kernels take the per-tensor scale as one more pointer); their split family with ``split``."""
+    if in_dtype == float8_e4m3:
+        return ScaledSplitGemm if split else ScaledGemm
+    return SplitGemm if split else Gemm
 
 
 def block_k_for(in_dtype: DType) -> int:

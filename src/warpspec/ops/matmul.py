@@ -32,7 +32,7 @@ from warpspec.dtypes import DType, bfloat16, float8_e4m3, float16, float32
 from warpspec.errors import ArgumentError, CompileError
 from warpspec.ops.kernels import ACTIVATIONS, NUM_SMS, block_k_for, gemm_class
 from warpspec.ops.operands import dtype_of, kind_of, same_device, same_kind
-from warpspec.ops.workspace import placeholders_like, workspace_elements, workspace_like
+from warpspec.ops.workspace import placeholders_like, workspace_like, workspace_sizes
 from warpspec.tune.cache import size_bucket
 
 #: Input dtype -> the output dtypes allowed (the first is the default).
@@ -42,6 +42,10 @@ MAX_EXTENT = 2**31 - 1
 #: TMA's rules: every row pitch and every base address a multiple of 16 bytes.
 TMA_ALIGNMENT = 16
 DEFAULTS_FILE = pathlib.Path(__file__).with_name("defaults.json")
+#: The largest M the split family runs (a power of two, so that a size bucket of M belongs to one family).
+SPLIT_FAMILY_M = 256
+#: The split family's size rule: the fewest K-tiles a split part streams, so its ring fills before it drains.
+MIN_PART_K_TILES = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +67,13 @@ class Problem:
         """The kernel's constructor arguments besides the schedule: ``(b_k_major, has_bias, activation,
         a_k_major)``."""
         return (self.b_k_major, self.has_bias, self.activation, self.a_k_major)
+
+    @property
+    def split_family(self) -> bool:
+        """Whether the split family's schedules run it (``warpspec.ops.kernels.SplitGemm``): M at most
+        ``SPLIT_FAMILY_M``, a linear layer at a decode or small-batch M, whose few output tiles leave most SMs idle
+        unless K is split or the product computed transposed."""
+        return self.m <= SPLIT_FAMILY_M
 
 
 def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_a=None, scale_b=None):
@@ -307,7 +318,7 @@ class Signature:
     #: (a, b): whether the operand's row pitch (or address) is one TMA cannot describe, so a call copies it into
     #: rows padded to 16 bytes first (``staged_copy``) and runs the copies' signature.
     staging: tuple[bool, bool] = (False, False)
-    launcher: tuple | None = None  # (pinned Script, SM count), set by the first launch
+    launcher: tuple | None = None  # (pinned Script, SM count, workspace sizes), set by the first launch
     allocated: Signature | None = None  # without an output: the signature with the output ops.matmul allocates
 
     def with_output(self, a, b, bias, out) -> Signature:
@@ -542,11 +553,9 @@ def run(found: Signature, a, b, out, bias, scale) -> None:
         stand_in = placeholders_like(out)
         script = script_for(found.problem, found.layout.arguments(a, b, out, bias, scale, stand_in, num_sms))
         problem = found.problem
-        elements = workspace_elements(problem.m, problem.n, num_sms, (script.block_m, script.block_n)) \
-            if script.stream_k else 0
-        found.launcher = (script, num_sms, elements)
-    script, num_sms, elements = found.launcher
-    work = workspace_like(out, elements, num_sms) if elements else placeholders_like(out)
+        found.launcher = (script, num_sms, workspace_sizes(problem.m, problem.n, num_sms, script.schedule()))
+    script, num_sms, (elements, flag_count) = found.launcher
+    work = workspace_like(out, elements, flag_count) if elements else placeholders_like(out)
     script(*found.layout.arguments(a, b, out, bias, scale, work, num_sms))
 
 
@@ -554,7 +563,7 @@ def arguments(a, b, out, bias, scale, problem: Problem) -> tuple:
     """The kernel's call arguments for ``problem`` on these operands (``Layout.arguments``), with the SM count of
     the GPU launches go to (``sm_count``) and a stream-K workspace that fits every schedule of the space."""
     num_sms = sm_count()
-    work = workspace_like(out, workspace_elements(problem.m, problem.n, num_sms), num_sms)
+    work = workspace_like(out, *workspace_sizes(problem.m, problem.n, num_sms))
     return Layout.of(a, b, out, problem).arguments(a, b, out, bias, scale, work, num_sms)
 
 
@@ -641,7 +650,7 @@ def _address(value) -> int:
 def gemm_script(problem: Problem, **arguments):
     """The GEMM Script of the problem's dtypes (``Gemm``, or ``ScaledGemm`` for float8 inputs) constructed with
     ``arguments`` (the variant and, to pin one, the schedule)."""
-    return gemm_class(problem.in_dtype)(problem.in_dtype, problem.out_dtype, **arguments)
+    return gemm_class(problem.in_dtype, problem.split_family)(problem.in_dtype, problem.out_dtype, **arguments)
 
 
 def dtypes_key(problem: Problem) -> tuple[str, str]:
@@ -649,13 +658,13 @@ def dtypes_key(problem: Problem) -> tuple[str, str]:
     return problem.in_dtype.name, problem.out_dtype.name
 
 
-_tuned: dict = {}  # (dtypes, variant) -> TunedScript
+_tuned: dict = {}  # (dtypes, variant, split family) -> TunedScript
 _chosen: dict = {}  # (dtypes, variant, size buckets, back end, device) -> pinned Script
 
 
 def tuned_script(problem: Problem):
     """The autotuned Script (all schedules) of the problem's dtypes and variant."""
-    key = (dtypes_key(problem), problem.variant)
+    key = (dtypes_key(problem), problem.variant, problem.split_family)
     if key not in _tuned:
         b_k_major, has_bias, activation, a_k_major = problem.variant
         extra = {} if a_k_major else {"a_k_major": False}  # the K-major kernels keep their constructor key
@@ -749,6 +758,8 @@ def heuristic_schedule(problem: Problem) -> dict:
     tiles in 3 stages, 2 for a float32 output, whose epilogue buffer takes twice the shared memory, with the
     stream-K split of a partial last wave (``warpspec.ops.kernels.StreamK``, which splits only where it paid: 1.030×
     cuBLAS at 8192³ fp16 against 1.013× for whole tiles in the same run, docs/performance.md run 25)."""
+    if problem.split_family:
+        return split_schedule(problem)
     if problem.m >= 2048 and problem.n >= 2048:
         return {"num_stages": 2 if problem.out_dtype == float32 else 3, "block_m": 128, "block_n": 256,
                 "persistent": True, "stream_k": True}
@@ -757,6 +768,40 @@ def heuristic_schedule(problem: Problem) -> dict:
     k_tiles = -(-problem.k // block_k_for(problem.in_dtype))
     return {"num_stages": 2 if k_tiles <= 2 else 4, "block_m": block_m, "block_n": block_n, "persistent": False,
             "stream_k": False}
+
+
+#: The split family's size rule, in order of preference: (block_m, block_n, split_k) of the tile walk over M × N,
+#: and (block_m, split_k) of the transposed product over N (``swap_ab``; its block_n covers M). Fewer splits and
+#: larger tiles first; benchmarks/small_m.py's tuner tables on the H200 (docs/performance.md) put the winners there.
+PLAIN_CHOICES = ((128, 128, 1), (64, 128, 1), (64, 64, 1), (64, 128, 2), (64, 64, 2))
+SWAP_CHOICES = ((128, 1), (64, 1), (128, 2), (64, 2), (128, 4), (64, 4))
+#: Up to this M the split family computes the product transposed.
+SWAP_M = 32
+
+
+def split_schedule(problem: Problem) -> dict:
+    """The split family's size rule (``split_family`` problems): up to M = ``SWAP_M`` the product computed
+    transposed (``swap_ab``) in tiles of the fewest of 8, 16 or 32 columns that hold M, larger M in tiles of M × N;
+    of ``SWAP_CHOICES`` or ``PLAIN_CHOICES``, the first whose grid fills at least half the SMs (within one block
+    per SM when split) with parts of at least ``MIN_PART_K_TILES`` K-tiles, else the one with the most blocks.
+    8 stages (6 for 128 × 128 tiles, whose 8 do not fit)."""
+    k_tiles = -(-problem.k // block_k_for(problem.in_dtype))
+    if problem.m <= SWAP_M:
+        block_n = next(c for c in (8, 16, 32) if c >= problem.m)
+        options = [(True, block_m, block_n, split) for block_m, split in SWAP_CHOICES]
+    else:
+        options = [(False, block_m, block_n, split) for block_m, block_n, split in PLAIN_CHOICES]
+
+    def blocks(option) -> int:
+        swap, block_m, block_n, split = option
+        rows, columns = (problem.n, problem.m) if swap else (problem.m, problem.n)
+        return -(-rows // block_m) * -(-columns // block_n) * split
+
+    options = [o for o in options if o[3] == 1 or k_tiles >= MIN_PART_K_TILES * o[3]]
+    filling = [o for o in options if 2 * blocks(o) >= NUM_SMS and (o[3] == 1 or blocks(o) <= NUM_SMS)]
+    swap, block_m, block_n, split = filling[0] if filling else max(options, key=blocks)
+    stages = 6 if (block_m, block_n) == (128, 128) else 8
+    return {"swap_ab": swap, "block_m": block_m, "block_n": block_n, "split_k": split, "num_stages": stages}
 
 
 # --------------------------------------------------------------------------------------------- torch op
@@ -888,7 +933,8 @@ def tuning_arguments(problem: Problem) -> tuple[tuple, list]:
         args += (scale,)
     num_sms = sm_count()
     # The stream-K schedules' partials and flags (zero: every launch leaves them so for the next).
-    args += (zeros((workspace_elements(m, n, num_sms),), float32), zeros((num_sms,), dtypes.int32))
+    elements, flag_count = workspace_sizes(m, n, num_sms)
+    args += (zeros((elements,), float32), zeros((flag_count,), dtypes.int32))
     return args + (num_sms,), buffers
 
 
