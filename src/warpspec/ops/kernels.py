@@ -23,7 +23,11 @@ works on the float32 accumulators in registers. What V5 fixes, this kernel takes
   TMA-store epilogue through a shared buffer left in flight under the next tile's main loop (V6's cooperative
   variant). Stream-K (persistent only): a partial last wave's tiles split by K between blocks (``StreamK``), which
   hand partial sums on through a float32 workspace and int32 flags (``ws_ptr``, ``flags_ptr``:
-  ``warpspec.ops.workspace``).
+  ``warpspec.ops.workspace``);
+* for few output tiles, the split family (``SplitGemm``, ``ScaledSplitGemm``: ``SPLIT_TILES``, ``SPLITS``,
+  ``SPLIT_STAGES``): one block per tile part, each tile's K range split between ``split_k`` consecutive blocks that
+  hand their partial sums on through the same workspace, and with ``swap_ab`` the product computed transposed
+  (Cᵀ = Bᵀ·Aᵀ, stored through a view of C with strides (1, ldc)), so a small M is WGMMA's narrow N side.
 
 Runtime scalars are the sizes and the row pitches (in elements) of A, B and C, so strided views of larger tensors
 work without a copy. The epilogue broadcasts vectors against the accumulator: the bias is a [1, block_n] row of a
@@ -372,7 +376,10 @@ class _Gemm(Script):
         result = acc
         if self.scaled:
             # One value for every row: a column vector (a few values per thread) of a view whose strides are 0.
-            scale = self.global_view(scale_ptr, dtype=float32, shape=[max(m_size, n_size), 1], strides=[0, 0])
+            if self.swap_ab:  # the tile's rows run over N
+                scale = self.global_view(scale_ptr, dtype=float32, shape=[n_size, 1], strides=[0, 0])
+            else:
+                scale = self.global_view(scale_ptr, dtype=float32, shape=[m_size, 1], strides=[0, 0])
             result = result * self.load_global(scale, offsets=[offset_m, 0], shape=[self.block_m, 1])
         if self.has_bias:
             if self.swap_ab:  # a [block_m, 1] column of the bias seen as an [N, 1] view

@@ -44,8 +44,6 @@ TMA_ALIGNMENT = 16
 DEFAULTS_FILE = pathlib.Path(__file__).with_name("defaults.json")
 #: The largest M the split family runs (a power of two, so that a size bucket of M belongs to one family).
 SPLIT_FAMILY_M = 256
-#: The split family's size rule: the fewest K-tiles a split part streams, so its ring fills before it drains.
-MIN_PART_K_TILES = 8
 
 
 @dataclasses.dataclass(frozen=True)
@@ -757,7 +755,8 @@ def heuristic_schedule(problem: Problem) -> dict:
     blocks otherwise), one tile per block; for large ones examples/matmul_v6.py's fastest, persistent 128×256
     tiles in 3 stages, 2 for a float32 output, whose epilogue buffer takes twice the shared memory, with the
     stream-K split of a partial last wave (``warpspec.ops.kernels.StreamK``, which splits only where it paid: 1.030×
-    cuBLAS at 8192³ fp16 against 1.013× for whole tiles in the same run, docs/performance.md run 25)."""
+    cuBLAS at 8192³ fp16 against 1.013× for whole tiles in the same run, docs/performance.md run 25). Problems of
+    the split family take its own rule, ``split_schedule``."""
     if problem.split_family:
         return split_schedule(problem)
     if problem.m >= 2048 and problem.n >= 2048:
@@ -777,6 +776,8 @@ PLAIN_CHOICES = ((128, 128, 1), (64, 128, 1), (64, 64, 1), (64, 128, 2), (64, 64
 SWAP_CHOICES = ((128, 1), (64, 1), (128, 2), (64, 2), (128, 4), (64, 4))
 #: Up to this M the split family computes the product transposed.
 SWAP_M = 32
+#: The fewest K-tiles a split part streams, so that its ring fills before it drains.
+MIN_PART_K_TILES = 8
 
 
 def split_schedule(problem: Problem) -> dict:
