@@ -16,6 +16,7 @@ import sys
 from contextlib import contextmanager
 
 from warpspec.cuda.plan import MISS
+from warpspec.dtypes import PointerType
 from warpspec.environment import environment
 from warpspec.errors import ArgumentError
 
@@ -52,6 +53,16 @@ def get_backend() -> str:
             found = _hopper[device] = has_hopper_gpu()
         return "cuda" if found else "emulator"
     return name
+
+
+def cuda_backend_on(device: int) -> bool:
+    """``get_backend() == "cuda"`` when ``device`` is the current GPU (the caller knows it is), at the cost of a
+    dictionary lookup once ``auto`` has resolved for that device."""
+    name = mode()
+    if name == "auto":
+        found = _hopper.get(device)
+        return found if found is not None else get_backend() == "cuda"
+    return name == "cuda"
 
 
 def set_backend(name: str | None) -> None:
@@ -175,6 +186,30 @@ def run_script(script, args: tuple, kwargs: dict):
     if not kwargs:
         _remember_entry(script, plan, args, compile_time)
     return None
+
+
+def direct_launches() -> bool:
+    """Whether a Script call on the GPU would take its launch plan now: not in debug mode, no profiler recording.
+    What a caller of ``pointer_launcher``'s launches checks before each one."""
+    return not _debugging and _profiler is None
+
+
+def pointer_launcher(script, args: tuple):
+    """For a library op (``warpspec.ops``) whose call ``script(*args)`` launched on the GPU: a function
+    ``launch(*addresses, stream=None)`` that launches it again for arguments like ``args`` but for the addresses
+    of their arrays, given in the order of the Script's parameters (``warpspec.cuda.plan.LaunchPlan.bind``: the
+    caller must keep every other property of the arguments, and check ``direct_launches()`` before each launch).
+    None where calls must take the Script's own path: not on the CUDA back end, in debug mode, under a profiler,
+    or before a launch made a plan for such arguments."""
+    if not direct_launches() or mode() == "emulator" or get_backend() != "cuda":
+        return None
+    from warpspec.cuda.launch import bound_launch
+    from warpspec.frontend.kernel import bind_arguments
+
+    runtime, compile_time = bind_arguments(type(script), args, {})
+    kernel = kernel_for(script, compile_time)
+    arrays = {p.name for p in kernel.params if isinstance(p.type, PointerType)}
+    return bound_launch(kernel, runtime, tuple(name for name in runtime if name in arrays))  # in the call's order
 
 
 def _remember_entry(script, plan, args: tuple, compile_time: dict) -> None:

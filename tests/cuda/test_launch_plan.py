@@ -397,6 +397,41 @@ def test_grouped_launch_order_flattens_the_grid_and_passes_its_shape(side):
     assert call.slot(6, "i") == 3 and call.slot(7, "i") == 4
 
 
+def test_a_bound_launch_is_the_call_with_other_addresses(side):
+    kernel = Probe(cluster=2)
+    first = good(m_size=200, row_stride=72, src_ptr=array((200, 72)), scale=0.1, dst_ptr=array((200, 64),
+                 pointer=BASE + 2**20))
+    kernel(*first.values())
+    bound = warpspec.runtime.pointer_launcher(kernel, tuple(first.values()))
+    moved = dict(first, src_ptr=array((200, 72), pointer=BASE + 2**22), dst_ptr=array((200, 64), pointer=BASE + 2**23))
+    kernel(*moved.values())
+    side.stream = 0x42
+    kernel(*moved.values())
+    bound(BASE + 2**22, BASE + 2**23)  # the arrays' addresses, in the order of the Script's parameters
+    called, launched = side.launches[-2:]
+    assert launched.slots == called.slots and launched.slots[1] != side.launches[0].slots[1]
+    assert (launched.grid, launched.block, launched.shared, launched.cluster, launched.stream, launched.context) == \
+        (called.grid, called.block, called.shared, called.cluster, 0x42, 0xC0)
+    bound(BASE + 2**22, BASE + 2**23, stream=0x99)
+    assert side.launches[-1].stream == 0x99 and len(side.encoded) == 4  # the maps of both address pairs, once
+
+
+def test_binding_makes_the_launch_checks_and_refuses_another_signature(side):
+    kernel = Probe()
+    kernel(*good().values())
+    with pytest.raises(ArgumentError, match="argument 'count': -1 does not fit in uint32"):
+        warpspec.runtime.pointer_launcher(kernel, tuple(good(count=-1).values()))
+    other = good(src_ptr=array((128, 64), dtype="float32"))  # no plan of this signature launched yet
+    assert warpspec.runtime.pointer_launcher(kernel, tuple(other.values())) is None
+    with warpspec.debug(True):
+        assert warpspec.runtime.pointer_launcher(kernel, tuple(good().values())) is None
+    with warpspec.use_backend("emulator"):
+        assert warpspec.runtime.pointer_launcher(kernel, tuple(good().values())) is None
+    plan_of = launch.compile_kernel(warpspec.runtime.kernel_for(kernel, {"n_size": 64})).plans[0]
+    with pytest.raises(ValueError, match="must name each array parameter once"):
+        plan_of.bind({k: v for k, v in good().items() if k != "n_size"}, ("src_ptr",))
+
+
 def test_the_emulator_never_takes_a_plan(side):
     kernel = Probe()
     kernel(*good().values())

@@ -53,6 +53,18 @@ def launch_kernel(kernel: ir.Kernel, arguments: dict, stream: int | None = None,
     launch_planned(kernel, arguments, stream, built, l2_promotion)
 
 
+def bound_launch(kernel: ir.Kernel, arguments: dict, pointers: tuple[str, ...], l2_promotion: int = 128):
+    """The launch of ``kernel`` that one of its plans binds for ``arguments`` (``LaunchPlan.bind``: a function of
+    the addresses of the arrays named in ``pointers``), or None when no plan takes such arguments (none launched
+    them yet)."""
+    for plan in compile_kernel(kernel).plans:
+        if plan.l2_promotion == l2_promotion:
+            launch = plan.bind(arguments, pointers)
+            if launch is not MISS:
+                return launch
+    return None
+
+
 def launch_planned(kernel: ir.Kernel, arguments: dict, stream: int | None = None, built: BuiltKernel | None = None,
                    l2_promotion: int = 128) -> LaunchPlan:
     """``launch_kernel``, returning the launch plan that launched: the first of ``built``'s plans that takes the

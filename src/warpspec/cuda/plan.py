@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import re
 import struct
 import sys
 import threading
@@ -351,6 +352,7 @@ class LaunchPlan:
             device_side.restore_context(previous)
         self.namespace = self._namespace()
         self.body = self._body()
+        self.binder = None  # the checks of ``run`` returning their values, for ``bind`` (made at its first call)
         self.run = self._compile(self._run_source(), "run")
 
     def _current_context(self) -> int:
@@ -532,6 +534,7 @@ class LaunchPlan:
             launch_grid_text = "x * y, 1, 1"
         else:
             launch_grid_text = "x, y, z"
+        self.launch_start = len(lines)  # what follows needs only the values computed above (``bind``)
         emit("if stream is None: stream = _get_stream(dev)")
         emit("with _lock:")
         for use in generated.tensor_maps:
@@ -594,10 +597,11 @@ class LaunchPlan:
                 emit(f"n{i} = {needed} + 1 if {' and '.join(extents)} else 0")
         emit(f"p{i} = {pointer}")
 
-    def _run_source(self) -> str:
+    def _run_source(self, body: list[str] | None = None) -> str:
+        """``run``'s source: the arguments read by name, then ``body`` (default: the whole launch)."""
         head = ["def run(A, stream=None):", *self._device_lines()]
         head += [f"    v{i} = A[{p.name!r}]" for i, p in enumerate(self.kernel.params)]
-        return "\n".join(head + ["    " + line for line in self.body])
+        return "\n".join(head + ["    " + line for line in (self.body if body is None else body)])
 
     def entry(self, parameters: tuple, count: int, compile_time: dict, defaults: dict):
         """The function a Script call runs: ``call(args)`` for a call with ``count`` positional arguments and
@@ -625,6 +629,41 @@ class LaunchPlan:
                 self.namespace[f"{prefix}default{i}"] = defaults[param.name]
                 head.append(f"    v{i} = {prefix}default{i}")
         return self._compile("\n".join(head + ["    " + line for line in self.body]), "call")
+
+    def bind(self, arguments: dict, pointers: tuple[str, ...]):
+        """A launch of this plan for calls whose arguments are ``arguments`` (by parameter name) but for the
+        addresses of their arrays: ``launch(*addresses, stream=None)`` takes the address of each array parameter
+        named in ``pointers`` (all of them, in that order) as an integer. Binding makes ``run``'s checks on
+        ``arguments`` and raises their errors; returns MISS when they are not of this plan's signature.
+
+        Each launch does only what depends on the addresses: the tensor maps (looked up, or encoded with their
+        checks), the parameter buffer and the driver's launch. So the caller must see to the rest, as
+        ``warpspec.ops`` does by keying its calls on the arrays' description: every later call's arrays have the
+        kind, dtype, device, shape and strides of ``arguments``' (an array the kernel only views within its
+        extent, such as a workspace, may be larger), and the addresses are of memory the kernel may use."""
+        names = [p.name for p in self.kernel.params if isinstance(p.type, PointerType)]
+        if sorted(pointers) != sorted(names):
+            raise ValueError(f"bind: pointers must name each array parameter once ({', '.join(names)}), got "
+                             f"{pointers}")
+        if self.binder is None:
+            self.binder = self._compile(self._run_source(self.body[:self.launch_start] + ["return locals()"]), "run")
+        values = self.binder(arguments)
+        if values is MISS:
+            return MISS
+        launch_lines = self.body[self.launch_start:]
+        used = sorted(set(re.findall(r"\b(?:[vfgh]\d+(?:_\d+)?|[xyz]|dev)\b", "\n".join(launch_lines))))
+        self.entries += 1
+        prefix = f"_bound{self.entries}_"
+        index = {p.name: i for i, p in enumerate(self.kernel.params)}
+        head = [f"def launch({', '.join(f'p{index[name]}' for name in pointers)}, stream=None):"]
+        for name in used:
+            value = values[name]
+            if type(value) in (int, bool):
+                head.append(f"    {name} = {value!r}")
+            else:  # a float32 slot's value: bound by name, as repr() of inf or nan is no literal
+                self.namespace[prefix + name] = value
+                head.append(f"    {name} = {prefix}{name}")
+        return self._compile("\n".join(head + ["    " + line for line in launch_lines]), "launch")
 
     def _device_lines(self) -> list[str]:
         """The lines setting ``dev``, the plan's device: each array's device is checked where it is read; a plan
