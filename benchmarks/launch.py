@@ -167,7 +167,7 @@ def ops_breakdown(calls: int, size: int = 2048) -> dict[str, float]:
         "the custom op called directly": lambda: op(a, w_t, c, None, None, ""),
         "a custom op that does nothing": lambda: nothing(a),
         "the op's implementation, not through torch": lambda: module._op_implementation(a, w_t, c, None, None, ""),
-        "the check that the dispatcher may be skipped": lambda: module._dispatch_is_plain(torch, a, w_t, c, None, None),
+        "the check that the dispatcher may be skipped": lambda: warpspec.torch_ops.dispatch_is_plain(a, w_t, c, None, None),
         "run(signature): checks, arguments, the pinned call": lambda: module.run(found, a, w_t, c, None, None),
         "the pinned Script call alone": lambda: script(*args),
         "signature lookup": lambda: module.signature(a, w_t, None, None, c, None),

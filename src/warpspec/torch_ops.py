@@ -162,15 +162,21 @@ def _device_of(args: tuple, kwargs: dict):
 def dispatch_is_plain(a: torch.Tensor, *others) -> bool:
     """Whether PyTorch's dispatcher would hand these tensors (``others`` may hold None) to a warpspec op's
     implementation and do nothing else: CUDA tensors of the plain class on the current device (the CUDA back end
-    selected), none needing a gradient, no torch function or dispatch mode, no functorch transform (vmap,
-    functionalize) and no profiler running. Then an eager call may run the implementation itself, skipping the
-    dispatcher's cost, which is more than a small kernel's time; otherwise it goes through the op, which the
-    dispatcher routes."""
-    C = torch._C
-    if (not a.is_cuda or C._is_torch_function_mode_enabled() or C._len_torch_dispatch_stack()
-            or C._are_functorch_transforms_active() or torch.autograd.profiler._is_profiler_enabled):
-        return False
-    if a.get_device() != runtime.current_device() or runtime.get_backend() != "cuda":
+    selected), none needing a gradient, and ``dispatcher_idle``. Then an eager call may run the implementation
+    itself, skipping the dispatcher's cost, which is more than a small kernel's time; otherwise it goes through the
+    op, which the dispatcher routes."""
+    if not a.is_cuda or not dispatcher_idle(a.get_device()):
         return False
     grad = torch.is_grad_enabled()
     return all(t is None or (type(t) is torch.Tensor and not (grad and t.requires_grad)) for t in (a, *others))
+
+
+def dispatcher_idle(device: int) -> bool:
+    """What ``dispatch_is_plain`` asks of the moment rather than of the tensors: no torch function or dispatch mode,
+    no functorch transform (vmap, functionalize) and no profiler running, GPU ``device`` the current one (PyTorch has
+    initialised CUDA: a CUDA tensor exists) and the CUDA back end selected. A caller whose cached call fixed the tensors' class and device checks this alone."""
+    C = torch._C
+    if (C._is_torch_function_mode_enabled() or C._len_torch_dispatch_stack() or C._are_functorch_transforms_active()
+            or torch.autograd.profiler._is_profiler_enabled):
+        return False
+    return device == C._cuda_getDevice() and runtime.cuda_backend_on(device)

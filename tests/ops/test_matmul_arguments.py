@@ -59,3 +59,17 @@ def test_out_sharing_memory_with_an_input_names_out_and_the_input(aliased):
         ops.matmul(a, b, out=given[aliased])
     assert str(caught.value).startswith(f"out shares memory with {aliased}: the kernel would overwrite {aliased}")
     assert "a_ptr" not in str(caught.value) and "c_ptr" not in str(caught.value)
+
+
+@pytest.mark.parametrize("aliased", ["a", "b"])
+def test_out_sharing_memory_is_refused_after_a_call_of_the_same_description(aliased):
+    """A call like an earlier one reuses its checked signature: the addresses are checked again on every call."""
+    a, b, out = operands(m=16, n=32, k=32)
+    backing = {"a": np.zeros((16, 32), np.float16), "b": np.zeros((32, 32), np.float16)}[aliased]
+    separate = np.zeros_like(out)
+    given = {"a": a, "b": b}
+    given[aliased] = backing
+    ops.matmul(given["a"], given["b"], out=separate[:16, :32])  # the description, memory apart
+    with pytest.raises(ArgumentError) as caught:
+        ops.matmul(given["a"], given["b"], out=backing[:16, :32])
+    assert str(caught.value).startswith(f"out shares memory with {aliased}: the kernel would overwrite {aliased}")

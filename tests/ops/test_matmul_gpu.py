@@ -229,3 +229,31 @@ def test_a_plain_eager_call_runs_the_implementation_and_anything_else_goes_throu
         ops.matmul(a, w.T, out=out)
     assert through_op == [1, 1]
     assert any(event.name == "warpspec::matmul" for event in profile.events())
+
+
+@pytest.mark.parametrize("m, n, k", [(8, 1024, 4096), (300, 520, 328)])  # split K (a workspace); the tile walk
+def test_a_repeated_call_launches_with_the_operands_addresses_alone(m, n, k, monkeypatch):
+    """After a call's first launch, a call of the same description with plain CUDA tensors launches through the
+    signature's bound launch (``run`` is not reached), with new operands, with and without out and bias; its
+    address checks still refuse a misaligned operand and an out that overlaps an input."""
+    a, w = operands(m, n, k, torch.float16)
+    bias = torch.randn(n, device="cuda").to(torch.float16)
+    out = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    ops.matmul(a, w.T, bias=bias)
+    ops.matmul(a, w.T, out=out)
+    assert ops_matmul.signature(a, w.T, None, None, out, None).direct is not None
+    monkeypatch.setattr(ops_matmul, "run", lambda *args: pytest.fail("the general path ran"))
+    for seed in (1, 2):
+        a2, w2 = operands(m, n, k, torch.float16, seed=seed)
+        bias2 = torch.randn(n, device="cuda").to(torch.float16)
+        assert relative_error(ops.matmul(a2, w2.T, bias=bias2), a2.float() @ w2.float().T + bias2.float()) < 1e-2
+        version = out._version
+        assert ops.matmul(a2, w2.T, out=out) is out and out._version == version + 1
+        assert relative_error(out, a2.float() @ w2.float().T) < 1e-2
+    backing = torch.empty(m * k + 8, device="cuda", dtype=torch.float16)
+    misaligned = backing[1:1 + m * k].view(m, k)
+    with pytest.raises(warpspec.ArgumentError, match="^a starts at an address that is not a multiple of 16 bytes"):
+        ops.matmul(misaligned, w.T, out=out)
+    shared = torch.empty(max(m * k, m * n), device="cuda", dtype=torch.float16)
+    with pytest.raises(warpspec.ArgumentError, match="^out shares memory with a"):
+        ops.matmul(shared[:m * k].view(m, k), w.T, out=shared[:m * n].view(m, n))

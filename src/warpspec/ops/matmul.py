@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import json
 import math
 import pathlib
 import sys
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -32,7 +34,7 @@ from warpspec.dtypes import DType, bfloat16, float8_e4m3, float16, float32
 from warpspec.errors import ArgumentError, CompileError
 from warpspec.ops.kernels import ACTIVATIONS, NUM_SMS, block_k_for, gemm_class
 from warpspec.ops.operands import dtype_of, kind_of, same_device, same_kind
-from warpspec.ops.workspace import placeholders_like, workspace_like, workspace_sizes
+from warpspec.ops.workspace import placeholders_like, stream_workspace, workspace_like, workspace_sizes
 from warpspec.tune.cache import size_bucket
 
 #: Input dtype -> the output dtypes allowed (the first is the default).
@@ -177,6 +179,12 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
     if torch.compiler.is_compiling():
         return _traced_matmul(torch, a, b, bias, activation, out, out_dtype, scale_a, scale_b)
     found = signature(a, b, bias, activation, out, out_dtype)  # every check, before anything is allocated
+    target = found if out is not None else found.allocated
+    support = sys.modules.get("warpspec.torch_ops") or importlib.import_module("warpspec.torch_ops")
+    if (target is not None and target.direct is not None and scale_a is None and scale_b is None
+            and support.dispatcher_idle(a.get_device()) and runtime.direct_launches()
+            and (out is None or not out.requires_grad)):
+        return target.direct(a, b, out, bias)
     problem = found.problem
     if scale_a is not None or scale_b is not None:
         same_device("a", a, scale_a=scale_a, scale_b=scale_b)
@@ -186,9 +194,7 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
                              _torch_dtype(problem.out_dtype))
         found = found.with_output(a, b, bias, out)
     scale = _torch_scale(a, scale_a, scale_b) if problem.in_dtype == float8_e4m3 else None
-    from warpspec.torch_ops import dispatch_is_plain
-
-    if dispatch_is_plain(a, b, out, bias, scale):
+    if support.dispatch_is_plain(a, b, out, bias, scale):
         _write(found, a, b, out, bias, scale)
     else:
         _torch_op()(a, b, out, bias, scale, activation or "")
@@ -318,6 +324,10 @@ class Signature:
     staging: tuple[bool, bool] = (False, False)
     launcher: tuple | None = None  # (pinned Script, SM count, workspace sizes), set by the first launch
     allocated: Signature | None = None  # without an output: the signature with the output ops.matmul allocates
+    #: With an output: the bytes each of a, b and out reaches from its first element (the addresses' checks).
+    reaches: tuple[int, int, int] | None = None
+    #: Set by the first launch with plain CUDA tensors: the later calls' launch (``_direct_launch``).
+    direct: Callable | None = None
 
     def with_output(self, a, b, bias, out) -> Signature:
         """The signature of these operands with ``out``, the contiguous output allocated for this signature (one
@@ -357,6 +367,8 @@ def signature(a, b, bias, activation, out, out_dtype) -> Signature:
                    not _fits_tma(b.T if problem.b_k_major else b, problem.in_dtype))
     ready = out is not None and problem.m and problem.n and not any(staging)
     found = Signature(problem, Layout.of(a, b, out, problem) if ready else None, staging)
+    if ready:
+        found.reaches = (_reach(a), _reach(b), _reach(out))
     if key is not None:
         if len(_signatures) >= MAX_SIGNATURES:
             _signatures.clear()
@@ -542,11 +554,9 @@ def launch(found: Signature, a, b, out, bias, scale) -> None:
 def run(found: Signature, a, b, out, bias, scale) -> None:
     """Run the kernel of the operands' signature ``found`` (with an output) on them, on the selected back end: the
     pinned Script chosen at the signature's first launch (``script_for``) called with the layout's arguments."""
-    if (_address(a) | _address(b) | _address(out)) % TMA_ALIGNMENT:
-        name = next(name for name, value in (("a", a), ("b", b), ("out", out)) if _address(value) % TMA_ALIGNMENT)
-        raise ArgumentError(f"{name} starts at an address that is not a multiple of {TMA_ALIGNMENT} bytes, as TMA "
-                            f"requires (a slice that starts mid-row?)")
-    if found.launcher is None:
+    check_addresses(found, _address(a), _address(b), _address(out))
+    first = found.launcher is None
+    if first:
         num_sms = sm_count()
         stand_in = placeholders_like(out)
         script = script_for(found.problem, found.layout.arguments(a, b, out, bias, scale, stand_in, num_sms))
@@ -554,7 +564,74 @@ def run(found: Signature, a, b, out, bias, scale) -> None:
         found.launcher = (script, num_sms, workspace_sizes(problem.m, problem.n, num_sms, script.schedule()))
     script, num_sms, (elements, flag_count) = found.launcher
     work = workspace_like(out, elements, flag_count) if elements else placeholders_like(out)
-    script(*found.layout.arguments(a, b, out, bias, scale, work, num_sms))
+    args = found.layout.arguments(a, b, out, bias, scale, work, num_sms)
+    script(*args)
+    if first and scale is None and _plain_cuda(a, b, out, bias):
+        found.direct = _direct_launch(found, runtime.pointer_launcher(script, args), out)
+
+
+def check_addresses(found: Signature, a: int, b: int, out: int) -> None:
+    """ArgumentError unless the addresses of a call's operands (of signature ``found``) are 16-byte aligned, as TMA
+    requires, and ``out``'s memory is apart from a's and b's: made on every call, as a cached signature fixes
+    the operands' description and not where they are."""
+    if (a | b | out) % TMA_ALIGNMENT:
+        name = next(name for name, address in (("a", a), ("b", b), ("out", out)) if address % TMA_ALIGNMENT)
+        raise ArgumentError(f"{name} starts at an address that is not a multiple of {TMA_ALIGNMENT} bytes, as TMA "
+                            f"requires (a slice that starts mid-row?)")
+    reach_a, reach_b, reach_out = found.reaches
+    for name, start, reach in (("a", a, reach_a), ("b", b, reach_b)):
+        if start < out + reach_out and out < start + reach:
+            raise ArgumentError(f"out shares memory with {name}: the kernel would overwrite {name} while it still "
+                                f"reads it; pass a separate out (or none, for a new array)")
+
+
+def _plain_cuda(*values) -> bool:
+    """Whether every value (None passed over) is a CUDA tensor of the plain ``torch.Tensor`` class."""
+    torch = sys.modules.get("torch")
+    return torch is not None and all(v is None or (type(v) is torch.Tensor and v.is_cuda) for v in values)
+
+
+def _direct_launch(found: Signature, launch, out):
+    """The launch of ``found``'s later eager calls with plain CUDA tensors (``_torch_matmul`` takes it when
+    ``warpspec.torch_ops.dispatcher_idle``): ``call(a, b, out, bias)`` allocates the output when ``out`` is None,
+    checks the addresses, takes the stream's workspace and launches with the operands' addresses alone
+    (``launch``, ``runtime.pointer_launcher``'s), then advances ``out``'s version counter; it returns ``out``.
+    Inside CUDA graph capture it takes ``run`` instead, whose workspace is the graph's. None without a launch."""
+    if launch is None:
+        return None
+    torch = sys.modules["torch"]
+    C = torch._C
+    capturing, current_stream = C._cuda_isCurrentStreamCapturing, C._cuda_getCurrentRawStream
+    bump, empty = torch.autograd.graph.increment_version, torch.empty_strided
+    device, index, dtype = out.device, out.device.index, out.dtype
+    shape, strides = tuple(out.shape), out.stride()  # the description the signature's key holds
+    _, _, (elements, flag_count) = found.launcher
+    placeholder_partials, placeholder_flags = (t.data_ptr() for t in placeholders_like(out))
+    reach_a, reach_b, reach_out = found.reaches
+
+    def call(a, b, out, bias):
+        if out is None:
+            out = empty(shape, strides, dtype=dtype, device=device)
+        pa, pb, pc = a.data_ptr(), b.data_ptr(), out.data_ptr()
+        if ((pa | pb | pc) % TMA_ALIGNMENT or (pa < pc + reach_out and pc < pa + reach_a)
+                or (pb < pc + reach_out and pc < pb + reach_b)):
+            check_addresses(found, pa, pb, pc)  # raises its message
+        stream = current_stream(index)
+        if elements:
+            if capturing():
+                run(found, a, b, out, bias, None)
+                bump(out)
+                return out
+            partials, flags = stream_workspace(device, stream, elements, flag_count)
+            launch(pa, pb, pc, pc if bias is None else bias.data_ptr(), partials.data_ptr(), flags.data_ptr(),
+                   stream=stream)
+        else:
+            launch(pa, pb, pc, pc if bias is None else bias.data_ptr(), placeholder_partials, placeholder_flags,
+                   stream=stream)
+        bump(out)
+        return out
+
+    return call
 
 
 def arguments(a, b, out, bias, scale, problem: Problem) -> tuple:
@@ -624,9 +701,7 @@ def _overlap(first, second) -> bool:
     """Whether the memory spans of two arrays/tensors (first to last element) overlap."""
     def bounds(value):
         low = _address(value)
-        itemsize = value.itemsize if isinstance(value, np.ndarray) else value.element_size()
-        reach = sum((extent - 1) * stride for extent, stride in zip(value.shape, strides_of(value)) if extent)
-        return low, low + (reach + 1) * itemsize
+        return low, low + _reach(value)
 
     if 0 in tuple(first.shape) or 0 in tuple(second.shape):
         return False
@@ -637,6 +712,14 @@ def _overlap(first, second) -> bool:
     if low == 0 or start == 0:  # fake tensors outside torch.compile have address 0: no memory to compare
         return False
     return start < high and low < end
+
+
+def _reach(value) -> int:
+    """The bytes from the first element of an array or tensor to one past its last (0 for no elements)."""
+    if 0 in tuple(value.shape):
+        return 0
+    itemsize = value.itemsize if isinstance(value, np.ndarray) else value.element_size()
+    return (sum((extent - 1) * stride for extent, stride in zip(value.shape, strides_of(value))) + 1) * itemsize
 
 
 def _address(value) -> int:

@@ -58,9 +58,17 @@ def workspace_like(out, elements: int, flag_count: int) -> tuple:
     if torch.cuda.is_current_stream_capturing():
         return (torch.empty(elements, dtype=torch.float32, device=device),
                 torch.zeros(flag_count, dtype=torch.int32, device=device))
-    key = (device.index, torch.cuda.current_stream(device).cuda_stream)
+    return stream_workspace(device, torch.cuda.current_stream(device).cuda_stream, elements, flag_count)
+
+
+def stream_workspace(device, stream: int, elements: int, flag_count: int) -> tuple:
+    """The eager workspace (partials, flags) of CUDA ``device`` (a torch.device) and ``stream`` (its handle),
+    made or grown to hold at least ``elements`` partials and ``flag_count`` flags: not for a call inside graph
+    capture (``workspace_like`` makes those)."""
+    key = (device.index, stream)
     found = _eager.get(key)
     if found is None or found[0].numel() < elements or found[1].numel() < flag_count:
+        torch = sys.modules["torch"]
         # Grown on this stream: the old one's memory is reused only after the launches queued on it.
         if found is not None:  # never smaller than before in either part
             elements, flag_count = max(elements, found[0].numel()), max(flag_count, found[1].numel())
