@@ -7,7 +7,8 @@
 # Steps: gpu-tests, main, tutorial, launch, matmul, schedules (V3's depths and tiles), v6, v7 (every schedule),
 # timeline (the instrumentation's cost and V3's timelines), timeline-cli, v7-timeline, gemm (ops.matmul's suite),
 # tune-defaults (tunes the suite's shapes and writes the shipped defaults), tune-small-m (the same for a linear
-# layer's small M), llm (benchmarks/llm_shapes.py), split-tests (the split family's GPU tests), ops-tests, stream-k-tests (flags and
+# layer's small M), tune-large-m (the same for its M of 1024 to 8192, the tile walk), host-cost
+# (benchmarks/host_cost.py: an eager call's host time against torch's, with a profile), llm (benchmarks/llm_shapes.py), split-tests (the split family's GPU tests), ops-tests, stream-k-tests (flags and
 # the stream-K schedules), stream-k (stream-K against whole tiles, cuBLAS beside), attention, attention-tests.
 set -u
 cd "$(dirname "$0")/.."
@@ -27,6 +28,10 @@ SUITE=$SUITE,8192x8192x1024,4096x14336x4096,4096x4096x14336,16384x4096x4096
 SMALL_M=""
 for m in 1 8 32 64 256; do for nk in 4096x4096 14336x4096 4096x14336 6144x4096 1024x4096; do
   SMALL_M="$SMALL_M${SMALL_M:+,}${m}x${nk}"; done; done
+# ... and its M of 1024 to 8192 (the tile walk)
+LARGE_M=""
+for m in 1024 2048 8192; do for nk in 4096x4096 14336x4096 4096x14336 6144x4096 1024x4096; do
+  LARGE_M="$LARGE_M${LARGE_M:+,}${m}x${nk}"; done; done
 summary=()
 for step in "${steps[@]}"; do
   case "$step" in
@@ -57,6 +62,10 @@ for step in "${steps[@]}"; do
     tune-small-m) cmd=(bash -c "for d in bfloat16 float16; do python3 -m warpspec.cli tune --dtype \$d --runs 10 \
                        --write-defaults --shapes $SMALL_M || exit; done; \
                        cp src/warpspec/ops/defaults.json '$out/defaults.json'") ;;
+    tune-large-m) cmd=(bash -c "for d in bfloat16 float16; do python3 -m warpspec.cli tune --dtype \$d --runs 10 \
+                       --write-defaults --shapes $LARGE_M || exit; done; \
+                       cp src/warpspec/ops/defaults.json '$out/defaults.json'") ;;
+    host-cost) cmd=(python3 benchmarks/host_cost.py --profile 2000 --json "$out/host_cost.json") ;;
     llm) cmd=(python3 benchmarks/llm_shapes.py --no-tune --json "$out/llm.json") ;;
     split-tests) cmd=(python3 -m pytest -q -m gpu tests/ops/test_split_gemm_gpu.py -p no:cacheprovider)
                  python3 -c "import xdist" 2>/dev/null && cmd+=(-n 8) ;;
