@@ -73,3 +73,13 @@ def test_out_sharing_memory_is_refused_after_a_call_of_the_same_description(alia
     with pytest.raises(ArgumentError) as caught:
         ops.matmul(given["a"], given["b"], out=backing[:16, :32])
     assert str(caught.value).startswith(f"out shares memory with {aliased}: the kernel would overwrite {aliased}")
+
+
+def test_a_bias_inside_out_is_refused_at_the_first_call_and_after_one_like_it():
+    """The kernel writes out's rows while other blocks still read the bias: a bias in out's memory is refused."""
+    a, b, out = operands(m=16, n=32, k=32)
+    with pytest.raises(ArgumentError, match="^out shares memory with bias: the kernel would overwrite bias"):
+        ops.matmul(a, b, bias=out[3], out=out)
+    ops.matmul(a, b, bias=np.zeros(32, np.float16), out=out)  # the description, memory apart
+    with pytest.raises(ArgumentError, match="^out shares memory with bias: the kernel would overwrite bias"):
+        ops.matmul(a, b, bias=out[15], out=out)

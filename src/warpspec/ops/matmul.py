@@ -324,8 +324,9 @@ class Signature:
     staging: tuple[bool, bool] = (False, False)
     launcher: tuple | None = None  # (pinned Script, SM count, workspace sizes), set by the first launch
     allocated: Signature | None = None  # without an output: the signature with the output ops.matmul allocates
-    #: With an output: the bytes each of a, b and out reaches from its first element (the addresses' checks).
-    reaches: tuple[int, int, int] | None = None
+    #: With an output: the bytes each of a, b, out and bias (0 without) reaches from its first element (the
+    #: addresses' checks).
+    reaches: tuple[int, int, int, int] | None = None
     #: Set by the first launch with plain CUDA tensors: the later calls' launch (``_direct_launch``).
     direct: Callable | None = None
 
@@ -368,7 +369,7 @@ def signature(a, b, bias, activation, out, out_dtype) -> Signature:
     ready = out is not None and problem.m and problem.n and not any(staging)
     found = Signature(problem, Layout.of(a, b, out, problem) if ready else None, staging)
     if ready:
-        found.reaches = (_reach(a), _reach(b), _reach(out))
+        found.reaches = (_reach(a), _reach(b), _reach(out), 0 if bias is None else _reach(bias))
     if key is not None:
         if len(_signatures) >= MAX_SIGNATURES:
             _signatures.clear()
@@ -554,7 +555,7 @@ def launch(found: Signature, a, b, out, bias, scale) -> None:
 def run(found: Signature, a, b, out, bias, scale) -> None:
     """Run the kernel of the operands' signature ``found`` (with an output) on them, on the selected back end: the
     pinned Script chosen at the signature's first launch (``script_for``) called with the layout's arguments."""
-    check_addresses(found, _address(a), _address(b), _address(out))
+    check_addresses(found, _address(a), _address(b), _address(out), 0 if bias is None else _address(bias))
     first = found.launcher is None
     if first:
         num_sms = sm_count()
@@ -570,17 +571,17 @@ def run(found: Signature, a, b, out, bias, scale) -> None:
         found.direct = _direct_launch(found, runtime.pointer_launcher(script, args), out)
 
 
-def check_addresses(found: Signature, a: int, b: int, out: int) -> None:
-    """ArgumentError unless the addresses of a call's operands (of signature ``found``) are 16-byte aligned, as TMA
-    requires, and ``out``'s memory is apart from a's and b's: made on every call, as a cached signature fixes
-    the operands' description and not where they are."""
+def check_addresses(found: Signature, a: int, b: int, out: int, bias: int) -> None:
+    """ArgumentError unless the addresses of a call's operands (of signature ``found``; ``bias`` 0 without one) are
+    16-byte aligned where TMA reads them, and ``out``'s memory is apart from the inputs': made on every call, as a
+    cached signature fixes the operands' description and not where they are."""
     if (a | b | out) % TMA_ALIGNMENT:
         name = next(name for name, address in (("a", a), ("b", b), ("out", out)) if address % TMA_ALIGNMENT)
         raise ArgumentError(f"{name} starts at an address that is not a multiple of {TMA_ALIGNMENT} bytes, as TMA "
                             f"requires (a slice that starts mid-row?)")
-    reach_a, reach_b, reach_out = found.reaches
-    for name, start, reach in (("a", a, reach_a), ("b", b, reach_b)):
-        if start < out + reach_out and out < start + reach:
+    reach_a, reach_b, reach_out, reach_bias = found.reaches
+    for name, start, reach in (("a", a, reach_a), ("b", b, reach_b), ("bias", bias, reach_bias)):
+        if reach and start < out + reach_out and out < start + reach:
             raise ArgumentError(f"out shares memory with {name}: the kernel would overwrite {name} while it still "
                                 f"reads it; pass a separate out (or none, for a new array)")
 
@@ -607,15 +608,17 @@ def _direct_launch(found: Signature, launch, out):
     shape, strides = tuple(out.shape), out.stride()  # the description the signature's key holds
     _, _, (elements, flag_count) = found.launcher
     placeholder_partials, placeholder_flags = (t.data_ptr() for t in placeholders_like(out))
-    reach_a, reach_b, reach_out = found.reaches
+    reach_a, reach_b, reach_out, reach_bias = found.reaches
 
     def call(a, b, out, bias):
         if out is None:
             out = empty(shape, strides, dtype=dtype, device=device)
         pa, pb, pc = a.data_ptr(), b.data_ptr(), out.data_ptr()
+        pbias = pc if bias is None else bias.data_ptr()  # the kernel takes out for a missing bias, never reading it
         if ((pa | pb | pc) % TMA_ALIGNMENT or (pa < pc + reach_out and pc < pa + reach_a)
-                or (pb < pc + reach_out and pc < pb + reach_b)):
-            check_addresses(found, pa, pb, pc)  # raises its message
+                or (pb < pc + reach_out and pc < pb + reach_b)
+                or (bias is not None and pbias < pc + reach_out and pc < pbias + reach_bias)):
+            check_addresses(found, pa, pb, pc, 0 if bias is None else pbias)  # raises its message
         stream = current_stream(index)
         if elements:
             if capturing():
@@ -623,11 +626,9 @@ def _direct_launch(found: Signature, launch, out):
                 bump(out)
                 return out
             partials, flags = stream_workspace(device, stream, elements, flag_count)
-            launch(pa, pb, pc, pc if bias is None else bias.data_ptr(), partials.data_ptr(), flags.data_ptr(),
-                   stream=stream)
+            launch(pa, pb, pc, pbias, partials.data_ptr(), flags.data_ptr(), stream=stream)
         else:
-            launch(pa, pb, pc, pc if bias is None else bias.data_ptr(), placeholder_partials, placeholder_flags,
-                   stream=stream)
+            launch(pa, pb, pc, pbias, placeholder_partials, placeholder_flags, stream=stream)
         bump(out)
         return out
 
