@@ -8,7 +8,8 @@
 # timeline (the instrumentation's cost and V3's timelines), timeline-cli, v7-timeline, gemm (ops.matmul's suite),
 # tune-defaults (tunes the suite's shapes and writes the shipped defaults), tune-small-m (the same for a linear
 # layer's small M), tune-large-m (the same for its M of 1024 to 8192, the tile walk), host-cost
-# (benchmarks/host_cost.py: an eager call's host time against torch's, with a profile), llm (benchmarks/llm_shapes.py), split-tests (the split family's GPU tests), ops-tests, stream-k-tests (flags and
+# (benchmarks/host_cost.py: an eager call's host time against torch's, with a profile), llm
+# (benchmarks/llm_shapes.py), split-tests (the split family's GPU tests), ops-tests, stream-k-tests (flags and
 # the stream-K schedules), stream-k (stream-K against whole tiles, cuBLAS beside), attention, attention-tests.
 set -u
 cd "$(dirname "$0")/.."
@@ -25,13 +26,19 @@ bindings.__version__)" | tee -a "$out/gpu.txt"
 SUITE=2048x2048x2048,4096x4096x4096,8192x8192x8192,8000x8000x8000,8192x8192x8056,16384x16384x8192
 SUITE=$SUITE,8192x8192x1024,4096x14336x4096,4096x4096x14336,16384x4096x4096
 # A linear layer's small M (the split family) against Llama-sized weights N x K: the buckets llm_shapes.py reads
-SMALL_M=""
-for m in 1 8 32 64 256; do for nk in 4096x4096 14336x4096 4096x14336 6144x4096 1024x4096; do
-  SMALL_M="$SMALL_M${SMALL_M:+,}${m}x${nk}"; done; done
-# ... and its M of 1024 to 8192 (the tile walk)
-LARGE_M=""
-for m in 1024 2048 8192; do for nk in 4096x4096 14336x4096 4096x14336 6144x4096 1024x4096; do
-  LARGE_M="$LARGE_M${LARGE_M:+,}${m}x${nk}"; done; done
+llm_shapes() {  # MxNxK for each M given, against the five weights
+  local list="" m nk
+  for m in "$@"; do for nk in 4096x4096 14336x4096 4096x14336 6144x4096 1024x4096; do
+    list="$list${list:+,}${m}x${nk}"; done; done
+  echo "$list"
+}
+SMALL_M=$(llm_shapes 1 8 32 64 256)
+LARGE_M=$(llm_shapes 1024 2048 8192)  # ... and its M of 1024 to 8192 (the tile walk)
+# Tunes the 16-bit dtypes at the shapes given, writes the shipped defaults and copies them under $out.
+tune_16_bit() {
+  cmd=(bash -c "for d in bfloat16 float16; do python3 -m warpspec.cli tune --dtype \$d --runs 10 --write-defaults \
+                --shapes $1 || exit; done; cp src/warpspec/ops/defaults.json '$out/defaults.json'")
+}
 summary=()
 for step in "${steps[@]}"; do
   case "$step" in
@@ -59,12 +66,8 @@ for step in "${steps[@]}"; do
                         --write-defaults --shapes $SUITE || exit; done; python3 -m warpspec.cli tune --runs 30 \
                         --dtype float8_e4m3 --write-defaults --shapes 4096x14336x4096,8192x8192x8192 || exit; \
                         cp src/warpspec/ops/defaults.json '$out/defaults.json'") ;;
-    tune-small-m) cmd=(bash -c "for d in bfloat16 float16; do python3 -m warpspec.cli tune --dtype \$d --runs 10 \
-                       --write-defaults --shapes $SMALL_M || exit; done; \
-                       cp src/warpspec/ops/defaults.json '$out/defaults.json'") ;;
-    tune-large-m) cmd=(bash -c "for d in bfloat16 float16; do python3 -m warpspec.cli tune --dtype \$d --runs 10 \
-                       --write-defaults --shapes $LARGE_M || exit; done; \
-                       cp src/warpspec/ops/defaults.json '$out/defaults.json'") ;;
+    tune-small-m) tune_16_bit "$SMALL_M" ;;
+    tune-large-m) tune_16_bit "$LARGE_M" ;;
     host-cost) cmd=(python3 benchmarks/host_cost.py --profile 2000 --json "$out/host_cost.json") ;;
     llm) cmd=(python3 benchmarks/llm_shapes.py --no-tune --json "$out/llm.json") ;;
     split-tests) cmd=(python3 -m pytest -q -m gpu tests/ops/test_split_gemm_gpu.py -p no:cacheprovider)

@@ -8,7 +8,8 @@ per eager call.
 Each shape is tuned first (``tune_matmul``: its winner is stored and then runs in ops.matmul); the tuner's table
 lists the ``--top`` fastest schedules and the size rule's (``split_schedule``). Outputs are checked against the
 float32 product before anything is timed. ``do_bench(warmup=25, rep=100)`` medians, which flush L2 before each
-run; the graph replay and host time average 200 back-to-back calls.
+run; the graph replay averages 200 back-to-back calls, the host time is the house timer's
+(``warpspec.tune.bench.host_us_per_call``: the median of 25 loops of 200 calls).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import time
 
 SHAPES = "1x4096x4096,8x1024x4096,1x14336x4096,1x4096x14336,256x1024x4096"
 TOLERANCE = 1e-2
@@ -28,8 +28,6 @@ def main() -> None:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--top", type=int, default=8, help="tuner rows to print per shape")
     parser.add_argument("--json", default=None)
-    parser.add_argument("--profile", type=int, default=0, metavar="CALLS",
-                        help="also profile this many eager calls of the first shape (cProfile, by own time)")
     args = parser.parse_args()
 
     import torch
@@ -43,8 +41,6 @@ def main() -> None:
     with warpspec.use_backend("cuda"):
         for m, n, k in matmul.parse_shapes(args.shapes):
             rows.append(measure(torch, triton, matmul, dtype, args.dtype, m, n, k, args.top))
-    if args.profile:
-        profile(torch, matmul, dtype, *matmul.parse_shapes(args.shapes)[0], args.profile)
     print(f"\n{torch.cuda.get_device_name()}; {args.dtype}; us")
     print(f"{'M x N x K':<16} {'schedule':<58} {'tuner':>7} {'kernel':>7} {'op':>7} {'graph':>7} {'host':>6} "
           f"{'cuBLAS':>7}")
@@ -57,6 +53,8 @@ def main() -> None:
 
 
 def measure(torch, triton, matmul, dtype, dtype_name, m, n, k, top) -> dict:
+    from warpspec.tune.bench import host_us_per_call
+
     def bench(fn) -> float:
         return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
 
@@ -102,35 +100,12 @@ def measure(torch, triton, matmul, dtype, dtype_name, m, n, k, top) -> dict:
     stop.synchronize()
     graph_us = start.elapsed_time(stop) * 1e3 / 200
 
-    torch.cuda.synchronize()
-    began = time.perf_counter()
-    for _ in range(200):
-        matmul.matmul(x, w.T, out=out)
-    host_us = (time.perf_counter() - began) * 1e6 / 200
-    torch.cuda.synchronize()
+    host_us = host_us_per_call(lambda: matmul.matmul(x, w.T, out=out), torch.cuda.synchronize, 200)
     schedule = script.schedule()
     label = ",".join(f"{key}={value}" for key, value in schedule.items())
     return {"shape": f"{m}x{n}x{k}", "schedule": label, "tuner_us": timed[0].time_ms * 1e3 if timed else float("nan"),
             "kernel_us": kernel_us, "op_us": op_us, "graph_us": graph_us, "host_us": host_us, "cublas_us": cublas_us,
             "error": error}
-
-
-def profile(torch, matmul, dtype, m, n, k, calls) -> None:
-    """cProfile of ``calls`` eager ``ops.matmul(x, w.T, out=)`` calls: the functions with the most own time."""
-    import cProfile
-    import pstats
-
-    x = torch.randn(m, k, device="cuda").to(dtype)
-    w = torch.randn(n, k, device="cuda").to(dtype)
-    out = torch.empty(m, n, device="cuda", dtype=dtype)
-    matmul.matmul(x, w.T, out=out)
-    profiler = cProfile.Profile()
-    profiler.enable()
-    for _ in range(calls):
-        matmul.matmul(x, w.T, out=out)
-    profiler.disable()
-    torch.cuda.synchronize()
-    pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
 
 
 if __name__ == "__main__":

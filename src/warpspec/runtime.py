@@ -201,7 +201,7 @@ def pointer_launcher(script, args: tuple):
     caller must keep every other property of the arguments, and check ``direct_launches()`` before each launch).
     None where calls must take the Script's own path: not on the CUDA back end, in debug mode, under a profiler,
     or before a launch made a plan for such arguments."""
-    if not direct_launches() or mode() == "emulator" or get_backend() != "cuda":
+    if not direct_launches() or get_backend() != "cuda":
         return None
     from warpspec.cuda.launch import bound_launch
     from warpspec.frontend.kernel import bind_arguments

@@ -651,11 +651,15 @@ class LaunchPlan:
         if values is MISS:
             return MISS
         launch_lines = self.body[self.launch_start:]
-        used = sorted(set(re.findall(r"\b(?:[vfgh]\d+(?:_\d+)?|[xyz]|dev)\b", "\n".join(launch_lines))))
+        index = {p.name: i for i, p in enumerate(self.kernel.params)}
+        addresses = [f"p{index[name]}" for name in pointers]
+        # The launch reads the checks' locals by name: each one it reads becomes a constant, the addresses
+        # parameters.
+        read = set(re.findall(r"\b\w+\b", "\n".join(launch_lines)))
+        used = sorted(name for name in values if name in read and name not in addresses and name != "stream")
         self.entries += 1
         prefix = f"_bound{self.entries}_"
-        index = {p.name: i for i, p in enumerate(self.kernel.params)}
-        head = [f"def launch({', '.join(f'p{index[name]}' for name in pointers)}, stream=None):"]
+        head = [f"def launch({', '.join(addresses)}, stream=None):"]
         for name in used:
             value = values[name]
             if type(value) in (int, bool):

@@ -180,7 +180,9 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
         return _traced_matmul(torch, a, b, bias, activation, out, out_dtype, scale_a, scale_b)
     found = signature(a, b, bias, activation, out, out_dtype)  # every check, before anything is allocated
     target = found if out is not None else found.allocated
+    # torch_ops imports torch, so it is imported here, not with this module; the lookup is cheaper per call.
     support = sys.modules.get("warpspec.torch_ops") or importlib.import_module("warpspec.torch_ops")
+    # An out requiring a gradient goes through the op, whose autograd refuses writing into it (dispatch_is_plain).
     if (target is not None and target.direct is not None and scale_a is None and scale_b is None
             and support.dispatcher_idle(a.get_device()) and runtime.direct_launches()
             and (out is None or not out.requires_grad)):
@@ -452,8 +454,7 @@ def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
                                 "none, for a new array)")
         for name, value in (("a", a), ("b", b)):
             if _overlap(out, value):
-                raise ArgumentError(f"out shares memory with {name}: the kernel would overwrite {name} while it still "
-                                    f"reads it; pass a separate out (or none, for a new array)")
+                raise _shares_memory(name)
         _check_pitch("out", out, result_dtype)
     if activation not in ACTIVATIONS:
         raise ArgumentError(f"activation must be one of None, 'relu', 'gelu', 'silu'; got {activation!r}")
@@ -582,8 +583,12 @@ def check_addresses(found: Signature, a: int, b: int, out: int, bias: int) -> No
     reach_a, reach_b, reach_out, reach_bias = found.reaches
     for name, start, reach in (("a", a, reach_a), ("b", b, reach_b), ("bias", bias, reach_bias)):
         if reach and start < out + reach_out and out < start + reach:
-            raise ArgumentError(f"out shares memory with {name}: the kernel would overwrite {name} while it still "
-                                f"reads it; pass a separate out (or none, for a new array)")
+            raise _shares_memory(name)
+
+
+def _shares_memory(name: str) -> ArgumentError:
+    return ArgumentError(f"out shares memory with {name}: the kernel would overwrite {name} while it still reads it; "
+                         f"pass a separate out (or none, for a new array)")
 
 
 def _plain_cuda(*values) -> bool:
