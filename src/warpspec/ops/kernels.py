@@ -294,8 +294,9 @@ class _Gemm(Script):
         return (self.blockIdx.x // splits, part * k_tiles // splits * self.block_k,
                 (part + 1) * k_tiles // splits * self.block_k)
 
-    def produce(self, pipe, ga, gb, sa, sb, offset_m, offset_n, k_begin, k_end):
-        """The producer's loads of one tile's K range ``[k_begin, k_end)`` (elements) into the ring."""
+    def produce(self, pipe, ga, gb, sa, sb, offset_m, offset_n, k_begin, k_end, group=None):
+        """The producer's loads of one tile's K range ``[k_begin, k_end)`` (elements) into the ring; ``group``
+        (a grouped GEMM's) is the leading index of a 3-D B view, one [K, N] or [N, K] matrix per group."""
         for offset_k in self.range(k_begin, k_end, self.block_k, unroll=self.num_stages):
             pipe.producer_acquire()
             stage = pipe.producer_stage
@@ -308,12 +309,8 @@ class _Gemm(Script):
                 else:
                     self.tma.global_to_shared(src=ga, dst=sa[stage], offsets=[offset_k, offset_m],
                                               mbarrier=pipe.producer_barrier())
-                if self.cols_k_major:
-                    self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_n, offset_k],
-                                              mbarrier=pipe.producer_barrier())
-                else:
-                    self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=[offset_k, offset_n],
-                                              mbarrier=pipe.producer_barrier())
+                self.tma.global_to_shared(src=gb, dst=sb[stage], offsets=self.b_offsets(offset_n, offset_k, group),
+                                          mbarrier=pipe.producer_barrier())
             pipe.producer_advance()
 
     def consume(self, pipe, sa, sb, k_begin, k_end):
@@ -324,7 +321,8 @@ class _Gemm(Script):
             pipe.consumer_acquire()
             self.wgmma.fence()
             a_tile = sa[pipe.consumer_stage] if self.rows_k_major else sa[pipe.consumer_stage].transpose()
-            b_tile = sb[pipe.consumer_stage].transpose() if self.cols_k_major else sb[pipe.consumer_stage]
+            b_stage = self.b_stage(sb, pipe.consumer_stage)
+            b_tile = b_stage.transpose() if self.cols_k_major else b_stage
             self.wgmma.mma(a_tile, b_tile, acc)
             self.wgmma.commit_group()
             self.wgmma.wait_group(1)  # the previous K-tile's group is done reading its stage: release it
@@ -334,6 +332,15 @@ class _Gemm(Script):
         self.wgmma.wait_group(0)
         self.mbarrier.arrive(pipe.empty_barriers[self.previous(pipe.consumer_stage)])
         return acc
+
+    def b_offsets(self, offset_n, offset_k, group):
+        """The offsets of B's box of output columns ``offset_n`` and K-tile ``offset_k`` (``group``: None, as B is
+        one matrix)."""
+        return [offset_n, offset_k] if self.cols_k_major else [offset_k, offset_n]
+
+    def b_stage(self, sb, stage):
+        """The [block_n, block_k] (K-major) or [block_k, block_n] tile of B in ring stage ``stage``."""
+        return sb[stage]
 
     def finish_tile(self, acc, sc, gc, m_size, n_size, bias_ptr, scale_ptr, offset_m, offset_n):
         """The epilogue of a whole tile's sum and its store: through shared memory and TMA when persistent."""

@@ -1,0 +1,150 @@
+"""The grouped GEMM kernel (``warpspec.ops.grouped_kernel.GroupedGemm``) on the emulator: every schedule of its
+space in both layouts of B against numpy, on ragged groups (empty ones first, in the middle and last, a group of one
+row, a group spanning several row bands) with rows past the last group, K and N no tile divides; the clamping of
+offsets the host did not check; the size rule; a planted store past its group caught at its line; NVRTC builds
+without spills. ``ops.grouped_matmul`` itself is tested in test_grouped_matmul.py."""
+
+import inspect
+
+import numpy as np
+import pytest
+
+from warpspec import RaceError
+from warpspec.dtypes import bfloat16, float16, float32
+from warpspec.errors import CompileError
+from warpspec.ops import grouped_kernel
+from warpspec.ops.grouped_kernel import GroupedGemm, grouped_schedule
+
+from tests.support.example_checks import emulator  # noqa: F401  (autouse: the emulator, its deterministic schedule)
+
+#: Group sizes: a 64-row tile of group 3 reaches into group 4, a 128-row one past it; 8 rows follow the last group.
+SIZES = [0, 5, 0, 150, 1, 0]
+TAIL = 8
+K, N = 72, 136  # 64 + 8 of K, 128 + 8 of N
+NUM_SMS = 3  # fewer blocks than tiles: each block walks several groups
+SCHEDULES = GroupedGemm._tune_space.schedules()
+
+
+def operands(dtype, b_k_major, sizes=SIZES, tail=TAIL):
+    """(a, b as the op sees it [G, K, N], b as stored, ends): random values, B stored [G, N, K] when K-major."""
+    rng = np.random.default_rng(0)
+    ends = np.cumsum(sizes).astype(np.int32)
+    a = rng.standard_normal((int(ends[-1]) + tail, K)).astype(dtype)
+    stored = rng.standard_normal((len(sizes), N, K) if b_k_major else (len(sizes), K, N)).astype(dtype)
+    return a, (stored.transpose(0, 2, 1) if b_k_major else stored), stored, ends
+
+
+def expected_of(a, b, ends):
+    """Each group's rows times its matrix in float32; the rows past the last group 0."""
+    out = np.zeros((a.shape[0], b.shape[2]), np.float32)
+    start = 0
+    for group, end in enumerate(ends):
+        out[start:end] = a[start:end].astype(np.float32) @ b[group].astype(np.float32)
+        start = end
+    return out
+
+
+def run(script, a, stored, ends, out, b_k_major):
+    """One launch of a pinned grouped Script on these operands (C filled by the caller)."""
+    group_pitch, pitch, _ = (s // stored.itemsize for s in stored.strides)
+    script(len(ends), a.shape[0], N, K, K, pitch, group_pitch, N, ends, a, stored, out, num_sms=NUM_SMS)
+
+
+def fits(schedule, out_dtype) -> bool:
+    """Whether the schedule's ring and epilogue buffer fit in shared memory (``grouped_kernel.deepest_ring``)."""
+    return schedule["num_stages"] <= grouped_kernel.deepest_ring(schedule["block_m"], schedule["block_n"],
+                                                                 out_dtype)["num_stages"]
+
+
+def test_the_space_is_the_tiles_and_stages():
+    assert len(SCHEDULES) == len(grouped_kernel.GROUPED_TILES) * len(grouped_kernel.GROUPED_STAGES) == 15
+
+
+@pytest.mark.parametrize("b_k_major", [False, True], ids=["b-row-major", "b-expert-weights"])
+@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: "{block_m}x{block_n}-{num_stages}".format(**s))
+def test_every_schedule_matches_numpy(schedule, b_k_major):
+    a, b, stored, ends = operands(np.float16, b_k_major)
+    script = GroupedGemm(float16, float16, b_k_major).instantiate(schedule)
+    out = np.full((a.shape[0], N), np.nan, np.float16)
+    if not fits(schedule, float16):
+        with pytest.raises(CompileError, match="shared memory"):
+            run(script, a, stored, ends, out, b_k_major)
+        return
+    run(script, a, stored, ends, out, b_k_major)
+    expected = expected_of(a, b, ends)
+    np.testing.assert_allclose(out.astype(np.float32), expected, rtol=2e-3, atol=2e-2)
+    assert not out[int(ends[-1]):].any()  # written as zeros
+
+
+@pytest.mark.parametrize("in_dtype, out_dtype", [(bfloat16, float32), (bfloat16, bfloat16), (float16, float32)])
+def test_output_dtypes_under_the_size_rule(in_dtype, out_dtype):
+    a, b, stored, ends = operands(in_dtype.numpy, True)
+    schedule = grouped_schedule(a.shape[0], len(SIZES), N, out_dtype)
+    out = np.full((a.shape[0], N), np.nan, out_dtype.numpy)
+    run(GroupedGemm(in_dtype, out_dtype, True).instantiate(schedule), a, stored, ends, out, True)
+    expected = expected_of(a, b, ends)
+    tolerance = 1e-4 if out_dtype == float32 else (2e-2 if out_dtype == bfloat16 else 2e-3)
+    np.testing.assert_allclose(out.astype(np.float32), expected, rtol=tolerance, atol=tolerance * 10)
+
+
+def test_ends_the_host_did_not_check_are_clamped():
+    """A decreasing end makes its group empty, an end past total_M stops at it: nothing outside A and C is read
+    or written (the emulator raises on either), and every row is written."""
+    a, b, stored, _ = operands(np.float16, False)
+    total = a.shape[0]
+    ends = np.array([5, 3, 150, total + 40, 7, total + 1], np.int32)
+    out = np.full((total, N), np.nan, np.float16)
+    run(GroupedGemm(float16, float16, False).instantiate({"block_m": 64, "block_n": 128, "num_stages": 3}), a,
+        stored, ends, out, False)
+    clamped = np.array([5, 5, 150, total, total, total], np.int32)
+    np.testing.assert_allclose(out.astype(np.float32), expected_of(a, b, clamped), rtol=2e-3, atol=2e-2)
+
+
+@pytest.mark.parametrize("total, groups, n, out_dtype, expected", [
+    (16, 64, 1536, bfloat16, (64, 128, 5)),  # decode-sized groups, a narrow output
+    (128, 8, 14336, bfloat16, (64, 256, 4)),  # ... and a wide one
+    (8192, 8, 14336, bfloat16, (128, 256, 3)),  # 1024 rows per expert: 3584 tiles of 128 x 256
+    (1024, 8, 14336, bfloat16, (128, 128, 5)),  # 448 such tiles, under four waves: 128 columns
+    (8192, 8, 14336, float32, (128, 128, 5)),  # a float32 128 x 256 buffer leaves 2 stages: 128 columns
+    (8192, 64, 1536, bfloat16, (128, 128, 5))])
+def test_the_size_rule(total, groups, n, out_dtype, expected):
+    schedule = grouped_schedule(total, groups, n, out_dtype)
+    assert (schedule["block_m"], schedule["block_n"], schedule["num_stages"]) == expected
+    assert fits(schedule, out_dtype)
+
+
+class StoresPastItsGroup(GroupedGemm):
+    """Planted: every tile leaves through the TMA store, whose box also writes the rows after its group's end."""
+
+    def store_tile(self, result, sc, gc, row, offset_n, end):
+        self.store_through_shared(result, sc, gc, row, offset_n)
+
+
+def test_a_store_past_its_group_is_caught():
+    a, _, stored, ends = operands(np.float16, False)
+    kernel = StoresPastItsGroup(float16, float16, False, num_stages=3, block_m=64, block_n=128)
+    with pytest.raises(RaceError) as caught:
+        run(kernel, a, stored, ends, np.zeros((a.shape[0], N), np.float16), False)
+    line = inspect.getsourcelines(StoresPastItsGroup.store_tile)[1] + 1
+    assert f"test_grouped_kernel.py:{line}" in str(caught.value)
+    assert "which block (0, 0, 0) also wrote (tma.shared_to_global of gc" in str(caught.value)
+
+
+@pytest.mark.parametrize("out_dtype, schedule", [
+    (bfloat16, {"block_m": 128, "block_n": 256, "num_stages": 3}),
+    (float32, {"block_m": 128, "block_n": 128, "num_stages": 5}),
+    (bfloat16, {"block_m": 64, "block_n": 256, "num_stages": 4})], ids=["bf16-128x256", "f32-128x128", "bf16-64x256"])
+def test_nvrtc_builds_without_spills(out_dtype, schedule):
+    """No spills, no stack, no ptxas advisory, and the WGMMAs of one K-tile per stage: 4 (16 of K each) per
+    warpgroup's 64 rows, unrolled once per stage."""
+    from warpspec.cuda.launch import compile_kernel
+    from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
+    from warpspec.runtime import kernel_for
+
+    kernel = GroupedGemm(bfloat16, out_dtype, True, **schedule)
+    assert kernel.kernel_name() == ("GroupedGemmBF16" if out_dtype == bfloat16 else "GroupedGemmBF16F32")
+    built = compile_kernel(kernel_for(kernel, {}))
+    (report,) = parse_ptxas_log(built.module.log).values()
+    assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
+    count = count_instructions(disassemble(built.module.cubin), ["HGMMA"])["HGMMA"]
+    assert count == 4 * schedule["num_stages"], count
