@@ -4,17 +4,23 @@ shapes (bf16), in one process.
 8 and 64 experts, hidden size 4096, expert width 14336 and 1536, 16 to 8192 tokens, balanced groups and skewed
 ones (half the tokens to one expert, none to a quarter of them). ``a`` [tokens, 4096], expert weights [G, width,
 4096] passed as ``w.transpose(1, 2)``, ``offs`` int32 on the GPU; ``triton.testing.do_bench`` medians (warmup 100,
-rep 500 ms), torch's calls timed right before ours, every output checked against the float32 loop first.
+rep 500 ms) of ours, then torch._grouped_mm, then the loop, every output checked against the float32 loop first.
 
-    python benchmarks/grouped.py [--experts 8,64] [--tokens 16,...] [--json out.json] [--dry-run]
+    python benchmarks/grouped.py [--experts 8,64] [--tokens 16,...] [--sweep] [--json out.json] [--dry-run]
 
-``--dry-run`` needs no GPU: it lists the shapes and checks stand-ins (sizes divided by 64) on the emulator.
+Printed per shape: TFLOP/s, the ratio to ``torch._grouped_mm`` (its time / ours) and to the loop, and the host time
+of one eager call of each (``warpspec.tune.bench.host_us_per_call``); then the geometric mean and the lowest ratio
+to each, and over the 64-expert shapes the lowest ratio to the loop. ``--sweep`` also times every schedule of the
+kernel's space on each shape (``rep`` 100 ms) and prints the fastest beside the size rule's choice: the table the
+size rule is set from. ``--dry-run`` needs no GPU: it lists the shapes and checks stand-ins (sizes divided by 64) on
+the emulator.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 
 EXPERTS = [8, 64]
 HIDDEN = 4096
@@ -51,6 +57,7 @@ def main() -> None:
     parser.add_argument("--experts", default=",".join(map(str, EXPERTS)))
     parser.add_argument("--tokens", default=",".join(map(str, TOKENS)))
     parser.add_argument("--json", default=None)
+    parser.add_argument("--sweep", action="store_true", help="time every schedule of the kernel's space too")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args()
     shapes = [(g, t, HIDDEN, width, skewed) for g in map(int, args.experts.split(","))
@@ -67,8 +74,10 @@ def main() -> None:
     if not args.dry_run:
         import triton
 
-        def bench(fn) -> float:
-            return triton.testing.do_bench(fn, warmup=100, rep=500, return_mode="median")
+        from warpspec.tune.bench import host_us_per_call
+
+        def bench(fn, rep=500) -> float:
+            return triton.testing.do_bench(fn, warmup=100, rep=rep, return_mode="median")
 
     for experts, tokens, hidden, width, skewed in shapes:
         if args.dry_run:
@@ -89,16 +98,69 @@ def main() -> None:
             row["ours_ms"] = bench(lambda: ops.grouped_matmul(a, w.transpose(1, 2), offs))
             row["grouped_mm_ms"] = bench(lambda: torch._grouped_mm(a, w.transpose(1, 2), offs=offs))
             row["loop_ms"] = bench(lambda: loop_reference(torch, a, w, ends))
+            row["host_us"] = host_us_per_call(lambda: ops.grouped_matmul(a, w.transpose(1, 2), offs),
+                                              torch.cuda.synchronize)
+            row["grouped_mm_host_us"] = host_us_per_call(lambda: torch._grouped_mm(a, w.transpose(1, 2), offs=offs),
+                                                         torch.cuda.synchronize)
             flops = 2.0 * tokens * hidden * width
             print(f"G={experts} tokens={tokens} width={width} {'skewed' if skewed else 'balanced'}: "
                   f"{flops / row['ours_ms'] / 1e9:.0f} TFLOP/s, {row['grouped_mm_ms'] / row['ours_ms']:.3f}x "
-                  f"_grouped_mm, {row['loop_ms'] / row['ours_ms']:.3f}x the loop", flush=True)
+                  f"_grouped_mm, {row['loop_ms'] / row['ours_ms']:.3f}x the loop; host {row['host_us']:.1f} us a "
+                  f"call ({row['grouped_mm_host_us']:.1f} for _grouped_mm)", flush=True)
+            if args.sweep:
+                row["sweep"] = sweep(torch, bench, a, w.transpose(1, 2), offs)
         rows.append(row)
     if args.dry_run:
         print(f"dry run: {len(rows)} stand-ins checked on the emulator")
+    else:
+        summarize(rows)
     if args.json:
         with open(args.json, "w") as file:
             json.dump(rows, file, indent=1)
+
+
+def sweep(torch, bench, a, b, offs) -> dict:
+    """Every buildable schedule of the grouped kernel timed on these operands (output checked against the size
+    rule's): ``{"block_m x block_n / stages": ms}``, with the fastest and the size rule's choice printed."""
+    from warpspec.dtypes import bfloat16
+    from warpspec.errors import CompileError
+    from warpspec.ops import grouped
+    from warpspec.ops.grouped_kernel import GroupedGemm, grouped_schedule
+
+    problem = grouped.validate(a, b, offs, None)
+    reference = torch.empty(a.shape[0], b.shape[2], dtype=a.dtype, device=a.device)
+    grouped.write(problem, a, b, offs, reference)
+    times = {}
+    for schedule in GroupedGemm._tune_space.schedules():
+        name = "{block_m}x{block_n}/{num_stages}".format(**schedule)
+        out = torch.empty_like(reference)
+        arguments = grouped.kernel_arguments(problem, a, b, offs, out)
+        script = GroupedGemm(bfloat16, bfloat16, problem.b_k_major).instantiate(schedule)
+        try:
+            script(*arguments)
+        except CompileError:  # does not fit in shared memory
+            continue
+        error = ((out.double() - reference.double()).norm() / reference.double().norm().clamp_min(1e-30)).item()
+        assert error < TOLERANCE, (name, error)
+        times[name] = bench(lambda: script(*arguments), rep=100)
+    rule = "{block_m}x{block_n}/{num_stages}".format(**grouped_schedule(problem.total, problem.groups, problem.n,
+                                                                        problem.out_dtype))
+    best = min(times, key=times.get)
+    print(f"    sweep: fastest {best} {times[best]:.4f} ms; size rule {rule} {times[rule]:.4f} ms "
+          f"({times[best] / times[rule]:.3f}x of the fastest)", flush=True)
+    return times
+
+
+def summarize(rows) -> None:
+    """The geometric mean and lowest ratio to torch._grouped_mm and to the loop; the lowest to the loop over the
+    64-expert shapes."""
+    for key, name in (("grouped_mm_ms", "torch._grouped_mm"), ("loop_ms", "the cuBLAS loop")):
+        ratios = [row[key] / row["ours_ms"] for row in rows]
+        print(f"against {name}: geometric mean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x, lowest "
+              f"{min(ratios):.3f}x over {len(ratios)} shapes")
+    many = [row["loop_ms"] / row["ours_ms"] for row in rows if row["experts"] == 64]
+    if many:
+        print(f"64 experts against the cuBLAS loop: lowest {min(many):.3f}x over {len(many)} shapes")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@
 # layer's small M), tune-large-m (the same for its M of 1024 to 8192, the tile walk), host-cost
 # (benchmarks/host_cost.py: an eager call's host time against torch's, with a profile), llm
 # (benchmarks/llm_shapes.py), split-tests (the split family's GPU tests), ops-tests, stream-k-tests (flags and
-# the stream-K schedules), stream-k (stream-K against whole tiles, cuBLAS beside), attention, attention-tests.
+# the stream-K schedules), stream-k (stream-K against whole tiles, cuBLAS beside), attention, attention-tests,
+# grouped-tests (ops.grouped_matmul's GPU tests), grouped (benchmarks/grouped.py), grouped-sweep (the same, every
+# schedule of the grouped kernel timed too).
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-h200-logs}"
@@ -79,6 +81,9 @@ for step in "${steps[@]}"; do
     attention) cmd=(python3 benchmarks/attention.py --head-dims 64,128,256 --seqs 8192 --causal both
                     --dtypes fp16,bf16 --json "$out/attention.json") ;;
     attention-tests) cmd=(python3 -m pytest -q -x -m gpu tests/ops/test_attention_gpu.py -p no:cacheprovider) ;;
+    grouped-tests) cmd=(python3 -m pytest -q -m gpu tests/ops/test_grouped_matmul_gpu.py -p no:cacheprovider) ;;
+    grouped) cmd=(python3 benchmarks/grouped.py --json "$out/grouped.json") ;;
+    grouped-sweep) cmd=(python3 benchmarks/grouped.py --sweep --json "$out/grouped_sweep.json") ;;
     schedules) cmd=(python3 benchmarks/v3_schedules.py --json "$out/v3_8192.json") ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac

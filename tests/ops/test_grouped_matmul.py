@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from warpspec import ArgumentError, ops
+from warpspec.ops import grouped
 
 BF16 = ml_dtypes.bfloat16
 #: Group sizes: empty groups first, in the middle and last, sizes no tile divides.
@@ -83,3 +84,41 @@ def test_the_backward_matches_torch():
     for found, expected in ((a.grad, a32.grad), (w.grad, w32.grad)):
         error = (found.float() - expected).abs().max() / expected.abs().max()
         assert found.shape == expected.shape and error <= 2e-3, error
+
+
+@pytest.mark.parametrize("layout", ["a-column-slice", "a-strided-columns", "b-strided-columns", "ragged-k"])
+def test_layouts_the_kernel_cannot_read_as_they_are(layout, monkeypatch):
+    """A row-sliced ``a`` is read in place (its pitch), a ``b`` or ``a`` without a contiguous axis is copied, and a
+    K whose pitch TMA cannot describe (20 · 2 bytes) takes one ops.matmul per group: all match numpy."""
+    per_group = []
+    slow_path = grouped._per_group
+    monkeypatch.setattr(grouped, "_per_group", lambda *args: per_group.append(slow_path(*args)))
+    rng = np.random.default_rng(1)
+    ends = np.cumsum(SIZES).astype(np.int32)
+    k = 20 if layout == "ragged-k" else 64
+    rows = int(ends[-1]) + 3
+    a = rng.standard_normal((rows, k)).astype(np.float16)
+    b = rng.standard_normal((len(SIZES), k, 48)).astype(np.float16)
+    if layout == "a-column-slice":
+        a = np.concatenate([a, np.ones((rows, 8), np.float16)], axis=1)[:, :k]
+    elif layout == "a-strided-columns":
+        a = np.repeat(a, 2, axis=1)[:, ::2]
+    elif layout == "b-strided-columns":
+        b = np.repeat(b, 2, axis=2)[:, :, ::2]
+    c = ops.grouped_matmul(a, b, ends, out_dtype=np.float32)
+    expected = expected_of(a, b, ends)
+    np.testing.assert_allclose(c, expected, rtol=0, atol=1e-4 * np.abs(expected).max())
+    assert not c[int(ends[-1]):].any()
+    assert len(per_group) == (layout == "ragged-k")  # only the ragged K leaves the grouped kernel
+
+
+def test_a_cpu_tensor_runs_the_grouped_kernel_on_the_emulator():
+    torch = pytest.importorskip("torch")
+    generator = torch.Generator().manual_seed(2)
+    ends = torch.tensor(np.cumsum(SIZES), dtype=torch.int32)
+    a = torch.randn(int(ends[-1]) + 5, 64, generator=generator).bfloat16()
+    w = torch.randn(len(SIZES), 40, 64, generator=generator).bfloat16()
+    c = ops.grouped_matmul(a, w.transpose(1, 2), ends, out_dtype=torch.float32)
+    expected = expected_of(a.float().numpy(), w.float().numpy().transpose(0, 2, 1), ends.numpy())
+    np.testing.assert_allclose(c.numpy(), expected, rtol=0, atol=1e-4 * np.abs(expected).max())
+    assert c.dtype == torch.float32 and not c[int(ends[-1]):].any()

@@ -40,3 +40,49 @@ def test_groups_match_torch(experts, tokens, hidden, width, skewed):
         expected[start:end] = a[start:end].float() @ w[group].float().T
         start = end
     assert ((c.double() - expected.double()).norm() / expected.double().norm()).item() < 1e-2
+
+
+def test_rows_past_the_last_group_are_zeros_in_recycled_memory():
+    """The output is allocated uninitialised: memory the caching allocator hands back full of NaNs must still come
+    back with the rows that belong to no group written as zeros."""
+    a = torch.randn(300, 256, device="cuda").to(torch.bfloat16)
+    w = torch.randn(4, 128, 256, device="cuda").to(torch.bfloat16)
+    offs = torch.tensor([10, 10, 150, 200], dtype=torch.int32, device="cuda")
+    for _ in range(3):
+        torch.full((300 * 128 * 2,), float("nan"), device="cuda")  # freed at once: its block is reused
+        c = ops.grouped_matmul(a, w.transpose(1, 2), offs)
+        assert not c[200:].any() and not c.isnan().any()
+
+
+def test_unchecked_device_offsets_are_clamped():
+    """A CUDA offs is not read by the host: a decreasing end gives an empty group, an end past total_M stops at
+    it, and nothing outside the tensors is touched."""
+    a = torch.randn(256, 128, device="cuda").to(torch.bfloat16)
+    w = torch.randn(4, 64, 128, device="cuda").to(torch.bfloat16)
+    offs = torch.tensor([100, 40, 200, 900], dtype=torch.int32, device="cuda")
+    c = ops.grouped_matmul(a, w.transpose(1, 2), offs).float()
+    expected = torch.zeros(256, 64, device="cuda")
+    for group, (start, end) in enumerate([(0, 100), (100, 100), (100, 200), (200, 256)]):
+        expected[start:end] = a[start:end].float() @ w[group].float().T
+    assert ((c - expected).norm() / expected.norm()).item() < 1e-2
+
+
+def test_the_backward_matches_torch_on_the_gpu():
+    generator = torch.Generator(device="cuda").manual_seed(1)
+    sizes = [0, 300, 5, 0, 1000, 70]
+    offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+    a = torch.randn(sum(sizes) + 9, 512, device="cuda", generator=generator).to(torch.bfloat16).requires_grad_()
+    w = torch.randn(len(sizes), 384, 512, device="cuda", generator=generator).to(torch.bfloat16).requires_grad_()
+    c = ops.grouped_matmul(a, w.transpose(1, 2), offs)
+    grad = torch.randn(c.shape, device="cuda", generator=generator)
+    (c.float() * grad).sum().backward()
+    a32, w32 = (t.detach().float().requires_grad_() for t in (a, w))
+    pieces, start = [], 0
+    for group, end in enumerate(offs.tolist()):
+        pieces.append(a32[start:end] @ w32[group].T)
+        start = end
+    pieces.append(torch.zeros(a.shape[0] - start, 384, device="cuda"))
+    (torch.cat(pieces) * grad).sum().backward()
+    for found, expected in ((a.grad, a32.grad), (w.grad, w32.grad)):
+        error = ((found.float() - expected).norm() / expected.norm()).item()
+        assert found.shape == expected.shape and error < 1e-2, error

@@ -1,21 +1,52 @@
 """``warpspec.ops.grouped_matmul``: one GEMM per group of rows, as a mixture-of-experts layer calls its experts, in
 ``torch._grouped_mm``'s 2-D × 3-D convention.
 
-Today each group is one ``ops.matmul`` of its rows (a launch per group, empty groups computing nothing), so every
-layout, the staging of ragged pitches and the backward (``warpspec::matmul_grad``) come from ops.matmul; the offsets
-are read by the host, which for CUDA tensors waits for the device once per call. A single persistent launch walking
-(group, tile) pairs, with the offsets read on the device, is not built yet.
+The forward pass is one persistent launch of ``warpspec.ops.grouped_kernel.GroupedGemm`` over every group's tiles,
+which reads the group ends from ``offs`` on the device: numpy arrays run it on the emulator, torch tensors through
+the custom op ``warpspec::grouped_matmul`` (CUDA tensors on their GPU, CPU tensors on the emulator). Its schedule
+is a tuning winner where one is stored (``warpspec tune``), else the size rule ``grouped_schedule``.
+
+The host reads ``offs`` only where it is on the host already (a numpy array, a CPU tensor), to check it: a CUDA
+``offs`` is not waited for, and the kernel clamps each end into [previous end, total_M], so offsets that were never
+checked can make groups empty but never reach outside ``a`` and the output. The output rows past the last group
+are written as zeros by the kernel (uninitialised rows there would reach whatever sums the output). Operands the
+kernel cannot read as they are take a slower path, not an error: a ``b`` in neither layout, or an ``a`` whose rows
+are not contiguous, is copied first; a pitch TMA cannot describe (K or N not a multiple of 8) runs one
+``ops.matmul`` per group, which stages it (and reads ``offs`` on the host).
+
+The op is differentiable: dA = dC · B[g]ᵀ is one grouped launch on B's other layout (``b.transpose(1, 2)``, no
+copy), and dB[g] = A[g]ᵀ · dC[g] one ``ops.matmul`` per non-empty group (a GEMM whose inner dimension is the
+group's rows).
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 
+from warpspec import runtime
+from warpspec.dtypes import DType, bfloat16, float16
 from warpspec.errors import ArgumentError
-from warpspec.ops.matmul import matmul
-from warpspec.ops.operands import kind_of, same_kind
+from warpspec.ops.grouped_kernel import GroupedGemm, grouped_schedule
+from warpspec.ops.matmul import (MAX_EXTENT, MAX_SIGNATURES, TMA_ALIGNMENT, _address, _describe, _out_dtype,
+                                 _plain_cuda, _torch_dtype, matmul, sm_count, span, strides_of)
+from warpspec.ops.operands import dtype_of, kind_of, same_device, same_kind
+
+
+@dataclass(frozen=True)
+class GroupedProblem:
+    """One validated call: G groups of total_M rows in all, K, N, the dtypes and B's layout."""
+
+    groups: int
+    total: int
+    k: int
+    n: int
+    in_dtype: DType
+    out_dtype: DType
+    b_k_major: bool
 
 
 def grouped_matmul(a, b, offs, *, out_dtype=None):
@@ -25,12 +56,60 @@ def grouped_matmul(a, b, offs, *, out_dtype=None):
       and their output rows are 0.
     * ``b`` [G, K, N]: row-major, or the transposed view of [G, N, K] expert weights (``w.transpose(1, 2)``).
     * ``offs``: int32 [G], the cumulative row ends (non-decreasing, at most total_M; equal neighbours are empty
-      groups), a numpy array or a tensor (on any device: it is read by the host).
+      groups), a numpy array or a tensor (a CPU tensor with CUDA operands is copied to their device). It is
+      checked where it is on the host; a CUDA tensor's ends are clamped by the kernel (the module docstring).
     * ``out_dtype``: as ``ops.matmul``'s (the input dtype by default, float32 allowed). float16 and bfloat16.
 
     Returns a new [total_M, N] array/tensor; torch tensors that require a gradient give a differentiable one."""
-    kind = same_kind("a", a, b=b)
-    kind_of(offs, "offs")
+    problem = validate(a, b, offs, out_dtype)
+    if kind_of(a, "a") == "numpy":
+        out = np.empty((problem.total, problem.n), dtype=problem.out_dtype.numpy)
+        with runtime.use_backend("emulator"):
+            write(problem, a, b, offs, out)
+        return out
+    if offs.device != a.device:
+        offs = offs.to(a.device)
+    # torch_ops imports torch, so it is imported here, not with this module; the lookup is cheaper per call.
+    support = sys.modules.get("warpspec.torch_ops") or importlib.import_module("warpspec.torch_ops")
+    if support.dispatch_is_plain(a, b, offs):  # the dispatcher would do nothing else: skip its cost
+        out = sys.modules["torch"].empty((problem.total, problem.n), dtype=_torch_dtype(problem.out_dtype),
+                                         device=a.device)
+        write(problem, a, b, offs, out)
+        return out
+    return _torch_op()(a, b, offs, _torch_dtype(problem.out_dtype))
+
+
+_problems: dict = {}  # what validation reads of a call's operands -> its GroupedProblem
+
+
+def validate(a, b, offs, out_dtype) -> GroupedProblem:
+    """The checks of a call (``ArgumentError`` naming the argument), before anything is allocated: those of the
+    operands' description made at its first call, then looked up; the values of an ``offs`` on the host, every
+    call."""
+    try:
+        key = (_describe(a), _describe(b), _describe(offs), out_dtype)
+        problem = _problems.get(key)
+    except (TypeError, AttributeError):  # not arrays, or an unhashable out_dtype: the checks say what is wrong
+        key = problem = None
+    if problem is None:
+        problem = _validate(a, b, offs, out_dtype)
+        if key is not None:
+            if len(_problems) >= MAX_SIGNATURES:
+                _problems.clear()
+            _problems[key] = problem
+    if isinstance(offs, np.ndarray) or offs.device.type == "cpu":
+        ends = [int(end) for end in offs.tolist()]
+        if any(later < earlier for earlier, later in zip([0] + ends, ends)) or (ends and ends[-1] > problem.total):
+            raise ArgumentError(f"offs must be non-decreasing from 0 to at most total_M = {problem.total}, got "
+                                f"{ends}")
+    return problem
+
+
+def _validate(a, b, offs, out_dtype) -> GroupedProblem:
+    """The checks that depend on the operands' description alone."""
+    kind = same_kind("a", a, b=b, offs=offs)
+    if kind == "torch":
+        same_device("a", a, b=b)
     if len(a.shape) != 2:
         raise ArgumentError(f"a must be 2-D [total_M, K], got shape {tuple(a.shape)}")
     if len(b.shape) != 3:
@@ -38,22 +117,205 @@ def grouped_matmul(a, b, offs, *, out_dtype=None):
     groups, k, n = (int(s) for s in b.shape)
     if int(a.shape[1]) != k:
         raise ArgumentError(f"b has K = {k} (b.shape[1]) but a has {a.shape[1]} columns")
+    in_dtype = dtype_of(a)
+    if in_dtype not in (float16, bfloat16):
+        raise ArgumentError(f"a must be float16 or bfloat16, got {getattr(in_dtype, 'name', a.dtype)}")
+    if dtype_of(b) != in_dtype:
+        raise ArgumentError(f"b must have a's dtype {in_dtype.name}, got {getattr(dtype_of(b), 'name', b.dtype)}")
+    resolved = _out_dtype(in_dtype, None, out_dtype)
     if tuple(offs.shape) != (groups,) or str(offs.dtype).rpartition(".")[2] != "int32":
         raise ArgumentError(f"offs must be int32 of shape ({groups},) (one cumulative row end per group), got "
                             f"{offs.dtype} of shape {tuple(offs.shape)}")
-    ends = [int(end) for end in (offs.tolist() if kind == "torch" else offs)]
     total = int(a.shape[0])
-    if any(later < earlier for earlier, later in zip([0] + ends, ends)) or (ends and ends[-1] > total):
-        raise ArgumentError(f"offs must be non-decreasing from 0 to at most total_M = {total}, got {ends}")
-    pieces, start = [], 0
-    for group, end in enumerate(ends):
-        pieces.append(matmul(a[start:end], b[group], out_dtype=out_dtype))
+    if max(total, k, n, groups) > MAX_EXTENT:
+        raise ArgumentError(f"a or b has an extent above {MAX_EXTENT}, which the kernel's int32 sizes cannot hold")
+    return GroupedProblem(groups, total, k, n, in_dtype, resolved, _k_major(b))
+
+
+def _k_major(b) -> bool:
+    """Whether ``b`` [G, K, N] is the transposed view of [G, N, K] expert weights (its K axis contiguous)."""
+    strides = strides_of(b)
+    return strides[1] == 1 and strides[2] != 1
+
+
+def write(problem: GroupedProblem, a, b, offs, out) -> None:
+    """Write every row of ``out`` on the selected back end: the grouped kernel on operands it can read, else one
+    ``ops.matmul`` per group."""
+    if 0 in (problem.total, problem.n):
+        return
+    if problem.k == 0 or problem.groups == 0:  # no products: every row is 0
+        out[...] = 0
+        return
+    a, b = readable(a), readable(b)
+    launcher = _launcher(problem, a, b, offs, out)
+    if launcher is None or any(_address(x) % TMA_ALIGNMENT for x in (a, b, out)):
+        out[...] = 0
+        _per_group(problem, a, b, offs, out)
+    else:
+        launcher.launch(a, b, offs, out)
+
+
+class _Launcher:
+    """How calls of one description launch: the pinned Script, and once it launched with plain CUDA tensors its
+    bound launch (``runtime.pointer_launcher``), which later such calls take with their addresses alone."""
+
+    def __init__(self, problem: GroupedProblem, script):
+        self.problem = problem
+        self.script = script
+        self.bound = None
+
+    def launch(self, a, b, offs, out) -> None:
+        """Launch on these operands (of the description), bound where it can."""
+        if self.bound is not None and runtime.direct_launches():
+            torch = sys.modules["torch"]
+            self.bound(offs.data_ptr(), a.data_ptr(), b.data_ptr(), out.data_ptr(),
+                       stream=torch._C._cuda_getCurrentRawStream(out.device.index))
+            return
+        args = kernel_arguments(self.problem, a, b, offs, out)
+        self.script(*args)
+        if self.bound is None and _plain_cuda(a, b, offs, out):
+            self.bound = runtime.pointer_launcher(self.script, args)
+
+
+MISSING = object()
+_launchers: dict = {}  # (problem, pitches, back end, device) -> its _Launcher, or None for the per-group path
+
+
+def _launcher(problem: GroupedProblem, a, b, offs, out) -> _Launcher | None:
+    """The ``_Launcher`` of calls with these sizes and pitches on the selected back end and device, made at the
+    first one; None where a pitch sends them to the per-group path."""
+    backend = runtime.get_backend()
+    key = (problem, strides_of(a), strides_of(b), strides_of(out), backend,
+           runtime.current_device() if backend == "cuda" else None)
+    found = _launchers.get(key, MISSING)
+    if found is MISSING:
+        if len(_launchers) >= MAX_SIGNATURES:
+            _launchers.clear()
+        found = None
+        if _tma_pitches(problem, a, b, out):
+            found = _Launcher(problem, script_for(problem, kernel_arguments(problem, a, b, offs, out)))
+        _launchers[key] = found
+    return found
+
+
+def kernel_arguments(problem: GroupedProblem, a, b, offs, out) -> tuple:
+    """The grouped kernel's call arguments on operands it can read as they are (``readable``, TMA's pitches): the
+    sizes, the pitches, the arrays (``b`` as stored: [G, N, K] expert weights or [G, K, N]) and the SM count."""
+    stored = b.swapaxes(1, 2) if problem.b_k_major else b
+    group_pitch, pitch, _ = strides_of(stored)
+    return (problem.groups, problem.total, problem.n, problem.k, strides_of(a)[0], pitch, group_pitch,
+            strides_of(out)[0], offs, span(a), span(stored), out, sm_count())
+
+
+def readable(value):
+    """``value`` when its last axis (or, for ``b``, one of its last two) is contiguous, else a contiguous copy."""
+    strides = strides_of(value)
+    if strides[-1] == 1 or (len(strides) == 3 and strides[1] == 1):
+        return value
+    return np.ascontiguousarray(value) if isinstance(value, np.ndarray) else value.contiguous()
+
+
+def _tma_pitches(problem: GroupedProblem, a, b, out) -> bool:
+    """Whether every pitch the kernel's views step by is a multiple of TMA's 16 bytes."""
+    size = problem.in_dtype.nbytes
+    b_strides = strides_of(b)
+    pitches = [strides_of(a)[0] * size, b_strides[0] * size,
+               (b_strides[2] if problem.b_k_major else b_strides[1]) * size,
+               strides_of(out)[0] * problem.out_dtype.nbytes]
+    return all(p % TMA_ALIGNMENT == 0 for p in pitches)
+
+
+def _per_group(problem: GroupedProblem, a, b, offs, out) -> None:
+    """The slow path: one ``ops.matmul`` per non-empty group, each staging what TMA cannot read."""
+    start = 0
+    for group, end in enumerate(_clamped(offs.tolist(), problem.total)):
+        if end > start:
+            out[start:end] = matmul(a[start:end], b[group], out_dtype=problem.out_dtype)
         start = end
-    if kind == "numpy":
-        dtype = pieces[0].dtype if pieces else a.dtype
-        pieces.append(np.zeros((total - start, n), dtype=dtype))
-        return np.concatenate(pieces)
-    torch = sys.modules["torch"]
-    dtype = pieces[0].dtype if pieces else a.dtype
-    pieces.append(torch.zeros((total - start, n), dtype=dtype, device=a.device))
-    return torch.cat(pieces)
+
+
+_tuned: dict = {}  # (dtypes, B layout) -> the autotuned Script
+
+
+def script_for(problem: GroupedProblem, args: tuple):
+    """The pinned Script for ``problem``: a stored tuning winner on the GPU, else the size rule's schedule."""
+    key = (problem.in_dtype.name, problem.out_dtype.name, problem.b_k_major)
+    tuned = _tuned.get(key)
+    if tuned is None:
+        tuned = _tuned[key] = GroupedGemm(problem.in_dtype, problem.out_dtype, problem.b_k_major)
+    schedule = None
+    if runtime.get_backend() == "cuda":
+        from warpspec.tune.tuner import stored_schedule
+
+        schedule = stored_schedule(tuned, args, {})
+    if schedule is None:
+        schedule = grouped_schedule(problem.total, problem.groups, problem.n, problem.out_dtype, sm_count())
+    return tuned.instantiate(schedule)
+
+
+# --------------------------------------------------------------------------------------------- torch op
+
+_op = None
+
+
+def _torch_op():
+    """The custom op ``warpspec::grouped_matmul(a, b, offs, out_dtype) -> Tensor``, differentiable. Registered at
+    the first use, or when this module is imported after torch."""
+    global _op
+    if _op is None:
+        import torch
+
+        from warpspec.torch_ops import custom_op
+
+        _op = custom_op("warpspec::grouped_matmul", _op_implementation,
+                        schema="(Tensor a, Tensor b, Tensor offs, ScalarType out_dtype) -> Tensor")
+
+        def setup_context(ctx, inputs, output):
+            a, b, offs, _ = inputs
+            ctx.save_for_backward(a, b, offs)
+
+        def backward(ctx, grad):
+            a, b, offs = ctx.saved_tensors
+            need_a, need_b = ctx.needs_input_grad[:2]
+            grad = grad.to(a.dtype)  # the kernels multiply 16-bit operands: a float32 gradient is rounded first
+            grad_a = _torch_op()(grad, b.transpose(1, 2), offs, a.dtype) if need_a else None
+            grad_b = None
+            if need_b:  # the ends on the host (a CUDA offs waits for the device): one GEMM per group
+                grad_b = torch.zeros_like(b)
+                start = 0
+                for group, end in enumerate(_clamped(offs.tolist(), int(a.shape[0]))):
+                    if end > start:
+                        grad_b[group] = matmul(a[start:end].T, grad[start:end])
+                    start = end
+            return grad_a, grad_b, None, None
+
+        torch.library.register_autograd("warpspec::grouped_matmul", backward, setup_context=setup_context)
+    return _op
+
+
+def _clamped(ends: list[int], total: int) -> list[int]:
+    """The group ends as the kernel takes them: each clamped into [previous end, ``total``]."""
+    clamped, start = [], 0
+    for end in ends:
+        start = min(max(int(end), start), total)
+        clamped.append(start)
+    return clamped
+
+
+def _op_implementation(a, b, offs, out_dtype):
+    """The op's real and fake implementation: a new output, then the launch (nothing runs on fake or meta
+    tensors). The caller validated the arguments."""
+    import torch
+
+    out = torch.empty((a.shape[0], b.shape[2]), dtype=out_dtype, device=a.device)
+    if not runtime.shape_only((a, b, offs)):
+        in_dtype, resolved = dtype_of(a), dtype_of(out)
+        assert in_dtype is not None and resolved is not None
+        problem = GroupedProblem(int(b.shape[0]), int(a.shape[0]), int(b.shape[1]), int(b.shape[2]), in_dtype,
+                                 resolved, _k_major(b))
+        write(problem, a, b, offs, out)
+    return out
+
+
+if "torch" in sys.modules:
+    _torch_op()
