@@ -1,7 +1,7 @@
 """Decoding an instrumented build's record buffer (warpspec.timeline.gpu.decode) into a Timeline: a synthetic
 buffer, laid out as the generated code writes it (warpspec.timeline.profile_isa: a slot counter per recorder, then the
-arrays), becomes exactly the expected Events: names with their runtime indices, roles, nanoseconds on one axis,
-the recorded SM, the notes on blocks past the cap, event overflow and clock rates."""
+arrays), becomes exactly the expected Events: names with their runtime indices, roles, tiles, stages and phases,
+nanoseconds on one axis, the recorded SM, the notes on blocks past the cap, event overflow and clock rates."""
 
 import json
 
@@ -25,15 +25,20 @@ def v3_build(capacity=2, sm=0):
     return instrumented(kernel_for(SCRIPT, {"n_size": 2048, "k_size": 2048}), 2, capacity, sm)
 
 
+def event_word(site, index, phase=0, tile=0):
+    """An event's first word as the device packs it: site in bits 0-15, index in 16-31, phase in 32, tile from 33."""
+    return site | index << 16 | phase << 32 | tile << 33
+
+
 def write_array(words, build, slot, recorder, header, events):
     """Fill recorder ``recorder`` of record slot ``slot`` as the device does: header words by name, events as
-    (site, index, start cycle, end cycle)."""
+    (site, index, start cycle, end cycle) or (site, index, start cycle, end cycle, phase, tile)."""
     base = records.array_start(slot, recorder, len(build.recorders), build.capacity)
     for word, value in header.items():
         words[base + word] = value
-    for i, (site, index, start, end) in enumerate(events):
+    for i, (site, index, start, end, *phase_and_tile) in enumerate(events):
         at = base + records.HEADER_WORDS + records.EVENT_WORDS * i
-        words[at:at + 3] = [site | index << 32, start + CLOCK0, end + CLOCK0]
+        words[at:at + 3] = [event_word(site, index, *phase_and_tile), start + CLOCK0, end + CLOCK0]
 
 
 EPOCH_NS = 1_764_579_600_000_000_000  # %globaltimer counts from an epoch: 2025-12-01 in ns
@@ -61,9 +66,9 @@ def synthetic_buffer(build):
     # Block (0, 0, 0): 100 us of globaltimer over 200,000 cycles, so 0.5 ns per cycle; the producer (recorder 1)
     # started 50 ns after the consumer (recorder 0), on the same SM clock.
     write_array(words, build, 0, 0, header(2, sm, (0, 0, 0), 1_000_000, 10_000, 1_100_000, 210_000),
-                [(consumer_wait, 1, 10_200, 10_400), (sites[("wgmma", "wgmma")], 0, 10_400, 10_600)])
+                [(consumer_wait, 1, 10_200, 10_400, 1, 0), (sites[("wgmma", "wgmma")], 1, 10_400, 10_600)])
     write_array(words, build, 0, 1, header(1, sm, (0, 0, 0), 1_000_050, 10_100, 1_050_050, 110_100),
-                [(producer_wait, 1, 10_100, 10_300)])
+                [(producer_wait, 1, 10_100, 10_300, 1, 0)])
     # Block (15, 15, 0), a wave later: 5 events for room for 2, and a 10 us span: converted at the device clock
     # rate.
     write_array(words, build, 1, 0, header(5, sm, (15, 15, 0), 2_000_000, 50_000, 2_010_000, 70_000),
@@ -78,16 +83,19 @@ def test_a_record_buffer_decodes_into_named_events_on_one_time_axis():
     timeline = decode(words, build, kernel_ns=123_456.0, clock_hz=1e9, flops=2.0 * 2048 ** 3)
     line = {i: str(s.loc) for i, s in enumerate(build.sites)}
     wait_c, wait_p = sites[("wait", "wait consumer_barriers[{index}]")], 0
+    # V3 computes one tile per block: tile 0 throughout. A wait's stage is its barrier's index and its phase the
+    # parity recorded; the WGMMA run's stage is the index it recorded (its B tile's); others have neither.
     assert timeline.events == [
         Event((0, 0, 0), CONSUMER, "wait", "wait consumer_barriers[1]", 50.0, 150.0, line[wait_c], 5,
-              "consumer_barriers[1]"),
-        Event((0, 0, 0), CONSUMER, "wgmma", "wgmma", 150.0, 250.0, line[sites[("wgmma", "wgmma")]], 5, None),
+              "consumer_barriers[1]", tile=0, stage=1, phase=1),
+        Event((0, 0, 0), CONSUMER, "wgmma", "wgmma", 150.0, 250.0, line[sites[("wgmma", "wgmma")]], 5, None,
+              tile=0, stage=1),
         Event((0, 0, 0), PRODUCER, "wait", "wait producer_barriers[1]", 0.0, 100.0, line[wait_p], 5,
-              "producer_barriers[1]"),
+              "producer_barriers[1]", tile=0, stage=1, phase=1),
         Event((15, 15, 0), CONSUMER, "epilogue", "epilogue", 1_000_050.0, 1_000_550.0,
-              line[sites[("epilogue", "epilogue")]], 5, None),
+              line[sites[("epilogue", "epilogue")]], 5, None, tile=0),
         Event((15, 15, 0), CONSUMER, "sync", "sync", 1_000_050.0, 1_000_150.0, line[sites[("sync", "sync")]], 5,
-              None),
+              None, tile=0),
     ]
     assert (timeline.kernel, timeline.source, timeline.kernel_ns, timeline.flops) == \
         ("MatmulWGMMAV3", "gpu", 123_456.0, 2.0 * 2048 ** 3)
@@ -198,3 +206,34 @@ def test_measured_and_modeled_summaries_print_the_same_fields():
     assert "blocks per SM: 2 (limited by registers; 65 KB of shared memory, 168 registers x 160 threads each; the " \
            "driver's occupancy query)" in measured.text()
     assert (measured.metrics.keys(), measured.metrics["blocks_per_sm"]) == (modeled.metrics.keys(), 2)
+
+
+def test_a_persistent_kernels_records_decode_with_their_tiles_stages_and_phases():
+    """V6 cooperative (3 stages): each event's first word carries the tile its recorder was in; a wait's stage is
+    its barrier's index and its phase the parity it waited for; a TMA load's stage is its tile's index; a TMA store
+    (out of the epilogue buffer) and a wait_group have no stage, and only waits have a phase."""
+    from tests.timeline.test_instrument import v6
+
+    build = instrumented(v6(), 1, 8)
+    named = {s.name: i for i, s in enumerate(build.sites)}  # a name's last site: the final tma.wait_group(0)
+    empty = [i for i, s in enumerate(build.sites) if s.name == "wait empty_barriers[{index}]"]  # loop, drain
+    words = np.zeros(buffer_words(build), np.uint64)
+    words[:len(build.recorders)] = 1
+    consumer, producer = build.recorders.index(0), build.recorders.index(256)
+    write_array(words, build, 0, producer, header(3, 0, (3, 0, 0), 0, 0, 100_000, 200_000), [
+        (empty[0], 2, 10, 20, 1, 0), (named["tma ga -> sa[{index}]"], 2, 20, 30, 0, 0),
+        (empty[1], 0, 900, 950, 0, 5)])  # the drain's wait, after the last (sixth) tile
+    write_array(words, build, 0, consumer, header(4, 0, (3, 0, 0), 0, 0, 100_000, 200_000), [
+        (named["wait full_barriers[{index}]"], 2, 40, 60, 0, 4), (named["wgmma"], 2, 60, 70, 0, 4),
+        (named["tma sc[{index}] -> gc"], 0, 80, 90, 0, 4), (named["tma.wait_group(0)"], 0, 90, 95, 0, 2**31 - 1)])
+    timeline = decode(words, build, kernel_ns=1.0, clock_hz=1e9)
+    got = [(e.role, e.name, e.tile, e.stage, e.phase) for e in timeline.events]
+    assert got == [
+        ("consumer (threads 0-255)", "wait full_barriers[2]", 4, 2, 0),
+        ("consumer (threads 0-255)", "wgmma", 4, 2, None),
+        ("consumer (threads 0-255)", "tma sc[0, 0] -> gc", 4, None, None),
+        ("consumer (threads 0-255)", "tma.wait_group(0)", 2**31 - 1, None, None),  # the most a record holds
+        ("producer (threads 256-287)", "wait empty_barriers[2]", 0, 2, 1),
+        ("producer (threads 256-287)", "tma ga -> sa[2]", 0, 2, None),
+        ("producer (threads 256-287)", "wait empty_barriers[0]", 5, 0, 0),
+    ]

@@ -1,6 +1,8 @@
 """The instrumentation pass (warpspec.timeline.instrument) and the instrumented builds it makes: which sites V3 and
-V5 get (kinds, names, lines, roles), the generated timestamps and record writes, builds NVRTC compiles within the
-register budget, and plain builds untouched. The decoding is tests/timeline/test_gpu_decode.py."""
+V5 get (kinds, names, lines, roles), what each records beside its times (the stage index, a wait's phase operand,
+the tile counted at the head of each tile loop: V3, V6, the library's Gemm schedules and attention), the generated
+timestamps and record writes, builds NVRTC compiles within the register budget, and plain builds untouched. The
+decoding is tests/timeline/test_gpu_decode.py."""
 
 import re
 from dataclasses import replace
@@ -15,10 +17,10 @@ import warpspec
 from warpspec.cuda.codegen import generate
 from warpspec.cuda.compiler import compile_cuda
 from warpspec.cuda.sass import parse_ptxas_log
-from warpspec.timeline.profile_isa import ProfileEnd, ProfileJoin, ProfileSetup, ProfileStart
+from warpspec.timeline.profile_isa import ProfileEnd, ProfileJoin, ProfileNextTile, ProfileSetup, ProfileStart
 from warpspec.isa.roles import SingleThread, ThreadGroup
 from warpspec.ir import nodes as ir
-from warpspec.timeline.instrument import PARAMETER, instrument
+from warpspec.timeline.instrument import PARAMETER, instrument, tile_loops
 from warpspec.runtime import kernel_for
 from warpspec.timeline.events import KINDS, role_name
 
@@ -126,14 +128,21 @@ def test_instrumented_source_reads_the_clocks_and_writes_each_event_with_its_run
     assert body.count("%%globaltimer") == 2 and body.count("%%smid") == 1
     # Unrolled by its two stages, the producer loop's first wait records stage 0, then stage 1 (constants); the
     # drain loop is not unrolled, so its wait records the stage variable's runtime value.
-    recorded = re.findall(r"wsprof_event_\[0\] = (\d+)ull \| "
-                          r"\(static_cast<u64>\(static_cast<unsigned>\(([^)]+)\)\)", body)
-    by_site = {}
-    for site, index in recorded:
-        by_site.setdefault(int(site), []).append(index)
+    recorded = [(int(site), index, high) for high, site, index in re.findall(
+        r"wsprof_event_\[0\] = \(static_cast<u64>\((.*)\) << 32\) \| (\d+)u \| "
+        r"\(\(static_cast<unsigned>\((.*)\) & 0xffffu\) << 16\);", body)]
+    by_site, high_half = {}, {}
+    for site, index, high in recorded:
+        by_site.setdefault(site, []).append(index)
+        high_half.setdefault(site, []).append(high)
     assert by_site[0] == ["0", "1"] and by_site[1] == ["0", "1"]
     assert len(by_site[3]) == 1 and not by_site[3][0].isdigit()
     assert set(by_site) == set(range(len(build.sites)))
+    # The first word's high half: the tile (V3 has no tile loop: it stays 0) and, for a wait, the parity it waited
+    # for, read from the phase operand (the unrolled copies' register elements).
+    assert high_half[0] == [f"(wsprof_tile_ | (static_cast<unsigned>(producer_phases[{i}]) & 1u))" for i in (0, 1)]
+    assert high_half[1] == ["wsprof_tile_", "wsprof_tile_"]
+    assert "unsigned wsprof_tiles_ = 0, wsprof_tile_ = 0;" in body and "wsprof_tiles_++" not in body
     assert "const unsigned wsprof_capacity_ = 64u;" in body
     # The group's events are written by the recording warp's first lane; the TMA issues inside single_thread by
     # the elected lane, after which the warp's lanes take the largest count.
@@ -265,3 +274,113 @@ def test_a_kernel_without_thread_groups_is_one_role_with_its_epilogue():
     assert kinds.count("epilogue") == 1 and kinds.index("epilogue") > kinds.index("wgmma_wait")
     # The epilogue runs to the kernel's end: its end is the last statement before the recorders finish.
     assert isinstance(build.kernel.body[-2], ProfileEnd) and build.kernel.body[-2].site == kinds.index("epilogue")
+
+
+def recorded_operands(build):
+    """(site kind, site name, staged, index, phase) per ProfileEnd of ``build``, in program order, the operands
+    as the IR printer writes them."""
+    from warpspec.ir.printer import format_expr
+
+    return [(build.sites[s.site].kind, build.sites[s.site].name, build.sites[s.site].staged, format_expr(s.index),
+             None if s.phase is None else format_expr(s.phase))
+            for s in ir.walk(build.kernel.body) if isinstance(s, ProfileEnd)]
+
+
+def test_v3_records_each_waits_stage_and_phase_operand_and_the_stage_its_wgmma_reads():
+    build = instrument(v3(), blocks=4, capacity=64)
+    assert recorded_operands(build) == [
+        ("wait", "wait producer_barriers[{index}]", True, "stage", "producer_phases[stage]"),
+        ("tma", "tma ga -> sa[{index}]", True, "stage", None),
+        ("tma", "tma gb -> sb[{index}]", True, "stage", None),
+        ("wait", "wait producer_barriers[{index}]", True, "stage", "producer_phases[stage]"),  # the drain
+        ("wait", "wait consumer_barriers[{index}]", True, "stage", "consumer_phases[stage]"),
+        ("wgmma", "wgmma", True, "stage", None),  # mma(sa[stage], sb[stage].T, acc): B's index
+        ("wgmma_wait", "wgmma.wait_group(0)", False, "0", None),
+        ("sync", "sync", False, "0", None),
+        ("epilogue", "epilogue", False, "0", None),
+    ]
+    # One tile per block: no tile loop, so nothing counts tiles and every event is of tile 0.
+    assert tile_loops(v3().body) == ()
+    assert not any(isinstance(s, ProfileNextTile) for s in ir.walk(build.kernel.body))
+
+
+def test_v6_counts_its_tiles_at_the_head_of_each_roles_tile_loop():
+    kernel = v6()
+    producer_loop, consumer_loop = tile_loops(kernel.body)
+    assert (producer_loop.var.name, consumer_loop.var.name) == ("tile", "tile")
+    k_loops = [s for s in producer_loop.body if isinstance(s, ir.For)]
+    assert len(k_loops) == 1 and k_loops[0].var.name == "offset_k"  # the tile loop holds the K loop
+    build = instrument(kernel, blocks=4, capacity=64)
+    out_loops = tile_loops(build.kernel.body)
+    assert len(out_loops) == 2 and all(isinstance(loop.body[0], ProfileNextTile) for loop in out_loops)
+    assert sum(isinstance(s, ProfileNextTile) for s in ir.walk(build.kernel.body)) == 2
+    # The producer's drain loop follows its tile loop: no tile loop itself (it holds no loop), its waits belong to
+    # the last tile.
+    operands = recorded_operands(build)
+    assert operands[:5] == [
+        ("wait", "wait empty_barriers[{index}]", True, "Pipeline.producer_stage", "Pipeline.producer_phase"),
+        ("tma", "tma ga -> sa[{index}]", True, "Pipeline.producer_stage", None),
+        ("tma", "tma gb -> sb[{index}]", True, "Pipeline.producer_stage", None),
+        ("wait", "wait empty_barriers[{index}]", True, "Pipeline.producer_stage", "Pipeline.producer_phase"),
+        ("wait", "wait full_barriers[{index}]", True, "Pipeline.consumer_stage", "Pipeline.consumer_phase"),
+    ]
+    assert operands[5] == ("wgmma", "wgmma", True, "Pipeline.consumer_stage", None)
+    # The epilogue's TMA store reads the output buffer sc[0, 0]: its index names it, it is no stage.
+    assert ("tma", "tma sc[{index}] -> gc", False, "((0 * 1) + 0)", None) in operands
+    assert {(kind, staged) for kind, _, staged, _, _ in operands[6:]} == {
+        ("wgmma_wait", False), ("epilogue", False), ("tma_wait", False), ("sync", False), ("tma", False)}
+
+
+@pytest.mark.parametrize("schedule, loops", [
+    # The producer's walk and the consumers'; with one tile per block each walk runs once (tile 0).
+    (dict(persistent=False, stream_k=False), ["tile", "tile"]),
+    (dict(persistent=True, stream_k=False), ["tile", "tile"]),
+    (dict(persistent=True, stream_k=True), ["tile", "piece", "tile", "piece"]),  # pieces numbered on after tiles
+], ids=["one-tile-per-block", "persistent", "stream-K"])
+def test_the_library_gemms_tile_loops(schedule, loops):
+    from warpspec.dtypes import float16
+    from warpspec.ops import kernels
+
+    script = kernels.Gemm(float16, float16, b_k_major=True, has_bias=False, activation=None, num_stages=3,
+                          block_m=128, block_n=128, **schedule)
+    assert [loop.var.name for loop in tile_loops(kernel_for(script, {}).body)] == loops
+
+
+def test_split_k_and_attention_compute_one_tile_per_block_and_attentions_wgmma_stage_is_its_k_or_v_tiles():
+    from warpspec.dtypes import bfloat16, float16
+    from warpspec.ops import attention_kernel, kernels
+
+    split = kernels.SplitGemm(float16, float16, b_k_major=True, has_bias=False, activation=None, swap_ab=False,
+                              split_k=2, num_stages=3, block_m=128, block_n=128)
+    assert tile_loops(kernel_for(split, {}).body) == ()
+    attention = kernel_for(attention_kernel.Attention(bfloat16, head_dim=128, causal=True, block_n=128,
+                                                      num_stages=2, unroll=1), {})
+    assert tile_loops(attention.body) == ()  # its K/V loop is the outermost loop
+    # S = Q·Kᵀ reads sq[w][0] (A) and sk[stage][0] (B), O += P·V reads registers and sv[stage][0]: the stage is
+    # B's, flattened over sk's [stages, 1] leading dimensions.
+    wgmma = {index for kind, _, staged, index, _ in recorded_operands(instrument(attention, 1, 8))
+             if kind == "wgmma" and staged}
+    assert wgmma == {"((Pipeline.consumer_stage * 1) + 0)"}
+
+
+def test_a_build_whose_sites_or_indices_outgrow_the_records_fields_is_refused(monkeypatch):
+    from warpspec.timeline import instrument as pass_module
+
+    monkeypatch.setattr(pass_module, "SITE_BITS", 3)  # 8 sites: V3 has 9
+    with pytest.raises(warpspec.CompileError, match="a profiling build records at most 8 sites, and this kernel "
+                                                    "has more"):
+        instrument(v3(), blocks=1, capacity=1)
+    monkeypatch.setattr(pass_module, "SITE_BITS", 16)
+    monkeypatch.setattr(pass_module, "INDEX_BITS", 0)  # one barrier per array: V3 has two
+    with pytest.raises(warpspec.CompileError, match="records indices into arrays of at most 1 barriers or tiles, "
+                                                    "and this wait indexes one of 2"):
+        instrument(v3(), blocks=1, capacity=1)
+
+
+def test_a_persistent_build_packs_its_tile_into_each_events_first_word():
+    source = generate(instrument(v6(), blocks=4, capacity=64).kernel).source
+    body = source.split('extern "C" __global__')[1]
+    # Each tile loop's iteration moves every thread's tile on, already in place for the word's high half.
+    assert body.count("wsprof_tile_ = wsprof_tiles_++ << 1;") == 2
+    assert ("wsprof_event_[0] = (static_cast<u64>((wsprof_tile_ | (static_cast<unsigned>(Pipeline_producer_phase) "
+            "& 1u))) << 32) | 0u | ((static_cast<unsigned>(Pipeline_producer_stage) & 0xffffu) << 16);") in body

@@ -1,8 +1,10 @@
 """The CPU timing model: exact times on a kernel whose waits are known, the ordering of pipeline depths, the fit
-to the H200 measurements of V3 (tests/data/v3_8192.json) and the speed at 8192³."""
+to the H200 measurements of V3 (tests/data/v3_8192.json), the speed at 8192³, and the tile, stage and phase of
+V3's and V6's modeled events."""
 
 import importlib.util
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -175,3 +177,50 @@ def test_a_division_by_zero_is_the_kernels_error_at_its_line():
     line = next(i for i, text in enumerate(source, 1) if "# division-by-zero" in text)
     assert caught.value.location.endswith(f"support/timeline.py:{line}")
     assert "threads 0-127: running at " in caught.value.tasks
+
+
+def ring(uses: int, stages: int, first_phase: int) -> list[tuple[int, int]]:
+    """(stage, phase) of the first ``uses`` waits walking a ring of ``stages`` from stage 0: the phase flips each
+    time the ring wraps."""
+    return [(i % stages, first_phase ^ (i // stages & 1)) for i in range(uses)]
+
+
+def test_v3s_modeled_events_are_of_tile_0_and_walk_the_stages_in_order_with_alternating_phases():
+    timeline = modeled_matmul(MatmulWGMMAV3, 512, num_stages=3, block_m=128, block_n=128, block_k=64)
+    assert {e.block for e in timeline.events} == {(0, 0, 0)} and {e.tile for e in timeline.events} == {0}
+    producer = [e for e in timeline.events if e.role.startswith("producer")]
+    consumer = [e for e in timeline.events if e.role.startswith("consumer")]
+    # 8 K-tiles over 3 stages, then the producer drains the 3 stages: its waits on empty stages start at parity 1,
+    # the consumers' on full ones at 0.
+    assert [(e.stage, e.phase) for e in producer if e.kind == "wait"] == ring(11, 3, 1)
+    assert [(e.stage, e.phase) for e in consumer if e.kind == "wait"] == ring(8, 3, 0)
+    assert all(e.barrier.endswith(f"[{e.stage}]") for e in timeline.events if e.kind == "wait")
+    assert [(e.name, e.stage) for e in producer if e.kind == "tma"][:4] == [
+        ("tma ga -> sa[0]", 0), ("tma gb -> sb[0]", 0), ("tma ga -> sa[1]", 1), ("tma gb -> sb[1]", 1)]
+    assert [e.stage for e in consumer if e.kind == "wgmma"] == [i % 3 for i in range(8)]
+    assert {(e.kind, e.stage, e.phase) for e in consumer if e.kind in ("wgmma_wait", "epilogue", "sync")} == {
+        ("wgmma_wait", None, None), ("epilogue", None, None), ("sync", None, None)}
+
+
+def test_v6s_modeled_roles_walk_their_tiles_in_order_and_the_ring_runs_on_across_them():
+    from matmul_v6 import MatmulWGMMAV6
+
+    kernel, runtime = matmul_kernel(MatmulWGMMAV6, 1024, variant="cooperative", num_stages=3, block_m=128,
+                                    block_n=256, epilogue_n=256)
+    # 32 tiles over 4 blocks: the modeled block (0, 0, 0) walks 8 of them, 16 K-tiles each.
+    timeline = model_launch(kernel, dict(runtime, num_sms=4))
+    producer = sorted((e for e in timeline.events if e.role.startswith("producer")), key=lambda e: e.start_ns)
+    consumer = sorted((e for e in timeline.events if e.role.startswith("consumer")), key=lambda e: e.start_ns)
+    for events in (producer, consumer):
+        tiles = [e.tile for e in events]
+        assert tiles == sorted(tiles) and set(tiles) == set(range(8))
+    loads = Counter((e.tile, e.kind) for e in producer)
+    assert all(loads[(tile, "wait")] == 16 and loads[(tile, "tma")] == 32 for tile in range(7))
+    assert loads[(7, "wait")] == 16 + 3  # the drain's three waits are the last tile's
+    assert [(e.stage, e.phase) for e in producer if e.kind == "wait"] == ring(8 * 16 + 3, 3, 1)
+    assert [(e.stage, e.phase) for e in consumer if e.kind == "wait"] == ring(8 * 16, 3, 0)
+    assert all(e.name.endswith(f"[{e.stage}]") for e in producer if e.kind == "tma")
+    waits = iter(e for e in consumer if e.kind in ("wait", "wgmma"))
+    assert all(wgmma.stage == wait.stage for wait, wgmma in zip(waits, waits))  # each mma reads its waited stage
+    stores = [e for e in consumer if e.kind == "tma"]
+    assert [(e.name, e.tile, e.stage) for e in stores] == [("tma sc[0, 0] -> gc", tile, None) for tile in range(8)]

@@ -1,6 +1,9 @@
 """warpspec.profile() on a Hopper GPU: V3's instrumented build records every role of every block that ran on SM 0
 with times in order, the output is still right, and at 8192^3 the instrumentation's overhead is measured and printed
-(benchmarks/profile_overhead.py holds it to 5%)."""
+(benchmarks/profile_overhead.py holds it to 5%); V6, persistent, records each event's tile, stage and phase."""
+
+import re
+from collections import defaultdict
 
 import pytest
 
@@ -75,3 +78,47 @@ def test_v3_at_8192_overhead_is_measured():
     assert any(note.startswith("instrumented build: ") for note in timeline.notes)
     # Many more than 4 blocks run on SM 0 (26 in run 15 of docs/performance.md); the first 4 recorded.
     assert len({e.block for e in timeline.events}) == 4 and timeline.notes[0].startswith("the first 4 of the ")
+
+
+def test_v6_records_each_events_tile_stage_and_phase():
+    """V6 cooperative with one block per SM walking 3 or 4 of 512 tiles: every wait's stage is the index in its
+    barrier's name, each role's tiles run 0..T-1 in order (T: the tiles its block walked), and each stage's waits
+    alternate their phase from the ring's first (1 for the producer's empty waits, 0 for the consumers' full ones)."""
+    from matmul_v6 import MatmulWGMMAV6
+
+    m = n = 4096
+    k = 512
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(m, k, device="cuda", dtype=torch.float16, generator=generator)
+    b = torch.randn(n, k, device="cuda", dtype=torch.float16, generator=generator)
+    c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float16)
+    kernel = MatmulWGMMAV6(variant="cooperative", num_stages=3, block_m=128, block_n=256, epilogue_n=256)
+    with warpspec.use_backend("cuda"), warpspec.profile() as session:
+        kernel(m, n, k, a, b, c, sms)
+    torch.cuda.synchronize()
+    reference = a.double() @ b.double().T
+    assert (torch.linalg.norm(c.double() - reference) / torch.linalg.norm(reference)).item() < 1e-2
+    (timeline,) = session.timelines
+    assert timeline.complete and timeline.events
+    tiles, grid = (m // 128) * (n // 256), min((m // 128) * (n // 256), sms)
+    waits = defaultdict(list)
+    for block in {e.block for e in timeline.events}:
+        walked = len(range(block[0], tiles, grid))
+        assert walked >= 3
+        for role in timeline.roles:
+            mine = sorted((e for e in timeline.events if e.block == block and e.role == role),
+                          key=lambda e: e.start_ns)
+            assert [e.tile for e in mine] == sorted(e.tile for e in mine), (block, role)
+            assert {e.tile for e in mine} == set(range(walked)), (block, role)
+            for e in mine:
+                if e.kind == "wait":
+                    array, index = re.fullmatch(r"(\w+)\[(\d+)\]", e.barrier).groups()
+                    assert e.stage == int(index) and e.phase in (0, 1), e
+                    waits[(block, role, array, e.stage)].append(e.phase)
+                elif e.kind == "tma" and " -> sa[" in e.name:
+                    assert e.name.endswith(f"[{e.stage}]"), e
+    assert {array for _, _, array, _ in waits} == {"empty_barriers", "full_barriers"}
+    for (block, role, array, stage), phases in waits.items():
+        first = 1 if array == "empty_barriers" else 0
+        assert phases == [first ^ (i & 1) for i in range(len(phases))], (block, role, array, stage)

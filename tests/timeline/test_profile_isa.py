@@ -47,3 +47,12 @@ def test_the_instrumented_build_reads_the_global_timer_and_the_clock():
     assert "%globaltimer" in source and "%clock64" in source and "%smid" in source
     text = sass.disassemble(compile_kernel(kernel).module.cubin)
     assert "SR_GLOBALTIMER" in text and "SR_CLOCK" in text
+
+
+def test_an_events_first_word_packs_its_site_index_phase_and_tile():
+    # Site in bits 0-15, index in 16-31, the wait's parity in bit 32, the tile in 33-63: the timestamps keep their
+    # own 64-bit words.
+    assert profile.event_fields(5 | 3 << 16 | 1 << 32 | 7 << 33) == (5, 3, 1, 7)
+    most = 0xFFFF | 0xFFFF << 16 | 1 << 32 | (2**31 - 1) << 33
+    assert most == 2**64 - 1 and profile.event_fields(most) == (2**16 - 1, 2**16 - 1, 1, 2**31 - 1)
+    assert profile.EVENT_WORDS == 3

@@ -36,6 +36,10 @@ def test_a_persistent_kernels_count_grows_with_the_tiles_its_first_block_takes()
     assert counts[0] - counts[1] == 2 * (counts[1] - counts[2]) > 0
     per_tile = (counts[1] - counts[2]) // 8
     assert per_tile >= 3 * 2048 // 64  # at least a wait and two TMA issues per K tile for the producer
+    # Exactly: the consumers' 32 K-tiles of a wait, a WGMMA run and a wait_group(1) each, then a wait_group(0), the
+    # epilogue, its tma.wait_group, two syncs and the TMA store, per tile; one last tma.wait_group. The tile counter
+    # at the head of each tile is no event.
+    assert per_tile == 32 * 3 + 6 and counts[1] == 16 * per_tile + 1
 
 
 def test_a_session_without_a_capacity_sizes_the_record_from_the_kernel():

@@ -41,6 +41,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     timeline.add_argument("--window", default="2", metavar="all|N|A:B",
                           help="what timeline.png shows: the first N waves of blocks (default: 2), A:B microseconds, "
                                "or all; trace.json always has every event")
+    timeline.add_argument("--tiles", metavar="LIST", default=None,
+                          help="keep only the events of these tiles of each role (0 is its first; e.g. 0-3,7): the "
+                               "trace, chart and summary are of them alone (default: every tile)")
+    timeline.add_argument("--stages", metavar="LIST", default=None,
+                          help="keep only the events of these pipeline stages (a wait's barrier index, a TMA load's "
+                               "or WGMMA's stage; e.g. 0,2): the trace, chart and summary are of them alone "
+                               "(default: every event)")
     timeline.set_defaults(handler=timeline_command)
 
 
@@ -49,10 +56,13 @@ def timeline_command(args) -> int:
     chart and summary into ``--out`` and print the summary."""
     from warpspec.timeline import write
     from warpspec.timeline.chart import parse_window
+    from warpspec.timeline.events import parse_numbers
     from warpspec.timeline.model import built_registers, model_launch
 
     try:
         window = parse_window(args.window)
+        selected = {option: None if text is None else parse_numbers(option, text)
+                    for option, text in (("--tiles", args.tiles), ("--stages", args.stages))}
     except ArgumentError as error:
         raise UsageError(str(error)) from None
     _check_out_folder(args.out)
@@ -83,6 +93,8 @@ def timeline_command(args) -> int:
                 timeline.flops = model_launch(kernel, runtime).flops  # the model counts the WGMMA work exactly
             except CompileError:
                 pass  # a launch the model cannot run (clusters): the recording stands, without TFLOP/s
+    if any(values is not None for values in selected.values()):
+        timeline = _selected(timeline, selected["--tiles"], selected["--stages"])
     try:
         text = write(timeline, args.out, window)
     except ImportError as error:
@@ -93,6 +105,23 @@ def timeline_command(args) -> int:
     print(f"wrote {Path(args.out) / 'trace.json'}, {Path(args.out) / 'timeline.png'} and "
           f"{Path(args.out) / 'summary.txt'}")
     return EXIT_OK
+
+
+def _selected(timeline, tiles, stages):
+    """``timeline`` filtered to ``tiles`` and ``stages`` (``--tiles``, ``--stages``); UsageError naming the
+    option and what the timeline has when nothing is left."""
+    from warpspec.timeline.events import numbers_text
+
+    selected = timeline.select(tiles=tiles, stages=stages)
+    if selected.events:
+        return selected
+    for option, values, what in (("--tiles", tiles, "tile"), ("--stages", stages, "stage")):
+        has = {getattr(e, what) for e in timeline.events} - {None}
+        if values is not None and not has & values:
+            raise UsageError(f"{option} {numbers_text(values)}: no event of the timeline has such a {what} (its "
+                             f"events' {what}s: {numbers_text(has) or 'none'})")
+    raise UsageError(f"--tiles {numbers_text(tiles)} --stages {numbers_text(stages)}: no event of the timeline has "
+                     f"both such a tile and such a stage")
 
 
 def _check_out_folder(out: str) -> None:

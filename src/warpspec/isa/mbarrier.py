@@ -189,4 +189,5 @@ declare_timeline(AllocBarriers, TimingCost("sync"), NOT_SHOWN)
 declare_timeline(MbarrierArrive, TimingCost("arrive"), NOT_SHOWN)
 declare_timeline(MbarrierArriveExpectTx, TimingCost("arrive"), NOT_SHOWN)
 declare_timeline(MbarrierWait, TimingCost("wait"),
-                 Instrumentation("wait", "wait {barrier}", indexed="barrier", barrier="barrier"))
+                 Instrumentation("wait", "wait {barrier}", indexed="barrier", barrier="barrier",
+                                 stage="barrier", phase="phase"))

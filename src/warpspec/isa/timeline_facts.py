@@ -52,7 +52,10 @@ class Instrumentation:
     ``indexed``: the field (a barrier or a shared tile) whose runtime index a GPU record carries, shown with that
     index; ``barrier``: the field naming the barrier the event is about (an event's barrier on the GPU only where it
     is the indexed field, the one index a record holds); ``run``: consecutive statements of this type make one
-    event, from the first to the statement that ``closes`` the kind (WGMMA issues up to their commit)."""
+    event, from the first to the statement that ``closes`` the kind (WGMMA issues up to their commit); ``stage``:
+    the field (a barrier or a shared tile) whose index is the pipeline stage the event concerns (a wait's barrier,
+    a TMA load's destination, an mma's B operand: the tile the K loop rings); ``phase``: the field holding the
+    parity a wait waits for (``warpspec.timeline.instrument`` says what events carry of both)."""
 
     kind: str | None
     name: str = ""
@@ -60,6 +63,8 @@ class Instrumentation:
     barrier: str | None = None
     run: bool = False
     closes: str | None = None
+    stage: str | None = None
+    phase: str | None = None
 
 
 #: A statement timelines do not show.

@@ -275,7 +275,7 @@ def _uncommitted_stores(machine: EmulationMachine, task: EmulationTask) -> None:
 # What each statement costs the CPU timing model and how timelines show it (``isa.timeline_facts``).
 # A copy's issue is shown; its bytes cross the SM's memory share after it (the model's asynchronous completion).
 declare_timeline(TmaLoad, TimingCost("tma", lambda s: s.dst.nbytes),
-                 Instrumentation("tma", "tma {src} -> {dst}", indexed="dst", barrier="barrier"))
+                 Instrumentation("tma", "tma {src} -> {dst}", indexed="dst", barrier="barrier", stage="dst"))
 declare_timeline(TmaStore, TimingCost("tma", lambda s: s.src.nbytes),
                  Instrumentation("tma", "tma {src} -> {dst}", indexed="src"))
 declare_timeline(TmaCommit, STATEMENT, NOT_SHOWN)

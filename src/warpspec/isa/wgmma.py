@@ -272,6 +272,6 @@ declare(PER_WARPGROUP, WgmmaMma, True)  # each warpgroup's wgmma.wait_group says
 declare_timeline(WgmmaFence, STATEMENT, NOT_SHOWN)
 declare_timeline(WgmmaMma, TimingCost("wgmma", lambda s: (s.a.shape[0], s.b.shape[1], s.a.shape[1],
                                                             s.a.decl.dtype, s.b.decl.dtype)),
-                 Instrumentation("wgmma", "wgmma", run=True))
+                 Instrumentation("wgmma", "wgmma", run=True, stage="b"))
 declare_timeline(WgmmaCommit, TimingCost("wgmma_commit"), Instrumentation(None, closes="wgmma"))
 declare_timeline(WgmmaWait, STATEMENT, Instrumentation("wgmma_wait", "wgmma.wait_group({n})"))

@@ -134,7 +134,8 @@ def write_chart(timeline: Timeline, path: str | Path, window_spec=WAVES) -> Path
         title = (f"{timeline.kernel}  {schedule}  counterexample: {timeline.notes[0]} (red line)\n"
                  f"{failure.line}: {failure.text}")
     per_sm = f"{timeline.occupancy.blocks} block(s) per SM" if timeline.occupancy is not None else None
-    detail = "; ".join(text.replace(" us", " µs") for text in (per_sm, shown.note) if text)
+    selected = f"filtered to {timeline.selection.text()}" if timeline.selection is not None else None
+    detail = "; ".join(text.replace(" us", " µs") for text in (selected, per_sm, shown.note) if text)
     axes.set_title(title + (f"\n{detail}" if detail else ""), fontsize=10)
     figure.tight_layout()
     path = Path(path)

@@ -3,8 +3,10 @@ interval of one role of one block, a ``Timeline`` is all the events of one launc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 
+from warpspec.errors import ArgumentError
 from warpspec.ir import nodes as ir
 from warpspec.isa.tma import TmaLoad
 from warpspec.isa.wgmma import WgmmaMma
@@ -25,7 +27,19 @@ class Event:
     """One interval ``[start_ns, end_ns]`` of role ``role`` of block ``block``, at kernel line ``line``.
 
     ``name`` reads as the user wrote it: "wait full_barriers[2]", "tma a -> sa[1]", "wgmma", "epilogue".
-    Times are nanoseconds from the launch's earliest recorded event."""
+    Times are nanoseconds from the launch's earliest recorded event.
+
+    What the event belongs to, alike on the GPU and in the model (``warpspec.timeline.instrument`` gives the exact
+    rules); None where it does not apply, and for every event of a counterexample:
+
+    - ``tile``: which of the output tiles its role walks, 0, 1, 2, ... in the order walked: the iteration of the
+      role's tile loop (a persistent kernel's loop over its tiles, which holds the K loop) the event ran in, the
+      last tile for what follows the loop, and 0 throughout a block that computes one tile;
+    - ``stage``: the index of the pipeline stage it concerns: i for a wait on ``full_barriers[i]`` or
+      ``empty_barriers[i]`` (any indexed barrier), for a TMA load into ``sa[i]`` and for a WGMMA run whose first
+      ``wgmma.mma`` reads ``sb[i]`` as its B operand (a multi-dimensional index flattened row-major); None for
+      other events;
+    - ``phase``: the parity (0 or 1) a wait waited for, its phase operand at run time; None for other events."""
 
     block: tuple[int, int, int]
     role: str
@@ -36,6 +50,9 @@ class Event:
     line: str
     sm: int | None = None
     barrier: str | None = None  # for "wait": the barrier as named in the kernel, e.g. "full_barriers[2]"
+    tile: int | None = None
+    stage: int | None = None
+    phase: int | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS + WITNESS_KINDS:
@@ -106,6 +123,67 @@ class Shortfall:
         return f"block {self.block}, {self.role}: {self.recorded} of {self.needed} events"
 
 
+@dataclass(frozen=True)
+class Selection:
+    """What a selected timeline (``Timeline.select``) holds: the events of ``tiles`` and of ``stages`` (None: of
+    any), ``kept`` of the ``total`` events of the timeline it was selected from."""
+
+    tiles: frozenset[int] | None
+    stages: frozenset[int] | None
+    kept: int
+    total: int
+
+    def text(self) -> str:
+        """"tiles 0-3 and stage 1: 120 of 4096 events"."""
+        parts = [f"{noun if len(values) == 1 else noun + 's'} {numbers_text(values)}"
+                 for noun, values in (("tile", self.tiles), ("stage", self.stages)) if values is not None]
+        return f"{' and '.join(parts) or 'every event'}: {self.kept} of {self.total} events"
+
+
+def numbers_text(values: Iterable[int]) -> str:
+    """Integers as a short list, runs as ranges: {0, 1, 2, 3, 7} -> "0-3, 7"."""
+    runs: list[list[int]] = []
+    for value in sorted(values):
+        if runs and value == runs[-1][1] + 1:
+            runs[-1][1] = value
+        else:
+            runs.append([value, value])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def parse_numbers(option: str, text: str) -> frozenset[int]:
+    """The non-negative integers of a list such as "0-3,7" (``--tiles``, ``--stages``); ArgumentError naming
+    ``option`` otherwise."""
+    values: set[int] = set()
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        if not (first.isdigit() and (last.isdigit() if dash else not last)) or (dash and int(last) < int(first)):
+            raise ArgumentError(f"{option} must be a comma-separated list of non-negative integers and ranges A-B "
+                                f"with A <= B (e.g. 0-3,7), got {text!r}")
+        values.update(range(int(first), int(last if dash else first) + 1))
+    return frozenset(values)
+
+
+def _selected(name: str, values) -> frozenset[int] | None:
+    """``Timeline.select``'s ``tiles`` or ``stages``: None, an integer or integers, as a set."""
+    if values is None:
+        return None
+    try:
+        chosen = frozenset((values,) if isinstance(values, int) else values)
+    except TypeError:  # neither an integer nor a collection of them
+        chosen = None
+    if chosen is None or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in chosen):
+        raise ArgumentError(f"Timeline.select {name} must be a non-negative integer or integers, got {values!r}")
+    return chosen
+
+
+def _both(earlier: frozenset[int] | None, now: frozenset[int] | None) -> frozenset[int] | None:
+    """What two selections of tiles (or of stages) keep together; None keeps any."""
+    if earlier is None or now is None:
+        return now if earlier is None else earlier
+    return earlier & now
+
+
 @dataclass
 class Timeline:
     """The events of one launch of ``kernel`` (its class name) with ``schedule`` (compile-time values), from
@@ -116,7 +194,8 @@ class Timeline:
     so a role with no events still gets a track; ``sm``: the SM whose blocks the events are (every block that ran
     there, up to the recording's cap); ``occupancy``: how many blocks an SM holds, when known; ``failure`` and
     ``unit``: a counterexample's error and its time axis (one step per microsecond); ``shortfalls``: the roles whose
-events the record could not hold all of (a GPU record past its capacity): the events are then a fragment."""
+    events the record could not hold all of (a GPU record past its capacity): the events are then a fragment;
+    ``selection``: what the events are when they are only some tiles' or stages' (``select``), else None."""
 
     kernel: str
     source: str
@@ -131,11 +210,28 @@ events the record could not hold all of (a GPU record past its capacity): the ev
     failure: Failure | None = None  # a counterexample's error, marked on its chart
     unit: str = "time (µs)"  # the chart's time axis (a counterexample counts steps instead)
     shortfalls: list[Shortfall] = field(default_factory=list)
+    selection: Selection | None = None
 
     @property
     def complete(self) -> bool:
         """Whether every event of the recorded roles is here (no record ran past its capacity)."""
         return not self.shortfalls
+
+    def select(self, tiles: int | Iterable[int] | None = None,
+               stages: int | Iterable[int] | None = None) -> Timeline:
+        """A copy holding only the events of ``tiles`` and of ``stages`` (an integer or integers each; None: any),
+        so that one tile's or one stage's events can be read, drawn and summarised alone. An event without a tile
+        or a stage (a wait_group has no stage) is of none. The copy's ``selection`` says what it holds; selecting
+        from a selection keeps what both select."""
+        tile_set, stage_set = _selected("tiles", tiles), _selected("stages", stages)
+        total = len(self.events)
+        if self.selection is not None:
+            total = self.selection.total
+            tile_set, stage_set = _both(self.selection.tiles, tile_set), _both(self.selection.stages, stage_set)
+        events = [e for e in self.events if (tile_set is None or e.tile in tile_set) and
+                  (stage_set is None or e.stage in stage_set)]
+        return replace(self, events=events, roles=list(self.roles), notes=list(self.notes),
+                       shortfalls=list(self.shortfalls), selection=Selection(tile_set, stage_set, len(events), total))
 
 
 def role_name(group: ir.Stmt) -> str:

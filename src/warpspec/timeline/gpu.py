@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -122,20 +122,20 @@ def decode(words: np.ndarray, build: Instrumented, kernel_ns: float, clock_hz: f
         for array in block_arrays:
             sm = int(array.header[records.SMID])
             for word, start, end in array.events:
-                site_id, index = int(word) & 0xFFFFFFFF, int(word) >> 32
+                site_id, index, phase, tile = records.event_fields(word)
                 if site_id >= len(build.sites):
                     raise ArgumentError(f"record of block {block}, thread {array.recorder} names site {site_id}; "
                                         f"the build has {len(build.sites)}")
                 site = build.sites[site_id]
                 name, barrier = site.render(index)
                 events.append(Event(block, role_name(site.group), site.kind, name, convert(int(start)),
-                                    convert(int(end)), str(site.loc), sm, barrier))
+                                    convert(int(end)), str(site.loc), sm, barrier, tile,
+                                    index if site.staged else None, phase if site.kind == "wait" else None))
     if arrays and measured < len(arrays):
         notes.append(f"{len(arrays) - measured} block(s) ran shorter than {MIN_RATE_SPAN_NS / 1000:.0f} us: their "
                      f"cycles were converted at the device clock rate, {clock_hz / 1e9:.3f} GHz")
     first = min((e.start_ns for e in events), default=0.0)
-    events = [Event(e.block, e.role, e.kind, e.name, e.start_ns - first, e.end_ns - first, e.line, e.sm, e.barrier)
-              for e in events]
+    events = [replace(e, start_ns=e.start_ns - first, end_ns=e.end_ns - first) for e in events]
     events.sort(key=lambda e: (e.block, e.role, e.start_ns))
     kernel = build.kernel
     groups = sorted({(s.group.begin, s.group.count): s.group for s in build.sites}.items())

@@ -8,6 +8,10 @@ tensor cores at a rate per shape; a wait ends when its barrier's phase completes
 check of the emulator still runs (a deadlock or barrier misuse is reported as usual), but global memory is not
 read or written and WGMMA products are not computed: data values do not change timing, and skipping them makes an
 8192³ matmul model in about a second. The plain emulator (``BlockMachine``) is untouched by all of this.
+
+Each interval carries the tile, stage and phase the GPU instrumentation records for the same event, by the same
+rules (``warpspec.timeline.instrument``): a task counts the iterations of the kernel's tile loops it begins, a
+stage is its statement's ``stage_index`` and a phase its wait's ``wait_phase``, evaluated where the event ends.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from warpspec.isa.wgmma import WgmmaState
 from warpspec.ir import nodes as ir
 from warpspec.ir.printer import format_expr
 from warpspec.timeline.facts import fields_of, instrumentation, timing_cost
+from warpspec.timeline.instrument import stage_index, tile_loops, wait_phase
 
 
 @dataclass(frozen=True)
@@ -53,7 +58,8 @@ class Costs:
 
 @dataclass
 class Interval:
-    """One thing a task did, from ``start_ns`` to ``end_ns``: ``kind`` as ``warpspec.timeline.events.KINDS``."""
+    """One thing a task did, from ``start_ns`` to ``end_ns``: ``kind`` as ``warpspec.timeline.events.KINDS``;
+    ``tile``, ``stage`` and ``phase`` as ``warpspec.timeline.events.Event`` has them."""
 
     task: Task
     kind: str
@@ -62,6 +68,9 @@ class Interval:
     end_ns: float
     loc: ir.Loc
     barrier: str | None = None
+    tile: int = 0
+    stage: int | None = None
+    phase: int | None = None
 
 
 @dataclass
@@ -71,8 +80,15 @@ class _Clock:
     now: float = 0.0
     blocked_in: ir.Stmt | None = None
     wgmma_start: float | None = None  # the first mma of the open (uncommitted) group
+    wgmma_first: ir.Stmt | None = None  # that mma, whose B operand's stage the group's event has
     wgmma_flops: list = field(default_factory=list)  # (flops, m, n, k, dtype) of the open group's mmas
     last_wgmma_wait: tuple[float, ir.Loc] | None = None  # when and where the last wgmma.wait_group ended
+    tiles_begun: int = 0  # iterations of tile loops begun: the task is in tile ``tiles_begun - 1`` (0 before any)
+
+    @property
+    def tile(self) -> int:
+        """The tile the task's events belong to now (``warpspec.timeline.instrument``)."""
+        return max(self.tiles_begun - 1, 0)
 
 
 class _NullTile:
@@ -171,6 +187,9 @@ class TimedMachine(BlockMachine):
         self.intervals: list[Interval] = []
         self.flops = 0.0
         self.recorded = role_groups(kernel, self.tasks)
+        self.tile_bodies = {id(loop.body): loop.body for loop in tile_loops(kernel.body)}
+        # One stage expression per statement, kept: the expression compiler caches its closures by object.
+        self.stages = {id(s): stage_index(s) for s in ir.walk(kernel.body) if not type(s).blocks}
 
     # ------------------------------------------------------------------------------------ one statement at a time
 
@@ -179,6 +198,8 @@ class TimedMachine(BlockMachine):
         scheduler after each so that tasks advance in modeled-time order."""
         clock = self.clocks[task.index]
         clock.now += self.costs.statement_ns  # a loop iteration or a branch taken
+        if self.tile_bodies.get(id(body)) is body:
+            clock.tiles_begun += 1  # an iteration of a tile loop: the next tile
         for stmt in body:
             task.loc = stmt.loc
             if type(stmt).blocks:  # loops, branches, thread groups: their bodies' statements are the steps
@@ -212,7 +233,7 @@ class TimedMachine(BlockMachine):
             form = self.kernel.facts.target.wgmma_form(a_dtype, b_dtype)
             clock = self.clocks[task.index]
             if clock.wgmma_start is None:
-                clock.wgmma_start = clock.now
+                clock.wgmma_start, clock.wgmma_first = clock.now, s
             # A statement of several warpgroups runs as one partition per warpgroup (``partitions``), each
             # multiplying its own rows: this partition's share of the flops and of the tensor cores' time.
             rows = m * max(task.size // self.kernel.facts.target.warpgroup_threads, 1) // warpgroups
@@ -241,16 +262,25 @@ class TimedMachine(BlockMachine):
             self.flops += sum(f for f, *_ in group)
             self.done_at[task.family_state(WgmmaState).groups[-1]] = self.sm.compute(clock.now, duration)
             if task.index in self.recorded:
-                self._add(task, "wgmma", "wgmma", clock.wgmma_start if group else start, clock.now, s.loc)
-            clock.wgmma_start, clock.wgmma_flops = None, []
+                stage = None if clock.wgmma_first is None else self._stage(task, clock.wgmma_first)
+                self._add(task, "wgmma", "wgmma", clock.wgmma_start if group else start, clock.now, s.loc,
+                          stage=stage)
+            clock.wgmma_start, clock.wgmma_first, clock.wgmma_flops = None, None, []
             return
         shown = instrumentation(s)
         if task.index not in self.recorded or shown.kind is None or shown.run:
             return  # a run's event (WGMMA issues) is its closing statement's, above
         barrier = None if shown.barrier is None else self.barrier(task, getattr(s, shown.barrier)).name
-        self._add(task, shown.kind, self._name(task, s, shown), start, clock.now, s.loc, barrier)
+        phase = wait_phase(s)
+        self._add(task, shown.kind, self._name(task, s, shown), start, clock.now, s.loc, barrier,
+                  self._stage(task, s), None if phase is None else int(self.ev(task, phase)))
         if shown.kind == "wgmma_wait":
             clock.last_wgmma_wait = (clock.now, s.loc)
+
+    def _stage(self, task: Task, s: ir.Stmt) -> int | None:
+        """The stage statement ``s`` concerns, as ``task`` runs it now (None when it concerns none)."""
+        index = self.stages[id(s)]
+        return None if index is None else int(self.ev(task, index))
 
     def _name(self, task: Task, s: ir.Stmt, shown: Instrumentation) -> str:
         """The event's name as this block ran it: the indexed field's barrier or tile with its runtime index
@@ -265,8 +295,9 @@ class TimedMachine(BlockMachine):
                 fields[name] = format_expr(value)
         return shown.name.format(**fields)
 
-    def _add(self, task, kind, name, start, end, loc, barrier=None) -> None:
-        self.intervals.append(Interval(task, kind, name, start, end, loc, barrier))
+    def _add(self, task, kind, name, start, end, loc, barrier=None, stage=None, phase=None) -> None:
+        self.intervals.append(Interval(task, kind, name, start, end, loc, barrier, self.clocks[task.index].tile,
+                                       stage, phase))
 
     def finish(self, task: Task) -> None:
         """``task`` ended: a consumer's epilogue runs from its last wgmma.wait_group to here."""

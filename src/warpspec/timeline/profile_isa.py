@@ -17,7 +17,13 @@ one block may hold different slots; the header says which block an array is):
 - a header of ``HEADER_WORDS`` words: written (1 once the recorder finished), events attempted (more than
   ``capacity`` means overflow; those were counted, not written), ``%smid``, the block as the kernel sees it
   (x | y << 21 | z << 42), then ``%globaltimer`` and ``%clock64`` at the recorder's start and at its end;
-- ``capacity`` events of ``EVENT_WORDS`` words: site | index << 32, ``%clock64`` at the start and at the end.
+- ``capacity`` events of ``EVENT_WORDS`` words: what the event is, then ``%clock64`` at its start and at its end.
+  The timestamps are the SM's 64-bit cycle counter as read (it counts from the SM's start, far past 32 bits), so
+  they keep their words; the first word packs, from its low bits up, the site (``SITE_BITS``), the recorded index
+  (``INDEX_BITS``: the flat index of the barrier or tile the site names, or of the stage a WGMMA run reads), the
+  parity a wait waited for (``PHASE_BITS``) and the tile the recorder was in (``TILE_BITS``;
+  ``warpspec.timeline.instrument`` says which tile that is).
+  ``event_fields`` unpacks it.
 """
 
 from __future__ import annotations
@@ -37,11 +43,25 @@ WRITTEN, COUNT, SMID, BLOCK, START_NS, START_CLOCK, END_NS, END_CLOCK = range(HE
 COUNT_BITS = 24
 COUNT_MASK = (1 << COUNT_BITS) - 1
 GRID_TAG_MASK = (1 << (64 - COUNT_BITS)) - 1
+#: The fields of an event's first word, low bits first: its site, its index, a wait's phase parity, its tile. A
+#: build has at most ``2**SITE_BITS`` sites and indexes no array of more than ``2**INDEX_BITS`` barriers or
+#: tiles (``warpspec.timeline.instrument`` refuses more); the tile counts modulo ``2**TILE_BITS``.
+SITE_BITS, INDEX_BITS, PHASE_BITS, TILE_BITS = 16, 16, 1, 31
+INDEX_SHIFT = SITE_BITS
+PHASE_SHIFT = INDEX_SHIFT + INDEX_BITS
+TILE_SHIFT = PHASE_SHIFT + PHASE_BITS
 
 
 def blocks_counted(counter: int) -> int:
     """How many blocks a slot counter read back after a launch counted."""
     return int(counter) & COUNT_MASK
+
+
+def event_fields(word: int) -> tuple[int, int, int, int]:
+    """``(site, index, phase, tile)`` of an event's first word."""
+    word = int(word)
+    return (word & ((1 << SITE_BITS) - 1), word >> INDEX_SHIFT & ((1 << INDEX_BITS) - 1),
+            word >> PHASE_SHIFT & ((1 << PHASE_BITS) - 1), word >> TILE_SHIFT)
 
 
 def array_words(capacity: int) -> int:
@@ -89,13 +109,26 @@ class ProfileStart(ir.Stmt):
 @dataclass(frozen=True, eq=False)
 class ProfileEnd(ir.Stmt):
     """Take the end time of site ``site``; a recording thread writes the event with the runtime ``index`` (the
-    flat leading index of the barrier or tile the site names; 0 when it names none)."""
+    flat leading index of the barrier or tile the site names, or of the stage a WGMMA run reads; 0 when it names
+    none), the runtime ``phase`` parity of a wait (None elsewhere: 0 is written) and its tile counter."""
 
     site: int
     index: ir.Expr
+    phase: ir.Expr | None = None
 
     def text(self, f) -> str:
-        return f"profile.end(site={self.site}, index={f(self.index)})"
+        phase = "" if self.phase is None else f", phase={f(self.phase)}"
+        return f"profile.end(site={self.site}, index={f(self.index)}{phase})"
+
+
+@dataclass(frozen=True, eq=False)
+class ProfileNextTile(ir.Stmt):
+    """At the head of each iteration of a tile loop (``warpspec.timeline.instrument``): the executing thread's
+    count of tile-loop iterations begun goes up by one; the events it records from here on are of the next
+    tile."""
+
+    def text(self, f) -> str:
+        return "profile.next_tile()"
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,6 +155,7 @@ class ProfileFinish(ir.Stmt):
 @emulates(ProfileSetup)
 @emulates(ProfileStart)
 @emulates(ProfileEnd)
+@emulates(ProfileNextTile)
 @emulates(ProfileJoin)
 @emulates(ProfileFinish)
 def _record_nothing(machine: EmulationMachine, task: EmulationTask, s) -> Steps | None:
@@ -131,5 +165,5 @@ def _record_nothing(machine: EmulationMachine, task: EmulationTask, s) -> Steps 
 
 # The timestamps are what timelines are made of, not events of their own; the timing model never meets them (it
 # runs the plain kernel).
-for _profile in (ProfileSetup, ProfileStart, ProfileEnd, ProfileJoin, ProfileFinish):
+for _profile in (ProfileSetup, ProfileStart, ProfileEnd, ProfileNextTile, ProfileJoin, ProfileFinish):
     declare_timeline(_profile, STATEMENT, NOT_SHOWN)

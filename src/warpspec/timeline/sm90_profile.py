@@ -11,15 +11,18 @@ the clock at all: elsewhere a site costs a predicate. ``%globaltimer`` (nanoseco
 microsecond or so on some parts) is read twice per recorder, at its start and its end, so the host converts cycles
 to nanoseconds with the clock rate the kernel itself ran at and places blocks of different SMs on one time axis.
 Every read is ``asm volatile`` with a memory clobber: the compiler neither drops it nor moves the instrumented
-instruction's memory accesses across it.
+instruction's memory accesses across it. The tile an event belongs to is a register that every thread sets at the
+head of each tile-loop iteration from a count of them (an add and a shift per tile, none per event); a kernel
+without tile loops never sets it, and the compiler folds its events' tile to 0.
 """
 
 from __future__ import annotations
 
 from warpspec.cuda.contracts import CodeGenerator
 from warpspec.timeline.profile_isa import (BLOCK, COUNT, COUNT_BITS, COUNT_MASK, END_CLOCK, END_NS, EVENT_WORDS,
-                                  GRID_TAG_MASK, HEADER_WORDS, SMID, START_CLOCK, START_NS, WRITTEN, ProfileEnd,
-                                  ProfileFinish, ProfileJoin, ProfileSetup, ProfileStart, array_words)
+                                           GRID_TAG_MASK, HEADER_WORDS, INDEX_BITS, INDEX_SHIFT, PHASE_SHIFT, SMID,
+                                           START_CLOCK, START_NS, TILE_SHIFT, WRITTEN, ProfileEnd, ProfileFinish,
+                                           ProfileJoin, ProfileNextTile, ProfileSetup, ProfileStart, array_words)
 from warpspec.isa.registry import emits
 from warpspec.ir import nodes as ir
 from warpspec.target import SM90A
@@ -28,6 +31,10 @@ TARGET = SM90A.name
 # The record array of this thread's warp (null: the warp does not record), whether this thread is the warp's first
 # (it writes the events of the whole group and the header), the role's events so far and the room in the array.
 _RECORD, _LEAD, _COUNT, _CAPACITY = "wsprof_rec_", "wsprof_lead_", "wsprof_n_", "wsprof_capacity_"
+# The tile-loop iterations this thread has begun, and its events' tile, already shifted into place in the high half
+# of their first word (which holds the phase and the tile: profile_isa's layout puts the phase at bit 32).
+_TILES, _TILE_FIELD = "wsprof_tiles_", "wsprof_tile_"
+assert PHASE_SHIFT == 32 and TILE_SHIFT > PHASE_SHIFT
 
 
 def _timer(site: int) -> str:
@@ -49,6 +56,7 @@ def _emit_ProfileSetup(gen: CodeGenerator, s: ProfileSetup) -> None:
     gen.line(f"const bool {_LEAD} = threadIdx.x % 32 == 0;")
     gen.line(f"unsigned {_COUNT} = 0;")
     gen.line(f"const unsigned {_CAPACITY} = {s.capacity}u;")
+    gen.line(f"unsigned {_TILES} = 0, {_TILE_FIELD} = 0;")
     gen.line("{")
     gen.indent += 1
     gen.line(f"const int recorder_ = {choose};")
@@ -108,6 +116,11 @@ def _emit_ProfileStart(gen: CodeGenerator, s: ProfileStart) -> None:
 @emits(ProfileEnd, TARGET)
 def _emit_ProfileEnd(gen: CodeGenerator, s: ProfileEnd) -> None:
     index = gen.cexpr(s.index)
+    # The first word packs the event's fields (profile_isa's layout): the site and the index in its low half, the
+    # wait's phase and the tile (kept in place by ProfileNextTile) in its high half.
+    high = _TILE_FIELD if s.phase is None else f"({_TILE_FIELD} | (static_cast<unsigned>({gen.cexpr(s.phase)}) & 1u))"
+    word = (f"(static_cast<u64>({high}) << 32) | {s.site}u | ((static_cast<unsigned>({index}) & "
+            f"{hex((1 << INDEX_BITS) - 1)}u) << {INDEX_SHIFT})")
     # Inside single_thread the one thread that runs the site records it; elsewhere the warp's first thread does,
     # and every lane of the warp counts it.
     writer = "" if gen.single_depth else f"{_LEAD} && "
@@ -117,13 +130,20 @@ def _emit_ProfileEnd(gen: CodeGenerator, s: ProfileEnd) -> None:
     gen.line(_read("wsprof_end_", "clock64"))
     gen.line(f"if ({writer}{_COUNT} < {_CAPACITY}) {{  // past the capacity an event is counted, not written")
     gen.line(f"  u64 *const wsprof_event_ = {_RECORD} + {HEADER_WORDS} + {EVENT_WORDS} * {_COUNT};")
-    gen.line(f"  wsprof_event_[0] = {s.site}ull | (static_cast<u64>(static_cast<unsigned>({index})) << 32);")
+    gen.line(f"  wsprof_event_[0] = {word};")
     gen.line(f"  wsprof_event_[1] = {_timer(s.site)};")
     gen.line("  wsprof_event_[2] = wsprof_end_;")
     gen.line("}")
     gen.line(f"++{_COUNT};")
     gen.indent -= 1
     gen.line("}")
+
+
+@emits(ProfileNextTile, TARGET)
+def _emit_ProfileNextTile(gen: CodeGenerator, s: ProfileNextTile) -> None:
+    # Every thread counts (an add costs what a predicate would): the recording lane of any warp has the count. The
+    # tile is the iteration begun last, the first's before any (bits past TILE_BITS drop out of the word).
+    gen.line(f"{_TILE_FIELD} = {_TILES}++ << {TILE_SHIFT - PHASE_SHIFT};")
 
 
 @emits(ProfileJoin, TARGET)

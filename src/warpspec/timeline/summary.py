@@ -18,6 +18,13 @@ Everything is computed from the events alone, so GPU and modeled timelines read 
   recorded on the profiled SM) over their span, averaged over SMs weighted by span;
 - blocks per SM: what the timeline knows of the launch (the model's count, or the driver's occupancy query on
   the GPU), and beside it the most recorded blocks whose spans (first event to last) overlap.
+
+A timeline filtered to some tiles or stages (``Timeline.select``) gives the numbers of its events, and its summary
+says so first. Filtered to tiles, each tile of a block counts on its own (a role's active span is the sum of its
+tiles' spans; stage occupancy and the tensor cores' busy share are taken tile by tile, the latter over the span of
+the roles issuing WGMMA), so that the tiles left out between two chosen ones count for nothing. Filtered to
+stages, only the waits are given: stage occupancy, the tensor cores' busy share and the diagnosis need every
+stage's events (a wait_group has no stage).
 """
 
 from __future__ import annotations
@@ -104,11 +111,13 @@ class Summary:
         blocks = len({e.block for e in t.events})
         per_sm = t.occupancy.text() if t.occupancy is not None else "unknown"
         seen = f"; {self.at_once} at once on {where}" if self.at_once else ""
-        lines = [f"{t.kernel} {schedule} ({'CPU timing model' if t.source == 'model' else 'GPU'})",
-                 f"{what} kernel time: {t.kernel_ns / 1e3:.1f} us{rate}",
-                 f"blocks per SM: {per_sm}{seen}"]
+        lines = [f"{t.kernel} {schedule} ({'CPU timing model' if t.source == 'model' else 'GPU'})"]
+        if t.selection is not None:
+            lines.append(f"filtered to {t.selection.text()}; the shares below are of these events alone")
+        lines += [f"{what} kernel time: {t.kernel_ns / 1e3:.1f} us{rate}", f"blocks per SM: {per_sm}{seen}"]
         if not t.complete:
             return "\n".join(lines + self._incomplete() + [f"note: {note}" for note in t.notes]) + "\n"
+        stages_only = t.selection is not None and t.selection.stages is not None
         lines.append(f"{blocks} block(s) of {where}; waits as a share of each role's active time:")
         width = max((len(r) for r in t.roles), default=0)
         for role in t.roles:
@@ -117,11 +126,16 @@ class Summary:
                 lines.append(f"  {role:<{width}}  no barrier waits")
             for barrier, share in sorted(mine):
                 lines.append(f"  {role:<{width}}  waits on {barrier} ({self.kinds[barrier]}) {share:6.1%}")
-        lines.append(f"stage occupancy: {self.occupancy:.2f} of {self.stages} stages full on average"
-                     if self.occupancy is not None else "stage occupancy: unknown (no consumer waits on full barriers)")
-        lines.append(f"tensor cores busy: {self.tensor_busy:.0%} of the time (the {blocks} block(s) of {where} "
-                     f"together)" if self.tensor_busy is not None else "tensor cores busy: unknown (no WGMMA)")
-        lines.append(f"diagnosis: {self.diagnosis()}")
+        if stages_only:
+            lines.append("stage occupancy, tensor-core busy share and diagnosis: not given, they need every stage's "
+                         "events")
+        else:
+            lines.append(f"stage occupancy: {self.occupancy:.2f} of {self.stages} stages full on average"
+                         if self.occupancy is not None else
+                         "stage occupancy: unknown (no consumer waits on full barriers)")
+            lines.append(f"tensor cores busy: {self.tensor_busy:.0%} of the time (the {blocks} block(s) of {where} "
+                         f"together)" if self.tensor_busy is not None else "tensor cores busy: unknown (no WGMMA)")
+            lines.append(f"diagnosis: {self.diagnosis()}")
         lines += [f"note: {note}" for note in t.notes]
         return "\n".join(lines) + "\n"
 
@@ -159,9 +173,11 @@ def _union(intervals) -> float:
 
 def summarize(timeline: Timeline) -> Summary:
     """The numbers of ``timeline`` (see the module's docstring for how each is defined)."""
-    by_block = defaultdict(list)
+    chosen = timeline.selection
+    per_tile = chosen is not None and chosen.tiles is not None
+    by_block = defaultdict(list)  # each block's events; filtered to tiles, each tile's of each block
     for event in timeline.events:
-        by_block[event.block].append(event)
+        by_block[(event.block, event.tile) if per_tile else event.block].append(event)
     spans: dict = defaultdict(float)  # role -> active time summed over blocks
     waited: dict = defaultdict(float)  # (role, array) -> wait time summed over blocks
     waiters: dict = defaultdict(set)  # array -> role kinds that wait on it
@@ -188,10 +204,12 @@ def summarize(timeline: Timeline) -> Summary:
             return None
         return sum(t for (r, a), t in waited.items() if _role_kind(r) == role_kind and kinds[a] == barrier_kind) / span
 
-    summary.tensor_busy = _tensor_busy(timeline.events)
     summary.at_once = at_once(timeline.events)
+    stages_only = chosen is not None and chosen.stages is not None
+    if not stages_only:  # the tensor cores' share and the occupancy need every stage's events
+        summary.tensor_busy = _tensor_busy(timeline.events, per_tile)
     full = [a for a, k in kinds.items() if k == "full"]
-    if full and consumer_span:
+    if full and consumer_span and not stages_only:
         held, summary.stages = _stage_time(by_block, set(full))
         summary.occupancy = held / consumer_span
     summary.metrics = {
@@ -225,17 +243,21 @@ def at_once(events) -> int | None:
     return most or None
 
 
-def _tensor_busy(events: list) -> float | None:
-    """The tensor cores' busy share (see the module's docstring), None without WGMMA."""
+def _tensor_busy(events: list, per_tile: bool) -> float | None:
+    """The tensor cores' busy share (see the module's docstring), None without WGMMA; ``per_tile``: each tile's
+    events of an SM taken on their own, over the span of the roles issuing its WGMMA (a producer's part of a tile
+    starts while the consumers still work on the one before, so a tile's span over every role would count that
+    time twice)."""
     by_sm = defaultdict(list)
     for e in events:
-        by_sm[e.sm if e.sm is not None else e.block].append(e)
+        by_sm[(e.sm if e.sm is not None else e.block, e.tile if per_tile else None)].append(e)
     busy = span = 0.0
     for mine in by_sm.values():
         running = []
         by_role = defaultdict(list)
         for e in sorted(mine, key=lambda e: e.start_ns):
             by_role[(e.block, e.role)].append(e)
+        spanned = [] if per_tile else mine
         for role_events in by_role.values():
             committed = [e.end_ns for e in role_events if e.kind == "wgmma"]
             waits = [e.end_ns for e in role_events if e.kind == "wgmma_wait"]
@@ -243,14 +265,17 @@ def _tensor_busy(events: list) -> float | None:
                 done = next((w for w in waits if w >= commit), None)
                 if done is not None:
                     running.append((commit, done))
+            if per_tile and committed:
+                spanned += role_events
         if running:
             busy += _union(running)
-            span += max(e.end_ns for e in mine) - min(e.start_ns for e in mine)
+            span += max(e.end_ns for e in spanned) - min(e.start_ns for e in spanned)
     return busy / span if span else None
 
 
 def _stage_time(by_block: dict, full: set) -> tuple[float, int]:
-    """Stage-full time summed over the sampled blocks, and the number of stages (full barriers seen)."""
+    """Stage-full time summed over the sampled blocks (the values of ``by_block``: each block's events, or each
+    tile's of a block), and the number of stages (full barriers seen)."""
     held, stages = 0.0, set()
     for events in by_block.values():
         consumer = next((e.role for e in events if _role_kind(e.role) == "consumer" and e.kind == "wait"

@@ -1,6 +1,7 @@
 """A timeline as a Chrome trace (the JSON "trace event format" that Perfetto and chrome://tracing load), with every
 event of the timeline whatever the chart's window: one process per block, named "block (x, y, z)", one thread (track) per role, one complete ("X") event per
-interval with its kernel line and barrier in ``args``."""
+interval with its kernel line, barrier, SM, tile, stage and phase in ``args`` (those the event has:
+``warpspec.timeline.events.Event``), so that a trace viewer's queries can pick one tile's or one stage's events."""
 
 from __future__ import annotations
 
@@ -30,18 +31,30 @@ def trace_events(timeline: Timeline) -> dict:
     tids = {role: tid for tid, role in enumerate(timeline.roles)}
     for e in sorted(timeline.events, key=lambda e: e.start_ns):
         args = {"line": e.line}
-        if e.barrier is not None:
-            args["barrier"] = e.barrier
-        if e.sm is not None:
-            args["sm"] = e.sm
+        for name in ("barrier", "sm", "tile", "stage", "phase"):
+            value = getattr(e, name)
+            if value is not None:
+                args[name] = value
         out.append({"ph": "X", "name": e.name, "cat": e.kind, "pid": pids[e.block], "tid": tids[e.role],
                     "ts": e.start_ns / 1e3, "dur": e.duration_ns / 1e3, "args": args})
     return {"traceEvents": out, "displayTimeUnit": "ns",
             "otherData": {"kernel": timeline.kernel, "source": timeline.source,
                           "schedule": {k: str(v) for k, v in timeline.schedule.items()},
                           "kernel_ns": timeline.kernel_ns, "sm": timeline.sm, "notes": timeline.notes,
+                          "selection": _selection(timeline),
                           "incomplete": [{"block": list(s.block), "role": s.role, "recorded": s.recorded,
                                           "needed": s.needed} for s in timeline.shortfalls]}}
+
+
+def _selection(timeline: Timeline) -> dict | None:
+    """What a selected timeline holds (``Timeline.select``): its tiles and stages (null: any) and how many of the
+    whole timeline's events; None when it holds every event."""
+    chosen = timeline.selection
+    if chosen is None:
+        return None
+    return {"tiles": None if chosen.tiles is None else sorted(chosen.tiles),
+            "stages": None if chosen.stages is None else sorted(chosen.stages), "kept": chosen.kept,
+            "total": chosen.total}
 
 
 def write_trace(timeline: Timeline, path: str | Path) -> Path:
