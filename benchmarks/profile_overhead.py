@@ -1,7 +1,10 @@
-"""What warpspec.profile()'s instrumentation costs: V3 at 8192^3 (fp16, 128 x 128 x 64 tiles, 2 and 6 stages), the
-plain build against the instrumented build (every block that runs on SM --sm records, up to --blocks; the others
-pay a comparison at their start and a predicate per site), timed in one process. Each timed launch records: the
-slot counters carry the launch's tag, so every launch counts from zero.
+"""What warpspec.profile()'s instrumentation costs: V3 at 8192^3 (fp16, 128 x 128 x 64 tiles, 2 and 6 stages), V6
+(persistent, cooperative, 4 stages of 128 x 256 tiles) at the same size and the attention forward kernel (bf16, D
+128, 2 x 16 heads of 8192 rows, not causal), the plain build against the instrumented build (every block that runs
+on SM --sm records, up to --blocks; the others pay a comparison at their start and a predicate per site), timed in
+one process. Each timed launch records: the slot counters carry the launch's tag, so every launch counts from zero.
+Each record has room for the events its kernel's recorders make (``warpspec.timeline.sizing``), as a profile
+session sizes it.
 
 Each time is the house protocol of docs/performance.md (``warpspec.tune.bench.time_ms``: about 100 ms of warm-up,
 then about 500 ms of calls, each after an L2 flush, the median), taken in three alternating rounds (plain,
@@ -39,26 +42,40 @@ def main() -> None:
     import support
     import warpspec
     from matmul_v3 import MatmulWGMMAV3
+    from matmul_v6 import MatmulWGMMAV6
     from warpspec.cuda.driver import DeviceBuffer
     from warpspec.cuda.launch import compile_kernel, launch_kernel
-    from warpspec.dtypes import int64
+    from warpspec.dtypes import bfloat16, int64
     from warpspec.frontend.kernel import bind_arguments
+    from warpspec.ops.attention import DEFAULT_SCHEDULES
+    from warpspec.ops.attention_kernel import LOG2_E, Attention
     from warpspec.timeline.instrument import PARAMETER
     from warpspec.runtime import kernel_for
     from warpspec.timeline import write
-    from warpspec.timeline.gpu import buffer_words, instrumented
+    from warpspec.timeline.gpu import MAX_CAPACITY, buffer_words, instrumented
+    from warpspec.timeline.sizing import events_needed
     from warpspec.tune.bench import time_ms
 
     size = options.size
     a, b, c = support.operands(size)
-    args = (size, size, size, a, b, c)
-    flops = 2.0 * size ** 3
+    gemm_args = (size, size, size, a, b, c)
+    seq, heads, batch, head_dim = 8192, 16, 2, 128
+    q, k, v, o = (torch.randn(batch * heads, seq, head_dim, device="cuda").to(torch.bfloat16) for _ in range(4))
+    lse = torch.empty(batch * heads * seq, device="cuda")
+    attention_args = (seq, seq, batch * heads, heads, 1, head_dim ** -0.5 * LOG2_E, q, k, v, o, lse)
+    cases = [(f"V3, {n} stages", MatmulWGMMAV3(num_stages=n, block_m=128, block_n=128, block_k=64), gemm_args,
+              2.0 * size ** 3) for n in (2, 6)]
+    cases.append(("V6, 4 stages 128x256", MatmulWGMMAV6(variant="cooperative", num_stages=4, block_m=128,
+                                                        block_n=256, epilogue_n=64), gemm_args, 2.0 * size ** 3))
+    cases.append(("attention D128", Attention(bfloat16, head_dim=head_dim, causal=False,
+                                              **DEFAULT_SCHEDULES[head_dim]), attention_args,
+                  4.0 * batch * heads * seq * seq * head_dim))
     rows = []
-    for num_stages in (2, 6):
-        script = MatmulWGMMAV3(num_stages=num_stages, block_m=128, block_n=128, block_k=64)
+    for label, script, args, flops in cases:
         runtime, compile_time = bind_arguments(type(script), args, {})
         kernel = kernel_for(script, compile_time)
-        profiled = instrumented(kernel, options.blocks, 2048, options.sm)
+        needed = events_needed(instrumented(kernel, options.blocks, 1, options.sm), runtime)
+        profiled = instrumented(kernel, options.blocks, min(max(needed or 2048, 1), MAX_CAPACITY), options.sm)
         words = buffer_words(profiled)
         buffer = DeviceBuffer(8 * words)
         buffer.upload(np.zeros(words, np.uint64))
@@ -68,26 +85,28 @@ def main() -> None:
         for _ in range(options.rounds):
             plain.append(time_ms(lambda: launch_kernel(kernel, runtime, built=plain_built)))
             instrumented_ms.append(time_ms(lambda: launch_kernel(profiled.kernel, recorded, built=profiled_built)))
-        row = dict(num_stages=num_stages, plain=statistics.median(plain),
+        row = dict(label=label, flops=flops, plain=statistics.median(plain),
                    instrumented=statistics.median(instrumented_ms))
         row["overhead"] = row["instrumented"] / row["plain"] - 1
         rows.append(row)
-        print(f"{num_stages} stages: plain {row['plain']:.4f} ms, instrumented {row['instrumented']:.4f} ms "
+        print(f"{label}: plain {row['plain']:.4f} ms, instrumented {row['instrumented']:.4f} ms "
               f"({100 * row['overhead']:+.2f}%)", flush=True)
         with warpspec.use_backend("cuda"), warpspec.profile(blocks=options.blocks, flops=flops,
                                                                   sm=options.sm) as session:
             script(*args)
         timeline = session.timelines[-1]
-        out = os.path.join(options.out, f"v3-{num_stages}-stages")
+        out = os.path.join(options.out, label.split(",")[0].replace(" ", "-") + f"-{len(rows)}")
         write(timeline, out)
-        print(f"  {len(timeline.events)} events, trace and summary written to {out}")
+        print(f"  {len(timeline.events)} events, trace and summary written to {out}:")
+        with open(os.path.join(out, "summary.txt")) as summary:
+            print("    " + summary.read().strip().replace("\n", "\n    "), flush=True)
 
-    print(f"\n{torch.cuda.get_device_name()}, V3 at {size}^3 fp16, 128x128x64, up to {options.blocks} blocks recorded "
-          f"on SM {options.sm}, median of {options.rounds} rounds")
-    print(f"{'stages':>6} {'plain ms':>9} {'instr. ms':>9} {'overhead':>8} {'TFLOP/s':>8}")
+    print(f"\n{torch.cuda.get_device_name()}, V3 and V6 at {size}^3 fp16, attention at seq {seq}, up to "
+          f"{options.blocks} blocks recorded on SM {options.sm}, median of {options.rounds} rounds")
+    print(f"{'kernel':>22} {'plain ms':>9} {'instr. ms':>9} {'overhead':>8} {'TFLOP/s':>8}")
     for row in rows:
-        print(f"{row['num_stages']:6d} {row['plain']:9.4f} {row['instrumented']:9.4f} {100 * row['overhead']:+7.2f}% "
-              f"{flops / row['plain'] / 1e9:8.0f}")
+        print(f"{row['label']:>22} {row['plain']:9.4f} {row['instrumented']:9.4f} {100 * row['overhead']:+7.2f}% "
+              f"{row['flops'] / row['plain'] / 1e9:8.0f}")
     worst = max(row["overhead"] for row in rows)
     if worst > LIMIT:
         sys.exit(f"the instrumentation costs {100 * worst:.1f}%, above the {100 * LIMIT:.0f}% limit")
