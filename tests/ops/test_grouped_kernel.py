@@ -1,8 +1,10 @@
 """The grouped GEMM kernel (``warpspec.ops.grouped_kernel.GroupedGemm``) on the emulator: every schedule of its
 space in both layouts of B against numpy, on ragged groups (empty ones first, in the middle and last, a group of one
-row, a group spanning several row bands) with rows past the last group, K and N no tile divides; the clamping of
-offsets the host did not check; the size rule; a planted store past its group caught at its line; NVRTC builds
-without spills. ``ops.grouped_matmul`` itself is tested in test_grouped_matmul.py."""
+row, a group spanning several row bands) with rows past the last group, K and N no tile divides; tiles split by K
+when the groups' tiles are few (partials handed on through the workspace, flags given back); the clamping of
+offsets the host did not check; the size rule; planted mistakes (a store past its group, a partial read before its
+flag) caught at their line; NVRTC builds without spills. ``ops.grouped_matmul`` itself is tested in
+test_grouped_matmul.py."""
 
 import inspect
 
@@ -13,8 +15,9 @@ from warpspec import RaceError
 from warpspec.dtypes import bfloat16, float16, float32
 from warpspec.errors import CompileError
 from warpspec.ops import grouped_kernel
-from warpspec.ops.grouped_kernel import GroupedGemm, grouped_schedule
+from warpspec.ops.grouped_kernel import GroupedGemm, grouped_schedule, grouped_workspace
 
+from tests.ops.test_stream_k import FinishesWithoutWaiting, KeepsFlagsSet, line_of
 from tests.support.example_checks import emulator  # noqa: F401  (autouse: the emulator, its deterministic schedule)
 
 #: Group sizes: a 64-row tile of group 3 reaches into group 4, a 128-row one past it; 8 rows follow the last group.
@@ -25,12 +28,12 @@ NUM_SMS = 3  # fewer blocks than tiles: each block walks several groups
 SCHEDULES = GroupedGemm._tune_space.schedules()
 
 
-def operands(dtype, b_k_major, sizes=SIZES, tail=TAIL):
+def operands(dtype, b_k_major, sizes=SIZES, tail=TAIL, k=K):
     """(a, b as the op sees it [G, K, N], b as stored, ends): random values, B stored [G, N, K] when K-major."""
     rng = np.random.default_rng(0)
     ends = np.cumsum(sizes).astype(np.int32)
-    a = rng.standard_normal((int(ends[-1]) + tail, K)).astype(dtype)
-    stored = rng.standard_normal((len(sizes), N, K) if b_k_major else (len(sizes), K, N)).astype(dtype)
+    a = rng.standard_normal((int(ends[-1]) + tail, k)).astype(dtype)
+    stored = rng.standard_normal((len(sizes), N, k) if b_k_major else (len(sizes), k, N)).astype(dtype)
     return a, (stored.transpose(0, 2, 1) if b_k_major else stored), stored, ends
 
 
@@ -44,10 +47,15 @@ def expected_of(a, b, ends):
     return out
 
 
-def run(script, a, stored, ends, out, b_k_major):
-    """One launch of a pinned grouped Script on these operands (C filled by the caller)."""
+def run(script, a, stored, ends, out, num_sms=NUM_SMS):
+    """One launch of a pinned grouped Script on these operands (C filled by the caller); returns its workspace
+    (partials, flags), zeroed before the launch."""
     group_pitch, pitch, _ = (s // stored.itemsize for s in stored.strides)
-    script(len(ends), a.shape[0], N, K, K, pitch, group_pitch, N, ends, a, stored, out, num_sms=NUM_SMS)
+    elements, flag_count = grouped_workspace(num_sms, script.schedule())
+    workspace = (np.zeros(max(elements, 1), np.float32), np.zeros(max(flag_count, 1), np.int32))
+    script(len(ends), a.shape[0], N, a.shape[1], a.shape[1], pitch, group_pitch, N, ends, a, stored, out,
+           *workspace, num_sms=num_sms)
+    return workspace
 
 
 def fits(schedule, out_dtype) -> bool:
@@ -57,20 +65,21 @@ def fits(schedule, out_dtype) -> bool:
 
 
 def test_the_space_is_the_tiles_and_stages():
-    assert len(SCHEDULES) == len(grouped_kernel.GROUPED_TILES) * len(grouped_kernel.GROUPED_STAGES) == 15
+    assert len(SCHEDULES) == len(grouped_kernel.GROUPED_TILINGS) * len(grouped_kernel.GROUPED_STAGES) == 24
 
 
 @pytest.mark.parametrize("b_k_major", [False, True], ids=["b-row-major", "b-expert-weights"])
-@pytest.mark.parametrize("schedule", SCHEDULES, ids=lambda s: "{block_m}x{block_n}-{num_stages}".format(**s))
+@pytest.mark.parametrize("schedule", SCHEDULES,
+                         ids=lambda s: "{block_m}x{block_n}-{num_stages}-split{max_split}".format(**s))
 def test_every_schedule_matches_numpy(schedule, b_k_major):
     a, b, stored, ends = operands(np.float16, b_k_major)
     script = GroupedGemm(float16, float16, b_k_major).instantiate(schedule)
     out = np.full((a.shape[0], N), np.nan, np.float16)
     if not fits(schedule, float16):
         with pytest.raises(CompileError, match="shared memory"):
-            run(script, a, stored, ends, out, b_k_major)
+            run(script, a, stored, ends, out)
         return
-    run(script, a, stored, ends, out, b_k_major)
+    run(script, a, stored, ends, out)
     expected = expected_of(a, b, ends)
     np.testing.assert_allclose(out.astype(np.float32), expected, rtol=2e-3, atol=2e-2)
     assert not out[int(ends[-1]):].any()  # written as zeros
@@ -81,7 +90,7 @@ def test_output_dtypes_under_the_size_rule(in_dtype, out_dtype):
     a, b, stored, ends = operands(in_dtype.numpy, True)
     schedule = grouped_schedule(a.shape[0], len(SIZES), N, out_dtype)
     out = np.full((a.shape[0], N), np.nan, out_dtype.numpy)
-    run(GroupedGemm(in_dtype, out_dtype, True).instantiate(schedule), a, stored, ends, out, True)
+    run(GroupedGemm(in_dtype, out_dtype, True).instantiate(schedule), a, stored, ends, out)
     expected = expected_of(a, b, ends)
     tolerance = 1e-4 if out_dtype == float32 else (2e-2 if out_dtype == bfloat16 else 2e-3)
     np.testing.assert_allclose(out.astype(np.float32), expected, rtol=tolerance, atol=tolerance * 10)
@@ -94,23 +103,76 @@ def test_ends_the_host_did_not_check_are_clamped():
     total = a.shape[0]
     ends = np.array([5, 3, 150, total + 40, 7, total + 1], np.int32)
     out = np.full((total, N), np.nan, np.float16)
-    run(GroupedGemm(float16, float16, False).instantiate({"block_m": 64, "block_n": 128, "num_stages": 3}), a,
-        stored, ends, out, False)
+    run(GroupedGemm(float16, float16, False).instantiate({"block_m": 64, "block_n": 128, "num_stages": 3,
+                                                          "max_split": 1}), a, stored, ends, out)
     clamped = np.array([5, 5, 150, total, total, total], np.int32)
     np.testing.assert_allclose(out.astype(np.float32), expected_of(a, b, clamped), rtol=2e-3, atol=2e-2)
 
 
 @pytest.mark.parametrize("total, groups, n, out_dtype, expected", [
-    (16, 64, 1536, bfloat16, (64, 128, 5)),  # decode-sized groups, a narrow output
-    (128, 8, 14336, bfloat16, (64, 256, 4)),  # ... and a wide one
-    (8192, 8, 14336, bfloat16, (128, 256, 3)),  # 1024 rows per expert: 3584 tiles of 128 x 256
-    (1024, 8, 14336, bfloat16, (128, 128, 5)),  # 448 such tiles, under four waves: 128 columns
-    (8192, 8, 14336, float32, (128, 128, 5)),  # a float32 128 x 256 buffer leaves 2 stages: 128 columns
-    (8192, 64, 1536, bfloat16, (128, 128, 5))])
+    (16, 64, 1536, bfloat16, (64, 128, 5, 8)),  # decode-sized groups, split where their tiles are few
+    (128, 8, 14336, bfloat16, (64, 256, 4, 1)),  # ... and a wide output, whose 64 x 256 tiles never split
+    (8192, 8, 14336, bfloat16, (128, 256, 3, 1)),  # 1024 rows per expert: 3584 tiles of 128 x 256
+    (1024, 8, 14336, bfloat16, (128, 128, 5, 1)),  # 448 such tiles, under four waves: 128 columns
+    (8192, 8, 14336, float32, (128, 128, 5, 1)),  # a float32 128 x 256 buffer leaves 2 stages: 128 columns
+    (8192, 64, 1536, bfloat16, (128, 128, 5, 1))])
 def test_the_size_rule(total, groups, n, out_dtype, expected):
     schedule = grouped_schedule(total, groups, n, out_dtype)
-    assert (schedule["block_m"], schedule["block_n"], schedule["num_stages"]) == expected
+    assert (schedule["block_m"], schedule["block_n"], schedule["num_stages"], schedule["max_split"]) == expected
     assert fits(schedule, out_dtype)
+
+
+#: Few tiles: one group of 5 rows (two 64 × 128 tiles of N = 136) with 9 K-tiles, on 6 blocks: each tile's K range
+#: split between 2 blocks (at least MIN_PART_K_TILES K-tiles each), parts of 4 and 5 K-tiles.
+FEW = [0, 5, 0]
+SPLIT = {"block_m": 64, "block_n": 128, "num_stages": 3, "max_split": 8}
+
+
+@pytest.mark.parametrize("b_k_major", [False, True], ids=["b-row-major", "b-expert-weights"])
+def test_few_tiles_are_split_by_k(b_k_major):
+    a, b, stored, ends = operands(np.float16, b_k_major, sizes=FEW, k=9 * 64)
+    out = np.full((a.shape[0], N), np.nan, np.float16)
+    partials, flags = run(GroupedGemm(float16, float16, b_k_major).instantiate(SPLIT), a, stored, ends, out,
+                          num_sms=6)
+    np.testing.assert_allclose(out.astype(np.float32), expected_of(a, b, ends), rtol=2e-3, atol=5e-2)
+    assert not out[5:].any()
+    assert partials.any() and not flags.any()  # the first parts' sums went through the workspace; flags given back
+
+
+def test_tiles_that_fill_the_grid_are_not_split():
+    a, b, stored, ends = operands(np.float16, False, sizes=[40, 40, 40], k=9 * 64)  # 6 tiles on 6 blocks
+    out = np.full((a.shape[0], N), np.nan, np.float16)
+    partials, _ = run(GroupedGemm(float16, float16, False).instantiate(SPLIT), a, stored, ends, out, num_sms=6)
+    np.testing.assert_allclose(out.astype(np.float32), expected_of(a, b, ends), rtol=2e-3, atol=5e-2)
+    assert not partials.any()
+
+
+class GroupedFinishesWithoutWaiting(GroupedGemm, FinishesWithoutWaiting):
+    """stream-K's planted mistake in the grouped kernel's split: reads a partial without waiting for its flag."""
+
+
+class GroupedKeepsFlagsSet(GroupedGemm, KeepsFlagsSet):
+    """Never gives a flag back its 0."""
+
+
+@pytest.mark.parametrize("cls, line, fragment", [
+    (FinishesWithoutWaiting, "return acc + self.load_global", "(to hand data from one block to a later one, use "
+                                                               "self.flag.signal and self.flag.wait)"),
+    (KeepsFlagsSet, "self.flag.wait(flags, contributor, 1)", "already held 1 when the launch began")],
+    ids=["reads-without-waiting", "keeps-flags-set"])
+def test_each_planted_hand_off_mistake_is_caught_at_its_line(cls, line, fragment):
+    planted = {FinishesWithoutWaiting: GroupedFinishesWithoutWaiting, KeepsFlagsSet: GroupedKeepsFlagsSet}[cls]
+    a, _, stored, ends = operands(np.float16, False, sizes=FEW, k=9 * 64)
+    kernel = planted(float16, float16, False, **SPLIT)
+    elements, flag_count = grouped_workspace(6, SPLIT)
+    workspace = (np.zeros(elements, np.float32), np.zeros(flag_count, np.int32))
+    group_pitch, pitch, _ = (s // stored.itemsize for s in stored.strides)
+    with pytest.raises(RaceError) as caught:
+        for _ in range(2):  # flags left set show in the second launch
+            kernel(len(ends), a.shape[0], N, a.shape[1], a.shape[1], pitch, group_pitch, N, ends, a, stored,
+                   np.zeros((a.shape[0], N), np.float16), *workspace, num_sms=6)
+    assert caught.value.location.endswith(line_of(cls, line)), caught.value.location
+    assert fragment in str(caught.value)
 
 
 class StoresPastItsGroup(GroupedGemm):
@@ -122,21 +184,25 @@ class StoresPastItsGroup(GroupedGemm):
 
 def test_a_store_past_its_group_is_caught():
     a, _, stored, ends = operands(np.float16, False)
-    kernel = StoresPastItsGroup(float16, float16, False, num_stages=3, block_m=64, block_n=128)
+    kernel = StoresPastItsGroup(float16, float16, False, num_stages=3, block_m=64, block_n=128, max_split=1)
     with pytest.raises(RaceError) as caught:
-        run(kernel, a, stored, ends, np.zeros((a.shape[0], N), np.float16), False)
+        run(kernel, a, stored, ends, np.zeros((a.shape[0], N), np.float16))
     line = inspect.getsourcelines(StoresPastItsGroup.store_tile)[1] + 1
     assert f"test_grouped_kernel.py:{line}" in str(caught.value)
     assert "which block (0, 0, 0) also wrote (tma.shared_to_global of gc" in str(caught.value)
 
 
 @pytest.mark.parametrize("out_dtype, schedule", [
-    (bfloat16, {"block_m": 128, "block_n": 256, "num_stages": 3}),
-    (float32, {"block_m": 128, "block_n": 128, "num_stages": 5}),
-    (bfloat16, {"block_m": 64, "block_n": 256, "num_stages": 4})], ids=["bf16-128x256", "f32-128x128", "bf16-64x256"])
+    (bfloat16, {"block_m": 128, "block_n": 256, "num_stages": 3, "max_split": 1}),
+    (float32, {"block_m": 128, "block_n": 128, "num_stages": 5, "max_split": 1}),
+    (bfloat16, {"block_m": 64, "block_n": 256, "num_stages": 4, "max_split": 1}),
+    (bfloat16, {"block_m": 64, "block_n": 128, "num_stages": 5, "max_split": 8}),
+    (float32, {"block_m": 128, "block_n": 128, "num_stages": 5, "max_split": 8})],
+    ids=["bf16-128x256", "f32-128x128", "bf16-64x256", "bf16-64x128-split", "f32-128x128-split"])
 def test_nvrtc_builds_without_spills(out_dtype, schedule):
     """No spills, no stack, no ptxas advisory, and the WGMMAs of one K-tile per stage: 4 (16 of K each) per
-    warpgroup's 64 rows, unrolled once per stage."""
+    warpgroup's 64 rows, unrolled once per stage, in the walk's main loop and, where tiles may split, the split
+    part's."""
     from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.runtime import kernel_for
@@ -147,4 +213,4 @@ def test_nvrtc_builds_without_spills(out_dtype, schedule):
     (report,) = parse_ptxas_log(built.module.log).values()
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
     count = count_instructions(disassemble(built.module.cubin), ["HGMMA"])["HGMMA"]
-    assert count == 4 * schedule["num_stages"], count
+    assert count == 4 * schedule["num_stages"] * (2 if schedule["max_split"] > 1 else 1), count

@@ -122,3 +122,16 @@ def test_a_cpu_tensor_runs_the_grouped_kernel_on_the_emulator():
     expected = expected_of(a.float().numpy(), w.float().numpy().transpose(0, 2, 1), ends.numpy())
     np.testing.assert_allclose(c.numpy(), expected, rtol=0, atol=1e-4 * np.abs(expected).max())
     assert c.dtype == torch.float32 and not c[int(ends[-1]):].any()
+
+
+def test_a_decode_step_on_one_expert_splits_its_few_tiles():
+    """Five tokens, all routed to one of three experts: two output tiles on a grid of eight blocks, each tile's 9
+    K-tiles split between two of them (``GroupedGemm.splits_for``); the result is numpy's."""
+    rng = np.random.default_rng(3)
+    ends = np.array([0, 5, 5], np.int32)
+    a = rng.standard_normal((8, 9 * 64)).astype(np.float16)
+    b = rng.standard_normal((3, 9 * 64, 136)).astype(np.float16)
+    c = ops.grouped_matmul(a, b, ends, out_dtype=np.float32)
+    expected = expected_of(a, b, ends)
+    np.testing.assert_allclose(c, expected, rtol=0, atol=1e-4 * np.abs(expected).max())
+    assert not c[5:].any()

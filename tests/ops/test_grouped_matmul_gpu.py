@@ -86,3 +86,22 @@ def test_the_backward_matches_torch_on_the_gpu():
     for found, expected in ((a.grad, a32.grad), (w.grad, w32.grad)):
         error = ((found.float() - expected).norm() / expected.norm()).item()
         assert found.shape == expected.shape and error < 1e-2, error
+
+
+@pytest.mark.parametrize("experts, rows", [(64, (16,)), (64, (5, 11)), (8, (1,))])
+def test_decode_steps_on_few_experts_split_their_tiles(experts, rows):
+    """All tokens on one or two experts: their few tiles split by K between blocks (flags handed back, so a second
+    call is right too)."""
+    sizes = torch.zeros(experts, dtype=torch.int64)
+    sizes[3:3 + len(rows)] = torch.tensor(rows)
+    offs = sizes.cumsum(0).to(torch.int32).cuda()
+    a = torch.randn(sum(rows), 4096, device="cuda").to(torch.bfloat16)
+    w = torch.randn(experts, 1536, 4096, device="cuda").to(torch.bfloat16)
+    expected = torch.zeros(a.shape[0], 1536, device="cuda")
+    start = 0
+    for group, end in enumerate(offs.tolist()):
+        expected[start:end] = a[start:end].float() @ w[group].float().T
+        start = end
+    for _ in range(2):
+        c = ops.grouped_matmul(a, w.transpose(1, 2), offs)
+        assert ((c.double() - expected.double()).norm() / expected.double().norm()).item() < 1e-2

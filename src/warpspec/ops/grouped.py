@@ -30,10 +30,11 @@ import numpy as np
 from warpspec import runtime
 from warpspec.dtypes import DType, bfloat16, float16
 from warpspec.errors import ArgumentError
-from warpspec.ops.grouped_kernel import GroupedGemm, grouped_schedule
+from warpspec.ops.grouped_kernel import GroupedGemm, grouped_schedule, grouped_workspace
 from warpspec.ops.matmul import (MAX_EXTENT, MAX_SIGNATURES, TMA_ALIGNMENT, _address, _describe, _out_dtype,
                                  _plain_cuda, _torch_dtype, matmul, sm_count, span, strides_of)
 from warpspec.ops.operands import dtype_of, kind_of, same_device, same_kind
+from warpspec.ops.workspace import placeholders_like, stream_workspace, workspace_like
 
 
 @dataclass(frozen=True)
@@ -156,22 +157,31 @@ def write(problem: GroupedProblem, a, b, offs, out) -> None:
 
 
 class _Launcher:
-    """How calls of one description launch: the pinned Script, and once it launched with plain CUDA tensors its
-    bound launch (``runtime.pointer_launcher``), which later such calls take with their addresses alone."""
+    """How calls of one description launch: the pinned Script and its workspace's sizes, and once it launched with
+    plain CUDA tensors its bound launch (``runtime.pointer_launcher``), which later such calls take with their
+    addresses alone."""
 
     def __init__(self, problem: GroupedProblem, script):
         self.problem = problem
         self.script = script
+        self.workspace = grouped_workspace(sm_count(), script.schedule())  # (partials, flags), or (0, 0)
         self.bound = None
 
     def launch(self, a, b, offs, out) -> None:
-        """Launch on these operands (of the description), bound where it can."""
+        """Launch on these operands (of the description), bound where it can: not inside CUDA graph capture when
+        the schedule may split tiles, whose workspace is then the graph's (``warpspec.ops.workspace``)."""
+        elements, flag_count = self.workspace
         if self.bound is not None and runtime.direct_launches():
             torch = sys.modules["torch"]
-            self.bound(offs.data_ptr(), a.data_ptr(), b.data_ptr(), out.data_ptr(),
-                       stream=torch._C._cuda_getCurrentRawStream(out.device.index))
-            return
-        args = kernel_arguments(self.problem, a, b, offs, out)
+            if not (elements and torch.cuda.is_current_stream_capturing()):
+                stream = torch._C._cuda_getCurrentRawStream(out.device.index)
+                partials, flags = (stream_workspace(out.device, stream, elements, flag_count) if elements
+                                   else placeholders_like(out))
+                self.bound(offs.data_ptr(), a.data_ptr(), b.data_ptr(), out.data_ptr(), partials.data_ptr(),
+                           flags.data_ptr(), stream=stream)
+                return
+        work = workspace_like(out, elements, flag_count) if elements else placeholders_like(out)
+        args = kernel_arguments(self.problem, a, b, offs, out, work)
         self.script(*args)
         if self.bound is None and _plain_cuda(a, b, offs, out):
             self.bound = runtime.pointer_launcher(self.script, args)
@@ -193,18 +203,20 @@ def _launcher(problem: GroupedProblem, a, b, offs, out) -> _Launcher | None:
             _launchers.clear()
         found = None
         if _tma_pitches(problem, a, b, out):
-            found = _Launcher(problem, script_for(problem, kernel_arguments(problem, a, b, offs, out)))
+            found = _Launcher(problem, script_for(problem, kernel_arguments(problem, a, b, offs, out,
+                                                                            placeholders_like(out))))
         _launchers[key] = found
     return found
 
 
-def kernel_arguments(problem: GroupedProblem, a, b, offs, out) -> tuple:
+def kernel_arguments(problem: GroupedProblem, a, b, offs, out, workspace: tuple) -> tuple:
     """The grouped kernel's call arguments on operands it can read as they are (``readable``, TMA's pitches): the
-    sizes, the pitches, the arrays (``b`` as stored: [G, N, K] expert weights or [G, K, N]) and the SM count."""
+    sizes, the pitches, the arrays (``b`` as stored: [G, N, K] expert weights or [G, K, N]), the ``workspace``
+    (partials, flags) and the SM count."""
     stored = b.swapaxes(1, 2) if problem.b_k_major else b
     group_pitch, pitch, _ = strides_of(stored)
     return (problem.groups, problem.total, problem.n, problem.k, strides_of(a)[0], pitch, group_pitch,
-            strides_of(out)[0], offs, span(a), span(stored), out, sm_count())
+            strides_of(out)[0], offs, span(a), span(stored), out, *workspace, sm_count())
 
 
 def readable(value):

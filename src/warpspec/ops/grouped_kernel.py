@@ -19,24 +19,41 @@ shared memory and a TMA store; the group's last tile, when it ends inside the gr
 ``store_global``'s ``row_end`` at the group's end, since a TMA box would also write the next group's rows. B's
 groups are a 3-D view ([G, K, N] or [G, N, K] with the group pitch as its leading stride), so a box never reaches
 into the next group's matrix and K past the last K-tile reads as zeros.
+
+Few tiles (``max_split`` > 1): every block first counts the groups' tiles; where they fill less than half the grid,
+block b takes part b % s of tile b // s, its K range split between s blocks, and the tile's last block adds the
+others' partial sums (workspace slots and flags, as ``ops.matmul``'s split-K) before storing it from registers.
 """
 
 from __future__ import annotations
 
 from warpspec.dtypes import bfloat16, float16, float32, int32
+from warpspec.errors import CompileError
 from warpspec.frontend.interpreter import cdiv
 from warpspec.ops.kernels import NUM_SMS, PRODUCER_REGISTERS, PRODUCER_THREADS, CONSUMER_REGISTERS, _Gemm
 from warpspec.ops.naming import typed_kernel_name
 from warpspec.pipeline import Pipeline
 from warpspec.script import autotune
 
-#: The output tiles (block_m, block_n) of the schedule space: 64-row tiles for groups of a few rows (decode-sized
-#: batches spread over many experts; 64 columns where one or two groups hold them all, so that more SMs stream the
-#: weights), 128-row ones for large groups.
-GROUPED_TILES = ((64, 64), (64, 128), (64, 256), (128, 128), (128, 256))
+#: The tilings of the schedule space, (block_m, block_n, max_split): 64-row tiles for groups of a few rows
+#: (decode-sized batches spread over many experts; 64 columns where one or two groups hold them all, so that more
+#: SMs stream the weights), 128-row ones for large groups. ``max_split`` is the most blocks one tile's K range is
+#: split between when the groups' tiles fill less than half the grid (1: never split); the split is decided at run
+#: time from the device's offsets (``_GroupedGemm.splits_for``): a decode step whose tokens went to one or two
+#: experts has a dozen tiles, which whole would stream their weights through a dozen SMs. A split tile adds the
+#: others' partial sums in registers beside its accumulator, which 64 × 256 tiles (one warpgroup: 128 + 128
+#: registers per thread) cannot hold.
+MAX_SPLIT = 8
+GROUPED_TILINGS = ((64, 64, 1), (64, 64, MAX_SPLIT), (64, 128, 1), (64, 128, MAX_SPLIT), (64, 256, 1),
+                   (128, 128, 1), (128, 128, MAX_SPLIT), (128, 256, 1))
 GROUPED_STAGES = (3, 4, 5)
 #: The columns of each zero slice written to the rows past the last group.
 ZERO_COLUMNS = 16
+#: The fewest K-tiles of each part of a split tile.
+MIN_PART_K_TILES = 4
+#: The loops that only count or search the groups are unrolled so that several groups' ends are loaded at once (the
+#: walks hold each group's main loops, which unrolling would copy).
+GROUP_UNROLL = 4
 
 
 class _GroupedGemm(_Gemm):
@@ -46,8 +63,11 @@ class _GroupedGemm(_Gemm):
     #: Only the sizes choose the schedule; ``groups`` with total_M says how many rows a group has on average.
     tune_key = ("total_m", "n_size", "k_size", "groups")
 
-    def __init__(self, in_dtype, out_dtype, b_k_major, num_stages, block_m, block_n):
+    def __init__(self, in_dtype, out_dtype, b_k_major, num_stages, block_m, block_n, max_split=1):
         super().__init__(in_dtype, out_dtype, b_k_major, False, None, True, False, num_stages, block_m, block_n)
+        if not isinstance(max_split, int) or isinstance(max_split, bool) or max_split < 1:
+            raise CompileError(f"{type(self).__name__}: max_split must be a positive int, got {max_split!r}")
+        self.max_split = max_split
 
     def kernel_name(self) -> str:
         """``GroupedGemm`` and the element types: the input's, then the output's where it differs."""
@@ -55,14 +75,15 @@ class _GroupedGemm(_Gemm):
         return typed_kernel_name(self, GroupedGemm, "GroupedGemm", dtypes)
 
     def grouped_gemm(self, groups, total_m, n_size, k_size, lda, ldb, group_pitch, ldc, offs_ptr, a_ptr, b_ptr,
-                     c_ptr, num_sms):
+                     c_ptr, ws_ptr, flags_ptr, num_sms):
         """The kernel: for every group g, C[rows of g] = A[rows of g] @ B[g]."""
-        block_m, block_n, block_k, stages = self.block_m, self.block_n, self.block_k, self.num_stages
+        block_m, block_n, stages = self.block_m, self.block_n, self.num_stages
         tiles_n = cdiv(n_size, block_n)
-        k_tiles = cdiv(k_size, block_k)
+        k_tiles = cdiv(k_size, self.block_k)
         # The groups' tiles number at most cdiv(total_M, block_m) + groups row bands (each group adds at most one
-        # partial band): one block per SM, fewer only for a problem smaller than that bound.
-        self.attrs.blocks = [min(num_sms, (cdiv(total_m, block_m) + groups) * tiles_n)]
+        # partial band) times the column tiles: one block per SM, fewer only for a problem smaller than that bound.
+        grid = min(num_sms, (cdiv(total_m, block_m) + groups) * tiles_n)
+        self.attrs.blocks = [grid]
         self.attrs.warps = (self.consumer_threads + PRODUCER_THREADS) // 32
 
         ga = self.operand_view(a_ptr, lda, total_m, k_size, True)
@@ -70,8 +91,11 @@ class _GroupedGemm(_Gemm):
         gb = self.global_view(b_ptr, dtype=self.in_dtype, shape=b_shape, strides=[group_pitch, ldb, 1])
         gc = self.global_view(c_ptr, dtype=self.out_dtype, shape=[total_m, n_size], strides=[ldc, 1])
         ends = self.global_view(offs_ptr, dtype=int32, shape=[groups])
-        sa = self.shared_tensor(dtype=self.in_dtype, shape=[stages, block_m, block_k])
-        sb_shape = [stages, 1, block_n, block_k] if self.b_k_major else [stages, 1, block_k, block_n]
+        if self.max_split > 1:  # one partial tile and one flag per block (``warpspec.ops.workspace``)
+            ws = self.global_view(ws_ptr, dtype=float32, shape=[grid * block_m, block_n], scratch=True)
+            flags = self.global_view(flags_ptr, dtype=int32, shape=[grid])
+        sa = self.shared_tensor(dtype=self.in_dtype, shape=[stages, block_m, self.block_k])
+        sb_shape = [stages, 1, block_n, self.block_k] if self.b_k_major else [stages, 1, self.block_k, block_n]
         sb = self.shared_tensor(dtype=self.in_dtype, shape=sb_shape)
         sc = self.shared_tensor(dtype=self.out_dtype, shape=[block_m, block_n])
         pipe = Pipeline(stages, producer_arrivals=1, consumer_arrivals=self.consumer_threads)
@@ -79,18 +103,16 @@ class _GroupedGemm(_Gemm):
         with self.thread_group(thread_begin=self.consumer_threads, num_threads=PRODUCER_THREADS,
                                max_registers=PRODUCER_REGISTERS):
             filled: int32 = 0  # stages filled, to drain
-            before: int32 = 0  # the tiles of the groups walked so far
-            start: int32 = 0  # the group's first row
-            for group in self.range(groups):
-                end = self.group_end(ends, group, start, total_m)
-                tiles_m = cdiv(end - start, block_m)
-                count = tiles_m * tiles_n
-                for tile in self.range(self.first_tile(before), count, self.gridDim.x):
-                    offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
-                    filled = filled + k_tiles
-                    self.produce(pipe, ga, gb, sa, sb, start + offset_m, offset_n, 0, k_size, group=group)
-                before = before + count
-                start = end
+            if self.max_split > 1:
+                tiles, _ = self.count_tiles(ends, groups, total_m, tiles_n)
+                splits = self.splits_for(tiles, k_tiles)
+                if splits > 1:
+                    filled = self.produce_part(pipe, ga, gb, sa, sb, ends, groups, total_m, tiles_n, k_tiles, tiles,
+                                               splits)
+                else:
+                    filled = self.produce_walk(pipe, ga, gb, sa, sb, ends, groups, total_m, k_size, tiles_n, k_tiles)
+            else:
+                filled = self.produce_walk(pipe, ga, gb, sa, sb, ends, groups, total_m, k_size, tiles_n, k_tiles)
             # Stay until the consumers released every stage that was filled, so their arrivals never target a
             # barrier whose waiter has exited.
             for _ in self.range(min(stages, filled)):
@@ -98,31 +120,143 @@ class _GroupedGemm(_Gemm):
                 pipe.producer_advance()
 
         with self.thread_group(thread_begin=0, num_threads=self.consumer_threads, max_registers=CONSUMER_REGISTERS):
-            before: int32 = 0
-            start: int32 = 0
-            for group in self.range(groups):
-                end = self.group_end(ends, group, start, total_m)
-                tiles_m = cdiv(end - start, block_m)
-                count = tiles_m * tiles_n
-                for tile in self.range(self.first_tile(before), count, self.gridDim.x):
-                    offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
-                    acc = self.consume(pipe, sa, sb, 0, k_size)
-                    result = self.epilogue(acc, total_m, n_size, None, None, start + offset_m, offset_n)
-                    self.store_tile(result, sc, gc, start + offset_m, offset_n, end)
-                before = before + count
-                start = end
-            # The rows past the last group belong to none: they are written as zeros, so that nothing downstream
-            # reads uninitialised memory (a NaN there survives a zero routing weight).
-            tiles_m = cdiv(total_m - start, block_m)
-            for tile in self.range(self.first_tile(before), tiles_m * tiles_n, self.gridDim.x):
-                offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
-                # A tile wholly past C's last row reads as zeros and touches no memory; in narrow column slices,
-                # which take few registers each.
-                zeros = self.load_global(gc, offsets=[total_m, 0], shape=[block_m, ZERO_COLUMNS])
-                for column in range(0, block_n, ZERO_COLUMNS):
-                    self.store_global(gc, zeros, offsets=[start + offset_m, offset_n + column])
+            if self.max_split > 1:
+                tiles, last = self.count_tiles(ends, groups, total_m, tiles_n)
+                splits = self.splits_for(tiles, k_tiles)
+                if splits > 1:
+                    self.consume_part(pipe, sa, sb, gc, ws, flags, ends, groups, total_m, n_size, tiles_n, k_tiles,
+                                      tiles, splits)
+                    self.zero_tail(gc, last, tiles, total_m, tiles_n)
+                else:
+                    self.consume_walk(pipe, sa, sb, sc, gc, ends, groups, total_m, n_size, k_size, tiles_n)
+            else:
+                self.consume_walk(pipe, sa, sb, sc, gc, ends, groups, total_m, n_size, k_size, tiles_n)
             with self.single_thread():
                 self.tma.wait_group(0)  # the last store's shared source must stay valid until it was read
+
+    def produce_walk(self, pipe, ga, gb, sa, sb, ends, groups, total_m, k_size, tiles_n, k_tiles):
+        """The producer's loads of this block's tiles of the walk over every group; returns the stages filled."""
+        filled: int32 = 0
+        before: int32 = 0  # the tiles of the groups walked so far
+        start: int32 = 0  # the group's first row
+        for group in self.range(groups):
+            end = self.group_end(ends, group, start, total_m)
+            tiles_m = cdiv(end - start, self.block_m)
+            count = tiles_m * tiles_n
+            for tile in self.range(self.first_tile(before), count, self.gridDim.x):
+                offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
+                filled = filled + k_tiles
+                self.produce(pipe, ga, gb, sa, sb, start + offset_m, offset_n, 0, k_size, group=group)
+            before = before + count
+            start = end
+        return filled
+
+    def consume_walk(self, pipe, sa, sb, sc, gc, ends, groups, total_m, n_size, k_size, tiles_n):
+        """The consumers' main loops and epilogues of this block's tiles of the walk, then its zero tiles."""
+        before: int32 = 0
+        start: int32 = 0
+        for group in self.range(groups):
+            end = self.group_end(ends, group, start, total_m)
+            tiles_m = cdiv(end - start, self.block_m)
+            count = tiles_m * tiles_n
+            for tile in self.range(self.first_tile(before), count, self.gridDim.x):
+                offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
+                acc = self.consume(pipe, sa, sb, 0, k_size)
+                result = self.epilogue(acc, total_m, n_size, None, None, start + offset_m, offset_n)
+                self.store_tile(result, sc, gc, start + offset_m, offset_n, end)
+            before = before + count
+            start = end
+        self.zero_tail(gc, start, before, total_m, tiles_n)
+
+    def count_tiles(self, ends, groups, total_m, tiles_n):
+        """(the tiles of every group, the last group's end row): what decides whether tiles are split."""
+        before: int32 = 0
+        start: int32 = 0
+        for group in self.range(groups, unroll=GROUP_UNROLL):
+            end = self.group_end(ends, group, start, total_m)
+            before = before + cdiv(end - start, self.block_m) * tiles_n
+            start = end
+        return before, start
+
+    def splits_for(self, tiles, k_tiles):
+        """The blocks each tile's K range is split between: as many as leave every tile's parts a block of their
+        own (at most ``max_split``, each part at least ``MIN_PART_K_TILES`` K-tiles), 1 (the walk) when the tiles
+        fill half the grid or more."""
+        most = min(self.max_split, self.gridDim.x // max(tiles, 1), k_tiles // MIN_PART_K_TILES)
+        return max(most, 1)
+
+    def find_tile(self, ends, groups, total_m, tiles_n, wanted):
+        """(group, its first row, its end row, the tile's index in the group, the group's row bands) of tile
+        ``wanted`` of the walk's numbering."""
+        found_group: int32 = 0
+        found_start: int32 = 0
+        found_end: int32 = 0
+        found_tile: int32 = 0
+        found_bands: int32 = 1
+        before: int32 = 0
+        start: int32 = 0
+        for group in self.range(groups, unroll=GROUP_UNROLL):
+            end = self.group_end(ends, group, start, total_m)
+            bands = cdiv(end - start, self.block_m)
+            if wanted >= before:
+                if wanted < before + bands * tiles_n:
+                    found_group = group
+                    found_start = start
+                    found_end = end
+                    found_tile = wanted - before
+                    found_bands = bands
+            before = before + bands * tiles_n
+            start = end
+        return found_group, found_start, found_end, found_tile, found_bands
+
+    def part_range(self, k_tiles, splits):
+        """The K range (first element, end element) of this block's part of its tile."""
+        part = self.blockIdx.x % splits
+        return part * k_tiles // splits * self.block_k, (part + 1) * k_tiles // splits * self.block_k
+
+    def produce_part(self, pipe, ga, gb, sa, sb, ends, groups, total_m, tiles_n, k_tiles, tiles, splits):
+        """Few tiles, split by K: the producer's loads of this block's part (block b: part b % splits of tile
+        b // splits); returns the stages filled."""
+        filled: int32 = 0
+        if self.blockIdx.x < tiles * splits:
+            group, start, _, tile, bands = self.find_tile(ends, groups, total_m, tiles_n, self.blockIdx.x // splits)
+            offset_m, offset_n = self.tile_offsets(tile, bands, tiles_n)
+            k_begin, k_end = self.part_range(k_tiles, splits)
+            filled = (k_end - k_begin) // self.block_k
+            self.produce(pipe, ga, gb, sa, sb, start + offset_m, offset_n, k_begin, k_end, group=group)
+        return filled
+
+    def consume_part(self, pipe, sa, sb, gc, ws, flags, ends, groups, total_m, n_size, tiles_n, k_tiles, tiles,
+                     splits):
+        """Few tiles, split by K: this block's part of its tile. Every part but the last leaves its sum in its
+        block's workspace slot; the last part (the tile's highest block) adds the others', in the order of their
+        blocks, and stores the tile from registers up to its group's end."""
+        if self.blockIdx.x < tiles * splits:
+            _, start, end, tile, bands = self.find_tile(ends, groups, total_m, tiles_n, self.blockIdx.x // splits)
+            offset_m, offset_n = self.tile_offsets(tile, bands, tiles_n)
+            k_begin, k_end = self.part_range(k_tiles, splits)
+            acc = self.consume(pipe, sa, sb, k_begin, k_end)
+            part = self.blockIdx.x % splits
+            if part < splits - 1:
+                self.leave_partial(acc, ws, flags)
+            else:
+                for contributor in self.range(self.blockIdx.x - part, self.blockIdx.x):
+                    acc = self.add_partial(acc, ws, flags, contributor)
+                result = self.epilogue(acc, total_m, n_size, None, None, start + offset_m, offset_n)
+                self.store_global(gc, result, offsets=[start + offset_m, offset_n], row_end=end)
+
+    def zero_tail(self, gc, start, before, total_m, tiles_n):
+        """The rows from ``start`` (the last group's end) to total_M belong to no group: they are written as zeros,
+        so that nothing downstream reads uninitialised memory (a NaN there survives a zero routing weight). Their
+        tiles are numbered on from ``before``, the groups' tiles."""
+        tiles_m = cdiv(total_m - start, self.block_m)
+        for tile in self.range(self.first_tile(before), tiles_m * tiles_n, self.gridDim.x):
+            offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
+            # A tile wholly past C's last row reads as zeros and touches no memory; in narrow column slices, which
+            # take few registers each.
+            zeros = self.load_global(gc, offsets=[total_m, 0], shape=[self.block_m, ZERO_COLUMNS])
+            for column in range(0, self.block_n, ZERO_COLUMNS):
+                self.store_global(gc, zeros, offsets=[start + offset_m, offset_n + column])
 
     def store_tile(self, result, sc, gc, row, offset_n, end):
         """A tile's result at (``row``, ``offset_n``) of C, in a group that ends at row ``end``: through shared
@@ -154,9 +288,17 @@ class _GroupedGemm(_Gemm):
 
 
 def _grouped_schedules(cls):
-    """The schedule space: ``GROUPED_TILES`` × ``GROUPED_STAGES``."""
-    cls = autotune("block_m, block_n", [list(tile) for tile in GROUPED_TILES])(cls)
+    """The schedule space: ``GROUPED_TILINGS`` × ``GROUPED_STAGES``."""
+    cls = autotune("block_m, block_n, max_split", [list(tiling) for tiling in GROUPED_TILINGS])(cls)
     return autotune("num_stages", list(GROUPED_STAGES))(cls)
+
+
+def grouped_workspace(num_sms: int, schedule: dict) -> tuple[int, int]:
+    """(float32 elements of partial tiles, int32 flags) a launch of ``schedule`` needs: a tile and a flag per block
+    of a grid of at most ``num_sms`` blocks where it may split tiles (``max_split`` > 1), else (0, 0)."""
+    if schedule.get("max_split", 1) == 1:
+        return 0, 0
+    return num_sms * schedule["block_m"] * schedule["block_n"], num_sms
 
 
 @_grouped_schedules
@@ -165,9 +307,9 @@ class GroupedGemm(_GroupedGemm):
 
     def __call__(self, groups: int32, total_m: int32, n_size: int32, k_size: int32, lda: int32, ldb: int32,
                  group_pitch: int32, ldc: int32, offs_ptr: ~int32, a_ptr: ~self.in_dtype, b_ptr: ~self.in_dtype,
-                 c_ptr: ~self.out_dtype, num_sms: int32 = NUM_SMS):
+                 c_ptr: ~self.out_dtype, ws_ptr: ~float32, flags_ptr: ~int32, num_sms: int32 = NUM_SMS):
         self.grouped_gemm(groups, total_m, n_size, k_size, lda, ldb, group_pitch, ldc, offs_ptr, a_ptr, b_ptr,
-                          c_ptr, num_sms)
+                          c_ptr, ws_ptr, flags_ptr, num_sms)
 
 
 #: Shared memory a block may take (227 KB on Hopper), less room for the barriers.
@@ -179,14 +321,18 @@ def grouped_schedule(total_m: int, groups: int, n_size: int, out_dtype, num_sms:
     ring that fits always won:
 
     * 64-row tiles when the groups average 64 rows or fewer (128-row tiles would mostly multiply other groups' rows
-      or nothing), with 256 columns for outputs of 4096 or more (a wider slice of the weight in flight per block);
+      or nothing): 64 × 256 for outputs of 4096 or more (a wider slice of the weight in flight per block: up to 15%
+      faster than 64 × 128 there), else 64 × 128 split by K where the device's offsets leave fewer tiles than half
+      the SMs (``max_split``: a decode step whose tokens went to one or two experts of a narrow output);
     * 128-row tiles otherwise, with 256 columns when those tiles fill four waves of the SMs or more (fewer, wider
       tiles leave a larger last wave), 128 where a float32 epilogue buffer leaves too few stages.
 
-    64-column tiles win only where one or two groups hold every row, which the host cannot see in offsets it does
+    64-column tiles won only where one or two groups hold every row, which the host cannot see in offsets it does
     not read: the rule leaves them to the tuner."""
     if total_m <= 64 * groups:
-        return deepest_ring(64, 256 if n_size >= 4096 else 128, out_dtype)
+        if n_size >= 4096:
+            return deepest_ring(64, 256, out_dtype)
+        return dict(deepest_ring(64, 128, out_dtype), max_split=MAX_SPLIT)
     wide = total_m // 128 * cdiv(n_size, 256) >= 4 * num_sms
     schedule = deepest_ring(128, 256 if wide else 128, out_dtype)
     if schedule["num_stages"] < min(GROUPED_STAGES):
@@ -200,4 +346,4 @@ def deepest_ring(block_m: int, block_n: int, out_dtype) -> dict:
     stage_bytes = (block_m + block_n) * 64 * 2
     buffer_bytes = block_m * block_n * (4 if out_dtype == float32 else 2)
     return {"block_m": block_m, "block_n": block_n,
-            "num_stages": min(max(GROUPED_STAGES), (SHARED_BUDGET - buffer_bytes) // stage_bytes)}
+            "num_stages": min(max(GROUPED_STAGES), (SHARED_BUDGET - buffer_bytes) // stage_bytes), "max_split": 1}

@@ -1,8 +1,9 @@
-"""The workspace of ``ops.matmul``'s kernels that split tiles: one float32 partial tile and one int32 flag per block.
+"""The workspace of the library's kernels that split tiles: one float32 partial tile and one int32 flag per block.
 
-A stream-K launch (``warpspec.ops.kernels.StreamK``) or a split-K one (``SplitGemm``) leaves each block's partial
-sum of a shared tile in its slot and sets its flag; the block finishing the tile reads the slot and gives the flag
-back its 0, so every launch ends with all flags 0 and the next may start. What that asks of the memory:
+A stream-K launch (``warpspec.ops.kernels.StreamK``), a split-K one (``SplitGemm``) or a grouped one whose few tiles
+split (``warpspec.ops.grouped_kernel``) leaves each block's partial sum of a shared tile in its slot and sets its
+flag; the block finishing the tile reads the slot and gives the flag back its 0, so every launch ends with all flags
+0 and the next may start. What that asks of the memory:
 
 * the flags must be 0 before the first launch that uses them, and no two launches may use them at the same time:
   eager calls take a workspace per device and stream, made (zeroed) at the first call on that stream and grown when
