@@ -13,7 +13,7 @@ of one eager call of each (``warpspec.tune.bench.host_us_per_call``); then the g
 to each, and over the 64-expert shapes the lowest ratio to the loop. ``--sweep`` also times every schedule of the
 kernel's space on each shape (``rep`` 100 ms) and prints the fastest beside the size rule's choice: the table the
 size rule is set from. ``--dry-run`` needs no GPU: it lists the shapes and checks stand-ins (sizes divided by 64) on
-the emulator.
+the emulator (with ``--sweep``, under every schedule).
 """
 
 from __future__ import annotations
@@ -107,8 +107,8 @@ def main() -> None:
                   f"{flops / row['ours_ms'] / 1e9:.0f} TFLOP/s, {row['grouped_mm_ms'] / row['ours_ms']:.3f}x "
                   f"_grouped_mm, {row['loop_ms'] / row['ours_ms']:.3f}x the loop; host {row['host_us']:.1f} us a "
                   f"call ({row['grouped_mm_host_us']:.1f} for _grouped_mm)", flush=True)
-            if args.sweep:
-                row["sweep"] = sweep(torch, bench, a, w.transpose(1, 2), offs)
+        if args.sweep:
+            row["sweep"] = sweep(torch, bench, a, w.transpose(1, 2), offs)
         rows.append(row)
     if args.dry_run:
         print(f"dry run: {len(rows)} stand-ins checked on the emulator")
@@ -121,30 +121,37 @@ def main() -> None:
 
 def sweep(torch, bench, a, b, offs) -> dict:
     """Every buildable schedule of the grouped kernel timed on these operands (output checked against the size
-    rule's): ``{"block_m x block_n / stages": ms}``, with the fastest and the size rule's choice printed."""
+    rule's): ``{"block_m x block_n / stages / split": ms}``, with the fastest and the size rule's choice printed."""
     from warpspec.dtypes import bfloat16
     from warpspec.errors import CompileError
     from warpspec.ops import grouped
-    from warpspec.ops.grouped_kernel import GroupedGemm, grouped_schedule
+    from warpspec.ops.grouped_kernel import GroupedGemm, grouped_schedule, grouped_workspace
+    from warpspec.ops.matmul import sm_count
+    from warpspec.ops.workspace import placeholders_like, workspace_like
+
+    def name_of(schedule) -> str:
+        return "{block_m}x{block_n}/{num_stages}/split{max_split}".format(**schedule)
 
     problem = grouped.validate(a, b, offs, None)
     reference = torch.empty(a.shape[0], b.shape[2], dtype=a.dtype, device=a.device)
     grouped.write(problem, a, b, offs, reference)
     times = {}
     for schedule in GroupedGemm._tune_space.schedules():
-        name = "{block_m}x{block_n}/{num_stages}".format(**schedule)
         out = torch.empty_like(reference)
-        arguments = grouped.kernel_arguments(problem, a, b, offs, out)
+        elements, flag_count = grouped_workspace(sm_count(), schedule)
+        work = workspace_like(out, elements, flag_count) if elements else placeholders_like(out)
+        arguments = grouped.kernel_arguments(problem, a, b, offs, out, work)
         script = GroupedGemm(bfloat16, bfloat16, problem.b_k_major).instantiate(schedule)
         try:
             script(*arguments)
         except CompileError:  # does not fit in shared memory
             continue
         error = ((out.double() - reference.double()).norm() / reference.double().norm().clamp_min(1e-30)).item()
-        assert error < TOLERANCE, (name, error)
-        times[name] = bench(lambda: script(*arguments), rep=100)
-    rule = "{block_m}x{block_n}/{num_stages}".format(**grouped_schedule(problem.total, problem.groups, problem.n,
-                                                                        problem.out_dtype))
+        assert error < TOLERANCE, (name_of(schedule), error)
+        times[name_of(schedule)] = bench(lambda: script(*arguments), rep=100) if bench is not None else 0.0
+    rule = name_of(grouped_schedule(problem.total, problem.groups, problem.n, problem.out_dtype, sm_count()))
+    if bench is None:  # --dry-run: every schedule checked, nothing timed
+        return times
     best = min(times, key=times.get)
     print(f"    sweep: fastest {best} {times[best]:.4f} ms; size rule {rule} {times[rule]:.4f} ms "
           f"({times[best] / times[rule]:.3f}x of the fastest)", flush=True)

@@ -1,5 +1,6 @@
 """The GPU benchmarks' plumbing without a GPU: ``--dry-run`` of benchmarks/llm_shapes.py and benchmarks/grouped.py
-lists the done-when shapes and checks ops.matmul (ops.grouped_matmul) at a stand-in of each on the emulator."""
+lists the done-when shapes and checks ops.matmul (ops.grouped_matmul) at a stand-in of each on the emulator, and
+grouped.py's ``--sweep`` runs every schedule of the grouped kernel there."""
 
 import os
 import subprocess
@@ -31,3 +32,9 @@ def test_grouped_checks_stand_ins_of_balanced_and_skewed_groups():
     found = dry_run("grouped.py", "--experts", "8,64", "--tokens", "1024")
     assert found.returncode == 0, found.stderr[-2000:]
     assert found.stdout.splitlines() == ["8 shapes", "dry run: 8 stand-ins checked on the emulator"]
+
+
+def test_grouped_sweep_checks_every_schedule_of_the_kernel():
+    found = dry_run("grouped.py", "--experts", "8", "--tokens", "1024", "--sweep", "--json", os.devnull)
+    assert found.returncode == 0, found.stderr[-2000:]
+    assert found.stdout.splitlines() == ["4 shapes", "dry run: 4 stand-ins checked on the emulator"]

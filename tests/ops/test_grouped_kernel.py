@@ -128,12 +128,13 @@ FEW = [0, 5, 0]
 SPLIT = {"block_m": 64, "block_n": 128, "num_stages": 3, "max_split": 8}
 
 
+@pytest.mark.parametrize("block_m", [64, 128], ids=["one-warpgroup", "two-warpgroups"])
 @pytest.mark.parametrize("b_k_major", [False, True], ids=["b-row-major", "b-expert-weights"])
-def test_few_tiles_are_split_by_k(b_k_major):
+def test_few_tiles_are_split_by_k(b_k_major, block_m):
     a, b, stored, ends = operands(np.float16, b_k_major, sizes=FEW, k=9 * 64)
     out = np.full((a.shape[0], N), np.nan, np.float16)
-    partials, flags = run(GroupedGemm(float16, float16, b_k_major).instantiate(SPLIT), a, stored, ends, out,
-                          num_sms=6)
+    partials, flags = run(GroupedGemm(float16, float16, b_k_major).instantiate(dict(SPLIT, block_m=block_m)), a,
+                          stored, ends, out, num_sms=6)
     np.testing.assert_allclose(out.astype(np.float32), expected_of(a, b, ends), rtol=2e-3, atol=5e-2)
     assert not out[5:].any()
     assert partials.any() and not flags.any()  # the first parts' sums went through the workspace; flags given back

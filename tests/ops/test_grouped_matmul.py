@@ -124,9 +124,13 @@ def test_a_cpu_tensor_runs_the_grouped_kernel_on_the_emulator():
     assert c.dtype == torch.float32 and not c[int(ends[-1]):].any()
 
 
-def test_a_decode_step_on_one_expert_splits_its_few_tiles():
+def test_a_decode_step_on_one_expert_splits_its_few_tiles(monkeypatch):
     """Five tokens, all routed to one of three experts: two output tiles on a grid of eight blocks, each tile's 9
-    K-tiles split between two of them (``GroupedGemm.splits_for``); the result is numpy's."""
+    K-tiles split between two of them (``GroupedGemm.splits_for``): the first parts' sums pass through the
+    workspace, and the result is numpy's."""
+    workspaces = []
+    make = grouped.workspace_like
+    monkeypatch.setattr(grouped, "workspace_like", lambda *args: workspaces.append(make(*args)) or workspaces[-1])
     rng = np.random.default_rng(3)
     ends = np.array([0, 5, 5], np.int32)
     a = rng.standard_normal((8, 9 * 64)).astype(np.float16)
@@ -135,3 +139,58 @@ def test_a_decode_step_on_one_expert_splits_its_few_tiles():
     expected = expected_of(a, b, ends)
     np.testing.assert_allclose(c, expected, rtol=0, atol=1e-4 * np.abs(expected).max())
     assert not c[5:].any()
+    ((partials, flags),) = workspaces
+    assert partials.any() and not flags.any()
+
+
+def test_offsets_and_operands_no_pitch_describes_are_copied():
+    """A strided ``offs`` (every other element of a wider array) and a broadcast ``b`` (one expert's matrix for all
+    groups, stride 0) give numpy's result, in numpy and in CPU tensors."""
+    rng = np.random.default_rng(4)
+    ends = np.cumsum(SIZES).astype(np.int32)
+    a = rng.standard_normal((int(ends[-1]), 64)).astype(np.float16)
+    b = np.broadcast_to(rng.standard_normal((1, 64, 48)).astype(np.float16), (len(SIZES), 64, 48))
+    strided = np.repeat(ends, 2)[::2]
+    expected = expected_of(a, b, ends)
+    np.testing.assert_allclose(ops.grouped_matmul(a, b, strided, out_dtype=np.float32), expected, rtol=0,
+                               atol=1e-4 * np.abs(expected).max())
+    torch = pytest.importorskip("torch")
+    c = ops.grouped_matmul(torch.from_numpy(a), torch.from_numpy(b[:1].copy()).expand(len(SIZES), 64, 48),
+                           torch.from_numpy(np.repeat(ends, 2))[::2], out_dtype=torch.float32)
+    np.testing.assert_allclose(c.numpy(), expected, rtol=0, atol=1e-4 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("loss", ["sum", "column-sums"])
+def test_the_backward_of_a_broadcast_gradient(loss):
+    """``c.sum()`` hands the backward a gradient of strides (0, 0), ``(c.sum(0) * v).sum()`` one of (0, 1): both are
+    materialised before the kernels read them."""
+    torch = pytest.importorskip("torch")
+    generator = torch.Generator().manual_seed(5)
+    ends = torch.tensor(np.cumsum(SIZES), dtype=torch.int32)
+    a = torch.randn(int(ends[-1]), 64, generator=generator).bfloat16().requires_grad_()
+    w = torch.randn(len(SIZES), 48, 64, generator=generator).bfloat16().requires_grad_()
+    v = torch.randn(48, generator=generator)
+    c = ops.grouped_matmul(a, w.transpose(1, 2), ends, out_dtype=torch.float32)
+    (c.sum() if loss == "sum" else (c.sum(0) * v).sum()).backward()
+    a32, w32 = (t.detach().float().requires_grad_() for t in (a, w))
+    pieces, start = [], 0
+    for group, end in enumerate(ends.tolist()):
+        pieces.append(a32[start:end] @ w32[group].T)
+        start = end
+    c32 = torch.cat(pieces)
+    (c32.sum() if loss == "sum" else (c32.sum(0) * v).sum()).backward()
+    for found, expected in ((a.grad, a32.grad), (w.grad, w32.grad)):
+        error = (found.float() - expected).abs().max() / expected.abs().max()
+        assert found.shape == expected.shape and error <= 2e-2, error
+
+
+def test_torch_compile_fullgraph():
+    """Traced on fake tensors (no host read of ``offs``: the kernel clamps), the compiled call matches eager."""
+    torch = pytest.importorskip("torch")
+    generator = torch.Generator().manual_seed(6)
+    ends = torch.tensor(np.cumsum(SIZES), dtype=torch.int32)
+    a = torch.randn(int(ends[-1]) + 3, 64, generator=generator).half()
+    w = torch.randn(len(SIZES), 40, 64, generator=generator).half()
+    compiled = torch.compile(lambda a, w, o: ops.grouped_matmul(a, w.transpose(1, 2), o) * 2, fullgraph=True,
+                             backend="aot_eager")
+    assert torch.equal(compiled(a, w, ends), ops.grouped_matmul(a, w.transpose(1, 2), ends) * 2)

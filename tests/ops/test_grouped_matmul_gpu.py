@@ -8,6 +8,7 @@ import warpspec
 torch = pytest.importorskip("torch")
 
 from warpspec import ops  # noqa: E402
+from warpspec.ops import grouped  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -49,7 +50,7 @@ def test_rows_past_the_last_group_are_zeros_in_recycled_memory():
     w = torch.randn(4, 128, 256, device="cuda").to(torch.bfloat16)
     offs = torch.tensor([10, 10, 150, 200], dtype=torch.int32, device="cuda")
     for _ in range(3):
-        torch.full((300 * 128 * 2,), float("nan"), device="cuda")  # freed at once: its block is reused
+        torch.full((300, 128), float("nan"), dtype=torch.bfloat16, device="cuda")  # freed at once: the output's size
         c = ops.grouped_matmul(a, w.transpose(1, 2), offs)
         assert not c[200:].any() and not c.isnan().any()
 
@@ -89,9 +90,19 @@ def test_the_backward_matches_torch_on_the_gpu():
 
 
 @pytest.mark.parametrize("experts, rows", [(64, (16,)), (64, (5, 11)), (8, (1,))])
-def test_decode_steps_on_few_experts_split_their_tiles(experts, rows):
-    """All tokens on one or two experts: their few tiles split by K between blocks (flags handed back, so a second
-    call is right too)."""
+def test_decode_steps_on_few_experts_split_their_tiles(experts, rows, monkeypatch):
+    """All tokens on one or two experts: their few tiles split by K between blocks (the first call's workspace holds
+    partial sums; flags handed back, so the second call, a bound launch, is right too)."""
+    workspaces = []
+    make = grouped.workspace_like
+
+    def zeroed(*args):  # the stream's scratch partials, zeroed so that only this launch's sums show
+        workspace = make(*args)
+        workspace[0].zero_()
+        workspaces.append(workspace)
+        return workspace
+
+    monkeypatch.setattr(grouped, "workspace_like", zeroed)
     sizes = torch.zeros(experts, dtype=torch.int64)
     sizes[3:3 + len(rows)] = torch.tensor(rows)
     offs = sizes.cumsum(0).to(torch.int32).cuda()
@@ -105,3 +116,5 @@ def test_decode_steps_on_few_experts_split_their_tiles(experts, rows):
     for _ in range(2):
         c = ops.grouped_matmul(a, w.transpose(1, 2), offs)
         assert ((c.double() - expected.double()).norm() / expected.double().norm()).item() < 1e-2
+    ((partials, flags),) = workspaces
+    assert partials.any() and not flags.any()

@@ -4,15 +4,18 @@
 The forward pass is one persistent launch of ``warpspec.ops.grouped_kernel.GroupedGemm`` over every group's tiles,
 which reads the group ends from ``offs`` on the device: numpy arrays run it on the emulator, torch tensors through
 the custom op ``warpspec::grouped_matmul`` (CUDA tensors on their GPU, CPU tensors on the emulator). Its schedule
-is a tuning winner where one is stored (``warpspec tune``), else the size rule ``grouped_schedule``.
+is a tuning winner where one is stored (an autotuned ``GroupedGemm`` called on the kernel's arguments stores one),
+else the size rule ``grouped_schedule``.
 
-The host reads ``offs`` only where it is on the host already (a numpy array, a CPU tensor), to check it: a CUDA
-``offs`` is not waited for, and the kernel clamps each end into [previous end, total_M], so offsets that were never
-checked can make groups empty but never reach outside ``a`` and the output. The output rows past the last group
-are written as zeros by the kernel (uninitialised rows there would reach whatever sums the output). Operands the
-kernel cannot read as they are take a slower path, not an error: a ``b`` in neither layout, or an ``a`` whose rows
-are not contiguous, is copied first; a pitch TMA cannot describe (K or N not a multiple of 8) runs one
-``ops.matmul`` per group, which stages it (and reads ``offs`` on the host).
+The host reads ``offs`` only where it is on the host already (a numpy array, a CPU tensor), to check it, and not
+under ``torch.compile``: a CUDA ``offs`` is not waited for, and the kernel clamps each end into [previous end,
+total_M], so offsets that were never checked can make groups empty but never reach outside ``a`` and the output.
+The output rows past the last group are written as zeros by the kernel (uninitialised rows there would reach
+whatever sums the output). Operands the kernel cannot read as they are take a slower path, not an error: a ``b`` in
+neither layout, an ``a`` whose rows are not contiguous, a broadcast operand or a non-contiguous ``offs`` is copied
+first; a pitch TMA cannot describe (K or N not a multiple of 8) or a base address off TMA's 16 bytes runs one
+``ops.matmul`` per group, which stages it (and reads ``offs`` on the host: a CUDA ``offs`` waits for the device,
+and such a call cannot be captured in a CUDA graph).
 
 The op is differentiable: dA = dC · B[g]ᵀ is one grouped launch on B's other layout (``b.transpose(1, 2)``, no
 copy), and dB[g] = A[g]ᵀ · dC[g] one ``ops.matmul`` per non-empty group (a GEMM whose inner dimension is the
@@ -62,14 +65,15 @@ def grouped_matmul(a, b, offs, *, out_dtype=None):
     * ``out_dtype``: as ``ops.matmul``'s (the input dtype by default, float32 allowed). float16 and bfloat16.
 
     Returns a new [total_M, N] array/tensor; torch tensors that require a gradient give a differentiable one."""
-    problem = validate(a, b, offs, out_dtype)
     if kind_of(a, "a") == "numpy":
+        problem = validate(a, b, offs, out_dtype)
         out = np.empty((problem.total, problem.n), dtype=problem.out_dtype.numpy)
         with runtime.use_backend("emulator"):
-            write(problem, a, b, offs, out)
+            write(problem, a, b, np.ascontiguousarray(offs), out)
         return out
-    if offs.device != a.device:
-        offs = offs.to(a.device)
+    # Under torch.compile the graph holds no host read: the ends are the kernel's to clamp.
+    problem = validate(a, b, offs, out_dtype, values=not sys.modules["torch"].compiler.is_compiling())
+    offs = offs.to(a.device).contiguous()  # the kernel reads [G] contiguous ends on a's device
     # torch_ops imports torch, so it is imported here, not with this module; the lookup is cheaper per call.
     support = sys.modules.get("warpspec.torch_ops") or importlib.import_module("warpspec.torch_ops")
     if support.dispatch_is_plain(a, b, offs):  # the dispatcher would do nothing else: skip its cost
@@ -83,10 +87,10 @@ def grouped_matmul(a, b, offs, *, out_dtype=None):
 _problems: dict = {}  # what validation reads of a call's operands -> its GroupedProblem
 
 
-def validate(a, b, offs, out_dtype) -> GroupedProblem:
+def validate(a, b, offs, out_dtype, values: bool = True) -> GroupedProblem:
     """The checks of a call (``ArgumentError`` naming the argument), before anything is allocated: those of the
-    operands' description made at its first call, then looked up; the values of an ``offs`` on the host, every
-    call."""
+    operands' description made at its first call, then looked up; with ``values``, the values of an ``offs`` on the
+    host, every call."""
     try:
         key = (_describe(a), _describe(b), _describe(offs), out_dtype)
         problem = _problems.get(key)
@@ -98,7 +102,7 @@ def validate(a, b, offs, out_dtype) -> GroupedProblem:
             if len(_problems) >= MAX_SIGNATURES:
                 _problems.clear()
             _problems[key] = problem
-    if isinstance(offs, np.ndarray) or offs.device.type == "cpu":
+    if values and (isinstance(offs, np.ndarray) or offs.device.type == "cpu"):
         ends = [int(end) for end in offs.tolist()]
         if any(later < earlier for earlier, later in zip([0] + ends, ends)) or (ends and ends[-1] > problem.total):
             raise ArgumentError(f"offs must be non-decreasing from 0 to at most total_M = {problem.total}, got "
@@ -187,7 +191,7 @@ class _Launcher:
             self.bound = runtime.pointer_launcher(self.script, args)
 
 
-MISSING = object()
+_MISSING = object()
 _launchers: dict = {}  # (problem, pitches, back end, device) -> its _Launcher, or None for the per-group path
 
 
@@ -197,8 +201,8 @@ def _launcher(problem: GroupedProblem, a, b, offs, out) -> _Launcher | None:
     backend = runtime.get_backend()
     key = (problem, strides_of(a), strides_of(b), strides_of(out), backend,
            runtime.current_device() if backend == "cuda" else None)
-    found = _launchers.get(key, MISSING)
-    if found is MISSING:
+    found = _launchers.get(key, _MISSING)
+    if found is _MISSING:
         if len(_launchers) >= MAX_SIGNATURES:
             _launchers.clear()
         found = None
@@ -220,9 +224,11 @@ def kernel_arguments(problem: GroupedProblem, a, b, offs, out, workspace: tuple)
 
 
 def readable(value):
-    """``value`` when its last axis (or, for ``b``, one of its last two) is contiguous, else a contiguous copy."""
+    """``value`` when its last axis (or, for ``b``, one of its last two) is contiguous, else a contiguous copy; a
+    broadcast one (a stride of 0 over more than one element, which no TMA pitch describes) is copied too."""
     strides = strides_of(value)
-    if strides[-1] == 1 or (len(strides) == 3 and strides[1] == 1):
+    broadcast = any(stride == 0 and extent > 1 for stride, extent in zip(strides, value.shape))
+    if not broadcast and (strides[-1] == 1 or (len(strides) == 3 and strides[1] == 1)):
         return value
     return np.ascontiguousarray(value) if isinstance(value, np.ndarray) else value.contiguous()
 
@@ -289,7 +295,9 @@ def _torch_op():
         def backward(ctx, grad):
             a, b, offs = ctx.saved_tensors
             need_a, need_b = ctx.needs_input_grad[:2]
-            grad = grad.to(a.dtype)  # the kernels multiply 16-bit operands: a float32 gradient is rounded first
+            # The kernels multiply 16-bit operands (a float32 gradient is rounded first) read with TMA pitches (an
+            # expanded gradient, of c.sum() for one, is materialised).
+            grad = grad.to(a.dtype).contiguous()
             grad_a = _torch_op()(grad, b.transpose(1, 2), offs, a.dtype) if need_a else None
             grad_b = None
             if need_b:  # the ends on the host (a CUDA offs waits for the device): one GEMM per group

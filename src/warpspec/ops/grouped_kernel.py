@@ -20,7 +20,7 @@ shared memory and a TMA store; the group's last tile, when it ends inside the gr
 groups are a 3-D view ([G, K, N] or [G, N, K] with the group pitch as its leading stride), so a box never reaches
 into the next group's matrix and K past the last K-tile reads as zeros.
 
-Few tiles (``max_split`` > 1): every block first counts the groups' tiles; where they fill less than half the grid,
+Few tiles (``max_split`` > 1): every block first counts the groups' tiles; where they fill at most half the grid,
 block b takes part b % s of tile b // s, its K range split between s blocks, and the tile's last block adds the
 others' partial sums (workspace slots and flags, as ``ops.matmul``'s split-K) before storing it from registers.
 """
@@ -38,11 +38,11 @@ from warpspec.script import autotune
 #: The tilings of the schedule space, (block_m, block_n, max_split): 64-row tiles for groups of a few rows
 #: (decode-sized batches spread over many experts; 64 columns where one or two groups hold them all, so that more
 #: SMs stream the weights), 128-row ones for large groups. ``max_split`` is the most blocks one tile's K range is
-#: split between when the groups' tiles fill less than half the grid (1: never split); the split is decided at run
-#: time from the device's offsets (``_GroupedGemm.splits_for``): a decode step whose tokens went to one or two
-#: experts has a dozen tiles, which whole would stream their weights through a dozen SMs. A split tile adds the
-#: others' partial sums in registers beside its accumulator, which 64 × 256 tiles (one warpgroup: 128 + 128
-#: registers per thread) cannot hold.
+#: split between when the groups' tiles fill at most half of the launch's blocks (1: never split); the split is
+#: decided at run time from the device's offsets (``_GroupedGemm.splits_for``): a decode step whose tokens went to
+#: one or two experts has a dozen tiles, which whole would stream their weights through a dozen SMs. A split tile
+#: adds the others' partial sums in registers beside its accumulator, which 64 × 256 tiles (one warpgroup: 128 +
+#: 128 registers per thread) cannot hold.
 MAX_SPLIT = 8
 GROUPED_TILINGS = ((64, 64, 1), (64, 64, MAX_SPLIT), (64, 128, 1), (64, 128, MAX_SPLIT), (64, 256, 1),
                    (128, 128, 1), (128, 128, MAX_SPLIT), (128, 256, 1))
@@ -180,8 +180,8 @@ class _GroupedGemm(_Gemm):
 
     def splits_for(self, tiles, k_tiles):
         """The blocks each tile's K range is split between: as many as leave every tile's parts a block of their
-        own (at most ``max_split``, each part at least ``MIN_PART_K_TILES`` K-tiles), 1 (the walk) when the tiles
-        fill half the grid or more."""
+        own (at most ``max_split``, each part at least ``MIN_PART_K_TILES`` K-tiles); 1 (the walk) when the tiles
+        fill more than half of the launch's blocks."""
         most = min(self.max_split, self.gridDim.x // max(tiles, 1), k_tiles // MIN_PART_K_TILES)
         return max(most, 1)
 
@@ -209,19 +209,14 @@ class _GroupedGemm(_Gemm):
             start = end
         return found_group, found_start, found_end, found_tile, found_bands
 
-    def part_range(self, k_tiles, splits):
-        """The K range (first element, end element) of this block's part of its tile."""
-        part = self.blockIdx.x % splits
-        return part * k_tiles // splits * self.block_k, (part + 1) * k_tiles // splits * self.block_k
-
     def produce_part(self, pipe, ga, gb, sa, sb, ends, groups, total_m, tiles_n, k_tiles, tiles, splits):
         """Few tiles, split by K: the producer's loads of this block's part (block b: part b % splits of tile
         b // splits); returns the stages filled."""
         filled: int32 = 0
         if self.blockIdx.x < tiles * splits:
-            group, start, _, tile, bands = self.find_tile(ends, groups, total_m, tiles_n, self.blockIdx.x // splits)
+            wanted, k_begin, k_end = self.split_part(splits, k_tiles)
+            group, start, _, tile, bands = self.find_tile(ends, groups, total_m, tiles_n, wanted)
             offset_m, offset_n = self.tile_offsets(tile, bands, tiles_n)
-            k_begin, k_end = self.part_range(k_tiles, splits)
             filled = (k_end - k_begin) // self.block_k
             self.produce(pipe, ga, gb, sa, sb, start + offset_m, offset_n, k_begin, k_end, group=group)
         return filled
@@ -232,9 +227,9 @@ class _GroupedGemm(_Gemm):
         block's workspace slot; the last part (the tile's highest block) adds the others', in the order of their
         blocks, and stores the tile from registers up to its group's end."""
         if self.blockIdx.x < tiles * splits:
-            _, start, end, tile, bands = self.find_tile(ends, groups, total_m, tiles_n, self.blockIdx.x // splits)
+            wanted, k_begin, k_end = self.split_part(splits, k_tiles)
+            _, start, end, tile, bands = self.find_tile(ends, groups, total_m, tiles_n, wanted)
             offset_m, offset_n = self.tile_offsets(tile, bands, tiles_n)
-            k_begin, k_end = self.part_range(k_tiles, splits)
             acc = self.consume(pipe, sa, sb, k_begin, k_end)
             part = self.blockIdx.x % splits
             if part < splits - 1:
