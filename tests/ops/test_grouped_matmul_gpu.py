@@ -118,3 +118,30 @@ def test_decode_steps_on_few_experts_split_their_tiles(experts, rows, monkeypatc
         assert ((c.double() - expected.double()).norm() / expected.double().norm()).item() < 1e-2
     ((partials, flags),) = workspaces
     assert partials.any() and not flags.any()
+
+
+@pytest.mark.parametrize("sizes, replayed", [
+    ([0, 300, 5, 0, 1000, 70], [[0, 100, 105, 105, 900, 1300], [50, 50, 60, 700, 700, 1379]]),
+    ([0, 0, 7, 0], [[0, 0, 3, 5], [1, 1, 1, 11]])], ids=["walk", "split"])
+def test_cuda_graph_capture_and_replay(sizes, replayed):
+    """A captured call replays on new values of ``a`` and new group ends (the kernel reads them on the device);
+    the split schedule's workspace comes from the graph's pool, its flags zeroed by the graph before each replay."""
+    generator = torch.Generator(device="cuda").manual_seed(2)
+    offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+    a = torch.randn(sum(sizes) + 4, 1024, device="cuda", generator=generator).to(torch.bfloat16)
+    w = torch.randn(len(sizes), 512, 1024, device="cuda", generator=generator).to(torch.bfloat16)
+    ops.grouped_matmul(a, w.transpose(1, 2), offs)  # builds the kernel outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        c = ops.grouped_matmul(a, w.transpose(1, 2), offs)
+    for ends in replayed:
+        a.copy_(torch.randn(a.shape, device="cuda", generator=generator).to(torch.bfloat16))
+        offs.copy_(torch.tensor(ends, dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        expected, start = torch.zeros(a.shape[0], 512, device="cuda"), 0
+        for group, end in enumerate(ends):
+            expected[start:end] = a[start:end].float() @ w[group].float().T
+            start = end
+        assert ((c.double() - expected.double()).norm() / expected.double().norm()).item() < 1e-2
