@@ -8,8 +8,7 @@ from dataclasses import dataclass, field, replace
 
 from warpspec.errors import ArgumentError
 from warpspec.ir import nodes as ir
-from warpspec.isa.tma import TmaLoad
-from warpspec.isa.wgmma import WgmmaMma
+from warpspec.timeline.facts import instrumentation
 
 #: What an event is. "wait": an mbarrier wait (``barrier`` names it); "tma": a TMA issue (load or store);
 #: "wgmma": WGMMA issue up to its commit; "wgmma_wait": ``wgmma.wait_group``; "tma_wait": ``tma.wait_group``;
@@ -237,10 +236,12 @@ class Timeline:
 def role_name(group: ir.Stmt) -> str:
     """A thread group's name in timelines: "producer" when its body issues TMA loads, "consumer" when it issues
     WGMMA, else "group", followed by its threads: "producer (threads 128-159)"."""
-    body = list(ir.walk(group.body))
-    if any(isinstance(s, WgmmaMma) for s in body):
+    # As each statement's family declares it shown (``isa.timeline_facts``): WGMMA issues run as "wgmma" events, and
+    # of the "tma" events the loads are the ones completing on a barrier (a store has none).
+    shown = [instrumentation(s) for s in ir.walk(group.body)]
+    if any(fact.kind == "wgmma" for fact in shown):
         what = "consumer"
-    elif any(isinstance(s, TmaLoad) for s in body):
+    elif any(fact.kind == "tma" and fact.barrier is not None for fact in shown):
         what = "producer"
     else:
         what = "group"
