@@ -52,8 +52,7 @@ def main() -> None:
     from warpspec.timeline.instrument import PARAMETER
     from warpspec.runtime import kernel_for
     from warpspec.timeline import write
-    from warpspec.timeline.gpu import MAX_CAPACITY, buffer_words, instrumented
-    from warpspec.timeline.sizing import events_needed
+    from warpspec.timeline.gpu import buffer_words, instrumented, record_capacity
     from warpspec.tune.bench import time_ms
 
     size = options.size
@@ -74,8 +73,8 @@ def main() -> None:
     for label, script, args, flops in cases:
         runtime, compile_time = bind_arguments(type(script), args, {})
         kernel = kernel_for(script, compile_time)
-        needed = events_needed(instrumented(kernel, options.blocks, 1, options.sm), runtime)
-        profiled = instrumented(kernel, options.blocks, min(max(needed or 2048, 1), MAX_CAPACITY), options.sm)
+        capacity, _ = record_capacity(kernel, runtime, options.blocks, options.sm)
+        profiled = instrumented(kernel, options.blocks, capacity, options.sm)
         words = buffer_words(profiled)
         buffer = DeviceBuffer(8 * words)
         buffer.upload(np.zeros(words, np.uint64))

@@ -17,6 +17,8 @@ from warpspec.errors import CompileError
 from warpspec.ops import grouped_kernel
 from warpspec.ops.grouped_kernel import GroupedGemm, grouped_schedule, grouped_workspace
 
+from tests.ops.test_grouped_matmul import expected_of
+from tests.ops.test_split_gemm import HAND_OFF_MISTAKES
 from tests.ops.test_stream_k import FinishesWithoutWaiting, KeepsFlagsSet, line_of
 from tests.support.example_checks import emulator  # noqa: F401  (autouse: the emulator, its deterministic schedule)
 
@@ -35,16 +37,6 @@ def operands(dtype, b_k_major, sizes=SIZES, tail=TAIL, k=K):
     a = rng.standard_normal((int(ends[-1]) + tail, k)).astype(dtype)
     stored = rng.standard_normal((len(sizes), N, k) if b_k_major else (len(sizes), k, N)).astype(dtype)
     return a, (stored.transpose(0, 2, 1) if b_k_major else stored), stored, ends
-
-
-def expected_of(a, b, ends):
-    """Each group's rows times its matrix in float32; the rows past the last group 0."""
-    out = np.zeros((a.shape[0], b.shape[2]), np.float32)
-    start = 0
-    for group, end in enumerate(ends):
-        out[start:end] = a[start:end].astype(np.float32) @ b[group].astype(np.float32)
-        start = end
-    return out
 
 
 def run(script, a, stored, ends, out, num_sms=NUM_SMS):
@@ -156,11 +148,7 @@ class GroupedKeepsFlagsSet(GroupedGemm, KeepsFlagsSet):
     """Never gives a flag back its 0."""
 
 
-@pytest.mark.parametrize("cls, line, fragment", [
-    (FinishesWithoutWaiting, "return acc + self.load_global", "(to hand data from one block to a later one, use "
-                                                               "self.flag.signal and self.flag.wait)"),
-    (KeepsFlagsSet, "self.flag.wait(flags, contributor, 1)", "already held 1 when the launch began")],
-    ids=["reads-without-waiting", "keeps-flags-set"])
+@pytest.mark.parametrize("cls, line, fragment", HAND_OFF_MISTAKES)
 def test_each_planted_hand_off_mistake_is_caught_at_its_line(cls, line, fragment):
     planted = {FinishesWithoutWaiting: GroupedFinishesWithoutWaiting, KeepsFlagsSet: GroupedKeepsFlagsSet}[cls]
     a, _, stored, ends = operands(np.float16, False, sizes=FEW, k=9 * 64)

@@ -166,11 +166,16 @@ class SplitKeepsFlagsSet(kernels.SplitFamily, KeepsFlagsSet):
     """Never gives a flag back its 0."""
 
 
-@pytest.mark.parametrize("cls, line, fragment", [
-    (FinishesWithoutWaiting, "return acc + self.load_global", "(to hand data from one block to a later one, use "
-                                                               "self.flag.signal and self.flag.wait)"),
-    (KeepsFlagsSet, "self.flag.wait(flags, contributor, 1)", "already held 1 when the launch began")],
-    ids=["reads-without-waiting", "keeps-flags-set"])
+#: stream-K's planted hand-off mistakes, the line each is caught at and a fragment of its message: what every kernel
+#: that splits tiles through the workspace is checked against (here, and in test_grouped_kernel.py).
+HAND_OFF_MISTAKES = [
+    pytest.param(FinishesWithoutWaiting, "return acc + self.load_global", "(to hand data from one block to a later "
+                 "one, use self.flag.signal and self.flag.wait)", id="reads-without-waiting"),
+    pytest.param(KeepsFlagsSet, "self.flag.wait(flags, contributor, 1)", "already held 1 when the launch began",
+                 id="keeps-flags-set")]
+
+
+@pytest.mark.parametrize("cls, line, fragment", HAND_OFF_MISTAKES)
 def test_each_planted_hand_off_mistake_is_caught_at_its_line(cls, line, fragment):
     planted = {FinishesWithoutWaiting: SplitFinishesWithoutWaiting, KeepsFlagsSet: SplitKeepsFlagsSet}[cls]
     a, w = operands(M, N, K, np.float16)

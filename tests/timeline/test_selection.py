@@ -9,8 +9,8 @@ import pytest
 import warpspec
 from matmul_v3 import MatmulWGMMAV3
 from matmul_v6 import MatmulWGMMAV6
+from tests.cli.test_timeline import timeline as timeline_command
 from tests.support.timeline import matmul_kernel, modeled_matmul
-from warpspec.cli import main
 from warpspec.timeline import write
 from warpspec.timeline.events import Event, Selection, Timeline, numbers_text, parse_numbers
 from warpspec.timeline.model import model_launch
@@ -127,12 +127,6 @@ def test_a_selections_files_hold_its_events_and_say_what_they_are(v6, tmp_path):
     assert trace["otherData"]["selection"] == {"tiles": [2], "stages": [0, 2], "kept": len(picked.events),
                                                "total": len(v6.events)}
     assert (tmp_path / "summary.txt").read_text() == text and "filtered to tile 2 and stages 0, 2: " in text
-
-
-def timeline_command(capsys, *argv):
-    code = main(["timeline", *argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_the_command_writes_the_chosen_tiles_and_stages_alone(capsys, tmp_path):

@@ -272,12 +272,19 @@ class ProfileSession:
         """The events each recorder has room for in this launch, and a note when it could not be counted."""
         if self.capacity is not None:
             return self.capacity, []
-        needed = events_needed(instrumented(kernel, self.blocks, 1, self.sm), arguments)
-        if needed is None:
-            return DEFAULT_CAPACITY, [f"the record's capacity could not be counted from the kernel (its control "
-                                      f"flow reads data): {DEFAULT_CAPACITY} events per role and block "
-                                      f"(profile(capacity=...) sets it)"]
-        return min(max(needed, 1), MAX_CAPACITY), []
+        return record_capacity(kernel, arguments, self.blocks, self.sm)
+
+
+def record_capacity(kernel: ir.Kernel, arguments: dict, blocks: int, sm: int = 0) -> tuple[int, list[str]]:
+    """The events each recorder of an instrumented build of ``kernel`` (recording ``blocks`` blocks of SM ``sm``)
+    makes in a launch on ``arguments``, counted from the kernel, and a note when it could not be counted
+    (``DEFAULT_CAPACITY`` then)."""
+    needed = events_needed(instrumented(kernel, blocks, 1, sm), arguments)
+    if needed is None:
+        return DEFAULT_CAPACITY, [f"the record's capacity could not be counted from the kernel (its control flow "
+                                  f"reads data): {DEFAULT_CAPACITY} events per role and block (profile(capacity=...) "
+                                  f"sets it)"]
+    return min(max(needed, 1), MAX_CAPACITY), []
 
 
 #: What ``_device_limits`` reads, by the key ``warpspec.timeline.events.resident_blocks`` (and h200.json) uses.
