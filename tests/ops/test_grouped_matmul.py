@@ -15,12 +15,26 @@ SIZES = [0, 40, 0, 72, 16, 0]
 
 
 def expected_of(a, b, ends):
+    """Each group's rows times its matrix in float32 (numpy); the rows past the last group 0."""
     out = np.zeros((a.shape[0], b.shape[2]), np.float32)
     start = 0
     for group, end in enumerate(ends):
         out[start:end] = a[start:end].astype(np.float32) @ b[group].astype(np.float32)
         start = end
     return out
+
+
+def loop_product(a, w, ends):
+    """The float32 torch product of each group's rows of ``a`` with its expert weight ``w[g]`` [N, K], and zero
+    rows past the last group: the reference gradients flow through."""
+    torch = pytest.importorskip("torch")
+    a32, w32 = (t.detach().float().requires_grad_() for t in (a, w))
+    pieces, start = [], 0
+    for group, end in enumerate(ends.tolist()):
+        pieces.append(a32[start:end] @ w32[group].T)
+        start = end
+    pieces.append(torch.zeros(a.shape[0] - start, w.shape[1]))
+    return a32, w32, torch.cat(pieces)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, BF16])
@@ -75,21 +89,19 @@ def test_the_backward_matches_torch():
     c = ops.grouped_matmul(a, w.transpose(1, 2), ends)
     grad = torch.randn(c.shape, generator=generator)
     (c.float() * grad).sum().backward()
-    a32, w32 = (t.detach().float().requires_grad_() for t in (a, w))
-    pieces, start = [], 0
-    for group, end in enumerate(ends.tolist()):
-        pieces.append(a32[start:end] @ w32[group].T)
-        start = end
-    (torch.cat(pieces) * grad).sum().backward()
+    a32, w32, c32 = loop_product(a, w, ends)
+    (c32 * grad).sum().backward()
     for found, expected in ((a.grad, a32.grad), (w.grad, w32.grad)):
         error = (found.float() - expected).abs().max() / expected.abs().max()
         assert found.shape == expected.shape and error <= 2e-3, error
 
 
-@pytest.mark.parametrize("layout", ["a-column-slice", "a-strided-columns", "b-strided-columns", "ragged-k"])
+@pytest.mark.parametrize("layout", ["a-column-slice", "a-strided-columns", "b-strided-columns",
+                                    "b-broadcast-expert-weights", "ragged-k"])
 def test_layouts_the_kernel_cannot_read_as_they_are(layout, monkeypatch):
-    """A row-sliced ``a`` is read in place (its pitch), a ``b`` or ``a`` without a contiguous axis is copied, and a
-    K whose pitch TMA cannot describe (20 · 2 bytes) takes one ops.matmul per group: all match numpy."""
+    """A row-sliced ``a`` is read in place (its pitch), a ``b`` or ``a`` without a contiguous axis is copied (a
+    broadcast ``b`` of expert weights in their own layout), and a K whose pitch TMA cannot describe (20 · 2 bytes)
+    takes one ops.matmul per group: all match numpy."""
     per_group = []
     slow_path = grouped._per_group
     monkeypatch.setattr(grouped, "_per_group", lambda *args: per_group.append(slow_path(*args)))
@@ -105,6 +117,9 @@ def test_layouts_the_kernel_cannot_read_as_they_are(layout, monkeypatch):
         a = np.repeat(a, 2, axis=1)[:, ::2]
     elif layout == "b-strided-columns":
         b = np.repeat(b, 2, axis=2)[:, :, ::2]
+    elif layout == "b-broadcast-expert-weights":  # one [N, K] expert weight for every group, transposed
+        weight = np.ascontiguousarray(b[:1].transpose(0, 2, 1))  # [1, N, K]
+        b = np.broadcast_to(weight, (len(SIZES), 48, k)).transpose(0, 2, 1)
     c = ops.grouped_matmul(a, b, ends, out_dtype=np.float32)
     expected = expected_of(a, b, ends)
     np.testing.assert_allclose(c, expected, rtol=0, atol=1e-4 * np.abs(expected).max())
@@ -172,16 +187,13 @@ def test_the_backward_of_a_broadcast_gradient(loss):
     v = torch.randn(48, generator=generator)
     c = ops.grouped_matmul(a, w.transpose(1, 2), ends, out_dtype=torch.float32)
     (c.sum() if loss == "sum" else (c.sum(0) * v).sum()).backward()
-    a32, w32 = (t.detach().float().requires_grad_() for t in (a, w))
-    pieces, start = [], 0
-    for group, end in enumerate(ends.tolist()):
-        pieces.append(a32[start:end] @ w32[group].T)
-        start = end
-    c32 = torch.cat(pieces)
+    a32, w32, c32 = loop_product(a, w, ends)
     (c32.sum() if loss == "sum" else (c32.sum(0) * v).sum()).backward()
     for found, expected in ((a.grad, a32.grad), (w.grad, w32.grad)):
+        # bfloat16 rounds the incoming gradient and each result once, 2**-9 of the largest value each: 2**-7 holds
+        # both with a margin (the measured error is at most 3.1e-3).
         error = (found.float() - expected).abs().max() / expected.abs().max()
-        assert found.shape == expected.shape and error <= 2e-2, error
+        assert found.shape == expected.shape and error <= 2 ** -7, error
 
 
 def test_torch_compile_fullgraph():

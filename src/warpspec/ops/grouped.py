@@ -151,7 +151,7 @@ def write(problem: GroupedProblem, a, b, offs, out) -> None:
     if problem.k == 0 or problem.groups == 0:  # no products: every row is 0
         out[...] = 0
         return
-    a, b = readable(a), readable(b)
+    a, b = readable(a), readable(b, problem.b_k_major)
     launcher = _launcher(problem, a, b, offs, out)
     if launcher is None or any(_address(x) % TMA_ALIGNMENT for x in (a, b, out)):
         out[...] = 0
@@ -223,14 +223,17 @@ def kernel_arguments(problem: GroupedProblem, a, b, offs, out, workspace: tuple)
             strides_of(out)[0], offs, span(a), span(stored), out, *workspace, sm_count())
 
 
-def readable(value):
+def readable(value, k_major: bool = False):
     """``value`` when its last axis (or, for ``b``, one of its last two) is contiguous, else a contiguous copy; a
-    broadcast one (a stride of 0 over more than one element, which no TMA pitch describes) is copied too."""
+    broadcast one (a stride of 0 over more than one element, which no TMA pitch describes) is copied too. A
+    ``k_major`` ``b`` is copied as the [G, N, K] weights it views, so that it keeps the layout its problem says."""
     strides = strides_of(value)
     broadcast = any(stride == 0 and extent > 1 for stride, extent in zip(strides, value.shape))
     if not broadcast and (strides[-1] == 1 or (len(strides) == 3 and strides[1] == 1)):
         return value
-    return np.ascontiguousarray(value) if isinstance(value, np.ndarray) else value.contiguous()
+    stored = value.swapaxes(1, 2) if k_major else value
+    copy = np.ascontiguousarray(stored) if isinstance(stored, np.ndarray) else stored.contiguous()
+    return copy.swapaxes(1, 2) if k_major else copy
 
 
 def _tma_pitches(problem: GroupedProblem, a, b, out) -> bool:
