@@ -3,6 +3,7 @@ causal modes, grouped-query heads, fp16 and bf16, every head dim), rows that see
 the planted bugs of tests/kernels/attention_bug_kernels.py with their exact errors and lines, and the NVRTC build
 of each head dim's shipped schedule (no spills, no serialized WGMMA)."""
 
+import importlib
 import runpy
 import sys
 from io import StringIO
@@ -22,6 +23,7 @@ from warpspec.ops import attention
 from warpspec.ops import attention_kernel as ak
 from warpspec.ops.attention import DEFAULT_SCHEDULES, arguments, launch, script_for, tune_attention, validate
 
+ops_attention = importlib.import_module("warpspec.ops.attention")  # the module (``ops.attention`` is the function)
 KERNEL_FILE = ak.__file__
 EXAMPLE_FILE = str(Path(__file__).resolve().parents[2] / "examples" / "attention_fwd.py")
 #: fp16/bf16 inputs and output, P rounded to the input type before PV: bf16 keeps 8 bits.
@@ -158,6 +160,19 @@ def test_argument_errors(case):
     with pytest.raises(ArgumentError) as raised:
         attention(*args, **kwargs)
     assert message in str(raised.value)
+
+
+def test_a_seen_description_is_looked_up_and_a_changed_argument_is_checked_again():
+    """The second call of a description finds its ``Call`` (no checks again); arguments equal to the seen ones as
+    Python compares them but of another type (True == 1) miss the cache and meet their checks."""
+    q, k, v = operands(1, 4, 2, 16, 16, 64, np.float16)
+    attention(q, k, v, causal=False, scale=1)
+    assert ops_attention.call_for(q, k, v, False, 1) is ops_attention.call_for(q.copy(), k, v, False, 1)
+    with pytest.raises(ArgumentError, match="scale must be a positive finite number .*, got True"):
+        attention(q, k, v, causal=False, scale=True)
+    with pytest.raises(ArgumentError, match="causal must be True or False, got 0"):
+        attention(q, k, v, causal=0, scale=1)
+    assert ops_attention.call_for(q, k, v, False, 1).problem.scale == 1.0
 
 
 def test_the_kernel_refuses_an_unsupported_head_dim():

@@ -2,6 +2,8 @@
 128, fp16 and bf16, both causal modes) against a float32 reference, its gradients, and two calls in a row (the
 flags given back by the first)."""
 
+import importlib
+
 import pytest
 
 import warpspec.ops
@@ -41,3 +43,42 @@ def test_gradients_through_a_split_forward():
     reference(*leaves, True).sum().backward()
     for got, want in zip((q.grad, k.grad, v.grad), leaves):
         assert ((got.float() - want.grad).abs().max() / want.grad.abs().max()).item() < 4e-2
+
+
+@pytest.mark.parametrize("seq_q, seq_k", [(1, 8192), (4, 3000), (200, 700)], ids=["decode", "speculative", "forward"])
+def test_a_repeated_call_launches_with_the_operands_addresses_alone(seq_q, seq_k, monkeypatch):
+    """After a description's first launch, its calls with plain CUDA tensors take the bound launch (``run`` is not
+    reached) on new operands, split decode (its stream workspace) and the forward kernel alike; a lse is returned;
+    inside CUDA-graph capture a decode call takes the general path, whose workspace is the graph's."""
+    ops_attention = importlib.import_module("warpspec.ops.attention")  # the module, not the function
+
+    shapes = [(2, 8, seq_q, 128), (2, 2, seq_k, 128)]
+    q, k, v = (torch.randn(shapes[min(i, 1)], device="cuda", dtype=torch.bfloat16) for i in range(3))
+    warpspec.ops.attention(q, k, v, causal=True)
+    assert ops_attention.call_for(q, k, v, True, None).direct is not None
+    general = ops_attention.run
+    monkeypatch.setattr(ops_attention, "run", lambda *args: pytest.fail("the general path ran"))
+    for _ in range(2):
+        q2, k2, v2 = (torch.randn_like(x) for x in (q, k, v))
+        out, lse = warpspec.ops.attention(q2, k2, v2, causal=True, return_lse=True)
+        assert (out.float() - reference(q2, k2, v2, True)).abs().max().item() < TOLERANCE[torch.bfloat16]
+        logits = q2.float() @ k2.float().repeat_interleave(4, 1).transpose(-1, -2) * 128 ** -0.5
+        visible = (torch.arange(seq_k, device="cuda")[None, :]
+                   <= torch.arange(seq_q, device="cuda")[:, None] + seq_k - seq_q)
+        expected_lse = logits.masked_fill(~visible, float("-inf")).logsumexp(-1)
+        assert (lse - expected_lse).abs().max().item() < 1e-2
+    monkeypatch.setattr(ops_attention, "run", general)
+    static = [torch.randn_like(x) for x in (q, k, v)]
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        warpspec.ops.attention(*static, causal=True)  # warm up on the capturing stream
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        captured = warpspec.ops.attention(*static, causal=True)
+    for _ in range(2):
+        for x in static:
+            x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert (captured.float() - reference(*static, True)).abs().max().item() < TOLERANCE[torch.bfloat16]

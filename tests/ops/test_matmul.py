@@ -18,6 +18,7 @@ import warpspec
 from warpspec import ArgumentError, ops
 from warpspec.dtypes import BY_NAME, bfloat16
 from warpspec.ops import kernels
+from warpspec.ops.frame import Signatures
 
 ops_matmul = importlib.import_module("warpspec.ops.matmul")  # the module (``ops.matmul`` is the function)
 
@@ -199,7 +200,7 @@ def tile_walk(monkeypatch):
     tested in tests/ops/test_split_gemm.py: the schedule mechanics these tests check are the same for both."""
     monkeypatch.setattr(ops_matmul, "SPLIT_FAMILY_M", 0)
     monkeypatch.setattr(ops_matmul, "_chosen", {})
-    monkeypatch.setattr(ops_matmul, "_signatures", {})
+    monkeypatch.setattr(ops_matmul, "_signatures", Signatures())
 
 
 def problem(m, n, k, dtype=warpspec.float16, has_bias=False):
@@ -358,7 +359,7 @@ def test_a_shipped_default_that_cannot_build_for_the_output_dtype_falls_back(mon
     too_big = {"num_stages": 3, "block_m": 128, "block_n": 256, "persistent": True, "stream_k": False}
     monkeypatch.setattr(ops_matmul, "_defaults", {"float16": {"128x128x64": too_big}})
     monkeypatch.setattr(ops_matmul, "_chosen", {})
-    monkeypatch.setattr(ops_matmul, "_signatures", {})
+    monkeypatch.setattr(ops_matmul, "_signatures", Signatures())
     wide = ops_matmul.validate(A, W.T, None, None, None, np.float32)
     assert ops_matmul.choose_schedule(wide, (), on_gpu=False) == too_big
     with pytest.raises(warpspec.CompileError, match="shared memory"):

@@ -17,6 +17,7 @@ import pytest
 from warpspec import DeadlockError, RaceError
 from warpspec.dtypes import bfloat16, float8_e4m3, float16, float32
 from warpspec.ops import kernels
+from warpspec.ops.frame import Signatures
 from warpspec.emulator.run import SEED_VARIABLE
 
 from tests.ops.test_matmul import BF16, E4M3, assert_close, operands, reference
@@ -116,7 +117,7 @@ def test_ops_matmul_runs_the_heuristic_stream_k_schedule_with_a_workspace_per_ca
         "num_stages": 2, "block_m": 64, "block_n": 64, "persistent": True, "stream_k": True})
     monkeypatch.setattr(ops_matmul, "sm_count", lambda: 8)
     monkeypatch.setattr(ops_matmul, "_chosen", {})
-    monkeypatch.setattr(ops_matmul, "_signatures", {})
+    monkeypatch.setattr(ops_matmul, "_signatures", Signatures())
     a, w = operands(M, N, K, np.float16)
     for _ in range(2):
         assert_close(ops_matmul.matmul(a, w.T), reference(a, w.T), np.float16)

@@ -11,6 +11,7 @@ is allocated or launched.
 
 from __future__ import annotations
 
+import importlib
 import math
 import sys
 import time
@@ -21,9 +22,11 @@ import numpy as np
 from warpspec import runtime
 from warpspec.dtypes import DType, bfloat16, float16
 from warpspec.errors import ArgumentError
-from warpspec.ops.attention_decode import launch_decode, uses_decode
+from warpspec.ops.attention_decode import decode_lse_offset, decode_workspace, launch_decode, uses_decode
 from warpspec.ops.attention_kernel import HEAD_DIMS, LOG2_E, Attention
+from warpspec.ops.frame import Signatures, describe, plain_cuda
 from warpspec.ops.operands import dtype_of, same_device, same_kind
+from warpspec.ops.workspace import stream_workspace
 from warpspec.tune.cache import size_bucket
 
 DTYPES = (float16, bfloat16)
@@ -75,28 +78,105 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     ``logsumexp(scale · q @ kᵀ)`` over the keys it sees (+inf for a row that sees none), as
     ``attention_backward`` takes it.
     """
-    kind = same_kind("q", q, k=k, v=v)
-    problem = validate(q, k, v, causal, scale)
     if not isinstance(return_lse, bool):
         raise ArgumentError(f"return_lse must be True or False, got {return_lse!r}")
-    if kind == "torch":
-        same_device("q", q, k=k, v=v)
-        import torch
-
-        from warpspec.torch_ops import dispatch_is_plain
-
-        needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-        if not needs_grad and not torch.compiler.is_compiling() and dispatch_is_plain(q, k, v):
+    found = call_for(q, k, v, causal, scale)
+    if found.kind == "torch":
+        torch = sys.modules["torch"]
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            out, lse2 = _torch_op()(q, k, v, found.problem.causal, found.problem.scale)
+        elif found.direct is not None and _support().dispatcher_idle(q.get_device()) and runtime.direct_launches():
+            out, lse2 = found.direct(q, k, v)  # a call like an earlier one: its bound launch alone
+        elif not torch.compiler.is_compiling() and _support().dispatch_is_plain(q, k, v):
             # What the op would run, without the dispatcher's cost (decode at batch 1 is bound by host time).
-            out, lse2 = _allocate_and_run(q, k, v, problem)
+            out, lse2 = _allocate_and_run(q, k, v, found)
         else:
-            out, lse2 = _torch_op()(q, k, v, problem.causal, problem.scale)
+            out, lse2 = _torch_op()(q, k, v, found.problem.causal, found.problem.scale)
         return (out, lse2 * LN_2) if return_lse else out
     out = np.empty(q.shape, dtype=q.dtype)
     lse2 = np.empty(q.shape[:3], dtype=np.float32)
     with runtime.use_backend("emulator"):
-        run(q, k, v, out, lse2, problem)
+        run(q, k, v, out, lse2, found.problem)
     return (out, lse2 * np.float32(LN_2)) if return_lse else out
+
+
+def _support():
+    """``warpspec.torch_ops`` (which imports torch, so it is imported at a call with torch tensors, not with this
+    module; the lookup is cheaper per call than an import statement)."""
+    return sys.modules.get("warpspec.torch_ops") or importlib.import_module("warpspec.torch_ops")
+
+
+class Call:
+    """What the first call of a description decided: the kind of its arrays, its validated problem and, once it
+    launched on plain CUDA tensors, ``direct(q, k, v) -> (out, lse2)``, the launch later such calls take (a new
+    output and log-sum-exp, the stream's workspace, the bound launch; inside CUDA-graph capture a decode launch
+    takes ``run``, whose workspace is the graph's)."""
+
+    __slots__ = ("kind", "problem", "direct")
+
+    def __init__(self, kind: str, problem: Problem):
+        self.kind = kind
+        self.problem = problem
+        self.direct = None
+
+    def bind(self, out, launched: tuple | None) -> None:
+        """Make ``direct`` from the first launch on plain CUDA tensors (``launched``: the Script and arguments
+        ``run`` called)."""
+        if launched is None:
+            return
+        bound = runtime.pointer_launcher(*launched)
+        if bound is None:
+            return
+        torch = sys.modules["torch"]
+        C = torch._C
+        capturing, current_stream, empty = C._cuda_isCurrentStreamCapturing, C._cuda_getCurrentRawStream, torch.empty
+        device, index, dtype, shape = out.device, out.device.index, out.dtype, tuple(out.shape)
+        lse_shape, problem = shape[:3], self.problem
+        if not uses_decode(problem):
+            def direct(q, k, v):
+                out = empty(shape, dtype=dtype, device=device)
+                lse2 = empty(lse_shape, dtype=torch.float32, device=device)
+                bound(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse2.data_ptr(),
+                      stream=current_stream(index))
+                return out, lse2
+        else:
+            _, _, elements, flag_count = decode_workspace(problem)
+            lse_offset = decode_lse_offset(problem)
+
+            def direct(q, k, v):
+                out = empty(shape, dtype=dtype, device=device)
+                lse2 = empty(lse_shape, dtype=torch.float32, device=device)
+                if capturing():
+                    run(q, k, v, out, lse2, problem)
+                    return out, lse2
+                stream = current_stream(index)
+                partials, flags = stream_workspace(device, stream, elements, flag_count)
+                base = partials.data_ptr()
+                bound(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse2.data_ptr(), base,
+                      base + lse_offset, flags.data_ptr(), stream=stream)
+                return out, lse2
+        self.direct = direct
+
+
+_calls = Signatures()  # the description of (q, k, v, causal, scale) -> its Call
+
+
+def call_for(q, k, v, causal, scale) -> Call:
+    """The ``Call`` of these arguments: made at the first call of their description (every check, an
+    ``ArgumentError`` naming the argument), then looked up."""
+    try:
+        # The types are part of the key: True == 1 would otherwise let a bool scale (refused) find a float's call.
+        key = (describe(q), describe(k), describe(v), causal, type(causal), scale, type(scale))
+        found = _calls.get(key)
+    except (TypeError, AttributeError):  # not arrays, unhashable arguments, symbolic sizes: checked afresh
+        key = found = None
+    if found is None:
+        kind = same_kind("q", q, k=k, v=v)
+        problem = validate(q, k, v, causal, scale)
+        if kind == "torch":
+            same_device("q", q, k=k, v=v)
+        found = _calls.remember(key, Call(kind, problem))
+    return found
 
 
 def _contiguous(value) -> bool:
@@ -200,21 +280,24 @@ def arguments(q, k, v, out, lse2, problem: Problem) -> tuple:
             problem.scale * LOG2_E, q, k, v, out, lse2)
 
 
-def run(q, k, v, out, lse2, problem: Problem) -> None:
+def run(q, k, v, out, lse2, problem: Problem) -> tuple | None:
     """Run ``problem`` on the kernel that suits it: the decode kernel for few query rows (decode and speculative
-    decoding, ``warpspec.ops.attention_decode``), else the forward kernel."""
+    decoding, ``warpspec.ops.attention_decode``), else the forward kernel. Returns the (Script, arguments) it
+    called, None when there was nothing to do."""
     if uses_decode(problem):
-        launch_decode(q, k, v, out, lse2, problem)
-    else:
-        launch(q, k, v, out, lse2, problem)
+        return launch_decode(q, k, v, out, lse2, problem)
+    return launch(q, k, v, out, lse2, problem)
 
 
-def launch(q, k, v, out, lse2, problem: Problem, schedule: dict | None = None) -> None:
-    """Run the kernel on validated operands on the selected back end (nothing to do for S_q = 0)."""
+def launch(q, k, v, out, lse2, problem: Problem, schedule: dict | None = None) -> tuple | None:
+    """Run the forward kernel on validated operands on the selected back end; returns the (Script, arguments) it
+    called (None for S_q = 0: nothing to do)."""
     if problem.seq_q == 0 or problem.batch * problem.heads == 0:
-        return
+        return None
     args = arguments(q, k, v, out, lse2, problem)
-    script_for(problem, args, schedule)(*args)
+    script = script_for(problem, args, schedule)
+    script(*args)
+    return script, args
 
 
 def tune_attention(shapes, dtype="float16", *, causal=False, progress=None) -> dict:
@@ -287,18 +370,20 @@ def _torch_op():
 
 def _op_implementation(q, k, v, causal, scale):
     """The op's real and fake implementation: validate, allocate, then run the kernel (``_allocate_and_run``)."""
-    return _allocate_and_run(q, k, v, validate(q, k, v, causal, scale))
+    return _allocate_and_run(q, k, v, call_for(q, k, v, causal, scale))
 
 
-def _allocate_and_run(q, k, v, problem: Problem):
+def _allocate_and_run(q, k, v, found: Call):
     """(out, lse2) of validated torch tensors: allocated on q's device, then computed (fake or meta tensors, while
-    ``torch.compile`` traces, only describe the call: nothing runs)."""
-    import torch
-
+    ``torch.compile`` traces, only describe the call: nothing runs). The first launch on plain CUDA tensors binds
+    the description's ``Call.direct``."""
+    torch = sys.modules["torch"]
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse2 = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     if not runtime.shape_only((q, k, v)):
-        run(q, k, v, out, lse2, problem)
+        launched = run(q, k, v, out, lse2, found.problem)
+        if found.direct is None and plain_cuda(q, k, v):
+            found.bind(out, launched)
     return out, lse2
 
 

@@ -34,8 +34,9 @@ from warpspec import runtime
 from warpspec.dtypes import DType, bfloat16, float16
 from warpspec.errors import ArgumentError
 from warpspec.ops.grouped_kernel import GroupedGemm, grouped_schedule, grouped_workspace
-from warpspec.ops.matmul import (MAX_EXTENT, MAX_SIGNATURES, TMA_ALIGNMENT, _address, _describe, _out_dtype,
-                                 _plain_cuda, _torch_dtype, matmul, sm_count, span, strides_of)
+from warpspec.ops.frame import Signatures, address, describe, plain_cuda
+from warpspec.ops.matmul import (MAX_EXTENT, TMA_ALIGNMENT, _out_dtype, _torch_dtype, matmul, sm_count, span,
+                                 strides_of)
 from warpspec.ops.operands import dtype_of, kind_of, same_device, same_kind
 from warpspec.ops.workspace import placeholders_like, stream_workspace, workspace_like
 
@@ -84,7 +85,7 @@ def grouped_matmul(a, b, offs, *, out_dtype=None):
     return _torch_op()(a, b, offs, _torch_dtype(problem.out_dtype))
 
 
-_problems: dict = {}  # what validation reads of a call's operands -> its GroupedProblem
+_problems = Signatures()  # what validation reads of a call's operands -> its GroupedProblem
 
 
 def validate(a, b, offs, out_dtype, values: bool = True) -> GroupedProblem:
@@ -92,16 +93,12 @@ def validate(a, b, offs, out_dtype, values: bool = True) -> GroupedProblem:
     operands' description made at its first call, then looked up; with ``values``, the values of an ``offs`` on the
     host, every call."""
     try:
-        key = (_describe(a), _describe(b), _describe(offs), out_dtype)
+        key = (describe(a), describe(b), describe(offs), out_dtype)
         problem = _problems.get(key)
     except (TypeError, AttributeError):  # not arrays, or an unhashable out_dtype: the checks say what is wrong
         key = problem = None
     if problem is None:
-        problem = _validate(a, b, offs, out_dtype)
-        if key is not None:
-            if len(_problems) >= MAX_SIGNATURES:
-                _problems.clear()
-            _problems[key] = problem
+        problem = _problems.remember(key, _validate(a, b, offs, out_dtype))
     if values and (isinstance(offs, np.ndarray) or offs.device.type == "cpu"):
         ends = [int(end) for end in offs.tolist()]
         if any(later < earlier for earlier, later in zip([0] + ends, ends)) or (ends and ends[-1] > problem.total):
@@ -153,7 +150,7 @@ def write(problem: GroupedProblem, a, b, offs, out) -> None:
         return
     a, b = readable(a), readable(b, problem.b_k_major)
     launcher = _launcher(problem, a, b, offs, out)
-    if launcher is None or any(_address(x) % TMA_ALIGNMENT for x in (a, b, out)):
+    if launcher is None or any(address(x) % TMA_ALIGNMENT for x in (a, b, out)):
         out[...] = 0
         _per_group(problem, a, b, offs, out)
     else:
@@ -187,12 +184,12 @@ class _Launcher:
         work = workspace_like(out, elements, flag_count) if elements else placeholders_like(out)
         args = kernel_arguments(self.problem, a, b, offs, out, work)
         self.script(*args)
-        if self.bound is None and _plain_cuda(a, b, offs, out):
+        if self.bound is None and plain_cuda(a, b, offs, out):
             self.bound = runtime.pointer_launcher(self.script, args)
 
 
 _MISSING = object()
-_launchers: dict = {}  # (problem, pitches, back end, device) -> its _Launcher, or None for the per-group path
+_launchers = Signatures()  # (problem, pitches, back end, device) -> its _Launcher, or None for the per-group path
 
 
 def _launcher(problem: GroupedProblem, a, b, offs, out) -> _Launcher | None:
@@ -203,13 +200,11 @@ def _launcher(problem: GroupedProblem, a, b, offs, out) -> _Launcher | None:
            runtime.current_device() if backend == "cuda" else None)
     found = _launchers.get(key, _MISSING)
     if found is _MISSING:
-        if len(_launchers) >= MAX_SIGNATURES:
-            _launchers.clear()
         found = None
         if _tma_pitches(problem, a, b, out):
             found = _Launcher(problem, script_for(problem, kernel_arguments(problem, a, b, offs, out,
                                                                             placeholders_like(out))))
-        _launchers[key] = found
+        _launchers.remember(key, found)
     return found
 
 

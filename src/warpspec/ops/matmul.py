@@ -32,6 +32,7 @@ import numpy as np
 from warpspec import dtypes, runtime
 from warpspec.dtypes import DType, bfloat16, float8_e4m3, float16, float32
 from warpspec.errors import ArgumentError, CompileError
+from warpspec.ops.frame import Signatures, address, describe, plain_cuda
 from warpspec.ops.kernels import ACTIVATIONS, NUM_SMS, block_k_for, gemm_class
 from warpspec.ops.operands import dtype_of, kind_of, same_device, same_kind
 from warpspec.ops.workspace import placeholders_like, stream_workspace, workspace_like, workspace_sizes
@@ -342,8 +343,7 @@ class Signature:
 
 #: Signatures by the operands' description: a call like an earlier one costs a dictionary lookup instead of the
 #: checks, the schedule's choice and the arguments' layout (small GEMMs are bound by host time). Bounded.
-_signatures: dict = {}
-MAX_SIGNATURES = 256
+_signatures = Signatures()
 
 
 def validate(a, b, bias, activation, out, out_dtype) -> Problem:
@@ -356,7 +356,7 @@ def signature(a, b, bias, activation, out, out_dtype) -> Signature:
     """The operands' ``Signature``: made (``validate``'s checks) at the first call of a description, then looked
     up."""
     try:
-        key = (_describe(a), _describe(b), _describe(bias), _describe(out), activation, out_dtype)
+        key = (describe(a), describe(b), describe(bias), describe(out), activation, out_dtype)
         found = _signatures.get(key)
     except (TypeError, AttributeError):  # not arrays, an unhashable out_dtype or activation, symbolic sizes:
         # the checks say what is wrong, or the signature is made afresh and not kept
@@ -372,21 +372,7 @@ def signature(a, b, bias, activation, out, out_dtype) -> Signature:
     found = Signature(problem, Layout.of(a, b, out, problem) if ready else None, staging)
     if ready:
         found.reaches = (_reach(a), _reach(b), _reach(out), 0 if bias is None else _reach(bias))
-    if key is not None:
-        if len(_signatures) >= MAX_SIGNATURES:
-            _signatures.clear()
-        _signatures[key] = found
-    return found
-
-
-def _describe(value):
-    """What validation reads of an array or tensor: kind, dtype, shape, strides and, for a tensor, its device
-    (None stays None)."""
-    if value is None:
-        return None
-    if isinstance(value, np.ndarray):
-        return (np.ndarray, value.dtype, value.shape, value.strides)
-    return (type(value), value.dtype, value.shape, value.stride(), value.device)
+    return _signatures.remember(key, found)
 
 
 def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
@@ -556,7 +542,7 @@ def launch(found: Signature, a, b, out, bias, scale) -> None:
 def run(found: Signature, a, b, out, bias, scale) -> None:
     """Run the kernel of the operands' signature ``found`` (with an output) on them, on the selected back end: the
     pinned Script chosen at the signature's first launch (``script_for``) called with the layout's arguments."""
-    check_addresses(found, _address(a), _address(b), _address(out), 0 if bias is None else _address(bias))
+    check_addresses(found, address(a), address(b), address(out), 0 if bias is None else address(bias))
     first = found.launcher is None
     if first:
         num_sms = sm_count()
@@ -568,7 +554,7 @@ def run(found: Signature, a, b, out, bias, scale) -> None:
     work = workspace_like(out, elements, flag_count) if elements else placeholders_like(out)
     args = found.layout.arguments(a, b, out, bias, scale, work, num_sms)
     script(*args)
-    if first and scale is None and _plain_cuda(a, b, out, bias):
+    if first and scale is None and plain_cuda(a, b, out, bias):
         found.direct = _direct_launch(found, runtime.pointer_launcher(script, args), out)
 
 
@@ -577,7 +563,7 @@ def check_addresses(found: Signature, a: int, b: int, out: int, bias: int) -> No
     16-byte aligned where TMA reads them, and ``out``'s memory is apart from the inputs': made on every call, as a
     cached signature fixes the operands' description and not where they are."""
     if (a | b | out) % TMA_ALIGNMENT:
-        name = next(name for name, address in (("a", a), ("b", b), ("out", out)) if address % TMA_ALIGNMENT)
+        name = next(name for name, where in (("a", a), ("b", b), ("out", out)) if where % TMA_ALIGNMENT)
         raise ArgumentError(f"{name} starts at an address that is not a multiple of {TMA_ALIGNMENT} bytes, as TMA "
                             f"requires (a slice that starts mid-row?)")
     reach_a, reach_b, reach_out, reach_bias = found.reaches
@@ -589,12 +575,6 @@ def check_addresses(found: Signature, a: int, b: int, out: int, bias: int) -> No
 def _shares_memory(name: str) -> ArgumentError:
     return ArgumentError(f"out shares memory with {name}: the kernel would overwrite {name} while it still reads it; "
                          f"pass a separate out (or none, for a new array)")
-
-
-def _plain_cuda(*values) -> bool:
-    """Whether every value (None passed over) is a CUDA tensor of the plain ``torch.Tensor`` class."""
-    torch = sys.modules.get("torch")
-    return torch is not None and all(v is None or (type(v) is torch.Tensor and v.is_cuda) for v in values)
 
 
 def _direct_launch(found: Signature, launch, out):
@@ -706,7 +686,7 @@ def span(value):
 def _overlap(first, second) -> bool:
     """Whether the memory spans of two arrays/tensors (first to last element) overlap."""
     def bounds(value):
-        low = _address(value)
+        low = address(value)
         return low, low + _reach(value)
 
     if 0 in tuple(first.shape) or 0 in tuple(second.shape):
@@ -726,12 +706,6 @@ def _reach(value) -> int:
         return 0
     itemsize = value.itemsize if isinstance(value, np.ndarray) else value.element_size()
     return (sum((extent - 1) * stride for extent, stride in zip(value.shape, strides_of(value))) + 1) * itemsize
-
-
-def _address(value) -> int:
-    if isinstance(value, np.ndarray):
-        return value.__array_interface__["data"][0]
-    return value.data_ptr()
 
 
 def gemm_script(problem: Problem, **arguments):

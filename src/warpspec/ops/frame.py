@@ -1,0 +1,58 @@
+"""What the library ops (``warpspec.ops``) share around their kernels: a call's description as a cache key, the
+bounded caches of what the first call of a description decided, and the eager fast path later calls of it take.
+
+An op validates a description (kind, dtype, shape, strides and device of each array, and its other arguments)
+once, at its first call, and keeps the result under that description; a later call with arrays of the same
+description costs a dictionary lookup instead of the checks. Once such a call has launched on plain CUDA tensors,
+its launch is bound (``runtime.pointer_launcher``), and later ones pass their arrays' addresses alone: small
+kernels (a decode step, a small GEMM) are otherwise bound by host time.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+#: Descriptions each op keeps; past that its cache starts afresh (a process that calls more shapes than this
+#: pays the checks again, and no cache grows without bound).
+MAX_SIGNATURES = 256
+
+
+class Signatures(dict):
+    """A dictionary of what the first call of each description decided, bounded by ``MAX_SIGNATURES`` (a dict, so
+    that a lookup costs what a dict's does)."""
+
+    def remember(self, key, value):
+        """Keep ``value`` under ``key`` (a None key, from an unhashable description, is not kept); returns
+        ``value``."""
+        if key is not None:
+            if len(self) >= MAX_SIGNATURES:
+                self.clear()
+            self[key] = value
+        return value
+
+
+def describe(value):
+    """What validation reads of an array or tensor: kind, dtype, shape, strides and, for a tensor, its device
+    (None stays None). Raises TypeError or AttributeError for what is neither (the op's checks then say what is
+    wrong)."""
+    if value is None:
+        return None
+    if isinstance(value, np.ndarray):
+        return (np.ndarray, value.dtype, value.shape, value.strides)
+    return (type(value), value.dtype, value.shape, value.stride(), value.device)
+
+
+def plain_cuda(*values) -> bool:
+    """Whether every value (None passed over) is a CUDA tensor of the plain ``torch.Tensor`` class: what a bound
+    launch may be made for."""
+    torch = sys.modules.get("torch")
+    return torch is not None and all(v is None or (type(v) is torch.Tensor and v.is_cuda) for v in values)
+
+
+def address(value) -> int:
+    """The address of the first element of a numpy array or a torch tensor."""
+    if isinstance(value, np.ndarray):
+        return value.__array_interface__["data"][0]
+    return value.data_ptr()
