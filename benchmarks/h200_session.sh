@@ -12,7 +12,8 @@
 # (benchmarks/llm_shapes.py), split-tests (the split family's GPU tests), ops-tests, stream-k-tests (flags and
 # the stream-K schedules), stream-k (stream-K against whole tiles, cuBLAS beside), attention, attention-tests,
 # grouped-tests (ops.grouped_matmul's GPU tests), grouped (benchmarks/grouped.py), grouped-sweep (the same, every
-# schedule of the grouped kernel timed too).
+# schedule of the grouped kernel timed too), decode (benchmarks/attention_decode.py at batch 1 and 32), decode-tests
+# (the split-KV and bound-launch GPU tests), timeline-tests (the timeline's GPU tests).
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-h200-logs}"
@@ -81,6 +82,10 @@ for step in "${steps[@]}"; do
     attention) cmd=(python3 benchmarks/attention.py --head-dims 64,128,256 --seqs 8192 --causal both
                     --dtypes fp16,bf16 --json "$out/attention.json") ;;
     attention-tests) cmd=(python3 -m pytest -q -x -m gpu tests/ops/test_attention_gpu.py -p no:cacheprovider) ;;
+    decode) cmd=(python3 benchmarks/attention_decode.py --batches 1,32 --seq-ks 8192,32768 --seq-qs 1,4 --warmup 10
+                 --rep 40 --json "$out/decode.json") ;;
+    decode-tests) cmd=(python3 -m pytest -q -m gpu tests/ops/test_attention_decode_gpu.py -p no:cacheprovider) ;;
+    timeline-tests) cmd=(python3 -m pytest -q -m gpu tests/timeline -p no:cacheprovider) ;;
     grouped-tests) cmd=(python3 -m pytest -q -m gpu tests/ops/test_grouped_matmul_gpu.py -p no:cacheprovider) ;;
     grouped) cmd=(python3 benchmarks/grouped.py --json "$out/grouped.json") ;;
     grouped-sweep) cmd=(python3 benchmarks/grouped.py --sweep --json "$out/grouped_sweep.json") ;;
