@@ -14,7 +14,7 @@ from typing import Any
 from warpspec.dtypes import DType
 from warpspec.errors import ArgumentError
 from warpspec.ir import nodes as ir
-from warpspec.isa.flag import FlagSignal, FlagWait
+from warpspec.isa.flag import FlagAdd, FlagSignal, FlagWait
 from warpspec.isa.memory import GlobalView
 from warpspec.isa.tma import TmaLoad, TmaStore
 from warpspec.ir.evaluate import ExprCompiler, wrap
@@ -134,7 +134,8 @@ def flag_pointers(kernel: ir.Kernel) -> tuple[str, ...]:
     kernel's flag arrays. A launch must start with them at the values the kernel's protocol expects (zero for the
     kernels warpspec ships, which give every flag back its value), so inputs made up for a check are zeros there."""
     views = {stmt.decl.uid: stmt.pointer.uid for stmt in ir.walk(kernel.body) if isinstance(stmt, GlobalView)}
-    used = {views[stmt.flags.decl.uid] for stmt in ir.walk(kernel.body) if isinstance(stmt, (FlagSignal, FlagWait))}
+    used = {views[stmt.flags.decl.uid] for stmt in ir.walk(kernel.body)
+            if isinstance(stmt, (FlagSignal, FlagAdd, FlagWait))}
     return tuple(param.name for param in kernel.params if param.var.uid in used)
 
 

@@ -98,6 +98,40 @@ def test_each_planted_hand_off_mistake_is_named_at_its_line(planted, error, mark
         assert fragment in str(caught.value)
 
 
+def test_a_count_of_adds_hands_every_block_s_tile_to_the_last_in_one_wait(monkeypatch):
+    """flag.add: the last block's one wait for the total acquires every counted block's stores; the flag is given
+    back; a second launch (another interleaving) is right too."""
+    x = np.random.default_rng(1).standard_normal((BLOCKS * fk.ROWS, 64)).astype(np.float32)
+    flags, out = np.zeros(1, np.int32), np.zeros((fk.ROWS, 64), np.float32)
+    for seed in (None, 5):
+        if seed is not None:
+            monkeypatch.setenv(SEED_VARIABLE, str(seed))
+        fk.CountedSum()(BLOCKS, x, np.zeros_like(x), flags, out)
+        np.testing.assert_allclose(out, x.reshape(BLOCKS, fk.ROWS, 64).sum(0), atol=1e-6)  # float32 sums
+        assert flags.tolist() == [0]
+
+
+def test_a_wait_for_a_count_the_adds_pass_is_a_deadlock_at_the_wait():
+    """Waiting for fewer adds than the blocks make: the count may pass the value before the wait sees it (the
+    emulator runs the blocks in launch order, so it always has), and the wait never ends."""
+    x = np.random.default_rng(1).standard_normal((BLOCKS * fk.ROWS, 64)).astype(np.float32)
+    with pytest.raises(DeadlockError) as caught:
+        fk.CountedSum(counted=BLOCKS - 2)(BLOCKS, x, np.zeros_like(x), np.zeros(1, np.int32),
+                                          np.zeros((fk.ROWS, 64), np.float32))
+    assert caught.value.location == at("count")
+    assert "in flag.wait until flags[0] == 2 (it holds 3;" in str(caught.value)
+
+
+def test_the_cuda_build_counts_with_a_release_reduction():
+    generated = generate(kernel_for(fk.CountedSum(), {}))
+    body = generated.source.split('extern "C" __global__')[1]
+    assert body.count("red.release.gpu.global.add.s32") == 1 and body.count("flag_wait(") == 1
+    # The release is a GPU memory barrier before a strong reduction, as a signal's is before its store.
+    counts = count_instructions(disassemble(compile_cuda(generated.source).cubin), ["REDG.E.ADD.S32.STRONG.GPU",
+                                                                                     "MEMBAR.ALL.GPU"])
+    assert counts == {"REDG.E.ADD.S32.STRONG.GPU": 1, "MEMBAR.ALL.GPU": 2}, counts  # the add's and the reset's
+
+
 class _OutOfRange(Script):
     def __call__(self, blocks: int32, flags_ptr: ~int32):
         self.attrs.blocks = [1]

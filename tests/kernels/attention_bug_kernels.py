@@ -37,17 +37,15 @@ class IssuesOutOfTurn(Attention):
 
 
 class ReadsPartialBeforeItsFlag(Decode):
-    """The last split loads an earlier split's partial before waiting for its flag: the load may read the slot
-    before (or while) the other block writes it."""
+    """The last split loads the first split's partial before waiting for the pack's count: the load may read the
+    slot before (or while) the other block writes it."""
 
-    def take_partial(self, ws_o, ws_lse, flags, slot):
-        other_lse = self.load_global(ws_lse, offsets=[slot * DECODE_ROWS, 0], shape=[DECODE_ROWS, 1])  # <<< early-read
-        other_o = self.load_global(ws_o, offsets=[slot * DECODE_ROWS, 0], shape=[DECODE_ROWS, self.head_dim])
+    def wait_for_partials(self, ws_lse, flags, pb, n_splits):
+        self.load_global(ws_lse, offsets=[0, pb * n_splits], shape=[DECODE_ROWS, 1])  # <<< early-read
         with self.single_thread():
-            self.flag.wait(flags, slot, 1)
-            self.flag.signal(flags, slot, 0)
+            self.flag.wait(flags, pb, n_splits - 1)
+            self.flag.signal(flags, pb, 0)
         self.sync()
-        return other_o, other_lse
 
 
 class ReleasesQBeforeDK(BackwardKV):

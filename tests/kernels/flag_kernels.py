@@ -75,3 +75,38 @@ class ReadWithoutWait(RunningSum):
 
     def __init__(self):
         super().__init__(wait=False)
+
+
+class CountedSum(Script):
+    """``out = x[0] + ... + x[blocks-1]`` over [16, 64] float32 tiles: every block but the last leaves its tile in
+    ``ws`` and counts it on ``flags[0]`` (``flag.add``); the last block waits once for the count of all of them,
+    gives the flag back, and sums the tiles. Planted: ``counted`` below ``blocks - 1`` waits for fewer adds than
+    the blocks make."""
+
+    def __init__(self, counted=None):
+        super().__init__()
+        self.counted = counted
+
+    def __call__(self, blocks: int32, x_ptr: ~float32, ws_ptr: ~float32, flags_ptr: ~int32, out_ptr: ~float32):
+        self.attrs.blocks = [blocks]
+        self.attrs.warps = 4
+        x = self.global_view(x_ptr, dtype=float32, shape=[blocks * ROWS, 64])
+        ws = self.global_view(ws_ptr, dtype=float32, shape=[blocks * ROWS, 64], scratch=True)
+        flags = self.global_view(flags_ptr, dtype=int32, shape=[1])
+        out = self.global_view(out_ptr, dtype=float32, shape=[ROWS, 64])
+        block = self.blockIdx.x
+        mine = self.load_global(x, offsets=[block * ROWS, 0], shape=[ROWS, 64])
+        if block < blocks - 1:
+            self.store_global(ws, mine, offsets=[block * ROWS, 0])
+            self.sync()
+            with self.single_thread():
+                self.flag.add(flags, 0, 1)
+        else:
+            with self.single_thread():
+                self.flag.wait(flags, 0, blocks - 1 if self.counted is None else self.counted)  # <<< count
+                self.flag.signal(flags, 0, 0)
+            self.sync()
+            total = mine + 0.0
+            for earlier in self.range(blocks - 1):
+                total = total + self.load_global(ws, offsets=[earlier * ROWS, 0], shape=[ROWS, 64])
+            self.store_global(out, total, offsets=[0, 0])

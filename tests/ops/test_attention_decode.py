@@ -91,15 +91,15 @@ def test_gradients_through_a_split_forward():
 
 
 def test_planted_bug_combine_reads_a_partial_before_its_flag():
-    """The last split loads an earlier split's partial before flag.wait: a RaceError at that load."""
+    """The last split loads the first split's partial before waiting for the pack's count: a RaceError at that
+    load."""
     q, k, v = operands(1, 1, 1, 2, 200, 64, np.float16)
     kernel = bk.ReadsPartialBeforeItsFlag(float16, head_dim=64, causal=False, block_n=64, num_stages=2)
     splits = 4
     with pytest.raises(RaceError) as raised:
         kernel(2, 200, 1, 1, 1, 0.18, 64, splits, q, k, v, np.zeros_like(q), np.zeros((1, 1, 2), np.float32),
-               np.zeros((splits * 64, 64), np.float32), np.zeros((splits * 64, 1), np.float32),
-               np.zeros(splits, np.int32))
-    assert "load_global in block (3, 0, 0) reads ws_lse[128, 0] (argument 'ws_lse_ptr'), which block (2, 0, 0) " \
+               np.zeros(2 * splits * 64, np.float32), np.zeros(2 * splits, np.float32), np.zeros(1, np.int32))
+    assert "load_global in block (3, 0, 0) reads ws_lse[0, 0] (argument 'ws_lse_ptr'), which block (0, 0, 0) " \
            "wrote" in str(raised.value)
     assert raised.value.location.rsplit(" at ", 1)[-1] == f"{bk.__file__}:{bk.marker_line('early-read')}"
     assert line_of(bk.__file__, "# <<< early-read") == bk.marker_line("early-read")

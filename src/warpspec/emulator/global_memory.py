@@ -180,7 +180,8 @@ class GlobalMemory:
         self.arguments = _arguments(memory, names)
         self.accesses: list[Access] = []
         self.written: set[tuple[str, str]] = set()  # (argument, view) of every write, for ``unwritten``
-        self.releases: dict[tuple[int, int], Release] = {}  # flag element -> the last flag.signal into it
+        # flag element -> the last flag.signal into it and the flag.adds after it: what a wait on its value acquires
+        self.releases: dict[tuple[int, int], tuple[Release, ...]] = {}
         self.flag_initial: dict[tuple[int, int], int] = {}  # flag element -> its value when the launch began
 
     def start(self) -> int:
@@ -299,28 +300,35 @@ class BlockMemory:
         return self.flag_value(flag) == value
 
     def flag_signal(self, task, flag: GlobalFlag, value: int) -> None:
-        """``task`` sets the flag to ``value``, releasing what its clock covers."""
+        """``task`` sets the flag to ``value``, releasing what its clock covers (and no earlier block's writes:
+        the value no longer counts their adds)."""
         flag.argument.data[flag.element] = value
-        self.memory.releases[flag.key] = Release(self.block, self.start, tuple(task.clock), task.index,
-                                                 executing_threads(task), task.synced)
+        self.memory.releases[flag.key] = (self._release(task),)
+
+    def flag_add(self, task, flag: GlobalFlag, value: int) -> None:
+        """``task`` adds ``value`` to the flag, releasing what its clock covers; the value still counts the earlier
+        releases into it, so a wait on it acquires them all."""
+        flag.argument.data[flag.element] += value
+        self.memory.releases[flag.key] = self.memory.releases.get(flag.key, ()) + (self._release(task),)
+
+    def _release(self, task) -> Release:
+        return Release(self.block, self.start, tuple(task.clock), task.index, executing_threads(task), task.synced)
 
     def flag_acquired(self, task, flag: GlobalFlag) -> None:
-        """``task``'s wait on the flag passed: it acquires the release that set the value (none when the value was
-        there before the launch). Within a block or cluster that joins clocks, as a barrier wait does; from an
+        """``task``'s wait on the flag passed: it acquires the releases that made the value (none when the value
+        was there before the launch). Within a block or cluster that joins clocks, as a barrier wait does; from an
         earlier block it covers that block's released generic accesses (``_published``)."""
-        release = self.memory.releases.get(flag.key)
-        if release is None:
-            return
-        if release.start == self.start:
-            join(task.clock, list(release.clock))
-            return
-        value = self.flag_value(flag)
-        if self.memory.flag_initial[flag.key] == value:
-            raise RaceError(f"flag.wait in block {self.block} for {flag.name} == {value} may pass before block "
-                            f"{release.block}'s flag.signal: {flag.name} already held {value} when the launch began, "
-                            f"and blocks run in no fixed order. Give the flag back its old value once its data was "
-                            f"read (a flag.signal of it), so that every launch starts from it")
-        self.acquired.append(Acquire(release, task.index, executing_threads(task), task.clock[task.index]))
+        for release in self.memory.releases.get(flag.key, ()):
+            if release.start == self.start:
+                join(task.clock, list(release.clock))
+                continue
+            value = self.flag_value(flag)
+            if self.memory.flag_initial[flag.key] == value:
+                raise RaceError(f"flag.wait in block {self.block} for {flag.name} == {value} may pass before block "
+                                f"{release.block}'s flag.signal: {flag.name} already held {value} when the launch "
+                                f"began, and blocks run in no fixed order. Give the flag back its old value once its "
+                                f"data was read (a flag.signal of it), so that every launch starts from it")
+            self.acquired.append(Acquire(release, task.index, executing_threads(task), task.clock[task.index]))
 
     def _published(self, task, access_id: int) -> bool:
         """Whether an acquired release orders access ``access_id`` of an earlier block before ``task`` now."""

@@ -1,6 +1,7 @@
 """Flags in global memory: one block publishes its global writes, a later block waits for them (release/acquire).
 
-``self.flag.signal(flags, index, value)`` and ``self.flag.wait(flags, index, value)`` on a 1-D int32 global view,
+``self.flag.signal(flags, index, value)``, ``self.flag.add(flags, index, value)`` and ``self.flag.wait(flags, index,
+value)`` on a 1-D int32 global view,
 their IR statements and their emulation. They are how blocks of one launch hand data to each other through global
 memory (a stream-K GEMM's partial tiles): the writer stores with ``store_global``, synchronises its threads, and
 one thread signals; the reader's thread waits for the value, synchronises, and its threads read with
@@ -36,6 +37,16 @@ from warpspec.ir import nodes as ir
 class FlagSignal(ir.Instruction):
     """Each executing thread makes its global writes, and those ordered before it, visible, then stores ``value``
     into element ``index`` of the 1-D int32 global view ``flags``."""
+
+    flags: ir.TensorRef
+    index: ir.Expr
+    value: ir.Expr
+
+
+@dataclass(frozen=True, eq=False)
+class FlagAdd(ir.Instruction):
+    """Each executing thread makes its global writes, and those ordered before it, visible, then atomically adds
+    ``value`` to element ``index`` of the 1-D int32 global view ``flags``."""
 
     flags: ir.TensorRef
     index: ir.Expr
@@ -81,6 +92,16 @@ class Flags(LanguageObject):
         self.b.emit(FlagSignal(self.b.loc, self.b.threads(), ref, index, value))
 
     @language_call
+    def add(self, flags, index, value=1) -> None:
+        """Every executing thread (usually one, inside ``single_thread``) releases its global writes as ``signal``
+        does, then atomically adds ``value`` to ``flags[index]``: a count several blocks arrive on, so that one
+        block waits for all of them with a single ``wait`` for their total (the combine of a split reduction).
+        A wait that passes on the total acquires the writes of every block whose add it counts. PTX:
+        ``red.release.gpu.global.add.s32 [flag], value;``"""
+        ref, index, value = _flag_operands(self.b, flags, index, value, "flag.add")
+        self.b.emit(FlagAdd(self.b.loc, self.b.threads(), ref, index, value))
+
+    @language_call
     def wait(self, flags, index, value=1) -> None:
         """Block the executing threads (usually one, inside ``single_thread``, followed by ``self.sync()`` for the
         others) until ``flags[index]`` holds ``value``. The flag must be set by this block or by a block launched
@@ -93,7 +114,7 @@ class Flags(LanguageObject):
 # ----------------------------------------------------------------------------------------------- emulation
 
 
-def _flag(machine: EmulationMachine, task: EmulationTask, s: FlagSignal | FlagWait, what: str) -> Any:
+def _flag(machine: EmulationMachine, task: EmulationTask, s: FlagSignal | FlagAdd | FlagWait, what: str) -> Any:
     """The flag element ``s`` names in ``task``, as the block's global memory locates it."""
     return machine.global_flag(task, s.flags, machine.ev(task, s.index), what)
 
@@ -102,6 +123,14 @@ def _flag(machine: EmulationMachine, task: EmulationTask, s: FlagSignal | FlagWa
 def _signal(machine: EmulationMachine, task: EmulationTask, s: FlagSignal) -> Steps | None:
     flag = _flag(machine, task, s, "flag.signal")
     machine.global_memory.flag_signal(task, flag, machine.ev(task, s.value))
+    task.tick()
+    return machine.preempt()
+
+
+@emulates(FlagAdd)
+def _add(machine: EmulationMachine, task: EmulationTask, s: FlagAdd) -> Steps | None:
+    flag = _flag(machine, task, s, "flag.add")
+    machine.global_memory.flag_add(task, flag, machine.ev(task, s.value))
     task.tick()
     return machine.preempt()
 
@@ -120,6 +149,8 @@ def _wait(machine: EmulationMachine, task: EmulationTask, s: FlagWait) -> Steps 
 # ---------------------------------------------------------------------------------------------------------- timeline
 # What each statement costs the CPU timing model and how timelines show it (``isa.timeline_facts``).
 declare_timeline(FlagSignal, STATEMENT, NOT_SHOWN)
+declare_timeline(FlagAdd, STATEMENT, NOT_SHOWN)
 declare_timeline(FlagWait, STATEMENT, NOT_SHOWN)
 
 declare(WRITES_GLOBAL, FlagSignal, lambda s: s.flags)  # the signal stores its value
+declare(WRITES_GLOBAL, FlagAdd, lambda s: s.flags)  # the add stores the new count

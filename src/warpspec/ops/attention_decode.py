@@ -61,13 +61,15 @@ def decode_kernel(problem):
 def decode_workspace(problem) -> tuple[int, int, int, int]:
     """(chunk, splits, float32 partials, flags) of ``problem``'s decode launch: the keys each split reads (a
     multiple of the tile), the number of splits (no split without keys), and the workspace it needs: per slot (a
-    pack of query heads in one split) ``DECODE_ROWS`` rows of O and of the log-sum-exp, and one flag."""
+    pack of query heads in one split) O and the log-sum-exp of the pack's ``pack · S_q`` rows, and one flag per
+    pack (the count of its splits that left their partial)."""
     assert uses_decode(problem)
     block_n = DEFAULT_DECODE_SCHEDULES[problem.head_dim]["block_n"]
     chunk = cdiv(cdiv(problem.seq_k, split_count(problem)), block_n) * block_n
     n_splits = cdiv(problem.seq_k, chunk)
-    slots = n_splits * problem.batch * problem.heads // pack_size(problem)
-    return chunk, n_splits, slots * DECODE_ROWS * (problem.head_dim + 1), slots
+    packs = problem.batch * problem.heads // pack_size(problem)
+    rows = pack_size(problem) * problem.seq_q
+    return chunk, n_splits, n_splits * packs * rows * (problem.head_dim + 1), packs
 
 
 def launch_decode(q, k, v, out, lse2, problem) -> tuple:
@@ -75,11 +77,10 @@ def launch_decode(q, k, v, out, lse2, problem) -> tuple:
     and flags come from ``ops.matmul``'s stream-K workspace (``warpspec.ops.workspace``: per device and stream,
     its flags 0 between launches, since the kernel gives each back; fresh within CUDA-graph capture and on the
     emulator): O's rows first, then the log-sum-exp's (``decode_lse_offset``)."""
-    chunk, n_splits, elements, slots = decode_workspace(problem)
-    partials, flags = workspace_like(out, elements, slots)
-    rows = slots * DECODE_ROWS
-    ws_o = partials[:rows * problem.head_dim].reshape(rows, problem.head_dim)
-    ws_lse = partials[rows * problem.head_dim:rows * (problem.head_dim + 1)].reshape(rows, 1)
+    chunk, n_splits, elements, packs = decode_workspace(problem)
+    partials, flags = workspace_like(out, elements, packs)
+    o_elements = decode_lse_offset(problem) // 4
+    ws_o, ws_lse = partials[:o_elements], partials[o_elements:elements]
     script = decode_kernel(problem)
     args = (problem.seq_q, problem.seq_k, problem.batch * problem.heads, problem.heads,
             problem.heads // problem.kv_heads, problem.scale * LOG2_E, chunk, n_splits, q, k, v, out, lse2, ws_o,
@@ -89,6 +90,6 @@ def launch_decode(q, k, v, out, lse2, problem) -> tuple:
 
 
 def decode_lse_offset(problem) -> int:
-    """The byte offset of the log-sum-exp rows in the decode workspace's partials (after O's rows)."""
-    _, _, _, slots = decode_workspace(problem)
-    return slots * DECODE_ROWS * problem.head_dim * 4
+    """The byte offset of the log-sum-exp partials in the decode workspace's partials (after O's)."""
+    _, _, elements, _ = decode_workspace(problem)
+    return elements // (problem.head_dim + 1) * problem.head_dim * 4

@@ -17,11 +17,12 @@ The grid is (n_splits, B·H / pack). A block's threads:
   normalised by its own row sum and lse_s = m_s + log2(ℓ_s) (-inf for rows that saw no key of the chunk). Row r
   is query r mod S_q of head r // S_q of the pack: the causal mask reads it so.
 
-Every block but the last split of a pack leaves its partial in a float32 workspace (ordinary stores), and
-``flag.signal``s it; the last split, launched after the others of its pack (blockIdx.x is the fastest index),
-``flag.wait``s for each, gives the flag back (0, for the next launch) and folds the partial into its own:
-m = max(lse, lse_s), O = (O·2^(lse - m) + O_s·2^(lse_s - m)) / (2^(lse - m) + 2^(lse_s - m)), lse = m + log2 of
-that sum. It then stores O (cast, through shared memory and a TMA store that clips rows past pack · S_q) and the
+Every block but the last split of a pack leaves its partial in a float32 workspace (ordinary stores of the pack's
+real rows) and counts it on the pack's flag (``flag.add``); the last split, launched after the others of its pack
+(blockIdx.x is the fastest index), waits once for the count of all of them, gives the flag back (0, for the next
+launch) and folds their partials into its own: with m the largest lse, O = Σ 2^(lse_s - m)·O_s / Σ 2^(lse_s - m),
+lse = m + log2 of that sum (the maximum first, then the sum, so that the partials' loads do not wait for each
+other). It then stores O (cast, through shared memory and a TMA store that clips rows past pack · S_q) and the
 row's log-sum-exp (+inf for a row that sees no key, as the forward kernel stores it).
 """
 
@@ -78,10 +79,13 @@ class Decode(Script):
         gk = self.global_view(k_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
         gv = self.global_view(v_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
         glse = self.global_view(lse_ptr, dtype=float32, shape=[pack * seq_q, packs], strides=[1, pack * seq_q])
-        # One 64-row partial (O and lse) and one flag per block.
-        ws_o = self.global_view(ws_o_ptr, dtype=float32, shape=[n_splits * packs * DECODE_ROWS, d], scratch=True)
-        ws_lse = self.global_view(ws_lse_ptr, dtype=float32, shape=[n_splits * packs * DECODE_ROWS, 1], scratch=True)
-        flags = self.global_view(flags_ptr, dtype=int32, shape=[n_splits * packs])
+        # One partial (O and lse) per block, of the pack's pack · S_q real rows alone: slot s is columns
+        # [s·D, (s+1)·D) of O's view and column s of lse's, so the 64-row tiles' other rows fall outside the views,
+        # neither stored nor read. One count per pack, of its splits that left their partial.
+        slots = n_splits * packs
+        ws_o = self.global_view(ws_o_ptr, dtype=float32, shape=[pack * seq_q, slots * d], scratch=True)
+        ws_lse = self.global_view(ws_lse_ptr, dtype=float32, shape=[pack * seq_q, slots], scratch=True)
+        flags = self.global_view(flags_ptr, dtype=int32, shape=[packs])
         sq = self.shared_tensor(dtype=dtype, shape=[1, DECODE_ROWS, d])
         sk = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
         sv = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
@@ -102,21 +106,11 @@ class Decode(Script):
             row_max, acc_o = self.consume(sq, sk, sv, q_loaded, pipe, seq_q, seq_k, scale_log2, keys_from, n_tiles)
             slot: int32 = pb * n_splits + split
             if split < n_splits - 1:
-                self.leave_partial(acc_o, row_max, ws_o, ws_lse, flags, slot)
+                self.leave_partial(acc_o, row_max, ws_o, ws_lse, flags, slot, pb)
             else:
-                for earlier in self.range(n_splits - 1):
-                    other_o, other_lse = self.take_partial(ws_o, ws_lse, flags, slot - 1 - earlier)
-                    # m = max(lse, lse_s); rows where both are -inf (no key yet) subtract 0, never -inf - -inf.
-                    new_max = max(row_max, other_lse)
-                    subtrahend = self.where(new_max == float("-inf"), 0.0, new_max)
-                    mine = self.exp2(row_max - subtrahend)
-                    theirs = self.exp2(other_lse - subtrahend)
-                    total = mine + theirs
-                    acc_o = (acc_o * mine + other_o * theirs) / self.where(total == 0.0, 1.0, total)
-                    row_max = self.where(total == 0.0, float("-inf"), subtrahend + self.log2(total))
-                self.store_global(glse, self.where(row_max == float("-inf"), float("inf"), row_max),
-                                  offsets=[0, pb])
-                self.store_shared(sq[0], self.cast(acc_o, dtype))  # Q's last reader, the last S WGMMA, is done
+                out, lse = self.fold_partials(acc_o, row_max, ws_o, ws_lse, flags, pb, n_splits)
+                self.store_global(glse, self.where(lse == float("-inf"), float("inf"), lse), offsets=[0, pb])
+                self.store_shared(sq[0], self.cast(out, dtype))  # Q's last reader, the last S WGMMA, is done
                 self.fence_proxy_async()
                 self.sync()
                 with self.single_thread():
@@ -202,20 +196,42 @@ class Decode(Script):
             visible = visible | ((rows >= first) & (rows < first + seq_q) & (cols <= rows - first + causal_shift))
         return visible
 
-    def leave_partial(self, acc_o, lse, ws_o, ws_lse, flags, slot):
-        """Store this chunk's partial into its workspace slot, then say so to the head's last split."""
-        self.store_global(ws_o, acc_o, offsets=[slot * DECODE_ROWS, 0])
-        self.store_global(ws_lse, lse, offsets=[slot * DECODE_ROWS, 0])
-        self.sync()  # every thread's stores before the signal
+    def leave_partial(self, acc_o, lse, ws_o, ws_lse, flags, slot, pb):
+        """Store this chunk's partial into its workspace slot, then count it on the pack's flag."""
+        self.store_global(ws_o, acc_o, offsets=[0, slot * self.head_dim])
+        self.store_global(ws_lse, lse, offsets=[0, slot])
+        self.sync()  # every thread's stores before the count
         with self.single_thread():
-            self.flag.signal(flags, slot, 1)
+            self.flag.add(flags, pb, 1)
 
-    def take_partial(self, ws_o, ws_lse, flags, slot):
-        """Wait for an earlier split's partial (slot ``slot``); its (O_s, lse_s)."""
+    def wait_for_partials(self, ws_lse, flags, pb, n_splits):
+        """One thread waits for the count of the pack's other splits and gives it back; the sync orders every
+        thread's loads of their partials after the wait. (``ws_lse``: what the partials' loads read.)"""
         with self.single_thread():
-            self.flag.wait(flags, slot, 1)
-            self.flag.signal(flags, slot, 0)  # written once per launch, read once: given back for the next
-        self.sync()  # the other threads' loads after the wait
-        other_lse = self.load_global(ws_lse, offsets=[slot * DECODE_ROWS, 0], shape=[DECODE_ROWS, 1])
-        other_o = self.load_global(ws_o, offsets=[slot * DECODE_ROWS, 0], shape=[DECODE_ROWS, self.head_dim])
-        return other_o, other_lse
+            self.flag.wait(flags, pb, n_splits - 1)
+            self.flag.signal(flags, pb, 0)
+        self.sync()
+
+    def fold_partials(self, acc_o, lse, ws_o, ws_lse, flags, pb, n_splits):
+        """The pack's last split: wait until its other splits all left their partial (one wait on their count),
+        give the count back (0, for the next launch), then fold the partials into this one's (O, lse): with m the
+        largest lse, O = Σ 2^(lse_s - m)·O_s / Σ 2^(lse_s - m) and lse = m + log2 of that sum. The maximum first,
+        then the sum: neither pass's loads wait for one another, only the arithmetic does."""
+        first: int32 = pb * n_splits  # the pack's first slot; this split's is the last
+        self.wait_for_partials(ws_lse, flags, pb, n_splits)
+        top = lse + 0.0  # a tensor of its own: the loop updates it in place, and lse is read after it
+        for earlier in self.range(n_splits - 1):
+            top = max(top, self.load_global(ws_lse, offsets=[0, first + earlier], shape=[DECODE_ROWS, 1]))
+        # Rows where every split saw no key subtract 0, never -inf - -inf.
+        subtrahend = self.where(top == float("-inf"), 0.0, top)
+        total = self.exp2(lse - subtrahend)  # this split's weight, then the sum of all of them
+        acc = acc_o * total
+        for earlier in self.range(n_splits - 1):
+            theirs = self.exp2(self.load_global(ws_lse, offsets=[0, first + earlier], shape=[DECODE_ROWS, 1])
+                               - subtrahend)
+            other_o = self.load_global(ws_o, offsets=[0, (first + earlier) * self.head_dim],
+                                       shape=[DECODE_ROWS, self.head_dim])
+            total = total + theirs
+            acc = acc + other_o * theirs
+        return (acc / self.where(total == 0.0, 1.0, total),
+                self.where(total == 0.0, float("-inf"), subtrahend + self.log2(total)))

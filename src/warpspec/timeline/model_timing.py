@@ -141,6 +141,9 @@ class NullMemory:
     def flag_signal(self, task, flag, value) -> None:
         """Dropped: the model keeps no flag values."""
 
+    def flag_add(self, task, flag, value) -> None:
+        """Dropped: the model keeps no flag values."""
+
     def flag_acquired(self, task, flag) -> None:
         """No race checks in the model."""
 
