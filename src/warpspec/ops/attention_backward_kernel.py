@@ -30,7 +30,7 @@ from warpspec.ops.attention_kernel import (CONSUMER_REGISTERS, CONSUMER_THREADS,
                                            WARPGROUP, element_dtype)
 from warpspec.ops.naming import typed_kernel_name
 from warpspec.pipeline import Pipeline
-from warpspec.script import Script
+from warpspec.script import Class, Script
 
 BLOCK_ROWS = 2 * 64  # two consumer warpgroups of 64 rows (keys in the dK/dV kernel, queries in the dQ kernel)
 #: The backward's head dims: D = 256 needs dK and dV accumulators of 128 registers each per thread.
@@ -93,6 +93,8 @@ class BackwardKV(Script):
     """dK and dV of 128 keys of one K/V head, summed over the query heads of its group; ``dtype`` operands and
     gradients."""
 
+    accumulates_dq = False  # BackwardKVDQ's: the dQ shares of the block's keys too
+
     def __init__(self, dtype, head_dim, causal, block_m, num_stages):
         super().__init__()
         self.dtype = element_dtype(dtype)
@@ -113,8 +115,9 @@ class BackwardKV(Script):
                          lse_ptr, dd_ptr, dk_ptr, dv_ptr)
 
     def backward_kv(self, seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
-                    lse_ptr, dd_ptr, dk_ptr, dv_ptr):
-        """dK, dV for keys ``128 · blockIdx.x ...`` of K/V head ``blockIdx.y``."""
+                    lse_ptr, dd_ptr, dk_ptr, dv_ptr, dq_accum_ptr=None):
+        """dK, dV for keys ``128 · blockIdx.x ...`` of K/V head ``blockIdx.y``; with ``dq_accum_ptr`` (float32
+        [B·H, S_q, D]) also each streamed tile's dQ share over these keys, reduce-added into it."""
         d, block_m, dtype = self.head_dim, self.block_m, self.dtype
         kv_heads = heads // group
         self.attrs.blocks = [cdiv(seq_k, BLOCK_ROWS), batch_heads // group]
@@ -133,6 +136,9 @@ class BackwardKV(Script):
         sdo = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_m, d])
         kv_loaded = self.mbarrier.alloc(counts=[1])
         pipe = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
+        dq = None
+        if self.accumulates_dq:
+            dq = DQAccumulation(dq_accum_ptr, batch_heads, seq_q, dtype, d, block_m)
 
         offset_n: int32 = BLOCK_ROWS * self.blockIdx.x
         kv_bh: int32 = self.blockIdx.y
@@ -149,25 +155,33 @@ class BackwardKV(Script):
                                max_registers=PRODUCER_REGISTERS):
             with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=32):
                 self.produce_kv(gq, gdo, gk, gv, sq, sdo, sk, sv, kv_loaded, pipe, kv_bh, first_bh, offset_n,
-                                first_tile, tiles_per_head, n_items)
+                                first_tile, tiles_per_head, n_items, dq)
         with self.thread_group(thread_begin=0, num_threads=CONSUMER_THREADS, max_registers=CONSUMER_REGISTERS):
             for wg in range(2):
                 with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
                     self.consume_kv(wg, sk[wg], sv[wg], sq, sdo, glse, gdd, gdk, gdv, kv_loaded, pipe, scale,
                                     scale_log2, kv_bh, first_bh, offset_n, first_tile, tiles_per_head, n_items,
-                                    causal_shift)
+                                    causal_shift, dq)
 
     def produce_kv(self, gq, gdo, gk, gv, sq, sdo, sk, sv, kv_loaded, pipe, kv_bh, first_bh, offset_n, first_tile,
-                   tiles_per_head, n_items):
-        """The producer warp: the block's K and V once, then (Q, dO) of every query tile of every head of the
-        group into one ring."""
+                   tiles_per_head, n_items, dq=None):
+        """The producer warp: the block's K and V once (K also in column halves when accumulating dQ), then
+        (Q, dO) of every query tile of every head of the group into one ring."""
         with self.single_thread():
-            self.mbarrier.arrive_and_expect_tx(kv_loaded[0], sk.nbytes + sv.nbytes)
+            halves_bytes = 0
+            if self.accumulates_dq:
+                halves_bytes = dq.k_halves.nbytes
+            self.mbarrier.arrive_and_expect_tx(kv_loaded[0], sk.nbytes + sv.nbytes + halves_bytes)
             for wg in range(2):
                 self.tma.global_to_shared(src=gk, dst=sk[wg], offsets=[kv_bh, offset_n + 64 * wg, 0],
                                           mbarrier=kv_loaded[0])
                 self.tma.global_to_shared(src=gv, dst=sv[wg], offsets=[kv_bh, offset_n + 64 * wg, 0],
                                           mbarrier=kv_loaded[0])
+                if self.accumulates_dq:
+                    for half in range(2):
+                        self.tma.global_to_shared(src=gk, dst=dq.k_halves[wg][half],
+                                                  offsets=[kv_bh, offset_n + 64 * wg, half * (self.head_dim // 2)],
+                                                  mbarrier=kv_loaded[0])
         for item in self.range(n_items):
             bh: int32 = first_bh + item // tiles_per_head
             offset_m: int32 = (first_tile + item % tiles_per_head) * self.block_m
@@ -186,9 +200,10 @@ class BackwardKV(Script):
             pipe.producer_advance()
 
     def consume_kv(self, wg, sk, sv, sq, sdo, glse, gdd, gdk, gdv, kv_loaded, pipe, scale, scale_log2, kv_bh,
-                   first_bh, offset_n, first_tile, tiles_per_head, n_items, causal_shift):
+                   first_bh, offset_n, first_tile, tiles_per_head, n_items, causal_shift, dq=None):
         """Consumer warpgroup ``wg``: keys ``offset_n + 64·wg ...`` against every streamed (Q, dO) tile, keys as
-        rows so that Pᵀ and dSᵀ are the A operands of dV's and dK's WGMMAs straight from registers."""
+        rows so that Pᵀ and dSᵀ are the A operands of dV's and dK's WGMMAs straight from registers; with ``dq``,
+        also the tile's dQ columns of half ``wg`` over the block's keys (``DQAccumulation``)."""
         d, block_m, dtype = self.head_dim, self.block_m, self.dtype
         pipe.consumer_stage = 0
         pipe.consumer_phase = self.mbarrier.consumer_initial_phase
@@ -222,10 +237,16 @@ class BackwardKV(Script):
             dd = self.load_global(gdd, offsets=[bh, offset_m], shape=[1, block_m])
             self.wgmma.wait_group(1)  # dPᵀ is done (dV's group may still run)
             grads = self.cast(probs * (acc_dp - dd), dtype)
+            if self.accumulates_dq:
+                dq.share(wg, item, grads)  # before dK's WGMMA reads grads: its A registers stay untouched meanwhile
             self.wgmma.fence()
             self.wgmma.mma(grads, sq[stage][0], acc_dk)  # dK += dSᵀ·Q
             self.wgmma.commit_group()
+            if self.accumulates_dq:
+                dq.accumulate(wg, item, bh, offset_m)
             self.retire_tile(pipe)
+        if self.accumulates_dq:
+            dq.drain()
         self.store_tile(sk, gdk, self.cast(acc_dk * scale, dtype), kv_bh, keys_from)
         self.store_tile(sv, gdv, self.cast(acc_dv, dtype), kv_bh, keys_from)
 
@@ -246,6 +267,81 @@ class BackwardKV(Script):
             self.tma.shared_to_global(src=buffer, dst=view, offsets=[head, rows_from, 0])
             self.tma.commit_group()
             self.tma.wait_group(0)  # the shared source must stay valid until the copy has read it
+
+
+class BackwardKVDQ(BackwardKV):
+    """``BackwardKV`` that also accumulates dQ: per streamed (Q, dO) tile, the block's share dS·K over its 128 keys
+    is reduce-added in float32 into ``dq_accum`` [B·H, S_q, D] (zero before the launch; dQ is ``scale`` times the
+    sum of every block's shares, in whatever order they land)."""
+
+    accumulates_dq = True
+
+    def kernel_name(self) -> str:
+        """``BackwardKVDQF16`` or ``BackwardKVDQBF16``."""
+        return typed_kernel_name(self, BackwardKVDQ, "BackwardKVDQ", (self.dtype,))
+
+    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32, scale: float32,
+                 scale_log2: float32, q_ptr: ~self.dtype, k_ptr: ~self.dtype, v_ptr: ~self.dtype,
+                 do_ptr: ~self.dtype, lse_ptr: ~float32, dd_ptr: ~float32, dk_ptr: ~self.dtype, dv_ptr: ~self.dtype,
+                 dq_accum_ptr: ~float32):
+        self.backward_kv(seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
+                         lse_ptr, dd_ptr, dk_ptr, dv_ptr, dq_accum_ptr)
+
+
+class DQAccumulation(Class):
+    """The dQ share of one (Q, dO) tile in ``BackwardKVDQ``: dQ[block_m, D] += dS·K over the block's 128 keys.
+
+    Each consumer warpgroup holds dSᵀ of its 64 keys; both store them (16-bit) into ``grads`` [2, 64 keys,
+    block_m], and then warpgroup h computes dQ's column half h from both: Σ_j grads[j]ᵀ · K_j[:, half h] (an
+    MN-major A and B from shared memory), so each does half the GEMM and neither waits on the other beyond the
+    hand-off. K's column halves are a second copy of K (``k_halves``: shared tiles are indexed by leading
+    dimensions only, not sliced). The float32 half goes through ``staging[h]`` and one TMA reduce-add of the
+    warpgroup's own into dQ: the same bytes as one reduce-add of the whole tile. Two mbarriers of 256 arrivals
+    (both warpgroups) hand ``grads`` over: ``written`` (both halves stored, fenced) and ``read`` (both dQ WGMMAs
+    done, so the next tile may overwrite it); each completes once per tile, so the tile's parity is its phase."""
+
+    def __init__(self, dq_accum_ptr, batch_heads, seq_q, dtype, d, block_m):
+        self.half = d // 2
+        self.view = self.global_view(dq_accum_ptr, dtype=float32, shape=[batch_heads, seq_q, d])
+        self.k_halves = self.shared_tensor(dtype=dtype, shape=[2, 2, 1, 64, d // 2])
+        self.grads = self.shared_tensor(dtype=dtype, shape=[2, 64, block_m])
+        self.staging = self.shared_tensor(dtype=float32, shape=[2, 1, block_m, d // 2])
+        self.handoff = self.mbarrier.alloc(counts=[CONSUMER_THREADS, CONSUMER_THREADS])  # written, read
+        self.block_m = block_m
+
+    def share(self, wg, item, grads):
+        """Warpgroup ``wg`` stores its dSᵀ (``grads``, [64 keys, block_m]) once the other warpgroup's dQ WGMMA of
+        the previous tile has read the buffer (a fresh barrier passes parity 1: tile 0 waits for nothing)."""
+        self.mbarrier.wait(self.handoff[1], phase=(item & 1) ^ 1)
+        self.store_shared(self.grads[wg], grads)
+        self.fence_proxy_async()  # the ordinary stores become visible to the other warpgroup's WGMMA (async proxy)
+        self.mbarrier.arrive(self.handoff[0])
+
+    def accumulate(self, wg, item, bh, offset_m):
+        """Warpgroup ``wg``: dQ[offset_m ..., half wg] of head ``bh`` from both dSᵀ tiles, reduce-added."""
+        self.mbarrier.wait(self.handoff[0], phase=item & 1)
+        acc_dq = self.register_tensor(dtype=float32, shape=[self.block_m, self.half], init=0.0)
+        self.wgmma.fence()
+        for j in range(2):
+            self.wgmma.mma(self.grads[j].transpose(), self.k_halves[j][wg][0], acc_dq)  # += dS_j · K_j[:, half]
+        self.wgmma.commit_group()
+        self.wgmma.wait_group(0)  # also dK's and dV's: the stage may go back to the producer after this
+        self.mbarrier.arrive(self.handoff[1])
+        with self.single_thread():
+            self.tma.wait_group(0)  # the previous tile's reduce-add has read staging[wg]
+        self.sync()
+        self.store_shared(self.staging[wg][0], acc_dq)
+        self.fence_proxy_async()
+        self.sync()
+        with self.single_thread():
+            self.tma.shared_to_global(src=self.staging[wg], dst=self.view, offsets=[bh, offset_m, wg * self.half],
+                                      reduce="add")
+            self.tma.commit_group()
+
+    def drain(self):
+        """The last reduce-add must have read its staging tile before the block exits."""
+        with self.single_thread():
+            self.tma.wait_group(0)
 
 
 class BackwardQ(Script):
