@@ -1,18 +1,21 @@
-"""The attention backward kernels behind ``warpspec.ops.attention_backward``, FlashAttention-3's structure with a
-separate, deterministic dQ pass. With P = exp2(S · scale_log2 - lse) the forward's probabilities (S = Q·Kᵀ, lse the
-forward's base-2 log-sum-exp per query row) and dO the output's gradient:
+"""The attention backward kernels behind ``warpspec.ops.attention_backward``, FlashAttention-3's structure. With
+P = exp2(S · scale_log2 - lse) the forward's probabilities (S = Q·Kᵀ, lse the forward's base-2 log-sum-exp per query
+row) and dO the output's gradient:
 
-* ``AttentionBackwardDot`` (preprocessing): D = rowsum(dO ∘ O) per query row, as the diagonal of the m64 WGMMA
-  dO·Oᵀ (the language reduces accumulator rows only, and this costs one 64 × 64 tile per 64 rows);
-* ``AttentionBackwardKV``: one block per 128 keys of one K/V head; each consumer warpgroup owns 64 of them and keeps
+* ``Dot`` (preprocessing): D = rowsum(dO ∘ O) per query row, as the diagonal of the m64 WGMMA dO·Oᵀ (the language
+  reduces accumulator rows only, and this costs one 64 × 64 tile per 64 rows);
+* ``BackwardKV``: one block per 128 keys of one K/V head; each consumer warpgroup owns 64 of them and keeps
   its K and V tiles in shared memory while a producer warp streams the (Q, dO) tiles of every query head of the
   group through a ring. Per tile, with the keys as rows: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (two WGMMA groups), Pᵀ =
   exp2(Sᵀ · scale_log2 - lse) (lse a row vector: one value per query column), dV += Pᵀ·dO, dSᵀ = Pᵀ ∘ (dPᵀ - D),
-  dK += dSᵀ·Q; Pᵀ and dSᵀ are cast in place into WGMMA's register A operand, so nothing goes through shared
-  memory. Summing over the group's query heads inside the block makes grouped-query dK/dV deterministic;
-* ``AttentionBackwardQ``: one block per 128 query rows (64 per consumer warpgroup, as the forward), the producer
-  streaming K and V tiles: S = Q·Kᵀ, dP = dO·Vᵀ, dS = P ∘ (dP - D), dQ += dS·K. Recomputing S and dP costs two
-  more GEMMs than float32 atomics would, and leaves dQ deterministic (the language has no atomics).
+  dK += dSᵀ·Q; Pᵀ and dSᵀ are cast in place into WGMMA's register A operand. Summing over the group's query heads
+  inside the block makes grouped-query dK/dV deterministic;
+* dQ, two ways. The default: ``BackwardKVDQ`` is ``BackwardKV`` that also computes each tile's dQ share dS·K over
+  its 128 keys (dSᵀ handed between the warpgroups through shared memory, ``DQAccumulation``) and reduce-adds it in
+  float32 into a zeroed accumulator, which ``ConvertDQ`` scales into q's dtype: 5 GEMMs per tile, but the order of
+  the float32 adds differs between runs, and so may dQ's last bits. The deterministic option: ``BackwardQ``, one
+  block per 128 query rows (64 per consumer warpgroup, as the forward), the producer streaming K and V tiles:
+  S = Q·Kᵀ, dP = dO·Vᵀ, dS = P ∘ (dP - D), dQ += dS·K; recomputing S and dP costs two more GEMMs.
 
 dQ and dK leave multiplied by ``scale`` (dS is the gradient of the scaled logits). Masks: causal only, aligned at
 the bottom right as in the forward (key j is seen by query i when j <= i + S_k - S_q); no ragged mask is needed,
@@ -238,17 +241,53 @@ class BackwardKV(Script):
             self.wgmma.wait_group(1)  # dPᵀ is done (dV's group may still run)
             grads = self.cast(probs * (acc_dp - dd), dtype)
             if self.accumulates_dq:
-                dq.share(wg, item, grads)  # before dK's WGMMA reads grads: its A registers stay untouched meanwhile
+                self.share_grads(dq, wg, item, grads)  # before dK's WGMMA: its A registers stay untouched after
             self.wgmma.fence()
             self.wgmma.mma(grads, sq[stage][0], acc_dk)  # dK += dSᵀ·Q
             self.wgmma.commit_group()
             if self.accumulates_dq:
-                dq.accumulate(wg, item, bh, offset_m)
+                self.accumulate_dq(dq, wg, item, bh, offset_m)
             self.retire_tile(pipe)
         if self.accumulates_dq:
-            dq.drain()
+            with self.single_thread():
+                self.tma.wait_group(0)  # the last reduce-add has read its staging tile before the block exits
         self.store_tile(sk, gdk, self.cast(acc_dk * scale, dtype), kv_bh, keys_from)
         self.store_tile(sv, gdv, self.cast(acc_dv, dtype), kv_bh, keys_from)
+
+    def share_grads(self, dq, wg, item, grads):
+        """Warpgroup ``wg`` stores its dSᵀ (``grads``, [64 keys, block_m]) into ``dq.grads[wg]`` once the other
+        warpgroup's dQ WGMMA of the previous tile has read it (a fresh barrier passes parity 1: tile 0 waits for
+        nothing)."""
+        self.mbarrier.wait(dq.handoff[1], phase=(item & 1) ^ 1)
+        self.store_shared(dq.grads[wg], grads)
+        self.fence_proxy_async()  # the ordinary stores become visible to the other warpgroup's WGMMA (async proxy)
+        self.mbarrier.arrive(dq.handoff[0])
+
+    def accumulate_dq(self, dq, wg, item, bh, offset_m):
+        """Warpgroup ``wg``: column half ``wg`` of the tile's dQ share from both dSᵀ tiles, reduce-added."""
+        self.mbarrier.wait(dq.handoff[0], phase=item & 1)
+        acc_dq = self.register_tensor(dtype=float32, shape=[self.block_m, dq.half], init=0.0)
+        self.wgmma.fence()
+        for j in range(2):
+            self.wgmma.mma(dq.grads[j].transpose(), dq.k_halves[j][wg][0], acc_dq)  # += dS_j · K_j[:, half wg]
+        self.wgmma.commit_group()
+        self.wgmma.wait_group(0)  # also dK's and dV's: the stage may go back to the producer after this
+        self.mbarrier.arrive(dq.handoff[1])
+        self.reduce_dq(dq, wg, acc_dq, bh, offset_m)
+
+    def reduce_dq(self, dq, wg, acc_dq, bh, offset_m):
+        """``acc_dq`` -> ``dq.staging[wg]`` once the previous tile's reduce-add has read it -> one TMA reduce-add
+        into dQ's accumulator, waited for at the next tile (or the block's end), not here."""
+        with self.single_thread():
+            self.tma.wait_group(0)
+        self.sync()  # the issuing thread's wait orders the warpgroup's stores below
+        self.store_shared(dq.staging[wg][0], acc_dq)
+        self.fence_proxy_async()
+        self.sync()
+        with self.single_thread():
+            self.tma.shared_to_global(src=dq.staging[wg], dst=dq.view, offsets=[bh, offset_m, wg * dq.half],
+                                      reduce="add")
+            self.tma.commit_group()
 
     def retire_tile(self, pipe):
         """Wait for dV's and dK's WGMMAs (they read the stage's dO and Q) and only then hand the stage back to the
@@ -289,7 +328,8 @@ class BackwardKVDQ(BackwardKV):
 
 
 class DQAccumulation(Class):
-    """The dQ share of one (Q, dO) tile in ``BackwardKVDQ``: dQ[block_m, D] += dS·K over the block's 128 keys.
+    """The state of ``BackwardKVDQ``'s dQ shares (``BackwardKV.share_grads``, ``accumulate_dq``, ``reduce_dq``):
+    per (Q, dO) tile, dQ[block_m, D] += dS·K over the block's 128 keys.
 
     Each consumer warpgroup holds dSᵀ of its 64 keys; both store them (16-bit) into ``grads`` [2, 64 keys,
     block_m], and then warpgroup h computes dQ's column half h from both: Σ_j grads[j]ᵀ · K_j[:, half h] (an
@@ -302,46 +342,37 @@ class DQAccumulation(Class):
 
     def __init__(self, dq_accum_ptr, batch_heads, seq_q, dtype, d, block_m):
         self.half = d // 2
-        self.view = self.global_view(dq_accum_ptr, dtype=float32, shape=[batch_heads, seq_q, d])
+        # A workspace added into in part: causal rows that see no key get no share (and keep the zeros given).
+        self.view = self.global_view(dq_accum_ptr, dtype=float32, shape=[batch_heads, seq_q, d], scratch=True)
         self.k_halves = self.shared_tensor(dtype=dtype, shape=[2, 2, 1, 64, d // 2])
         self.grads = self.shared_tensor(dtype=dtype, shape=[2, 64, block_m])
         self.staging = self.shared_tensor(dtype=float32, shape=[2, 1, block_m, d // 2])
         self.handoff = self.mbarrier.alloc(counts=[CONSUMER_THREADS, CONSUMER_THREADS])  # written, read
         self.block_m = block_m
 
-    def share(self, wg, item, grads):
-        """Warpgroup ``wg`` stores its dSᵀ (``grads``, [64 keys, block_m]) once the other warpgroup's dQ WGMMA of
-        the previous tile has read the buffer (a fresh barrier passes parity 1: tile 0 waits for nothing)."""
-        self.mbarrier.wait(self.handoff[1], phase=(item & 1) ^ 1)
-        self.store_shared(self.grads[wg], grads)
-        self.fence_proxy_async()  # the ordinary stores become visible to the other warpgroup's WGMMA (async proxy)
-        self.mbarrier.arrive(self.handoff[0])
 
-    def accumulate(self, wg, item, bh, offset_m):
-        """Warpgroup ``wg``: dQ[offset_m ..., half wg] of head ``bh`` from both dSᵀ tiles, reduce-added."""
-        self.mbarrier.wait(self.handoff[0], phase=item & 1)
-        acc_dq = self.register_tensor(dtype=float32, shape=[self.block_m, self.half], init=0.0)
-        self.wgmma.fence()
-        for j in range(2):
-            self.wgmma.mma(self.grads[j].transpose(), self.k_halves[j][wg][0], acc_dq)  # += dS_j · K_j[:, half]
-        self.wgmma.commit_group()
-        self.wgmma.wait_group(0)  # also dK's and dV's: the stage may go back to the producer after this
-        self.mbarrier.arrive(self.handoff[1])
-        with self.single_thread():
-            self.tma.wait_group(0)  # the previous tile's reduce-add has read staging[wg]
-        self.sync()
-        self.store_shared(self.staging[wg][0], acc_dq)
-        self.fence_proxy_async()
-        self.sync()
-        with self.single_thread():
-            self.tma.shared_to_global(src=self.staging[wg], dst=self.view, offsets=[bh, offset_m, wg * self.half],
-                                      reduce="add")
-            self.tma.commit_group()
+class ConvertDQ(Script):
+    """dq = scale · dq_accum in ``dtype``: one warpgroup per 64 rows of the [rows, D] float32 accumulator that
+    ``BackwardKVDQ`` reduce-added into (rows = B·H·S_q, every head's rows one after another)."""
 
-    def drain(self):
-        """The last reduce-add must have read its staging tile before the block exits."""
-        with self.single_thread():
-            self.tma.wait_group(0)
+    def __init__(self, dtype, head_dim):
+        super().__init__()
+        self.dtype = element_dtype(dtype)
+        _check_head_dim(head_dim)
+        self.head_dim = head_dim
+
+    def kernel_name(self) -> str:
+        """``ConvertDQF16`` or ``ConvertDQBF16``."""
+        return typed_kernel_name(self, ConvertDQ, "ConvertDQ", (self.dtype,))
+
+    def __call__(self, rows: int32, scale: float32, dq_accum_ptr: ~float32, dq_ptr: ~self.dtype):
+        self.attrs.blocks = [cdiv(rows, 64)]
+        self.attrs.warps = WARPGROUP // 32
+        accumulated = self.global_view(dq_accum_ptr, dtype=float32, shape=[rows, self.head_dim])
+        gdq = self.global_view(dq_ptr, dtype=self.dtype, shape=[rows, self.head_dim])
+        rows_from: int32 = 64 * self.blockIdx.x
+        tile = self.load_global(accumulated, offsets=[rows_from, 0], shape=[64, self.head_dim])
+        self.store_global(gdq, self.cast(tile * scale, self.dtype), offsets=[rows_from, 0])
 
 
 class BackwardQ(Script):
