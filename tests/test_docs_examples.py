@@ -454,6 +454,10 @@ EMULATOR_CHECKS = {
     "blocks-overlap": lambda: gk.MoveRows()(32, 16, 16, 0, *overlapping_rows()),
     "tma-store-read-back": lambda: gk.StoreThenRead(wait=False, tma_reader=False)(
         *[np.zeros((64, 64), np.float16) for _ in range(3)]),
+    "store-into-reduce-adds": lambda: gk.ReduceTiles("store")(2, 64, np.ones((2, 64, 64), np.float32),
+                                                              np.zeros((64, 64), np.float32)),
+    "read-back-reduce-adds": lambda: gk.ReduceTiles("read-back")(2, 64, np.ones((2, 64, 64), np.float32),
+                                                                 np.zeros((64, 64), np.float32)),
     "flag-waits-for-a-later-block": lambda: running_sum(fk.RunningSum(wait_for="next")),
     "flag-signal-before-sync": lambda: running_sum(fk.RunningSum(sync_before_signal=False)),
     "flag-left-set": lambda: running_sum(fk.RunningSum(reset=False), launches=2),

@@ -1,7 +1,8 @@
 """warpspec.isa.tma (``self.tma.global_to_shared/shared_to_global/commit_group/wait_group``): the emulator's result
-against numpy (a ragged tile: zero-filled loads, clipped stores), one planted misuse per check the family makes when
-the kernel is built (exact error class, the kernel's ``file:line``, a message fragment), the bulk-tensor instructions
-in the machine code, and a ``gpu``-marked run against numpy.
+against numpy (a ragged tile: zero-filled loads, clipped stores; reduce-adds of several blocks into one tile), one
+planted misuse per check the family makes when the kernel is built (exact error class, the kernel's ``file:line``, a
+message fragment), the race rules of reduce-adds, the bulk-tensor instructions in the machine code, and
+``gpu``-marked runs against numpy.
 
 The run-time checks (bytes delivered to a barrier whose phase already completed, a buffer refilled while a TMA
 store still reads it) are planted in real pipelines in tests/emulator/test_planted_bugs.py; multicast is
@@ -12,8 +13,10 @@ import numpy as np
 import pytest
 
 import warpspec
+from tests.kernels import global_race_kernels as gk
 from tests.support.markers import markers_of
-from warpspec import ArgumentError, CompileError, float16, float32, int32
+from warpspec import ArgumentError, CompileError, RaceError, float16, float32, int32
+from warpspec.errors import InFlightAtExitError
 from warpspec.cuda import sass
 from warpspec.cuda.launch import compile_kernel
 from warpspec.runtime import kernel_for
@@ -76,6 +79,10 @@ class Misuse(warpspec.Script):
                 self.tma.shared_to_global(src=narrow, dst=x, offsets=[0, 0])  # <<< inner-bytes
             if self.mistake == "wait-group":
                 self.tma.wait_group(8)  # <<< wait-group
+            if self.mistake == "reduce-dtype":
+                self.tma.shared_to_global(src=tile, dst=x, offsets=[0, 0], reduce="add")  # <<< reduce-dtype
+            if self.mistake == "reduce-op":
+                self.tma.shared_to_global(src=tile, dst=x, offsets=[0, 0], reduce="max")  # <<< reduce-op
 
 
 MISUSES = [
@@ -86,6 +93,8 @@ MISUSES = [
     ("dtype", "is float32 but"),
     ("inner-bytes", "is 8 bytes; TMA needs a multiple of 16 bytes"),
     ("wait-group", "tma.wait_group n must be in [0, 7], got 8"),
+    ("reduce-dtype", "tma.shared_to_global reduce='add' combines float32 tiles; tile is float16"),
+    ("reduce-op", "tma.shared_to_global reduce must be None or one of 'add', got 'max'"),
 ]
 
 
@@ -125,6 +134,59 @@ def test_each_misuse_is_a_compile_error_at_its_line(mistake, fragment):
     assert fragment in str(caught.value)
 
 
+@pytest.mark.parametrize("parts, m", [(3, 64), (2, 100)])
+def test_reduce_adds_of_several_blocks_into_one_tile_sum_and_are_no_race(parts, m):
+    """Every part's blocks add into the same rows; the emulator runs them one after another, so the sum must be
+    the float32 sum (in the order of the parts) over what dst held, rows past m clipped."""
+    src = np.random.default_rng(0).standard_normal((parts, m, 64)).astype(np.float32)
+    dst = np.random.default_rng(1).standard_normal((m, 64)).astype(np.float32)
+    expected = dst.copy()
+    for part in src:
+        expected += part
+    with warpspec.use_backend("emulator"):
+        gk.ReduceTiles()(parts, m, src, dst)
+    np.testing.assert_array_equal(dst, expected)
+
+
+@pytest.mark.parametrize("mistake, marker, fragment", [
+    ("store", "add", "tma.shared_to_global(reduce='add') in block (1, 0, 0) adds into dst[0, 0, 0] (argument "
+                     "'dst_ptr'), which block (0, 0, 0) wrote (tma.shared_to_global of dst"),
+    ("read", "reduce-add", "tma.shared_to_global(reduce='add') in block (1, 0, 0) adds into dst[0, 0, 0] (argument "
+                           "'dst_ptr'), which block (0, 0, 0) read (load_global of plain"),
+])
+def test_a_plain_access_of_elements_other_blocks_reduce_add_into_is_a_race(mistake, marker, fragment):
+    with warpspec.use_backend("emulator"), pytest.raises(RaceError) as caught:
+        gk.ReduceTiles(mistake)(2, 64, np.ones((2, 64, 64), np.float32), np.zeros((64, 64), np.float32))
+    assert caught.value.location == f"{gk.__file__}:{gk.marker_line(marker)}"
+    assert fragment in str(caught.value)
+
+
+def test_a_read_of_elements_another_block_reduce_added_into_is_a_race_at_the_read():
+    """Part 1's block reads dst back after its own add (waited for), but part 0's block added into it too."""
+    with warpspec.use_backend("emulator"), pytest.raises(RaceError) as caught:
+        gk.ReduceTiles("read-back")(2, 64, np.ones((2, 64, 64), np.float32), np.zeros((64, 64), np.float32))
+    assert caught.value.location == f"{gk.__file__}:{gk.marker_line('read-back')}"
+    assert "load_global in block (1, 0, 0) reads plain[0, 0] (argument 'dst_ptr'), which block (0, 0, 0) " \
+           "reduce-added into (tma.shared_to_global(reduce='add') of dst" in str(caught.value)
+
+
+def test_a_reduce_add_in_flight_at_exit_is_the_error_of_an_unwaited_store():
+    with warpspec.use_backend("emulator"), pytest.raises(InFlightAtExitError) as caught:
+        gk.ReduceTiles("no-wait")(1, 64, np.ones((1, 64, 64), np.float32), np.zeros((64, 64), np.float32))
+    assert caught.value.location == f"{gk.__file__}:{gk.marker_line('reduce-add')}"
+    assert "TMA reduce-add tile -> dst[0, 0, 0]" in str(caught.value)
+    assert "is still in flight" in str(caught.value) and "tma.wait_group(0)" in str(caught.value)
+
+
+def test_the_cuda_build_of_a_reduce_add_is_one_bulk_tensor_reduction():
+    """ptxas accepts the emitted ``cp.reduce.async.bulk.tensor``: a UTMAREDG per box in the SASS (64 float32 columns
+    are two boxes of the 128-byte swizzle span, for the load as for the reduce-add)."""
+    built = compile_kernel(kernel_for(gk.ReduceTiles(), {}))
+    assert "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group" in built.generated.source
+    counts = sass.count_instructions(sass.disassemble(built.module.cubin), ["UTMALDG", "UTMAREDG", "UTMASTG"])
+    assert counts == {"UTMALDG": 2, "UTMAREDG": 2, "UTMASTG": 0}
+
+
 def test_the_cuda_build_has_one_bulk_tensor_load_and_store():
     cubin = compile_kernel(kernel_for(TileCopy(), {})).module.cubin
     counts = sass.count_instructions(sass.disassemble(cubin), ["UTMALDG", "UTMASTG", "LDL", "STL"])
@@ -140,3 +202,17 @@ def test_gpu_a_copy_through_shared_memory_is_exact_at_a_ragged_shape():
         TileCopy()(100, 136, torch.from_numpy(src).cuda(), dst)
     torch.cuda.synchronize()
     np.testing.assert_array_equal(dst.cpu().numpy(), src)
+
+
+@pytest.mark.gpu
+def test_gpu_reduce_adds_of_several_blocks_sum_in_float32():
+    """Three blocks add into each tile; float32 adds in any order, so the sum matches numpy's to rounding."""
+    torch = pytest.importorskip("torch")
+    src = np.random.default_rng(0).standard_normal((3, 100, 64)).astype(np.float32)
+    dst = np.random.default_rng(1).standard_normal((100, 64)).astype(np.float32)
+    expected = dst + src.sum(axis=0)
+    out = torch.from_numpy(dst).cuda()
+    with warpspec.use_backend("cuda"):
+        gk.ReduceTiles()(3, 100, torch.from_numpy(src).cuda(), out)
+    torch.cuda.synchronize()
+    np.testing.assert_allclose(out.cpu().numpy(), expected, rtol=1e-6, atol=1e-5)

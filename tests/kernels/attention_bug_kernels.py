@@ -3,14 +3,14 @@
 class, for tests/ops/test_attention.py, tests/ops/test_attention_decode.py, tests/ops/test_attention_backward.py and
 tests/ops/test_attention_varlen_paged.py.
 
-Each class overrides the one helper of ``Attention``, ``Decode``, ``BackwardKV`` or ``AttentionPaged`` that it
-breaks. A line that an error report must name ends
+Each class overrides the one helper of ``Attention``, ``Decode``, ``BackwardKV``, ``BackwardKVDQ`` or
+``AttentionPaged`` that it breaks. A line that an error report must name ends
 with a marker comment ``# <<< name``; ``marker_line(name)`` finds its number.
 """
 
 from tests.support.markers import markers_of
 
-from warpspec.ops.attention_backward_kernel import BackwardKV
+from warpspec.ops.attention_backward_kernel import BackwardKV, BackwardKVDQ
 from warpspec.ops.attention_decode_kernel import DECODE_ROWS, Decode
 from warpspec.ops.attention_kernel import Attention
 from warpspec.ops.attention_paged_kernel import AttentionPaged
@@ -79,3 +79,17 @@ class ReadsAPageBeforeItLands(AttentionPaged):
             self.mbarrier.arrive(pipe.producer_barrier())  # <<< no-expect-tx
             self.tma.global_to_shared(src=gx, dst=sx[pipe.producer_stage], offsets=[kv_bh, row, 0],
                                       mbarrier=pipe.producer_barrier())
+
+
+class OverwritesDQStaging(BackwardKVDQ):
+    """The warpgroup stores its dQ half into the staging tile without waiting for the previous tile's reduce-add
+    (still reading that tile) first."""
+
+    def reduce_dq(self, dq, wg, acc_dq, bh, offset_m):
+        self.store_shared(dq.staging[wg][0], acc_dq)  # <<< early-staging
+        self.fence_proxy_async()
+        self.sync()
+        with self.single_thread():
+            self.tma.shared_to_global(src=dq.staging[wg], dst=dq.view, offsets=[bh, offset_m, wg * dq.half],
+                                      reduce="add")
+            self.tma.commit_group()

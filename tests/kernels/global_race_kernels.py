@@ -1,11 +1,12 @@
-"""Small kernels whose blocks touch global memory other blocks touch, for tests/emulator/test_global_races.py.
+"""Small kernels whose blocks touch global memory other blocks touch, for tests/emulator/test_global_races.py (and
+tests/isa/test_tma.py's reduce-adds).
 
 Whether they race depends on the arguments (which rows each block reads and writes, and which arrays alias), or on a
 flag that drops a ``tma.wait_group``. A line that an error must name ends with ``# <<< name``; ``marker_line(name)``
 finds its number.
 """
 
-from warpspec import Script, float16, float32, int32
+from warpspec import Script, cdiv, float16, float32, int32
 from tests.support.markers import markers_of
 
 
@@ -139,3 +140,45 @@ class BlockDependentView(Script):
         self.attrs.warps = 4
         x = self.global_view(x_ptr, dtype=float32, shape=[self.blockIdx.x + 1, 64])  # <<< block-view
         self.store_global(x, self.load_global(x, offsets=[0, 0], shape=[1, 64]), offsets=[0, 0])
+
+
+class ReduceTiles(Script):
+    """dst[r, c] += sum over p of src[p, r, c] with TMA reduce-adds: block (p, t) adds part p's 64-row tile t of a
+    [parts, m, 64] float32 tensor into the same rows of dst [m, 64], so the ``parts`` blocks of a tile add into the
+    same elements. ``mistake`` plants one misuse: part 0 stores its tile ("store"), reads dst's tile before its add
+    ("read"), or never waits for its reduce-add ("no-wait"); part 1 reads dst's tile after its add ("read-back")."""
+
+    def __init__(self, mistake=None):
+        super().__init__()
+        self.mistake = mistake
+
+    def __call__(self, parts: int32, m: int32, src_ptr: ~float32, dst_ptr: ~float32):
+        self.attrs.blocks = [parts, cdiv(m, 64)]
+        self.attrs.warps = 1
+        src = self.global_view(src_ptr, dtype=float32, shape=[parts, m, 64])
+        dst = self.global_view(dst_ptr, dtype=float32, shape=[1, m, 64])
+        tile = self.shared_tensor(dtype=float32, shape=[1, 64, 64])
+        full = self.mbarrier.alloc(counts=[1])
+        plain = self.global_view(dst_ptr, dtype=float32, shape=[m, 64])  # dst as load_global reads it
+        rows: int32 = 64 * self.blockIdx.y
+        with self.single_thread():
+            self.mbarrier.arrive_and_expect_tx(full[0], transaction_bytes=tile.nbytes)
+            self.tma.global_to_shared(src=src, dst=tile, offsets=[self.blockIdx.x, rows, 0], mbarrier=full[0])
+        self.mbarrier.wait(full[0], phase=0)
+        if self.mistake == "read":
+            if self.blockIdx.x == 0:
+                self.load_global(plain, offsets=[rows, 0], shape=[64, 64])
+        with self.single_thread():
+            if self.mistake == "store":
+                if self.blockIdx.x == 0:
+                    self.tma.shared_to_global(src=tile, dst=dst, offsets=[0, rows, 0])
+                else:
+                    self.tma.shared_to_global(src=tile, dst=dst, offsets=[0, rows, 0], reduce="add")  # <<< add
+            else:
+                self.tma.shared_to_global(src=tile, dst=dst, offsets=[0, rows, 0], reduce="add")  # <<< reduce-add
+            self.tma.commit_group()
+            if self.mistake != "no-wait":
+                self.tma.wait_group(0)
+        if self.mistake == "read-back":
+            if self.blockIdx.x == 1:
+                self.load_global(plain, offsets=[rows, 0], shape=[64, 64])  # <<< read-back

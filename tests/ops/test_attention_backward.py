@@ -1,7 +1,8 @@
 """warpspec.ops.attention_backward and ops.attention's log-sum-exp on the emulator: gradients against a float32 torch
-reference at small ragged shapes (both causal modes, grouped-query heads, D 64 and 128, fp16 and bf16), rows that
-see no key, random interleavings of the kernels' partitions, every ArgumentError, and the NVRTC build of the three
-backward kernels of each head dim (no spills, no stack, no ptxas advisory)."""
+reference at small ragged shapes (both causal modes, grouped-query heads, D 64 and 128, fp16 and bf16; the default
+path accumulating dQ with reduce-adds and the deterministic one), rows that see no key, random interleavings of the
+kernels' partitions, every ArgumentError, planted bugs, and the NVRTC build of each path's backward kernels of each
+head dim (no spills, no stack, no ptxas advisory)."""
 
 import ml_dtypes
 import numpy as np
@@ -87,14 +88,30 @@ def test_lse_is_the_log_sum_exp_and_inf_where_a_row_sees_no_key():
     assert np.array_equal(out, attention(q, k, v, causal=True))
 
 
+@pytest.mark.parametrize("deterministic", [False, True], ids=["accumulating", "deterministic"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_both_dq_paths_match_torch(deterministic, head_dim, causal):
+    """Grouped-query heads (group 2) at S_q 70 and S_k 130: the accumulating path's reduce-adds from the three key
+    blocks into each query tile, and the deterministic path's dQ kernel."""
+    q, k, v, dout = operands(1, 4, 2, 70, 130, head_dim, np.float16, seed=4)
+    out, lse = attention(q, k, v, causal=causal, return_lse=True)
+    grads = attention_backward(q, k, v, out, dout, lse, causal=causal, deterministic=deterministic)
+    _, _, *expected = reference(q, k, v, dout, causal)
+    for got, want in zip(grads, expected):
+        assert got.dtype == q.dtype
+        assert relative_error(got, want) < GRADIENT_TOLERANCE[np.float16]
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["accumulating", "deterministic"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_random_interleavings(seed, monkeypatch):
-    """The three kernels under the emulator's random schedules: no race, barrier misuse or deadlock, the same
+def test_random_interleavings(seed, deterministic, monkeypatch):
+    """Each path's kernels under the emulator's random schedules: no race, barrier misuse or deadlock, the same
     gradients."""
     q, k, v, dout = operands(1, 2, 1, 140, 150, 64, np.float16, seed=3)
     out, lse = attention(q, k, v, causal=True, return_lse=True)
     monkeypatch.setenv(SEED_VARIABLE, str(seed))
-    grads = attention_backward(q, k, v, out, dout, lse, causal=True)
+    grads = attention_backward(q, k, v, out, dout, lse, causal=True, deterministic=deterministic)
     _, _, *expected = reference(q, k, v, dout, True)
     for got, want in zip(grads, expected):
         assert relative_error(got, want) < GRADIENT_TOLERANCE[np.float16]
@@ -122,6 +139,7 @@ def _cases():
                         "dout must be contiguous"),
         "kind": ((q, k, v, q, dout.tolist(), lse), {}, "dout must be a numpy array or a torch tensor, got list"),
         "causal": ((q, k, v, q, dout, lse), {"causal": "yes"}, "causal must be True or False, got 'yes'"),
+        "deterministic": ((q, k, v, q, dout, lse), {"deterministic": 1}, "deterministic must be True or False, got 1"),
     }
 
 
@@ -142,23 +160,27 @@ def test_return_lse_must_be_a_bool():
         attention(q, k, v, return_lse=1)
 
 
+@pytest.mark.parametrize("deterministic", [False, True], ids=["accumulating", "deterministic"])
 @pytest.mark.parametrize("head_dim", sorted(DEFAULT_BACKWARD_SCHEDULES))
-def test_nvrtc_builds_the_backward_kernels_without_spills(head_dim):
-    """NVRTC compiles the preprocessing, dK/dV and dQ kernels of the shipped schedule (causal: the masked
-    variant) with no spills, no stack and no ptxas advisory, their GEMMs as HGMMA."""
+def test_nvrtc_builds_the_backward_kernels_without_spills(head_dim, deterministic):
+    """NVRTC compiles each path's kernels of the shipped schedule (causal: the masked variant) with no spills, no
+    stack and no ptxas advisory, their GEMMs as HGMMA (the dQ conversion has none), the accumulating path's dQ
+    shares as TMA reduce-adds (UTMAREDG)."""
     from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.runtime import kernel_for
 
     q, k, v, dout = operands(1, 1, 1, 8, 8, head_dim, ml_dtypes.bfloat16)
     problem = validate_backward(q, k, v, q, dout, np.zeros((1, 1, 8), np.float32), True, None)
-    for kernel in backward_kernels(problem):
+    for kernel in backward_kernels(problem, deterministic):
+        name = type(kernel).__name__
         built = compile_kernel(kernel_for(kernel, {}))
         (report,) = parse_ptxas_log(built.module.log).values()
         assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == \
-            (0, 0, 0, ()), type(kernel).__name__
-        counts = count_instructions(disassemble(built.module.cubin), ["HGMMA", "LDL", "STL"])
-        assert counts["HGMMA"] > 0 and counts["LDL"] == counts["STL"] == 0, type(kernel).__name__
+            (0, 0, 0, ()), name
+        counts = count_instructions(disassemble(built.module.cubin), ["HGMMA", "LDL", "STL", "UTMAREDG"])
+        assert (counts["HGMMA"] > 0) == (name != "ConvertDQ") and counts["LDL"] == counts["STL"] == 0, name
+        assert (counts["UTMAREDG"] > 0) == (name == "BackwardKVDQ"), name
 
 
 def test_planted_bug_q_stage_released_before_the_dk_wgmma_completes():
@@ -183,3 +205,21 @@ def test_planted_bug_q_stage_released_before_the_dk_wgmma_completes():
     assert raised.value.location.rsplit(" at ", 1)[-1] == f"{bwk.__file__}:{load}"
     assert f"ReleasesQBeforeDK.retire_tile at {bk.__file__}:{bk.marker_line('late-dk-wait')} in " \
            f"wgmma.wait_group(0)" in raised.value.tasks
+
+
+def test_planted_bug_dq_staging_overwritten_before_the_reduce_add_read_it():
+    """The accumulating dK/dV kernel stores a tile's dQ half into its staging buffer without waiting for the
+    previous tile's reduce-add to have read it: a RaceError at that store."""
+    from tests.kernels import attention_bug_kernels as bk
+    from warpspec import RaceError
+    from warpspec.dtypes import float16
+
+    q, k, v, dout = operands(1, 1, 1, 200, 100, 64, np.float16)
+    lse, dd = np.zeros((1, 1, 200), np.float32), np.zeros((1, 1, 200), np.float32)
+    kernel = bk.OverwritesDQStaging(float16, head_dim=64, causal=False, block_m=64, num_stages=2)
+    with pytest.raises(RaceError) as raised:
+        kernel(200, 100, 1, 1, 1, 0.125, 0.18, q, k, v, dout, lse, dd, np.zeros_like(k), np.zeros_like(v),
+               np.zeros(q.shape, np.float32))
+    assert "store_shared writes staging" in str(raised.value)
+    assert "while an asynchronous read of it (a wgmma or a TMA store) is still in flight" in str(raised.value)
+    assert raised.value.location.rsplit(" at ", 1)[-1] == f"{bk.__file__}:{bk.marker_line('early-staging')}"

@@ -1,5 +1,7 @@
 """warpspec.ops.attention's backward on a Hopper GPU: gradients against a float32 torch reference (grouped-query
-heads, ragged lengths, both causal modes, D 64 and 128, fp16 and bf16) and against SDPA's at equal lengths."""
+heads, ragged lengths, both causal modes, D 64 and 128, fp16 and bf16), both dQ paths of
+``ops.attention_backward`` at seq 2048 (the deterministic one bit-identical between runs), and against SDPA's at
+equal lengths."""
 
 import pytest
 
@@ -57,3 +59,24 @@ def test_against_sdpa_at_equal_lengths(head_dim, causal):
     torch.nn.functional.scaled_dot_product_attention(*theirs, is_causal=causal).backward(dout)
     for got, want in zip(ours, theirs):
         assert ((got.grad.float() - want.grad.float()).abs().max() / want.grad.float().abs().max()).item() < 4e-2
+
+
+@pytest.mark.parametrize("deterministic", [False, True], ids=["accumulating", "deterministic"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_both_dq_paths_at_seq_2048(deterministic, dtype, head_dim, causal):
+    """ops.attention_backward on the forward's out and lse, 4 query heads over 2 K/V heads: 16 key blocks
+    reduce-add into every query tile on the accumulating path."""
+    generator = torch.Generator(device="cuda").manual_seed(2)
+    q = torch.randn(1, 4, 2048, head_dim, device="cuda", dtype=dtype, generator=generator)
+    k, v = (torch.randn(1, 2, 2048, head_dim, device="cuda", dtype=dtype, generator=generator) for _ in "kv")
+    dout = torch.randn(q.shape, device="cuda", dtype=dtype, generator=generator)
+    out, lse = warpspec.ops.attention(q, k, v, causal=causal, return_lse=True)
+    grads = warpspec.ops.attention_backward(q, k, v, out, dout, lse, causal=causal, deterministic=deterministic)
+    for got, want in zip(grads, reference_gradients(q, k, v, dout, causal)):
+        assert got.dtype == dtype
+        assert ((got.float() - want).abs().max() / want.abs().max()).item() < TOLERANCE[dtype]
+    if deterministic:
+        again = warpspec.ops.attention_backward(q, k, v, out, dout, lse, causal=causal, deterministic=True)
+        assert all(torch.equal(a, b) for a, b in zip(grads, again))

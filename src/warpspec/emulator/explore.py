@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 
 from warpspec.emulator.choosers import Chooser
+from warpspec.emulator.global_memory import SHADOWS
 from warpspec.emulator.run import emulate_kernel, emulator_seed, launch_chooser
 from warpspec.errors import KernelError
 from warpspec.ir import nodes as ir
@@ -456,7 +457,7 @@ def _checkpoint(memory):
     arrays = []
     for argument in memory.arguments.values():
         arrays.append((argument.data, argument.data.copy()))
-        for name in ("writer", "reader", "tma_store"):
+        for name in SHADOWS:
             shadow = getattr(argument.buffer, name)
             arrays.append((shadow, shadow.copy()))
     accesses, written = len(memory.accesses), set(memory.written)

@@ -13,6 +13,11 @@ block's write after its own read of an element misses a read of it by another bl
 The shadow is kept per piece of memory, not per argument: the same numpy array passed for two pointers (C passed as
 A) is one buffer with one shadow, each argument at its byte offset in it.
 
+A TMA reduce-add (``tma.shared_to_global(..., reduce="add")``) adds atomically per element, so reduce-adds of
+several blocks into the same elements commute and are no race with each other; a third id per element, its first
+reduce-add (kept as the first read is), makes a plain load or store of it by another block one (and a reduce-add
+after another block's load or store), as for any write.
+
 Within a block, a TMA store's destination must not be read back (``load_global``, a TMA load) before the store's
 bulk group is observed by ``tma.wait_group`` and that wait is ordered before the reader (vector clocks, as for
 shared memory).
@@ -45,6 +50,8 @@ from warpspec.ir import nodes as ir
 
 NOBODY = np.iinfo(np.int32).max  # no access yet: above every access id, so one comparison finds earlier blocks' ids
 _ID_BYTES = np.dtype(np.int32).itemsize
+#: The shadow arrays of a ``Buffer``, by field name (a search's checkpoint saves and restores them all).
+SHADOWS = ("writer", "reader", "reducer", "tma_store")
 
 
 @dataclass(frozen=True)
@@ -139,6 +146,7 @@ class Buffer:
     def __init__(self, units: int):
         self.writer = np.full(units, NOBODY, dtype=np.int32)  # id of the last access that wrote the unit
         self.reader = np.full(units, NOBODY, dtype=np.int32)  # id of the first access that read it
+        self.reducer = np.full(units, NOBODY, dtype=np.int32)  # id of the first TMA reduce-add into it
         self.tma_store = np.full(units, NOBODY, dtype=np.int32)  # id of the last TMA store issued into it
 
 
@@ -203,7 +211,7 @@ class GlobalMemory:
             if stmt.scratch or (argument.name, stmt.decl.name) not in self.written or 0 in shape:
                 continue
             whole = GlobalTile(argument, -1, shape, strides, [0] * len(shape), shape, None)
-            never = whole.shadow("writer") == NOBODY
+            never = (whole.shadow("writer") == NOBODY) & (whole.shadow("reducer") == NOBODY)
             if argument.scale > 1:  # an element of several shadow units is written when all of them are
                 never = never.any(axis=-1)
             count = int(np.count_nonzero(never))
@@ -365,6 +373,7 @@ class BlockMemory:
             return out
         writers = tile.shadow("writer")
         self._check_blocks(task, tile, writers, "reads", "wrote")
+        self._check_blocks(task, tile, tile.shadow("reducer"), "reads", "reduce-added into")
         readers = tile.shadow("reader")
         np.minimum(readers, tile.id, out=readers)
         out[tile.slices] = tile.data
@@ -379,8 +388,22 @@ class BlockMemory:
         writers = tile.shadow("writer")
         self._check_blocks(task, tile, writers, "writes", "also wrote")
         self._check_blocks(task, tile, tile.shadow("reader"), "writes", "read")
+        self._check_blocks(task, tile, tile.shadow("reducer"), "writes", "reduce-added into")
         writers[...] = tile.id
         tile.data[...] = values[tile.slices]
+
+    def reduce_add(self, task, tile: GlobalTile, values: np.ndarray) -> None:
+        """Add ``values`` (tile-shaped) into the tile's elements; RaceError if another block wrote or read any
+        with a plain access (another block's reduce-adds commute with this one)."""
+        access = self.access(tile)
+        self.memory.written.add((access.argument, access.view))
+        if tile.empty:
+            return
+        self._check_blocks(task, tile, tile.shadow("writer"), "adds into", "wrote")
+        self._check_blocks(task, tile, tile.shadow("reader"), "adds into", "read")
+        reducers = tile.shadow("reducer")
+        np.minimum(reducers, tile.id, out=reducers)
+        tile.data[...] += values[tile.slices]
 
     def _other_blocks(self, ids: np.ndarray) -> np.ndarray:
         """Which of the access ``ids`` another block made: an earlier one, or one of this block's cluster."""

@@ -1,7 +1,8 @@
 """TMA: the Tensor Memory Accelerator's bulk tensor copies (PTX ``cp.async.bulk.tensor``) and their bulk groups.
 
 The language methods (``self.tma.global_to_shared/shared_to_global/commit_group/wait_group``), their IR statements
-and their emulation: a copy is an asynchronous event that moves the tile when the scheduler completes it. The
+and their emulation: a copy is an asynchronous event that moves the tile when the scheduler completes it (a store
+with ``reduce="add"`` adds it into global memory instead, PTX ``cp.reduce.async.bulk.tensor``). The
 CUDA emission is ``warpspec.cuda.sm90.tma``; the tile layouts and tensor-map boxes are ``warpspec.layout.shared``.
 """
 
@@ -38,11 +39,18 @@ class TmaLoad(ir.Instruction):
 
 @dataclass(frozen=True, eq=False)
 class TmaStore(ir.Instruction):
-    """Copy shared tensor ``src`` into global view ``dst`` at ``offsets``; elements outside the view are dropped."""
+    """Copy shared tensor ``src`` into global view ``dst`` at ``offsets``, or with ``reduce`` ("add") combine it
+    element-wise into what ``dst`` holds; elements outside the view are dropped."""
 
     src: ir.TensorRef
     dst: ir.TensorRef
     offsets: tuple[ir.Expr, ...]
+    reduce: str | None = None
+
+
+#: The reductions ``tma.shared_to_global(..., reduce=...)`` takes, each with the element types it combines. PTX's
+#: cp.reduce.async.bulk.tensor has more (min, max, and, ...); attention's dQ needs only a float32 add.
+TMA_REDUCTIONS = {"add": ("float32",)}
 
 
 @dataclass(frozen=True, eq=False)
@@ -125,16 +133,32 @@ class Tma(LanguageObject):
                        ranks))
 
     @language_call
-    def shared_to_global(self, src, dst, offsets) -> None:
+    def shared_to_global(self, src, dst, offsets, reduce=None) -> None:
         """Copy shared tensor ``src`` into global view ``dst`` at ``offsets``; elements outside ``dst`` are not
-        written. Issued by one thread; completion is tracked with ``commit_group``/``wait_group``. PTX:
-        ``cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group [map, {..}], [src];``"""
+        written. Issued by one thread (``single_thread`` or a one-warp group, which elects a lane); completion is
+        tracked with ``commit_group``/``wait_group``. PTX:
+        ``cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group [map, {..}], [src];``
+
+        ``reduce="add"`` (float32 tiles): add ``src`` element by element into what ``dst`` holds instead, each
+        element's add atomic, so the reduce-adds of several blocks into the same elements need no ordering
+        between them (float32 adds in whatever order they land: equal sums up to rounding). A plain load or store
+        of those elements by another block during the launch is still a race. The emulator adds when the copy
+        completes. PTX: ``cp.reduce.async.bulk.tensor.Nd.global.shared::cta.add.tile.bulk_group [map, {..}],
+        [src];`` (the element type is the tensor map's)."""
         b = self.b
         threads = self._issuer("shared_to_global")
         src = b.to_tensor(src, "tma.shared_to_global src", (ir.SHARED,))
         dst = b.to_tensor(dst, "tma.shared_to_global dst", (ir.GLOBAL,))
         self._box(src, dst, "tma.shared_to_global")
-        b.emit(TmaStore(b.loc, threads, src.ref, dst.ref, offsets_of(b, offsets, dst, "tma.shared_to_global")))
+        if reduce is not None:
+            if reduce not in TMA_REDUCTIONS:
+                raise b.error(f"tma.shared_to_global reduce must be None or one of "
+                              f"{', '.join(map(repr, TMA_REDUCTIONS))}, got {reduce!r}")
+            if src.dtype.name not in TMA_REDUCTIONS[reduce]:
+                raise b.error(f"tma.shared_to_global reduce={reduce!r} combines "
+                              f"{' or '.join(TMA_REDUCTIONS[reduce])} tiles; {src.name} is {src.dtype.name}")
+        b.emit(TmaStore(b.loc, threads, src.ref, dst.ref, offsets_of(b, offsets, dst, "tma.shared_to_global"),
+                        reduce))
 
     @language_call
     def commit_group(self) -> None:
@@ -218,11 +242,15 @@ def _tma_store(machine: EmulationMachine, task: EmulationTask, s: TmaStore) -> S
     region.record_read(task)
     readers = region.view("async_readers")
     readers += 1
-    destination = machine.global_tile(task, s.dst, offsets, s.src.shape, "tma.shared_to_global")
+    what = "tma.shared_to_global" + (f"(reduce={s.reduce!r})" if s.reduce else "")
+    destination = machine.global_tile(task, s.dst, offsets, s.src.shape, what)
     machine.global_memory.store_issued(task, destination)
 
     def complete() -> None:
-        machine.global_memory.write(task, destination, region.view("data"))
+        if s.reduce:
+            machine.global_memory.reduce_add(task, destination, region.view("data"))
+        else:
+            machine.global_memory.write(task, destination, region.view("data"))
 
     def retire() -> None:
         region.view("async_readers")[...] -= 1
@@ -230,7 +258,8 @@ def _tma_store(machine: EmulationMachine, task: EmulationTask, s: TmaStore) -> S
         machine.global_memory.store_observed(task, destination)
 
     event = machine.new_event("tma_store", task, s.loc, complete,
-                              f"TMA store {region.text} -> {format_expr(s.dst)}{offsets}", retire)
+                              f"TMA {'reduce-add' if s.reduce else 'store'} {region.text} -> {format_expr(s.dst)}"
+                              f"{offsets}", retire)
     task.family_state(TmaState).uncommitted.append(event)
     return machine.preempt()
 

@@ -1,7 +1,8 @@
 """``warpspec.ops.attention_backward``: dQ, dK, dV of ``ops.attention`` from its saved output and log-sum-exp, on the
-three kernels of ``warpspec.ops.attention_backward_kernel`` (docs/attention.md#backward): D = rowsum(dO ∘ O), then
-dK/dV per K/V block (summed over a grouped-query head's group inside the block), then dQ per query block —
-deterministic, no atomics.
+kernels of ``warpspec.ops.attention_backward_kernel`` (docs/attention.md#backward): D = rowsum(dO ∘ O), then
+dK/dV per K/V block (summed over a grouped-query head's group inside the block) with each block's dQ share
+reduce-added in float32 into an accumulator that a last kernel scales into q's dtype; or, with
+``deterministic=True``, dK/dV then dQ per query block, recomputing S and dP (two more GEMMs, no atomics).
 
 numpy arrays run on the emulator; torch tensors go through the custom op ``warpspec::attention_backward``, which
 ``ops.attention``'s autograd formula also calls. Every unsupported argument is an ``ArgumentError`` naming it,
@@ -17,56 +18,74 @@ import numpy as np
 from warpspec import runtime
 from warpspec.errors import ArgumentError
 from warpspec.ops.attention import Problem, _contiguous, validate
-from warpspec.ops.attention_backward_kernel import BACKWARD_HEAD_DIMS, BackwardKV, BackwardQ, Dot
+from warpspec.ops.attention_backward_kernel import (BACKWARD_HEAD_DIMS, BackwardKV, BackwardKVDQ, BackwardQ,
+                                                    ConvertDQ, Dot)
 from warpspec.ops.attention_kernel import LOG2_E
 from warpspec.ops.operands import dtype_of, same_device, same_kind
 
-#: The shipped schedule of each head dim: the dK/dV kernel's query tile (``block_m``) and ring depth, the dQ
-#: kernel's K/V tile (``block_n``) and ring depth. Each consumer thread holds dK and dV (D/2 registers each) with
-#: Sᵀ and dPᵀ (block_m/2 each) in the dK/dV kernel, dQ (D/2) with S and dP (block_n/2 each) in the dQ kernel.
+#: The shipped schedule of each head dim: the dK/dV kernels' query tile (``block_m``) and ring depth, the
+#: deterministic dQ kernel's K/V tile (``block_n``) and ring depth; "kv" serves BackwardKV and BackwardKVDQ alike.
+#: Each consumer thread holds dK and dV (D/2 registers each) with Sᵀ and dPᵀ (block_m/2 each) in the dK/dV kernels
+#: (block_m 64 keeps D 128 at 192 of its 240; BackwardKVDQ adds D/4 for its half of the dQ tile once Sᵀ and dPᵀ are
+#: dead), dQ (D/2) with S and dP (block_n/2 each) in the dQ kernel. Shared memory of BackwardKVDQ at D 128: K, V and
+#: K's column halves 32 KB each, two (Q, dO) stages 64 KB, dSᵀ 16 KB, the float32 dQ staging 32 KB: 208 of 227 KB,
+#: so two stages (a third would need 32 KB more); D 64 needs half of each, and two stages already hide the loads
+#: behind five GEMMs per tile.
 DEFAULT_BACKWARD_SCHEDULES = {
     64: {"kv": {"block_m": 64, "num_stages": 2}, "q": {"block_n": 64, "num_stages": 2}},
     128: {"kv": {"block_m": 64, "num_stages": 2}, "q": {"block_n": 64, "num_stages": 2}},
 }
 
-_kernels: dict = {}  # (dtype name, head_dim, causal) -> (preprocessing, dK/dV, dQ) Scripts
+_kernels: dict = {}  # (dtype name, head_dim, causal, deterministic) -> the path's Scripts
 
 
-def backward_kernels(problem: Problem):
-    """The pinned (preprocessing, dK/dV, dQ) Scripts of the problem's dtype, head dim and causality."""
-    key = (problem.dtype.name, problem.head_dim, problem.causal)
+def backward_kernels(problem: Problem, deterministic: bool = False):
+    """The pinned Scripts of the problem's dtype, head dim and causality: (preprocessing, dK/dV, dQ) for the
+    deterministic path, (preprocessing, dK/dV with dQ shares, dQ conversion) for the accumulating one."""
+    key = (problem.dtype.name, problem.head_dim, problem.causal, deterministic)
     if key not in _kernels:
-        dtype, schedule = problem.dtype, DEFAULT_BACKWARD_SCHEDULES[problem.head_dim]
-        _kernels[key] = (Dot(dtype, head_dim=problem.head_dim),
-                         BackwardKV(dtype, head_dim=problem.head_dim, causal=problem.causal, **schedule["kv"]),
-                         BackwardQ(dtype, head_dim=problem.head_dim, causal=problem.causal, **schedule["q"]))
+        dtype, head_dim, schedule = problem.dtype, problem.head_dim, DEFAULT_BACKWARD_SCHEDULES[problem.head_dim]
+        if deterministic:
+            last = (BackwardKV(dtype, head_dim=head_dim, causal=problem.causal, **schedule["kv"]),
+                    BackwardQ(dtype, head_dim=head_dim, causal=problem.causal, **schedule["q"]))
+        else:
+            last = (BackwardKVDQ(dtype, head_dim=head_dim, causal=problem.causal, **schedule["kv"]),
+                    ConvertDQ(dtype, head_dim=head_dim))
+        _kernels[key] = (Dot(dtype, head_dim=head_dim), *last)
     return _kernels[key]
 
 
-def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None):
+def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, deterministic=False):
     """The gradients ``(dq, dk, dv)`` of ``out = ops.attention(q, k, v, causal=causal, scale=scale)`` for the
     output gradient ``dout``, from ``out`` and ``lse`` as ``ops.attention(..., return_lse=True)`` returned them.
 
     * ``q``, ``k``, ``v``, ``causal``, ``scale``: as ``ops.attention`` takes them; D 64 or 128;
-    * ``out``, ``dout``: q's shape and dtype, contiguous; ``lse``: float32 [B, H, S_q], contiguous.
+    * ``out``, ``dout``: q's shape and dtype, contiguous; ``lse``: float32 [B, H, S_q], contiguous;
+    * ``deterministic``: False (default) accumulates dQ in the dK/dV kernel with float32 reduce-adds, whose order
+      varies from run to run (so may dQ's last bits; dK and dV never vary); True recomputes S and dP in a kernel
+      per query block instead (two more GEMMs), bit-identical from run to run.
 
     dq has q's shape, dk and dv k's (summed over the query heads sharing a K/V head), all in q's dtype and kind.
     """
     kind = same_kind("q", q, k=k, v=v, out=out, dout=dout, lse=lse)
-    problem = validate_backward(q, k, v, out, dout, lse, causal, scale)
+    problem = validate_backward(q, k, v, out, dout, lse, causal, scale, deterministic)
     if kind == "torch":
         same_device("q", q, k=k, v=v, out=out, dout=dout, lse=lse)
-        return torch_backward_op()(q, k, v, out, dout, lse * LOG2_E, problem.causal, problem.scale)
+        return torch_backward_op()(q, k, v, out, dout, lse * LOG2_E, problem.causal, problem.scale, deterministic)
     dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
+    dq_accum = None if deterministic else np.zeros(q.shape, np.float32)
     with runtime.use_backend("emulator"):
         launch_backward(q, k, v, out, dout, (lse * np.float32(LOG2_E)).astype(np.float32), dq, dk, dv, problem,
-                        np.empty(lse.shape, np.float32))
+                        np.empty(lse.shape, np.float32), dq_accum)
     return dq, dk, dv
 
 
-def validate_backward(q, k, v, out, dout, lse, causal, scale) -> Problem:
-    """ops.attention's checks, the backward's head dims, and the shapes, dtypes and layouts of out, dout, lse."""
+def validate_backward(q, k, v, out, dout, lse, causal, scale, deterministic=False) -> Problem:
+    """ops.attention's checks, the backward's head dims, the shapes, dtypes and layouts of out, dout, lse, and
+    ``deterministic`` a bool."""
     problem = validate(q, k, v, causal, scale)
+    if not isinstance(deterministic, bool):
+        raise ArgumentError(f"deterministic must be True or False, got {deterministic!r}")
     if problem.head_dim not in BACKWARD_HEAD_DIMS:
         raise ArgumentError(f"head_dim (q.shape[3]) is {problem.head_dim}; attention_backward supports "
                             f"{', '.join(map(str, BACKWARD_HEAD_DIMS))}")
@@ -89,20 +108,25 @@ def validate_backward(q, k, v, out, dout, lse, causal, scale) -> Problem:
     return problem
 
 
-def launch_backward(q, k, v, out, dout, lse2, dq, dk, dv, problem: Problem, dd) -> None:
-    """Run the three kernels on validated operands (``lse2`` the base-2 log-sum-exp, ``dd`` a float32 [B, H, S_q]
-    workspace for D) on the selected back end."""
+def launch_backward(q, k, v, out, dout, lse2, dq, dk, dv, problem: Problem, dd, dq_accum=None) -> None:
+    """Run the kernels on validated operands (``lse2`` the base-2 log-sum-exp, ``dd`` a float32 [B, H, S_q]
+    workspace for D) on the selected back end: with ``dq_accum`` (a zeroed float32 array of q's shape) the
+    accumulating path, without it the deterministic one."""
     if problem.seq_q == 0 or problem.batch * problem.heads == 0:
         dk[...] = 0
         dv[...] = 0
         return
-    dot, kv, query = backward_kernels(problem)
+    dot, kv, last = backward_kernels(problem, deterministic=dq_accum is None)
     batch_heads = problem.batch * problem.heads
     dot(problem.seq_q, batch_heads, out, dout, dd)
     sizes = (problem.seq_q, problem.seq_k, batch_heads, problem.heads, problem.heads // problem.kv_heads,
              problem.scale, problem.scale * LOG2_E)
-    kv(*sizes, q, k, v, dout, lse2, dd, dk, dv)
-    query(*sizes, q, k, v, dout, lse2, dd, dq)
+    if dq_accum is None:
+        kv(*sizes, q, k, v, dout, lse2, dd, dk, dv)
+        last(*sizes, q, k, v, dout, lse2, dd, dq)
+    else:
+        kv(*sizes, q, k, v, dout, lse2, dd, dk, dv, dq_accum)
+        last(batch_heads * problem.seq_q, problem.scale, dq_accum, dq)
 
 
 # --------------------------------------------------------------------------------------------- torch op
@@ -111,28 +135,29 @@ _op = None
 
 
 def torch_backward_op():
-    """The custom op ``warpspec::attention_backward(q, k, v, out, dout, lse2, causal, scale) -> (dq, dk, dv)``
-    (``lse2`` the base-2 log-sum-exp the forward op returns), registered at the first use."""
+    """The custom op ``warpspec::attention_backward(q, k, v, out, dout, lse2, causal, scale, deterministic=False)
+    -> (dq, dk, dv)`` (``lse2`` the base-2 log-sum-exp the forward op returns), registered at the first use."""
     global _op
     if _op is None:
         from warpspec.torch_ops import custom_op
 
         _op = custom_op("warpspec::attention_backward", _op_implementation,
                         schema="(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse2, bool causal, "
-                               "float scale) -> (Tensor, Tensor, Tensor)")
+                               "float scale, bool deterministic=False) -> (Tensor, Tensor, Tensor)")
     return _op
 
 
-def _op_implementation(q, k, v, out, dout, lse2, causal, scale):
-    """The op's real and fake implementation: validate, allocate the gradients, run the kernels (nothing runs on
-    fake or meta tensors)."""
+def _op_implementation(q, k, v, out, dout, lse2, causal, scale, deterministic=False):
+    """The op's real and fake implementation: validate, allocate the gradients (and the zeroed float32 dQ
+    accumulator of the default path), run the kernels (nothing runs on fake or meta tensors)."""
     import torch
 
-    problem = validate_backward(q, k, v, out, dout, lse2, causal, scale)
+    problem = validate_backward(q, k, v, out, dout, lse2, causal, scale, deterministic)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     if not runtime.shape_only((q, k, v, out, dout, lse2)):
         dd = torch.empty(lse2.shape, dtype=torch.float32, device=q.device)
-        launch_backward(q, k, v, out, dout, lse2, dq, dk, dv, problem, dd)
+        dq_accum = None if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        launch_backward(q, k, v, out, dout, lse2, dq, dk, dv, problem, dd, dq_accum)
     return dq, dk, dv
 
 

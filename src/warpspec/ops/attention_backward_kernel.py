@@ -1,18 +1,21 @@
-"""The attention backward kernels behind ``warpspec.ops.attention_backward``, FlashAttention-3's structure with a
-separate, deterministic dQ pass. With P = exp2(S · scale_log2 - lse) the forward's probabilities (S = Q·Kᵀ, lse the
-forward's base-2 log-sum-exp per query row) and dO the output's gradient:
+"""The attention backward kernels behind ``warpspec.ops.attention_backward``, FlashAttention-3's structure. With
+P = exp2(S · scale_log2 - lse) the forward's probabilities (S = Q·Kᵀ, lse the forward's base-2 log-sum-exp per query
+row) and dO the output's gradient:
 
-* ``AttentionBackwardDot`` (preprocessing): D = rowsum(dO ∘ O) per query row, as the diagonal of the m64 WGMMA
-  dO·Oᵀ (the language reduces accumulator rows only, and this costs one 64 × 64 tile per 64 rows);
-* ``AttentionBackwardKV``: one block per 128 keys of one K/V head; each consumer warpgroup owns 64 of them and keeps
+* ``Dot`` (preprocessing): D = rowsum(dO ∘ O) per query row, as the diagonal of the m64 WGMMA dO·Oᵀ (the language
+  reduces accumulator rows only, and this costs one 64 × 64 tile per 64 rows);
+* ``BackwardKV``: one block per 128 keys of one K/V head; each consumer warpgroup owns 64 of them and keeps
   its K and V tiles in shared memory while a producer warp streams the (Q, dO) tiles of every query head of the
   group through a ring. Per tile, with the keys as rows: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (two WGMMA groups), Pᵀ =
   exp2(Sᵀ · scale_log2 - lse) (lse a row vector: one value per query column), dV += Pᵀ·dO, dSᵀ = Pᵀ ∘ (dPᵀ - D),
-  dK += dSᵀ·Q; Pᵀ and dSᵀ are cast in place into WGMMA's register A operand, so nothing goes through shared
-  memory. Summing over the group's query heads inside the block makes grouped-query dK/dV deterministic;
-* ``AttentionBackwardQ``: one block per 128 query rows (64 per consumer warpgroup, as the forward), the producer
-  streaming K and V tiles: S = Q·Kᵀ, dP = dO·Vᵀ, dS = P ∘ (dP - D), dQ += dS·K. Recomputing S and dP costs two
-  more GEMMs than float32 atomics would, and leaves dQ deterministic (the language has no atomics).
+  dK += dSᵀ·Q; Pᵀ and dSᵀ are cast in place into WGMMA's register A operand. Summing over the group's query heads
+  inside the block makes grouped-query dK/dV deterministic;
+* dQ, two ways. The default: ``BackwardKVDQ`` is ``BackwardKV`` that also computes each tile's dQ share dS·K over
+  its 128 keys (dSᵀ handed between the warpgroups through shared memory, ``DQAccumulation``) and reduce-adds it in
+  float32 into a zeroed accumulator, which ``ConvertDQ`` scales into q's dtype: 5 GEMMs per tile, but the order of
+  the float32 adds differs between runs, and so may dQ's last bits. The deterministic option: ``BackwardQ``, one
+  block per 128 query rows (64 per consumer warpgroup, as the forward), the producer streaming K and V tiles:
+  S = Q·Kᵀ, dP = dO·Vᵀ, dS = P ∘ (dP - D), dQ += dS·K; recomputing S and dP costs two more GEMMs.
 
 dQ and dK leave multiplied by ``scale`` (dS is the gradient of the scaled logits). Masks: causal only, aligned at
 the bottom right as in the forward (key j is seen by query i when j <= i + S_k - S_q); no ragged mask is needed,
@@ -30,7 +33,7 @@ from warpspec.ops.attention_kernel import (CONSUMER_REGISTERS, CONSUMER_THREADS,
                                            WARPGROUP, element_dtype)
 from warpspec.ops.naming import typed_kernel_name
 from warpspec.pipeline import Pipeline
-from warpspec.script import Script
+from warpspec.script import Class, Script
 
 BLOCK_ROWS = 2 * 64  # two consumer warpgroups of 64 rows (keys in the dK/dV kernel, queries in the dQ kernel)
 #: The backward's head dims: D = 256 needs dK and dV accumulators of 128 registers each per thread.
@@ -93,6 +96,8 @@ class BackwardKV(Script):
     """dK and dV of 128 keys of one K/V head, summed over the query heads of its group; ``dtype`` operands and
     gradients."""
 
+    accumulates_dq = False  # BackwardKVDQ's: the dQ shares of the block's keys too
+
     def __init__(self, dtype, head_dim, causal, block_m, num_stages):
         super().__init__()
         self.dtype = element_dtype(dtype)
@@ -113,8 +118,9 @@ class BackwardKV(Script):
                          lse_ptr, dd_ptr, dk_ptr, dv_ptr)
 
     def backward_kv(self, seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
-                    lse_ptr, dd_ptr, dk_ptr, dv_ptr):
-        """dK, dV for keys ``128 · blockIdx.x ...`` of K/V head ``blockIdx.y``."""
+                    lse_ptr, dd_ptr, dk_ptr, dv_ptr, dq_accum_ptr=None):
+        """dK, dV for keys ``128 · blockIdx.x ...`` of K/V head ``blockIdx.y``; with ``dq_accum_ptr`` (float32
+        [B·H, S_q, D]) also each streamed tile's dQ share over these keys, reduce-added into it."""
         d, block_m, dtype = self.head_dim, self.block_m, self.dtype
         kv_heads = heads // group
         self.attrs.blocks = [cdiv(seq_k, BLOCK_ROWS), batch_heads // group]
@@ -133,6 +139,9 @@ class BackwardKV(Script):
         sdo = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_m, d])
         kv_loaded = self.mbarrier.alloc(counts=[1])
         pipe = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
+        dq = None
+        if self.accumulates_dq:
+            dq = DQAccumulation(dq_accum_ptr, batch_heads, seq_q, dtype, d, block_m)
 
         offset_n: int32 = BLOCK_ROWS * self.blockIdx.x
         kv_bh: int32 = self.blockIdx.y
@@ -149,25 +158,33 @@ class BackwardKV(Script):
                                max_registers=PRODUCER_REGISTERS):
             with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=32):
                 self.produce_kv(gq, gdo, gk, gv, sq, sdo, sk, sv, kv_loaded, pipe, kv_bh, first_bh, offset_n,
-                                first_tile, tiles_per_head, n_items)
+                                first_tile, tiles_per_head, n_items, dq)
         with self.thread_group(thread_begin=0, num_threads=CONSUMER_THREADS, max_registers=CONSUMER_REGISTERS):
             for wg in range(2):
                 with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
                     self.consume_kv(wg, sk[wg], sv[wg], sq, sdo, glse, gdd, gdk, gdv, kv_loaded, pipe, scale,
                                     scale_log2, kv_bh, first_bh, offset_n, first_tile, tiles_per_head, n_items,
-                                    causal_shift)
+                                    causal_shift, dq)
 
     def produce_kv(self, gq, gdo, gk, gv, sq, sdo, sk, sv, kv_loaded, pipe, kv_bh, first_bh, offset_n, first_tile,
-                   tiles_per_head, n_items):
-        """The producer warp: the block's K and V once, then (Q, dO) of every query tile of every head of the
-        group into one ring."""
+                   tiles_per_head, n_items, dq=None):
+        """The producer warp: the block's K and V once (K also in column halves when accumulating dQ), then
+        (Q, dO) of every query tile of every head of the group into one ring."""
         with self.single_thread():
-            self.mbarrier.arrive_and_expect_tx(kv_loaded[0], sk.nbytes + sv.nbytes)
+            halves_bytes = 0
+            if self.accumulates_dq:
+                halves_bytes = dq.k_halves.nbytes
+            self.mbarrier.arrive_and_expect_tx(kv_loaded[0], sk.nbytes + sv.nbytes + halves_bytes)
             for wg in range(2):
                 self.tma.global_to_shared(src=gk, dst=sk[wg], offsets=[kv_bh, offset_n + 64 * wg, 0],
                                           mbarrier=kv_loaded[0])
                 self.tma.global_to_shared(src=gv, dst=sv[wg], offsets=[kv_bh, offset_n + 64 * wg, 0],
                                           mbarrier=kv_loaded[0])
+                if self.accumulates_dq:
+                    for half in range(2):
+                        self.tma.global_to_shared(src=gk, dst=dq.k_halves[wg][half],
+                                                  offsets=[kv_bh, offset_n + 64 * wg, half * (self.head_dim // 2)],
+                                                  mbarrier=kv_loaded[0])
         for item in self.range(n_items):
             bh: int32 = first_bh + item // tiles_per_head
             offset_m: int32 = (first_tile + item % tiles_per_head) * self.block_m
@@ -186,9 +203,10 @@ class BackwardKV(Script):
             pipe.producer_advance()
 
     def consume_kv(self, wg, sk, sv, sq, sdo, glse, gdd, gdk, gdv, kv_loaded, pipe, scale, scale_log2, kv_bh,
-                   first_bh, offset_n, first_tile, tiles_per_head, n_items, causal_shift):
+                   first_bh, offset_n, first_tile, tiles_per_head, n_items, causal_shift, dq=None):
         """Consumer warpgroup ``wg``: keys ``offset_n + 64·wg ...`` against every streamed (Q, dO) tile, keys as
-        rows so that Pᵀ and dSᵀ are the A operands of dV's and dK's WGMMAs straight from registers."""
+        rows so that Pᵀ and dSᵀ are the A operands of dV's and dK's WGMMAs straight from registers; with ``dq``,
+        also the tile's dQ columns of half ``wg`` over the block's keys (``DQAccumulation``)."""
         d, block_m, dtype = self.head_dim, self.block_m, self.dtype
         pipe.consumer_stage = 0
         pipe.consumer_phase = self.mbarrier.consumer_initial_phase
@@ -222,12 +240,54 @@ class BackwardKV(Script):
             dd = self.load_global(gdd, offsets=[bh, offset_m], shape=[1, block_m])
             self.wgmma.wait_group(1)  # dPᵀ is done (dV's group may still run)
             grads = self.cast(probs * (acc_dp - dd), dtype)
+            if self.accumulates_dq:
+                self.share_grads(dq, wg, item, grads)  # before dK's WGMMA: its A registers stay untouched after
             self.wgmma.fence()
             self.wgmma.mma(grads, sq[stage][0], acc_dk)  # dK += dSᵀ·Q
             self.wgmma.commit_group()
+            if self.accumulates_dq:
+                self.accumulate_dq(dq, wg, item, bh, offset_m)
             self.retire_tile(pipe)
+        if self.accumulates_dq:
+            with self.single_thread():
+                self.tma.wait_group(0)  # the last reduce-add has read its staging tile before the block exits
         self.store_tile(sk, gdk, self.cast(acc_dk * scale, dtype), kv_bh, keys_from)
         self.store_tile(sv, gdv, self.cast(acc_dv, dtype), kv_bh, keys_from)
+
+    def share_grads(self, dq, wg, item, grads):
+        """Warpgroup ``wg`` stores its dSᵀ (``grads``, [64 keys, block_m]) into ``dq.grads[wg]`` once the other
+        warpgroup's dQ WGMMA of the previous tile has read it (a fresh barrier passes parity 1: tile 0 waits for
+        nothing)."""
+        self.mbarrier.wait(dq.handoff[1], phase=(item & 1) ^ 1)
+        self.store_shared(dq.grads[wg], grads)
+        self.fence_proxy_async()  # the ordinary stores become visible to the other warpgroup's WGMMA (async proxy)
+        self.mbarrier.arrive(dq.handoff[0])
+
+    def accumulate_dq(self, dq, wg, item, bh, offset_m):
+        """Warpgroup ``wg``: column half ``wg`` of the tile's dQ share from both dSᵀ tiles, reduce-added."""
+        self.mbarrier.wait(dq.handoff[0], phase=item & 1)
+        acc_dq = self.register_tensor(dtype=float32, shape=[self.block_m, dq.half], init=0.0)
+        self.wgmma.fence()
+        for j in range(2):
+            self.wgmma.mma(dq.grads[j].transpose(), dq.k_halves[j][wg][0], acc_dq)  # += dS_j · K_j[:, half wg]
+        self.wgmma.commit_group()
+        self.wgmma.wait_group(0)  # also dK's and dV's: the stage may go back to the producer after this
+        self.mbarrier.arrive(dq.handoff[1])
+        self.reduce_dq(dq, wg, acc_dq, bh, offset_m)
+
+    def reduce_dq(self, dq, wg, acc_dq, bh, offset_m):
+        """``acc_dq`` -> ``dq.staging[wg]`` once the previous tile's reduce-add has read it -> one TMA reduce-add
+        into dQ's accumulator, waited for at the next tile (or the block's end), not here."""
+        with self.single_thread():
+            self.tma.wait_group(0)
+        self.sync()  # the issuing thread's wait orders the warpgroup's stores below
+        self.store_shared(dq.staging[wg][0], acc_dq)
+        self.fence_proxy_async()
+        self.sync()
+        with self.single_thread():
+            self.tma.shared_to_global(src=dq.staging[wg], dst=dq.view, offsets=[bh, offset_m, wg * dq.half],
+                                      reduce="add")
+            self.tma.commit_group()
 
     def retire_tile(self, pipe):
         """Wait for dV's and dK's WGMMAs (they read the stage's dO and Q) and only then hand the stage back to the
@@ -246,6 +306,73 @@ class BackwardKV(Script):
             self.tma.shared_to_global(src=buffer, dst=view, offsets=[head, rows_from, 0])
             self.tma.commit_group()
             self.tma.wait_group(0)  # the shared source must stay valid until the copy has read it
+
+
+class BackwardKVDQ(BackwardKV):
+    """``BackwardKV`` that also accumulates dQ: per streamed (Q, dO) tile, the block's share dS·K over its 128 keys
+    is reduce-added in float32 into ``dq_accum`` [B·H, S_q, D] (zero before the launch; dQ is ``scale`` times the
+    sum of every block's shares, in whatever order they land)."""
+
+    accumulates_dq = True
+
+    def kernel_name(self) -> str:
+        """``BackwardKVDQF16`` or ``BackwardKVDQBF16``."""
+        return typed_kernel_name(self, BackwardKVDQ, "BackwardKVDQ", (self.dtype,))
+
+    def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32, scale: float32,
+                 scale_log2: float32, q_ptr: ~self.dtype, k_ptr: ~self.dtype, v_ptr: ~self.dtype,
+                 do_ptr: ~self.dtype, lse_ptr: ~float32, dd_ptr: ~float32, dk_ptr: ~self.dtype, dv_ptr: ~self.dtype,
+                 dq_accum_ptr: ~float32):
+        self.backward_kv(seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
+                         lse_ptr, dd_ptr, dk_ptr, dv_ptr, dq_accum_ptr)
+
+
+class DQAccumulation(Class):
+    """The state of ``BackwardKVDQ``'s dQ shares (``BackwardKV.share_grads``, ``accumulate_dq``, ``reduce_dq``):
+    per (Q, dO) tile, dQ[block_m, D] += dS·K over the block's 128 keys.
+
+    Each consumer warpgroup holds dSᵀ of its 64 keys; both store them (16-bit) into ``grads`` [2, 64 keys,
+    block_m], and then warpgroup h computes dQ's column half h from both: Σ_j grads[j]ᵀ · K_j[:, half h] (an
+    MN-major A and B from shared memory), so each does half the GEMM and neither waits on the other beyond the
+    hand-off. K's column halves are a second copy of K (``k_halves``: shared tiles are indexed by leading
+    dimensions only, not sliced). The float32 half goes through ``staging[h]`` and one TMA reduce-add of the
+    warpgroup's own into dQ: the same bytes as one reduce-add of the whole tile. Two mbarriers of 256 arrivals
+    (both warpgroups) hand ``grads`` over: ``written`` (both halves stored, fenced) and ``read`` (both dQ WGMMAs
+    done, so the next tile may overwrite it); each completes once per tile, so the tile's parity is its phase."""
+
+    def __init__(self, dq_accum_ptr, batch_heads, seq_q, dtype, d, block_m):
+        self.half = d // 2
+        # A workspace added into in part: causal rows that see no key get no share (and keep the zeros given).
+        self.view = self.global_view(dq_accum_ptr, dtype=float32, shape=[batch_heads, seq_q, d], scratch=True)
+        self.k_halves = self.shared_tensor(dtype=dtype, shape=[2, 2, 1, 64, d // 2])
+        self.grads = self.shared_tensor(dtype=dtype, shape=[2, 64, block_m])
+        self.staging = self.shared_tensor(dtype=float32, shape=[2, 1, block_m, d // 2])
+        self.handoff = self.mbarrier.alloc(counts=[CONSUMER_THREADS, CONSUMER_THREADS])  # written, read
+        self.block_m = block_m
+
+
+class ConvertDQ(Script):
+    """dq = scale · dq_accum in ``dtype``: one warpgroup per 64 rows of the [rows, D] float32 accumulator that
+    ``BackwardKVDQ`` reduce-added into (rows = B·H·S_q, every head's rows one after another)."""
+
+    def __init__(self, dtype, head_dim):
+        super().__init__()
+        self.dtype = element_dtype(dtype)
+        _check_head_dim(head_dim)
+        self.head_dim = head_dim
+
+    def kernel_name(self) -> str:
+        """``ConvertDQF16`` or ``ConvertDQBF16``."""
+        return typed_kernel_name(self, ConvertDQ, "ConvertDQ", (self.dtype,))
+
+    def __call__(self, rows: int32, scale: float32, dq_accum_ptr: ~float32, dq_ptr: ~self.dtype):
+        self.attrs.blocks = [cdiv(rows, 64)]
+        self.attrs.warps = WARPGROUP // 32
+        accumulated = self.global_view(dq_accum_ptr, dtype=float32, shape=[rows, self.head_dim])
+        gdq = self.global_view(dq_ptr, dtype=self.dtype, shape=[rows, self.head_dim])
+        rows_from: int32 = 64 * self.blockIdx.x
+        tile = self.load_global(accumulated, offsets=[rows_from, 0], shape=[64, self.head_dim])
+        self.store_global(gdq, self.cast(tile * scale, self.dtype), offsets=[rows_from, 0])
 
 
 class BackwardQ(Script):

@@ -1,5 +1,6 @@
 """sm_90a emission of the TMA family (``warpspec.isa.tma``): the tensor maps the host encodes, and
-``cp.async.bulk.tensor`` loads/stores box by box with their bulk groups."""
+``cp.async.bulk.tensor`` loads/stores (``cp.reduce.async.bulk.tensor`` reduce-adds) box by box with their bulk
+groups."""
 
 from __future__ import annotations
 
@@ -86,13 +87,16 @@ def _emit_TmaStore(gen: CodeGenerator, s: TmaStore) -> None:
     open_, close = _issue_block(gen, s)
     gen.line(open_)
     gen.line(f"  const unsigned src_ = {src};")
+    # A reduce-add is the same box copy with the reduction named; the element type is the tensor map's.
+    mnemonic = (f"cp.reduce.async.bulk.tensor.{rank}d.global.shared::cta.{s.reduce}.tile.bulk_group" if s.reduce
+                else f"cp.async.bulk.tensor.{rank}d.global.shared::cta.tile.bulk_group")
     for box in tma_boxes(use.tile):
         coordinates = _tma_coordinates(gen, s.offsets, box)
         slots = ", ".join(f"%{1 + i}" for i in range(rank))
         operands = ", ".join(f'"r"({c})' for c in coordinates)
-        gen.line(f'  asm volatile("cp.async.bulk.tensor.{rank}d.global.shared::cta.tile.bulk_group '
-                  f'[%0, {{{slots}}}], [%{1 + rank}];" :: "l"(reinterpret_cast<u64>(&map{use.index})), '
-                  f'{operands}, "r"(src_ + {box.smem_offset}u) : "memory");')
+        gen.line(f'  asm volatile("{mnemonic} [%0, {{{slots}}}], [%{1 + rank}];" :: '
+                  f'"l"(reinterpret_cast<u64>(&map{use.index})), {operands}, "r"(src_ + {box.smem_offset}u) '
+                  f': "memory");')
     gen.line(close)
 
 
