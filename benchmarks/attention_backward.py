@@ -10,7 +10,7 @@ whose check fails is reported and not timed.
 
     python benchmarks/attention_backward.py                     # D 64 and 128, seq 2048-16384, causal and not
     python benchmarks/attention_backward.py --head-dims 128 --seqs 4096 --causal yes --dtypes bf16
-    python benchmarks/attention_backward.py --deterministic     # the deterministic dQ path instead of the default
+    python benchmarks/attention_backward.py --accumulating      # dQ reduce-added in the dK/dV kernel instead
     python benchmarks/attention_backward.py --dry-run           # CPU: tiny shapes on the emulator, checks only
 
 ``--dry-run`` runs the same checks on CPU tensors at batch 1, 2 heads, seq 96 (the emulator; SDPA on CPU in
@@ -42,9 +42,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dtypes", default="fp16,bf16", help="comma-separated: fp16, bf16")
     parser.add_argument("--warmup", type=int, default=100, help="do_bench warmup, ms")
     parser.add_argument("--rep", type=int, default=500, help="do_bench repetitions, ms")
-    parser.add_argument("--deterministic", action="store_true",
-                        help="time attention_backward(..., deterministic=True) (dQ in its own pass) instead of the "
-                             "default path ops.attention's autograd takes")
+    parser.add_argument("--accumulating", action="store_true",
+                        help="time attention_backward(..., deterministic=False) (dQ reduce-added in the dK/dV "
+                             "kernel) instead of the default path ops.attention's autograd takes")
     parser.add_argument("--dry-run", action="store_true", help="CPU tensors on the emulator, tiny shapes, no timing")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -60,10 +60,10 @@ def main(argv=None) -> int:
     causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
     seqs = [96] if args.dry_run else [int(s) for s in args.seqs.split(",")]
     results = {"gpu": None if args.dry_run else torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
-               "deterministic": args.deterministic, "rows": []}
+               "accumulating": args.accumulating, "rows": []}
 
-    class Deterministic(torch.autograd.Function):
-        """ops.attention whose backward is the deterministic path (autograd's formula takes the default)."""
+    class Accumulating(torch.autograd.Function):
+        """ops.attention whose backward is the accumulating path (autograd's formula takes the default)."""
 
         @staticmethod
         def forward(ctx, q, k, v, causal):
@@ -75,15 +75,15 @@ def main(argv=None) -> int:
         @staticmethod
         def backward(ctx, dout):
             q, k, v, out, lse = ctx.saved_tensors
-            return (*attention_backward(q, k, v, out, dout.contiguous(), lse, causal=ctx.causal, deterministic=True),
+            return (*attention_backward(q, k, v, out, dout.contiguous(), lse, causal=ctx.causal, deterministic=False),
                     None)
 
     def forward_backward(attend, q, k, v, dout):
         return lambda: torch.autograd.grad(attend(q, k, v), (q, k, v), dout)
 
     def ours(causal):
-        if args.deterministic:
-            return lambda q, k, v: Deterministic.apply(q, k, v, causal)
+        if args.accumulating:
+            return lambda q, k, v: Accumulating.apply(q, k, v, causal)
         return lambda q, k, v: attention(q, k, v, causal=causal)
 
     def sdpa(causal):

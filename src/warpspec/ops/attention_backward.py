@@ -1,8 +1,11 @@
 """``warpspec.ops.attention_backward``: dQ, dK, dV of ``ops.attention`` from its saved output and log-sum-exp, on the
 kernels of ``warpspec.ops.attention_backward_kernel`` (docs/attention.md#backward): D = rowsum(dO ∘ O), then
-dK/dV per K/V block (summed over a grouped-query head's group inside the block) with each block's dQ share
-reduce-added in float32 into an accumulator that a last kernel scales into q's dtype; or, with
-``deterministic=True``, dK/dV then dQ per query block, recomputing S and dP (two more GEMMs, no atomics).
+dK/dV per K/V block (summed over a grouped-query head's group inside the block), then dQ per query block,
+recomputing S and dP (two more GEMMs, no atomics: the default, ``deterministic=True``); or, with
+``deterministic=False``, dK/dV with each block's dQ share reduce-added in float32 into an accumulator that a last
+kernel scales into q's dtype. The default is the path that measured faster on the H200 (docs/performance.md,
+2026-12-04: the accumulating path's dK/dV kernel, which also computes dQ, is slower than the two kernels it
+replaces).
 
 numpy arrays run on the emulator; torch tensors go through the custom op ``warpspec::attention_backward``, which
 ``ops.attention``'s autograd formula also calls. Every unsupported argument is an ``ArgumentError`` naming it,
@@ -39,7 +42,7 @@ DEFAULT_BACKWARD_SCHEDULES = {
 _kernels: dict = {}  # (dtype name, head_dim, causal, deterministic) -> the path's Scripts
 
 
-def backward_kernels(problem: Problem, deterministic: bool = False):
+def backward_kernels(problem: Problem, deterministic: bool = True):
     """The pinned Scripts of the problem's dtype, head dim and causality: (preprocessing, dK/dV, dQ) for the
     deterministic path, (preprocessing, dK/dV with dQ shares, dQ conversion) for the accumulating one."""
     key = (problem.dtype.name, problem.head_dim, problem.causal, deterministic)
@@ -55,15 +58,15 @@ def backward_kernels(problem: Problem, deterministic: bool = False):
     return _kernels[key]
 
 
-def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, deterministic=False):
+def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, deterministic=True):
     """The gradients ``(dq, dk, dv)`` of ``out = ops.attention(q, k, v, causal=causal, scale=scale)`` for the
     output gradient ``dout``, from ``out`` and ``lse`` as ``ops.attention(..., return_lse=True)`` returned them.
 
     * ``q``, ``k``, ``v``, ``causal``, ``scale``: as ``ops.attention`` takes them; D 64 or 128;
     * ``out``, ``dout``: q's shape and dtype, contiguous; ``lse``: float32 [B, H, S_q], contiguous;
-    * ``deterministic``: False (default) accumulates dQ in the dK/dV kernel with float32 reduce-adds, whose order
-      varies from run to run (so may dQ's last bits; dK and dV never vary); True recomputes S and dP in a kernel
-      per query block instead (two more GEMMs), bit-identical from run to run.
+    * ``deterministic``: True (default) computes dQ in a kernel per query block that recomputes S and dP (two more
+      GEMMs), bit-identical from run to run; False accumulates dQ in the dK/dV kernel with float32 reduce-adds,
+      whose order varies from run to run (so may dQ's last bits; dK and dV never vary).
 
     dq has q's shape, dk and dv k's (summed over the query heads sharing a K/V head), all in q's dtype and kind.
     """
@@ -80,7 +83,7 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, det
     return dq, dk, dv
 
 
-def validate_backward(q, k, v, out, dout, lse, causal, scale, deterministic=False) -> Problem:
+def validate_backward(q, k, v, out, dout, lse, causal, scale, deterministic=True) -> Problem:
     """ops.attention's checks, the backward's head dims, the shapes, dtypes and layouts of out, dout, lse, and
     ``deterministic`` a bool."""
     problem = validate(q, k, v, causal, scale)
@@ -135,7 +138,7 @@ _op = None
 
 
 def torch_backward_op():
-    """The custom op ``warpspec::attention_backward(q, k, v, out, dout, lse2, causal, scale, deterministic=False)
+    """The custom op ``warpspec::attention_backward(q, k, v, out, dout, lse2, causal, scale, deterministic=True)
     -> (dq, dk, dv)`` (``lse2`` the base-2 log-sum-exp the forward op returns), registered at the first use."""
     global _op
     if _op is None:
@@ -143,11 +146,11 @@ def torch_backward_op():
 
         _op = custom_op("warpspec::attention_backward", _op_implementation,
                         schema="(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse2, bool causal, "
-                               "float scale, bool deterministic=False) -> (Tensor, Tensor, Tensor)")
+                               "float scale, bool deterministic=True) -> (Tensor, Tensor, Tensor)")
     return _op
 
 
-def _op_implementation(q, k, v, out, dout, lse2, causal, scale, deterministic=False):
+def _op_implementation(q, k, v, out, dout, lse2, causal, scale, deterministic=True):
     """The op's real and fake implementation: validate, allocate the gradients (and the zeroed float32 dQ
     accumulator of the default path), run the kernels (nothing runs on fake or meta tensors)."""
     import torch
