@@ -9,6 +9,7 @@ a float32 reference (max abs error below 4e-2 in bf16); SDPA's back ends (cuDNN,
 
     python benchmarks/attention_decode.py                                 # B 1-64, S_k 4096-131072, S_q 1 and 4
     python benchmarks/attention_decode.py --batches 32 --seq-ks 8192 --seq-qs 1 --heads 64/8
+    python benchmarks/attention_decode.py --schedule block_n=128,num_stages=2   # another decode schedule
     python benchmarks/attention_decode.py --dry-run                       # CPU: tiny shapes on the emulator
 
 ``--dry-run`` checks warpspec on CPU tensors at B 1, 8 / 2 heads, S_k 300 (the emulator) and times nothing.
@@ -35,6 +36,9 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=100, help="do_bench warmup, ms")
     parser.add_argument("--rep", type=int, default=500, help="do_bench repetitions, ms")
     parser.add_argument("--max-gb", type=float, default=40.0, help="skip configs whose K and V exceed this")
+    parser.add_argument("--schedule", default=None, metavar="K=V,...",
+                        help="the decode kernel's schedule for this run instead of the shipped one, e.g. "
+                             "block_n=128,num_stages=2")
     parser.add_argument("--dry-run", action="store_true", help="CPU tensors on the emulator, tiny shapes, no timing")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -46,7 +50,13 @@ def main(argv=None) -> int:
     import warpspec
     from warpspec.ops import attention
     from warpspec.ops.attention import validate
+    from warpspec.ops import attention_decode
     from warpspec.ops.attention_decode import pack_size, split_count, uses_decode
+
+    if args.schedule:
+        pinned = {key: int(value) for key, value in (item.split("=") for item in args.schedule.split(","))}
+        attention_decode.DEFAULT_DECODE_SCHEDULES[args.head_dim] = dict(
+            attention_decode.DEFAULT_DECODE_SCHEDULES[args.head_dim], **pinned)
 
     heads, kv_heads = (8, 2) if args.dry_run else (int(h) for h in args.heads.split("/"))
     batches = [1] if args.dry_run else [int(b) for b in args.batches.split(",")]
@@ -56,7 +66,7 @@ def main(argv=None) -> int:
     backends = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
                 "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
     results = {"gpu": None if args.dry_run else torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
-               "rows": []}
+               "schedule": attention_decode.DEFAULT_DECODE_SCHEDULES.get(args.head_dim), "rows": []}
 
     def reference(q, k, v):
         group = q.shape[1] // k.shape[1]
