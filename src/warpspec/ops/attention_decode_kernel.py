@@ -38,6 +38,10 @@ from warpspec.script import Script
 
 #: The decode kernel's query rows per block: one m64 WGMMA row block.
 DECODE_ROWS = 64
+#: Copies of the fold's loop bodies per trip: the partials' loads of one copy do not wait for another's, so four
+#: are in flight at once (a loop of one copy waited a whole global load latency per partial: 15 in a row at
+#: batch 1 took longer than the splits' own work on the GPU timeline).
+FOLD_UNROLL = 4
 
 
 class Decode(Script):
@@ -220,13 +224,13 @@ class Decode(Script):
         first: int32 = pb * n_splits  # the pack's first slot; this split's is the last
         self.wait_for_partials(ws_lse, flags, pb, n_splits)
         top = lse + 0.0  # a tensor of its own: the loop updates it in place, and lse is read after it
-        for earlier in self.range(n_splits - 1):
+        for earlier in self.range(n_splits - 1, unroll=FOLD_UNROLL):
             top = max(top, self.load_global(ws_lse, offsets=[0, first + earlier], shape=[DECODE_ROWS, 1]))
         # Rows where every split saw no key subtract 0, never -inf - -inf.
         subtrahend = self.where(top == float("-inf"), 0.0, top)
         total = self.exp2(lse - subtrahend)  # this split's weight, then the sum of all of them
         acc = acc_o * total
-        for earlier in self.range(n_splits - 1):
+        for earlier in self.range(n_splits - 1, unroll=FOLD_UNROLL):
             theirs = self.exp2(self.load_global(ws_lse, offsets=[0, first + earlier], shape=[DECODE_ROWS, 1])
                                - subtrahend)
             other_o = self.load_global(ws_o, offsets=[0, (first + earlier) * self.head_dim],
