@@ -49,13 +49,12 @@ class ReadsPartialBeforeItsFlag(Decode):
 
 
 class ReleasesQBeforeDK(BackwardKV):
-    """The (Q, dO) stage goes back to the producer before the dK WGMMA that reads Q has completed: the next TMA load
-    may overwrite Q under the tensor cores."""
+    """The previous tile's (Q, dO) stage goes back to the producer before the dK WGMMA that reads its Q has
+    completed: the next TMA load may overwrite Q under the tensor cores."""
 
-    def retire_tile(self, pipe):
-        pipe.consumer_release()
-        pipe.consumer_advance()
-        self.wgmma.wait_group(0)  # <<< late-dk-wait
+    def retire_previous(self, pipe, held, pending):
+        self.mbarrier.arrive(pipe.empty_barriers[held])
+        self.wgmma.wait_group(pending)  # <<< late-dk-wait
 
 
 class ReadsTheNextPage(AttentionPaged):

@@ -195,7 +195,7 @@ def test_planted_bug_q_stage_released_before_the_dk_wgmma_completes():
 
     q, k, v, dout = operands(1, 1, 1, 300, 100, 64, np.float16)
     lse, dd = np.zeros((1, 1, 300), np.float32), np.zeros((1, 1, 300), np.float32)
-    kernel = bk.ReleasesQBeforeDK(float16, head_dim=64, causal=False, block_m=64, num_stages=2)
+    kernel = bk.ReleasesQBeforeDK(float16, head_dim=64, causal=False, block_m=64, num_stages=3)
     with pytest.raises(RaceError) as raised:
         kernel(300, 100, 1, 1, 1, 0.125, 0.18, q, k, v, dout, lse, dd, np.zeros_like(k), np.zeros_like(v))
     assert "tma.global_to_shared writes sq[0] while an asynchronous read of it (a wgmma or a TMA store) is still " \
@@ -203,8 +203,8 @@ def test_planted_bug_q_stage_released_before_the_dk_wgmma_completes():
     (load,) = [n for n, line in enumerate(Path(bwk.__file__).read_text().splitlines(), 1)
                if "self.tma.global_to_shared(src=gq, dst=sq[stage]" in line]
     assert raised.value.location.rsplit(" at ", 1)[-1] == f"{bwk.__file__}:{load}"
-    assert f"ReleasesQBeforeDK.retire_tile at {bk.__file__}:{bk.marker_line('late-dk-wait')} in " \
-           f"wgmma.wait_group(0)" in raised.value.tasks
+    assert f"ReleasesQBeforeDK.retire_previous at {bk.__file__}:{bk.marker_line('late-dk-wait')} in " \
+           f"wgmma.wait_group(" in raised.value.tasks
 
 
 def test_planted_bug_dq_staging_overwritten_before_the_reduce_add_read_it():

@@ -26,19 +26,21 @@ from warpspec.ops.attention_backward_kernel import (BACKWARD_HEAD_DIMS, Backward
 from warpspec.ops.attention_kernel import LOG2_E
 from warpspec.ops.operands import dtype_of, same_device, same_kind
 
-#: The shipped schedule of each head dim: the dK/dV kernels' query tile (``block_m``) and ring depth, the
-#: deterministic dQ kernel's K/V tile (``block_n``) and ring depth; "kv" serves BackwardKV and BackwardKVDQ alike.
+#: The shipped schedule of each head dim: the dK/dV kernels' query tile (``block_m``) and ring depth ("kv" for
+#: BackwardKV, "kvdq" for BackwardKVDQ), the deterministic dQ kernel's K/V tile (``block_n``) and ring depth.
 #: Each consumer thread holds dK and dV (D/2 registers each) with Sᵀ and dPᵀ (block_m/2 each) in the dK/dV kernels
 #: (block_m 64 keeps D 128 at 192 of its 240; BackwardKVDQ adds D/4 for its half of the dQ tile once Sᵀ and dPᵀ are
-#: dead), dQ (D/2) with S and dP (block_n/2 each) in the dQ kernel. Shared memory of BackwardKVDQ at D 128: K, V and
-#: K's column halves 32 KB each, two (Q, dO) stages 64 KB, dSᵀ 16 KB, the float32 dQ staging 32 KB: 208 of 227 KB,
-#: so two stages (a third would need 32 KB more); D 64 needs half of each, and two stages already hide the loads
-#: behind five GEMMs per tile.
+#: dead), dQ (D/2) with S and dP (block_n/2 each) in the dQ kernel. BackwardKV at D 64 releases a stage only at the
+#: next tile (its dK runs on under that tile's first GEMMs), so a third stage keeps the producer ahead (48 KB of
+#: stages); D 128 keeps two, as before. Shared memory of BackwardKVDQ at D 128:
+#: K, V and K's column halves 32 KB each, two (Q, dO) stages 64 KB, dSᵀ 16 KB, the float32 dQ staging 32 KB: 208 of
+#: 227 KB, so two stages (a third would need 32 KB more); D 64 needs half of each.
 DEFAULT_BACKWARD_SCHEDULES = {
-    64: {"kv": {"block_m": 64, "num_stages": 2}, "q": {"block_n": 64, "num_stages": 2}},
-    128: {"kv": {"block_m": 64, "num_stages": 2}, "q": {"block_n": 64, "num_stages": 2}},
+    64: {"kv": {"block_m": 64, "num_stages": 3}, "kvdq": {"block_m": 64, "num_stages": 2},
+         "q": {"block_n": 64, "num_stages": 2}},
+    128: {"kv": {"block_m": 64, "num_stages": 2}, "kvdq": {"block_m": 64, "num_stages": 2},
+          "q": {"block_n": 64, "num_stages": 2}},
 }
-
 _kernels: dict = {}  # (dtype name, head_dim, causal, deterministic) -> the path's Scripts
 
 
@@ -52,7 +54,7 @@ def backward_kernels(problem: Problem, deterministic: bool = True):
             last = (BackwardKV(dtype, head_dim=head_dim, causal=problem.causal, **schedule["kv"]),
                     BackwardQ(dtype, head_dim=head_dim, causal=problem.causal, **schedule["q"]))
         else:
-            last = (BackwardKVDQ(dtype, head_dim=head_dim, causal=problem.causal, **schedule["kv"]),
+            last = (BackwardKVDQ(dtype, head_dim=head_dim, causal=problem.causal, **schedule["kvdq"]),
                     ConvertDQ(dtype, head_dim=head_dim))
         _kernels[key] = (Dot(dtype, head_dim=head_dim), *last)
     return _kernels[key]

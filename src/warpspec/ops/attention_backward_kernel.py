@@ -106,6 +106,9 @@ class BackwardKV(Script):
         self.causal = causal
         self.block_m = block_m
         self.num_stages = num_stages
+        #: Whether the deterministic path overlaps each tile's dK with the next tile (``overlapped_tiles``): at D 64,
+        #: whose registers hold a tile's dSᵀ beside the next tile's tensors (at D 128 they spill).
+        self.overlaps = head_dim == 64
 
     def kernel_name(self) -> str:
         """``BackwardKVF16`` or ``BackwardKVBF16``."""
@@ -214,45 +217,119 @@ class BackwardKV(Script):
         acc_dv = self.register_tensor(dtype=float32, shape=[64, d], init=0.0)
         keys_from: int32 = offset_n + 64 * wg
         self.mbarrier.wait(kv_loaded[0], phase=0)
-        for item in self.range(n_items):
-            bh: int32 = first_bh + item // tiles_per_head
-            offset_m: int32 = (first_tile + item % tiles_per_head) * block_m
-            pipe.consumer_acquire()
-            stage = pipe.consumer_stage
-            acc_s = self.register_tensor(dtype=float32, shape=[64, block_m], init=0.0)
-            acc_dp = self.register_tensor(dtype=float32, shape=[64, block_m], init=0.0)
-            self.wgmma.fence()
-            self.wgmma.mma(sk[0], sq[stage][0].transpose(), acc_s)  # Sᵀ = K·Qᵀ
-            self.wgmma.commit_group()
-            self.wgmma.mma(sv[0], sdo[stage][0].transpose(), acc_dp)  # dPᵀ = V·dOᵀ
-            self.wgmma.commit_group()
-            lse = self.load_global(glse, offsets=[bh, offset_m], shape=[1, block_m])
-            self.wgmma.wait_group(1)
-            probs = self.exp2(acc_s * scale_log2 - lse)
-            if self.causal:
-                if keys_from + 63 > offset_m + causal_shift:  # the tile crosses the diagonal
-                    keep = self.row_index(probs) + keys_from <= self.col_index(probs) + (offset_m + causal_shift)
-                    probs = self.where(keep, probs, 0.0)
-            probs16 = self.cast(probs, dtype)
-            self.wgmma.fence()  # after the cast writes the A registers
-            self.wgmma.mma(probs16, sdo[stage][0], acc_dv)  # dV += Pᵀ·dO
-            self.wgmma.commit_group()
-            dd = self.load_global(gdd, offsets=[bh, offset_m], shape=[1, block_m])
-            self.wgmma.wait_group(1)  # dPᵀ is done (dV's group may still run)
-            grads = self.cast(probs * (acc_dp - dd), dtype)
-            if self.accumulates_dq:
-                self.share_grads(dq, wg, item, grads)  # before dK's WGMMA: its A registers stay untouched after
-            self.wgmma.fence()
-            self.wgmma.mma(grads, sq[stage][0], acc_dk)  # dK += dSᵀ·Q
-            self.wgmma.commit_group()
-            if self.accumulates_dq:
-                self.accumulate_dq(dq, wg, item, bh, offset_m)
-            self.retire_tile(pipe)
+        if self.overlaps and not self.accumulates_dq:
+            self.overlapped_tiles(sk, sv, sq, sdo, glse, gdd, pipe, scale_log2, first_bh, first_tile, tiles_per_head,
+                                  n_items, causal_shift, keys_from, acc_dk, acc_dv)
+        else:
+            for item in self.range(n_items):
+                bh: int32 = first_bh + item // tiles_per_head
+                offset_m: int32 = (first_tile + item % tiles_per_head) * block_m
+                pipe.consumer_acquire()
+                stage = pipe.consumer_stage
+                acc_s, acc_dp = self.scores(sk, sv, sq, sdo, stage)
+                lse = self.load_global(glse, offsets=[bh, offset_m], shape=[1, block_m])
+                self.wgmma.wait_group(1)
+                probs16, probs = self.probabilities(acc_s, lse, scale_log2, keys_from, offset_m, causal_shift)
+                self.wgmma.fence()  # after the cast writes the A registers
+                self.wgmma.mma(probs16, sdo[stage][0], acc_dv)  # dV += Pᵀ·dO
+                self.wgmma.commit_group()
+                dd = self.load_global(gdd, offsets=[bh, offset_m], shape=[1, block_m])
+                self.wgmma.wait_group(1)  # dPᵀ is done (dV's group may still run)
+                grads = self.cast(probs * (acc_dp - dd), dtype)
+                if self.accumulates_dq:
+                    self.share_grads(dq, wg, item, grads)  # before dK's WGMMA: its A registers stay untouched after
+                self.wgmma.fence()
+                self.wgmma.mma(grads, sq[stage][0], acc_dk)  # dK += dSᵀ·Q
+                self.wgmma.commit_group()
+                if self.accumulates_dq:
+                    self.accumulate_dq(dq, wg, item, bh, offset_m)
+                self.retire_tile(pipe)
         if self.accumulates_dq:
             with self.single_thread():
                 self.tma.wait_group(0)  # the last reduce-add has read its staging tile before the block exits
         self.store_tile(sk, gdk, self.cast(acc_dk * scale, dtype), kv_bh, keys_from)
         self.store_tile(sv, gdv, self.cast(acc_dv, dtype), kv_bh, keys_from)
+
+    def scores(self, sk, sv, sq, sdo, stage):
+        """Issue Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ of the tile in ``stage`` (two WGMMA groups); their accumulators."""
+        acc_s = self.register_tensor(dtype=float32, shape=[64, self.block_m], init=0.0)
+        acc_dp = self.register_tensor(dtype=float32, shape=[64, self.block_m], init=0.0)
+        self.wgmma.fence()
+        self.wgmma.mma(sk[0], sq[stage][0].transpose(), acc_s)  # Sᵀ = K·Qᵀ
+        self.wgmma.commit_group()
+        self.wgmma.mma(sv[0], sdo[stage][0].transpose(), acc_dp)  # dPᵀ = V·dOᵀ
+        self.wgmma.commit_group()
+        return acc_s, acc_dp
+
+    def probabilities(self, acc_s, lse, scale_log2, keys_from, offset_m, causal_shift):
+        """Pᵀ = exp2(Sᵀ · scale_log2 - lse), masked where the tile crosses the causal diagonal: in the kernel's
+        dtype (dV's register A operand) and in float32 (for dSᵀ)."""
+        probs = self.exp2(acc_s * scale_log2 - lse)
+        if self.causal:
+            if keys_from + 63 > offset_m + causal_shift:  # the tile crosses the diagonal
+                keep = self.row_index(probs) + keys_from <= self.col_index(probs) + (offset_m + causal_shift)
+                probs = self.where(keep, probs, 0.0)
+        return self.cast(probs, self.dtype), probs
+
+    def overlapped_tiles(self, sk, sv, sq, sdo, glse, gdd, pipe, scale_log2, first_bh, first_tile, tiles_per_head,
+                         n_items, causal_shift, keys_from, acc_dk, acc_dv):
+        """The deterministic path's walk over the (Q, dO) tiles, with each tile's dK WGMMA issued at the next
+        tile, behind its Sᵀ and dPᵀ: the tensor cores run it while this warpgroup exponentiates. Its stage goes
+        back to the producer once that dK is done. Nothing is in flight across the loop's back edge (ptxas
+        serializes every WGMMA of a loop whose groups stay in flight from one iteration to the next, advisory
+        C7513), so dV is waited for at the end of its own tile, after dSᵀ is computed under it. Only for D 64
+        (``overlaps``): at D 128 the previous tile's dSᵀ beside this tile's tensors passes the consumers' 240
+        registers and spills."""
+        block_m, dtype = self.block_m, self.dtype
+        if n_items > 0:
+            # Tile 0, peeled: no earlier dK to issue (the loop's body stays free of branches around WGMMAs).
+            offset_m: int32 = first_tile * block_m
+            pipe.consumer_acquire()
+            held: int32 = pipe.consumer_stage  # the stage whose Q the pending dK reads
+            # Names of their own: the loop below rebinds its tile's tensors, which must not be these.
+            first_s, first_dp = self.scores(sk, sv, sq, sdo, held)
+            first_lse = self.load_global(glse, offsets=[first_bh, offset_m], shape=[1, block_m])
+            self.wgmma.wait_group(1)
+            first_p16, first_p = self.probabilities(first_s, first_lse, scale_log2, keys_from, offset_m,
+                                                    causal_shift)
+            self.wgmma.fence()
+            self.wgmma.mma(first_p16, sdo[held][0], acc_dv)  # dV += Pᵀ·dO
+            self.wgmma.commit_group()
+            first_dd = self.load_global(gdd, offsets=[first_bh, offset_m], shape=[1, block_m])
+            self.wgmma.wait_group(1)  # dPᵀ
+            grads = self.cast(first_p * (first_dp - first_dd), dtype)
+            self.wgmma.wait_group(0)  # dV
+            pipe.consumer_advance()
+            for item in self.range(1, n_items):
+                bh: int32 = first_bh + item // tiles_per_head
+                offset_m = (first_tile + item % tiles_per_head) * block_m
+                pipe.consumer_acquire()
+                stage = pipe.consumer_stage
+                acc_s, acc_dp = self.scores(sk, sv, sq, sdo, stage)
+                self.wgmma.mma(grads, sq[held][0], acc_dk)  # the previous tile's dK, behind Sᵀ and dPᵀ
+                self.wgmma.commit_group()
+                lse = self.load_global(glse, offsets=[bh, offset_m], shape=[1, block_m])
+                self.wgmma.wait_group(2)  # Sᵀ (dPᵀ and the previous dK run on)
+                probs16, probs = self.probabilities(acc_s, lse, scale_log2, keys_from, offset_m, causal_shift)
+                self.wgmma.fence()
+                self.wgmma.mma(probs16, sdo[stage][0], acc_dv)  # dV += Pᵀ·dO
+                self.wgmma.commit_group()
+                dd = self.load_global(gdd, offsets=[bh, offset_m], shape=[1, block_m])
+                self.retire_previous(pipe, held, 1)  # dPᵀ and the previous dK (dV runs on)
+                grads = self.cast(probs * (acc_dp - dd), dtype)  # the previous dK, their reader, is done
+                self.wgmma.wait_group(0)  # dV
+                held = stage
+                pipe.consumer_advance()
+            self.wgmma.fence()
+            self.wgmma.mma(grads, sq[held][0], acc_dk)  # the last tile's dK
+            self.wgmma.commit_group()
+            self.retire_previous(pipe, held, 0)
+
+    def retire_previous(self, pipe, held, pending):
+        """Wait until at most ``pending`` WGMMA groups are in flight (the previous tile's dK, the last reader of
+        its stage, among those done), then hand that stage, ``held``, back to the producer."""
+        self.wgmma.wait_group(pending)
+        self.mbarrier.arrive(pipe.empty_barriers[held])
 
     def share_grads(self, dq, wg, item, grads):
         """Warpgroup ``wg`` stores its dSᵀ (``grads``, [64 keys, block_m]) into ``dq.grads[wg]`` once the other
@@ -460,6 +537,27 @@ class BackwardQ(Script):
             pipe.producer_acquire()
             pipe.producer_advance()
 
+    def tile_scores(self, sq, sdo, sk, sv, stage):
+        """Issue S = Q·Kᵀ and dP = dO·Vᵀ of the K/V tile in ``stage`` (two WGMMA groups); their accumulators."""
+        acc_s = self.register_tensor(dtype=float32, shape=[64, self.block_n], init=0.0)
+        acc_dp = self.register_tensor(dtype=float32, shape=[64, self.block_n], init=0.0)
+        self.wgmma.fence()
+        self.wgmma.mma(sq[0], sk[stage][0].transpose(), acc_s)  # S = Q·Kᵀ
+        self.wgmma.commit_group()
+        self.wgmma.mma(sdo[0], sv[stage][0].transpose(), acc_dp)  # dP = dO·Vᵀ
+        self.wgmma.commit_group()
+        return acc_s, acc_dp
+
+    def tile_probabilities(self, acc_s, lse, scale_log2, j, rows_from, causal_shift):
+        """P = exp2(S · scale_log2 - lse) of K/V tile ``j``, masked where it crosses the causal diagonal."""
+        block_n = self.block_n
+        probs = self.exp2(acc_s * scale_log2 - lse)
+        if self.causal:
+            if j * block_n + block_n - 1 > rows_from + causal_shift:  # the tile crosses the diagonal
+                keep = self.col_index(probs) + j * block_n <= self.row_index(probs) + (rows_from + causal_shift)
+                probs = self.where(keep, probs, 0.0)
+        return probs
+
     def consume_q(self, wg, sq, sdo, sk, sv, glse, gdd, gdq, q_loaded, pipe, scale, scale_log2, bh, offset_m,
                   n_tiles, causal_shift):
         """Consumer warpgroup ``wg``: rows ``offset_m + 64·wg ...``; dQ += dS·K over the block's K/V tiles."""
@@ -474,19 +572,9 @@ class BackwardQ(Script):
         for j in self.range(n_tiles):
             pipe.consumer_acquire()
             stage = pipe.consumer_stage
-            acc_s = self.register_tensor(dtype=float32, shape=[64, block_n], init=0.0)
-            acc_dp = self.register_tensor(dtype=float32, shape=[64, block_n], init=0.0)
-            self.wgmma.fence()
-            self.wgmma.mma(sq[0], sk[stage][0].transpose(), acc_s)  # S = Q·Kᵀ
-            self.wgmma.commit_group()
-            self.wgmma.mma(sdo[0], sv[stage][0].transpose(), acc_dp)  # dP = dO·Vᵀ
-            self.wgmma.commit_group()
+            acc_s, acc_dp = self.tile_scores(sq, sdo, sk, sv, stage)
             self.wgmma.wait_group(1)
-            probs = self.exp2(acc_s * scale_log2 - lse)
-            if self.causal:
-                if j * block_n + block_n - 1 > rows_from + causal_shift:  # the tile crosses the diagonal
-                    keep = self.col_index(probs) + j * block_n <= self.row_index(probs) + (rows_from + causal_shift)
-                    probs = self.where(keep, probs, 0.0)
+            probs = self.tile_probabilities(acc_s, lse, scale_log2, j, rows_from, causal_shift)
             self.wgmma.wait_group(0)
             grads = self.cast(probs * (acc_dp - dd), dtype)
             self.wgmma.fence()
