@@ -117,3 +117,20 @@ def test_torch_compile_traces_forward_and_backward():
     attention(q, k, v, causal=True).float().sum().backward()
     assert all(torch.equal(a, x.grad) for a, x in zip(traced, (q, k, v)))
     assert not attention(q, k, v, return_lse=True)[1].requires_grad
+
+
+def test_torch_compile_does_not_trace_an_eager_call_s_bound_launch(monkeypatch):
+    """A description whose eager calls take a bound launch (``Call.direct``, made for plain CUDA tensors; stood
+    in for here on CPU tensors) is traced by torch.compile as the op, never as that launch."""
+    import importlib
+
+    ops_attention = importlib.import_module("warpspec.ops.attention")
+    generator = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 2, n, 64, generator=generator).half() for n in (40, 50, 50))
+    expected = attention(q, k, v, causal=True)
+    found = ops_attention.call_for(q, k, v, True, None)
+    monkeypatch.setattr(found, "direct", lambda *args: pytest.fail("the bound launch was traced"))
+    monkeypatch.setattr(importlib.import_module("warpspec.torch_ops"), "dispatcher_idle", lambda device: True)
+    compiled = torch.compile(lambda q, k, v: attention(q, k, v, causal=True) * 2, fullgraph=True,
+                             backend="aot_eager")
+    assert torch.equal(compiled(q, k, v), expected * 2)

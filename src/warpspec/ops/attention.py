@@ -83,11 +83,14 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     found = call_for(q, k, v, causal, scale)
     if found.kind == "torch":
         torch = sys.modules["torch"]
-        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        # Traced by torch.compile (the graph holds the op; an eager call's bound launch must not be traced into
+        # it), or differentiated: the op.
+        if torch.compiler.is_compiling() or (torch.is_grad_enabled()
+                                             and (q.requires_grad or k.requires_grad or v.requires_grad)):
             out, lse2 = _torch_op()(q, k, v, found.problem.causal, found.problem.scale)
         elif found.direct is not None and _support().dispatcher_idle(q.get_device()) and runtime.direct_launches():
             out, lse2 = found.direct(q, k, v)  # a call like an earlier one: its bound launch alone
-        elif not torch.compiler.is_compiling() and _support().dispatch_is_plain(q, k, v):
+        elif _support().dispatch_is_plain(q, k, v):
             # What the op would run, without the dispatcher's cost (decode at batch 1 is bound by host time).
             out, lse2 = _allocate_and_run(q, k, v, found)
         else:
