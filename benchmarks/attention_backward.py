@@ -4,9 +4,10 @@ end, timed the same way for both.
 Protocol: batch 2, heads · head_dim = 2048, S_q = S_k = seq, ``torch.randn`` inputs and output gradient; one timed
 call is ``torch.autograd.grad(attention(q, k, v), (q, k, v), dout)`` (forward and backward);
 FLOPs = 3.5 · 4 · B · H · seq² · D (the backward's five GEMMs are 2.5 times the forward's two), halved when causal;
-``triton.testing.do_bench(fn, warmup, rep, return_mode="median")``. Before timing, the output and the three
-gradients are checked against SDPA's (max abs error over max |SDPA's| below 2e-2 in fp16, 4e-2 in bf16); a config
-whose check fails is reported and not timed.
+``triton.testing.do_bench(fn, warmup, rep, return_mode="median")``; ``*_host_ms`` is the host's wall time per step
+of back-to-back steps (``warpspec.tune.bench.host_us_per_call``): where it is the larger, the step is host-bound.
+Before timing, the output and the three gradients are checked against SDPA's (max abs error over max |SDPA's| below
+2e-2 in fp16, 4e-2 in bf16); a config whose check fails is reported and not timed.
 
     python benchmarks/attention_backward.py                     # D 64 and 128, seq 2048-16384, causal and not
     python benchmarks/attention_backward.py --head-dims 128 --seqs 4096 --causal yes --dtypes bf16
@@ -124,10 +125,16 @@ def main(argv=None) -> int:
                         if not args.dry_run:
                             import triton
 
+                            from warpspec.tune.bench import host_us_per_call
+
                             for label, attend in (("warpspec", ours(causal)), ("cudnn", sdpa(causal))):
                                 ms = triton.testing.do_bench(forward_backward(attend, q, k, v, dout),
                                                              warmup=args.warmup, rep=args.rep, return_mode="median")
                                 row[label + "_ms"], row[label + "_tflops"] = ms, flops / ms / 1e9
+                                # Host time per step, to tell a host-bound figure from the kernels' own time.
+                                row[label + "_host_ms"] = 1e-3 * host_us_per_call(
+                                    forward_backward(attend, q, k, v, dout), torch.cuda.synchronize, calls=10,
+                                    repeats=5)
                             row["vs_cudnn"] = row["cudnn_ms"] / row["warpspec_ms"]
                         print(row, flush=True)
                         results["rows"].append(row)

@@ -349,6 +349,7 @@ def _torch_op():
     if _op is None:
         import torch
 
+        from warpspec.ops.attention_backward import _op_implementation as backward_implementation
         from warpspec.ops.attention_backward import torch_backward_op
         from warpspec.torch_ops import custom_op
 
@@ -364,7 +365,12 @@ def _torch_op():
 
         def backward(ctx, dout, _dlse):
             q, k, v, out, lse2 = ctx.saved_tensors
-            dq, dk, dv = backward_op(q, k, v, out, dout.contiguous(), lse2, ctx.causal, ctx.scale)
+            dout = dout.contiguous()
+            # Where the dispatcher would do nothing but call it (no double backward, no mode), the op's
+            # implementation itself: a training step's backward is otherwise bound by host time at short lengths.
+            run_backward = backward_implementation if _support().dispatch_is_plain(q, k, v, out, dout, lse2) \
+                else backward_op
+            dq, dk, dv = run_backward(q, k, v, out, dout, lse2, ctx.causal, ctx.scale)
             return dq, dk, dv, None, None
 
         torch.library.register_autograd("warpspec::attention", backward, setup_context=setup_context)
@@ -379,7 +385,9 @@ def _op_implementation(q, k, v, causal, scale):
 def _allocate_and_run(q, k, v, found: Call):
     """(out, lse2) of validated torch tensors: allocated on q's device, then computed (fake or meta tensors, while
     ``torch.compile`` traces, only describe the call: nothing runs). The first launch on plain CUDA tensors binds
-    the description's ``Call.direct``."""
+    the description's ``Call.direct``, which later calls take (the op's implementation too, under autograd)."""
+    if found.direct is not None and runtime.direct_launches():  # a description launched on plain CUDA tensors
+        return found.direct(q, k, v)
     torch = sys.modules["torch"]
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse2 = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)

@@ -24,6 +24,7 @@ from warpspec.ops.attention import Problem, _contiguous, validate
 from warpspec.ops.attention_backward_kernel import (BACKWARD_HEAD_DIMS, BackwardKV, BackwardKVDQ, BackwardQ,
                                                     ConvertDQ, Dot)
 from warpspec.ops.attention_kernel import LOG2_E
+from warpspec.ops.frame import Signatures, describe, plain_cuda
 from warpspec.ops.operands import dtype_of, same_device, same_kind
 
 #: The shipped schedule of each head dim: the dK/dV kernels' query tile (``block_m``) and ring depth ("kv" for
@@ -113,25 +114,82 @@ def validate_backward(q, k, v, out, dout, lse, causal, scale, deterministic=True
     return problem
 
 
-def launch_backward(q, k, v, out, dout, lse2, dq, dk, dv, problem: Problem, dd, dq_accum=None) -> None:
+def launch_backward(q, k, v, out, dout, lse2, dq, dk, dv, problem: Problem, dd, dq_accum=None) -> list:
     """Run the kernels on validated operands (``lse2`` the base-2 log-sum-exp, ``dd`` a float32 [B, H, S_q]
     workspace for D) on the selected back end: with ``dq_accum`` (a zeroed float32 array of q's shape) the
-    accumulating path, without it the deterministic one."""
+    accumulating path, without it the deterministic one. Returns the (Script, arguments) of each launch."""
     if problem.seq_q == 0 or problem.batch * problem.heads == 0:
         dk[...] = 0
         dv[...] = 0
-        return
+        return []
     dot, kv, last = backward_kernels(problem, deterministic=dq_accum is None)
     batch_heads = problem.batch * problem.heads
-    dot(problem.seq_q, batch_heads, out, dout, dd)
     sizes = (problem.seq_q, problem.seq_k, batch_heads, problem.heads, problem.heads // problem.kv_heads,
              problem.scale, problem.scale * LOG2_E)
+    launches = [(dot, (problem.seq_q, batch_heads, out, dout, dd))]
     if dq_accum is None:
-        kv(*sizes, q, k, v, dout, lse2, dd, dk, dv)
-        last(*sizes, q, k, v, dout, lse2, dd, dq)
+        launches += [(kv, (*sizes, q, k, v, dout, lse2, dd, dk, dv)), (last, (*sizes, q, k, v, dout, lse2, dd, dq))]
     else:
-        kv(*sizes, q, k, v, dout, lse2, dd, dk, dv, dq_accum)
-        last(batch_heads * problem.seq_q, problem.scale, dq_accum, dq)
+        launches += [(kv, (*sizes, q, k, v, dout, lse2, dd, dk, dv, dq_accum)),
+                     (last, (batch_heads * problem.seq_q, problem.scale, dq_accum, dq))]
+    for script, args in launches:
+        script(*args)
+    return launches
+
+
+class Call:
+    """What the first backward call of a description decided: its validated problem and, once the deterministic
+    path launched on plain CUDA tensors, ``direct(q, k, v, out, dout, lse2) -> (dq, dk, dv)``: new gradients and
+    D, then the three kernels' bound launches with the arrays' addresses alone (a training step's backward
+    otherwise pays three launches' general path, longer than the kernels at short sequences)."""
+
+    __slots__ = ("problem", "direct")
+
+    def __init__(self, problem: Problem):
+        self.problem = problem
+        self.direct = None
+
+    def bind(self, q, k, launches: list) -> None:
+        """Make ``direct`` from the first launch's (Script, arguments) of each kernel."""
+        bound = [runtime.pointer_launcher(script, args) for script, args in launches]
+        if len(bound) != 3 or None in bound:
+            return
+        dot, kv, last = bound
+        torch = sys.modules["torch"]
+        current_stream, empty, float32 = torch._C._cuda_getCurrentRawStream, torch.empty, torch.float32
+        device, index, dtype = q.device, q.device.index, q.dtype
+        q_shape, k_shape, rows = tuple(q.shape), tuple(k.shape), tuple(q.shape[:3])
+
+        def direct(q, k, v, out, dout, lse2):
+            dq, dk, dv = (empty(shape, dtype=dtype, device=device) for shape in (q_shape, k_shape, k_shape))
+            dd = empty(rows, dtype=float32, device=device)
+            stream = current_stream(index)
+            pq, pk, pv, pdo, plse, pdd = (x.data_ptr() for x in (q, k, v, dout, lse2, dd))
+            dot(out.data_ptr(), pdo, pdd, stream=stream)
+            kv(pq, pk, pv, pdo, plse, pdd, dk.data_ptr(), dv.data_ptr(), stream=stream)
+            last(pq, pk, pv, pdo, plse, pdd, dq.data_ptr(), stream=stream)
+            return dq, dk, dv
+
+        self.direct = direct
+
+
+_calls = Signatures()  # the description of a backward call's arrays and arguments -> its Call
+
+
+def call_for(q, k, v, out, dout, lse, causal, scale, deterministic) -> Call:
+    """The ``Call`` of these arguments: made at the first call of their description (``validate_backward``'s
+    checks), then looked up."""
+    try:
+        # The types are part of the key: True == 1 would otherwise let a refused argument find an accepted one's.
+        key = (describe(q), describe(k), describe(v), describe(out), describe(dout), describe(lse), causal,
+               type(causal), scale, type(scale), deterministic, type(deterministic))
+        found = _calls.get(key)
+    except (TypeError, AttributeError):  # not arrays, unhashable arguments, symbolic sizes: checked afresh
+        key = found = None
+    if found is None:
+        found = _calls.remember(key, Call(validate_backward(q, k, v, out, dout, lse, causal, scale,
+                                                            deterministic)))
+    return found
 
 
 # --------------------------------------------------------------------------------------------- torch op
@@ -154,15 +212,20 @@ def torch_backward_op():
 
 def _op_implementation(q, k, v, out, dout, lse2, causal, scale, deterministic=True):
     """The op's real and fake implementation: validate, allocate the gradients (and the zeroed float32 dQ
-    accumulator of the default path), run the kernels (nothing runs on fake or meta tensors)."""
+    accumulator of the accumulating path), run the kernels (nothing runs on fake or meta tensors); a call of a
+    description whose deterministic path launched on plain CUDA tensors before takes its bound launches."""
     import torch
 
-    problem = validate_backward(q, k, v, out, dout, lse2, causal, scale, deterministic)
+    found = call_for(q, k, v, out, dout, lse2, causal, scale, deterministic)
+    if found.direct is not None and runtime.direct_launches():
+        return found.direct(q, k, v, out, dout, lse2)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     if not runtime.shape_only((q, k, v, out, dout, lse2)):
         dd = torch.empty(lse2.shape, dtype=torch.float32, device=q.device)
         dq_accum = None if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-        launch_backward(q, k, v, out, dout, lse2, dq, dk, dv, problem, dd, dq_accum)
+        launches = launch_backward(q, k, v, out, dout, lse2, dq, dk, dv, found.problem, dd, dq_accum)
+        if deterministic and plain_cuda(q, k, v, out, dout, lse2):
+            found.bind(q, k, launches)
     return dq, dk, dv
 
 
