@@ -12,8 +12,9 @@ import matmul_v3
 import warpspec
 from warpspec.timeline import profile_isa as records
 from warpspec.runtime import kernel_for
-from warpspec.timeline.events import Event, Shortfall
+from warpspec.timeline.events import Event, Occupancy, Shortfall
 from warpspec.timeline.gpu import buffer_words, decode, instrumented
+from warpspec.timeline.summary import summarize
 
 PRODUCER, CONSUMER = "producer (threads 128-159)", "consumer (threads 0-127)"
 
@@ -237,3 +238,76 @@ def test_a_persistent_kernels_records_decode_with_their_tiles_stages_and_phases(
         ("producer (threads 256-287)", "tma ga -> sa[2]", 0, 2, None),
         ("producer (threads 256-287)", "wait empty_barriers[0]", 5, 0, 0),
     ]
+
+
+def persistent_block(group_ns, epilogue_ns, k_tiles=16, tiles=2):
+    """The record buffer of one V6 cooperative block (4 stages of 128 x 256) that walks ``tiles`` tiles of
+    ``k_tiles`` K-tiles on SM 0, shaped as the H200 recorded V6 at 8192^3: the tensor cores run the groups back to
+    back, ``group_ns`` each, and issuing a group's WGMMAs stalls until the group before it is almost done, so its
+    commit comes 30 ns before that group ends and the ``wgmma.wait_group(1)`` after it returns at once. Then
+    ``epilogue_ns`` of epilogue per tile. One cycle is one ns. Returns the build, the buffer and the tensor cores'
+    true busy share over the block's span."""
+    from matmul_v6 import MatmulWGMMAV6
+
+    script = MatmulWGMMAV6(variant="cooperative", num_stages=4, block_m=128, block_n=256, epilogue_n=64)
+    build = instrumented(kernel_for(script, {"n_size": 8192, "k_size": 64 * k_tiles}), 1, 4096)
+    site = {(s.kind, s.name): i for i, s in enumerate(build.sites)}
+    full, wgmma = site[("wait", "wait full_barriers[{index}]")], site[("wgmma", "wgmma")]
+    in_loop, last = site[("wgmma_wait", "wgmma.wait_group(1)")], site[("wgmma_wait", "wgmma.wait_group(0)")]
+    epilogue = site[("epilogue", "epilogue")]
+    consumer, producer = [], []
+    now, previous_end, busy, k = 100, 0, 0, 0
+    for tile in range(tiles):
+        for step in range(k_tiles):
+            stage = k % 4
+            producer.append((0, stage, now - 60, now - 50, 1, tile))  # its empty wait, a stage ahead
+            consumer.append((full, stage, now, now + 10, k // 4 & 1, tile))
+            commit = max(now + 20, previous_end - 30)
+            consumer.append((wgmma, stage, now + 10, commit, 0, tile))
+            previous_end = max(commit, previous_end) + group_ns
+            busy += group_ns
+            wait_from = commit
+            now = max(commit, previous_end - group_ns) + 10  # the group before it is done
+            consumer.append((in_loop, 0, wait_from, now, 0, tile))
+            now += 5
+            k += 1
+        consumer.append((last, 0, now, previous_end + 10, 0, tile))
+        now = previous_end + 10 + epilogue_ns
+        consumer.append((epilogue, 0, previous_end + 10, now, 0, tile))
+        now += 100
+    words = np.zeros(buffer_words(build), np.uint64)
+    words[:len(build.recorders)] = 1
+    for recorder, events in ((build.recorders.index(0), consumer), (build.recorders.index(256), producer)):
+        write_array(words, build, 0, recorder, header(len(events), 0, (0, 0, 0), 0, 0, now, now), events)
+    events = consumer + producer
+    return build, words, busy / (max(e[3] for e in events) - min(e[2] for e in events))
+
+
+def test_a_group_kept_in_flight_counts_busy_until_the_wait_that_shows_it_done():
+    """V6 measured on the H200 (2026-12-04, 8192^3) gave "tensor cores busy: 15%" at 758 TFLOP/s, when at least
+    ~75% was needed to reach that rate. Its consumers keep one WGMMA group in flight (``wgmma.wait_group(1)``): the
+    wait after a commit shows only the group before it done, and with WGMMA issue stalled behind the running group
+    that wait passes at once, so a group counted from its commit to the next wait lasted ~30 ns of its 700. A group
+    is shown done by the first wait that leaves no more groups in flight than were committed after it."""
+    build, words, true_busy = persistent_block(group_ns=700, epilogue_ns=1500)
+    timeline = decode(words, build, kernel_ns=1.0, clock_hz=1e9,
+                      occupancy=Occupancy(1, "shared memory", 230400, 168, 384, "the driver's occupancy query"))
+    summary = summarize(timeline)
+    assert [e.pending for e in timeline.events if e.kind == "wgmma_wait"][:2] == [1, 1]
+    assert summary.tensor_busy == pytest.approx(true_busy, abs=0.02) and summary.tensor_busy > 0.85
+    assert summary.metrics["consumer_warpgroups"] == 2 and summary.metrics["tiles_per_block"] == 2
+    assert summary.diagnosis().startswith("no stall dominates")
+
+
+def test_a_persistent_kernel_with_two_consumer_warpgroups_is_not_told_to_become_one():
+    """One block per SM and the tensor cores idle through long epilogues: the advice for a kernel that already is
+    persistent with two consumer warpgroups names what is left, not a persistent kernel with two warpgroups."""
+    build, words, true_busy = persistent_block(group_ns=700, epilogue_ns=9000)
+    timeline = decode(words, build, kernel_ns=1.0, clock_hz=1e9,
+                      occupancy=Occupancy(1, "shared memory", 230400, 168, 384, "the driver's occupancy query"))
+    summary = summarize(timeline)
+    assert summary.tensor_busy == pytest.approx(true_busy, abs=0.02) and summary.tensor_busy < 0.70
+    assert summary.diagnosis().startswith(f"one block per SM and the tensor cores busy only "
+                                          f"{summary.tensor_busy:.0%}, although the kernel is persistent with 2 "
+                                          f"consumer warpgroups")
+    assert "a persistent kernel with two consumer warpgroups" not in summary.diagnosis()

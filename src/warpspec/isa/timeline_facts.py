@@ -55,7 +55,9 @@ class Instrumentation:
     event, from the first to the statement that ``closes`` the kind (WGMMA issues up to their commit); ``stage``:
     the field (a barrier or a shared tile) whose index is the pipeline stage the event concerns (a wait's barrier,
     a TMA load's destination, an mma's B operand: the tile the K loop rings); ``phase``: the field holding the
-    parity a wait waits for (``warpspec.timeline.instrument`` says what events carry of both)."""
+    parity a wait waits for (``warpspec.timeline.instrument`` says what events carry of both); ``pending``: the
+    field (a compile-time integer) holding how many of the role's most recent asynchronous groups a wait leaves in
+    flight (``wgmma.wait_group``'s n: which groups its end shows complete)."""
 
     kind: str | None
     name: str = ""
@@ -65,6 +67,7 @@ class Instrumentation:
     closes: str | None = None
     stage: str | None = None
     phase: str | None = None
+    pending: str | None = None
 
 
 #: A statement timelines do not show.

@@ -274,4 +274,5 @@ declare_timeline(WgmmaMma, TimingCost("wgmma", lambda s: (s.a.shape[0], s.b.shap
                                                             s.a.decl.dtype, s.b.decl.dtype)),
                  Instrumentation("wgmma", "wgmma", run=True, stage="b"))
 declare_timeline(WgmmaCommit, TimingCost("wgmma_commit"), Instrumentation(None, closes="wgmma"))
-declare_timeline(WgmmaWait, STATEMENT, Instrumentation("wgmma_wait", "wgmma.wait_group({n})"))
+declare_timeline(WgmmaWait, STATEMENT, Instrumentation("wgmma_wait", "wgmma.wait_group({n})",
+                                                                pending="n"))

@@ -38,7 +38,9 @@ class Event:
       ``empty_barriers[i]`` (any indexed barrier), for a TMA load into ``sa[i]`` and for a WGMMA run whose first
       ``wgmma.mma`` reads ``sb[i]`` as its B operand (a multi-dimensional index flattened row-major); None for
       other events;
-    - ``phase``: the parity (0 or 1) a wait waited for, its phase operand at run time; None for other events."""
+    - ``phase``: the parity (0 or 1) a wait waited for, its phase operand at run time; None for other events;
+    - ``pending``: for a ``wgmma_wait``, the n of ``wgmma.wait_group(n)``: all but the role's n most recently
+      committed WGMMA groups are complete when it ends; None for other events."""
 
     block: tuple[int, int, int]
     role: str
@@ -52,6 +54,7 @@ class Event:
     tile: int | None = None
     stage: int | None = None
     phase: int | None = None
+    pending: int | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS + WITNESS_KINDS:

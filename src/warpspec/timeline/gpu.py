@@ -130,7 +130,8 @@ def decode(words: np.ndarray, build: Instrumented, kernel_ns: float, clock_hz: f
                 name, barrier = site.render(index)
                 events.append(Event(block, role_name(site.group), site.kind, name, convert(int(start)),
                                     convert(int(end)), str(site.loc), sm, barrier, tile,
-                                    index if site.staged else None, phase if site.kind == "wait" else None))
+                                    index if site.staged else None, phase if site.kind == "wait" else None,
+                                    site.pending))
     if arrays and measured < len(arrays):
         notes.append(f"{len(arrays) - measured} block(s) ran shorter than {MIN_RATE_SPAN_NS / 1000:.0f} us: their "
                      f"cycles were converted at the device clock rate, {clock_hz / 1e9:.3f} GHz")

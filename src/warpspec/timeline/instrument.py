@@ -67,8 +67,8 @@ class Site:
     """One instrumented place of the kernel: what it is (``kind``, one of ``warpspec.timeline.events.KINDS``),
     its name with ``{index}`` where the runtime index goes, the barrier it waits on (a "wait"), its kernel line,
     its role (a ``ThreadGroup``), the extents of the leading dimensions its index runs over (the recorded
-    index is their flat, row-major index) and whether that index is the event's stage (see the module
-    docstring)."""
+    index is their flat, row-major index), whether that index is the event's stage (see the module docstring)
+    and, for a wait_group, the groups it leaves in flight (``Event.pending``)."""
 
     kind: str
     name: str
@@ -77,6 +77,7 @@ class Site:
     group: ThreadGroup
     shape: tuple[int, ...] = ()
     staged: bool = False
+    pending: int | None = None
 
     def render(self, index: int) -> tuple[str, str | None]:
         """The event's name and barrier for recorded ``index``: "wait full_barriers[2]", "full_barriers[2]"."""
@@ -128,7 +129,7 @@ class _Walker:
         self.tiles = {id(loop) for loop in tiles}  # the tile loops, whose bodies count the tiles
 
     def site(self, kind: str, name: str, loc: ir.Loc, group: ThreadGroup, shape=(), barrier=None,
-             staged=False) -> int:
+             staged=False, pending=None) -> int:
         # The record's first word holds the site and the index in a few bits each (profile_isa's layout).
         if len(self.sites) == 1 << SITE_BITS:
             raise CompileError(f"a profiling build records at most {1 << SITE_BITS} sites, and this kernel has more",
@@ -136,7 +137,7 @@ class _Walker:
         if math.prod(shape) > 1 << INDEX_BITS:
             raise CompileError(f"a profiling build records indices into arrays of at most {1 << INDEX_BITS} "
                                f"barriers or tiles, and this {kind} indexes one of {math.prod(shape)}", str(loc))
-        self.sites.append(Site(kind, name, barrier, loc, group, tuple(shape), staged))
+        self.sites.append(Site(kind, name, barrier, loc, group, tuple(shape), staged, pending))
         return len(self.sites) - 1
 
     def body(self, body: tuple[ir.Stmt, ...], group: ThreadGroup) -> tuple[ir.Stmt, ...]:
@@ -180,7 +181,7 @@ class _Walker:
             # A site's stage, where it has one, is its indexed field's index (a wait's barrier, a TMA load's tile).
             name, shape, index, barrier = _named(stmt, shown)
             site = self.site(shown.kind, name, stmt.loc, group, shape, barrier,
-                             staged=_indexed_stage(stmt) is not None)
+                             staged=_indexed_stage(stmt) is not None, pending=wait_pending(stmt))
             return [ProfileStart(stmt.loc, site), stmt, ProfileEnd(stmt.loc, site, index, wait_phase(stmt))]
         blocks = {name: self.body(getattr(stmt, name), group) for name in type(stmt).blocks}
         if id(stmt) in self.tiles:
@@ -282,6 +283,12 @@ def _indexed_stage(stmt: ir.Stmt) -> tuple[tuple[int, ...], ir.Expr] | None:
 def wait_phase(stmt: ir.Stmt) -> ir.Expr | None:
     """The phase parity operand of an mbarrier wait; None for any other statement."""
     field = instrumentation(stmt).phase
+    return None if field is None else getattr(stmt, field)
+
+
+def wait_pending(stmt: ir.Stmt) -> int | None:
+    """How many of its role's most recent groups a wait_group leaves in flight; None for any other statement."""
+    field = instrumentation(stmt).pending
     return None if field is None else getattr(stmt, field)
 
 

@@ -143,7 +143,8 @@ def model_launch(kernel: ir.Kernel, arguments: dict, parameters: dict | None = N
             if names[index] not in roles:
                 roles.append(names[index])
         events += [Event(machine.block, names[iv.task.index], iv.kind, iv.name, iv.start_ns, iv.end_ns,
-                         str(iv.loc), 0, iv.barrier, iv.tile, iv.stage, iv.phase) for iv in machine.intervals]
+                         str(iv.loc), 0, iv.barrier, iv.tile, iv.stage, iv.phase, iv.pending)
+                   for iv in machine.intervals]
     flops = grid_flops(kernel, arguments)
     if flops is None:  # control flow that reads data: the simulated blocks' work, as if every block did as much
         flops = sum(m.flops for m in machines) / resident * total

@@ -32,7 +32,7 @@ from warpspec.isa.wgmma import WgmmaState
 from warpspec.ir import nodes as ir
 from warpspec.ir.printer import format_expr
 from warpspec.timeline.facts import fields_of, instrumentation, timing_cost
-from warpspec.timeline.instrument import stage_index, tile_loops, wait_phase
+from warpspec.timeline.instrument import stage_index, tile_loops, wait_pending, wait_phase
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class Costs:
 @dataclass
 class Interval:
     """One thing a task did, from ``start_ns`` to ``end_ns``: ``kind`` as ``warpspec.timeline.events.KINDS``;
-    ``tile``, ``stage`` and ``phase`` as ``warpspec.timeline.events.Event`` has them."""
+    ``tile``, ``stage``, ``phase`` and ``pending`` as ``warpspec.timeline.events.Event`` has them."""
 
     task: Task
     kind: str
@@ -71,6 +71,7 @@ class Interval:
     tile: int = 0
     stage: int | None = None
     phase: int | None = None
+    pending: int | None = None
 
 
 @dataclass
@@ -276,7 +277,7 @@ class TimedMachine(BlockMachine):
         barrier = None if shown.barrier is None else self.barrier(task, getattr(s, shown.barrier)).name
         phase = wait_phase(s)
         self._add(task, shown.kind, self._name(task, s, shown), start, clock.now, s.loc, barrier,
-                  self._stage(task, s), None if phase is None else int(self.ev(task, phase)))
+                  self._stage(task, s), None if phase is None else int(self.ev(task, phase)), wait_pending(s))
         if shown.kind == "wgmma_wait":
             clock.last_wgmma_wait = (clock.now, s.loc)
 
@@ -298,9 +299,9 @@ class TimedMachine(BlockMachine):
                 fields[name] = format_expr(value)
         return shown.name.format(**fields)
 
-    def _add(self, task, kind, name, start, end, loc, barrier=None, stage=None, phase=None) -> None:
+    def _add(self, task, kind, name, start, end, loc, barrier=None, stage=None, phase=None, pending=None) -> None:
         self.intervals.append(Interval(task, kind, name, start, end, loc, barrier, self.clocks[task.index].tile,
-                                       stage, phase))
+                                       stage, phase, pending))
 
     def finish(self, task: Task) -> None:
         """``task`` ended: a consumer's epilogue runs from its last wgmma.wait_group to here."""

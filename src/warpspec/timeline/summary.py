@@ -13,7 +13,8 @@ Everything is computed from the events alone, so GPU and modeled timelines read 
   stands for it (so a stage whose copy is still landing counts as full). Occupancy is the mean number of full
   stages over the consumers' span;
 - the tensor cores count as busy from a WGMMA group's commit (the ``wgmma`` event's end) to the end of the issuing
-  role's next ``wgmma_wait``: the group runs (or queues behind another block's) in between. The busy share is the
+  role's first ``wgmma_wait`` that shows it complete (``wgmma.wait_group(n)`` with at most n of the role's groups
+  committed after it): the group runs (or queues behind another block's) in between. The busy share is the
   union of those intervals over the blocks of one SM (all blocks of the model's SM; on the GPU, every block
   recorded on the profiled SM) over their span, averaged over SMs weighted by span;
 - blocks per SM: what the timeline knows of the launch (the model's count, or the driver's occupancy query on
@@ -34,6 +35,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from warpspec.target import SM90A
 from warpspec.timeline.events import Timeline
 
 #: A wait shorter than this did not block (one try_wait that passes takes a few tens of ns).
@@ -45,6 +47,13 @@ RULES = (
     ((("consumers_full_wait", ">", 0.20),),
      "consumers wait on full barriers {consumers_full_wait:.0%} of the time: the producers can't keep up; try more "
      "stages or larger K tiles"),
+    # A persistent kernel with two consumer warpgroups already is what the next row suggests.
+    ((("blocks_per_sm", "==", 1), ("tensor_busy", "<", 0.70), ("consumer_warpgroups", ">=", 2),
+      ("tiles_per_block", ">=", 2)),
+     "one block per SM and the tensor cores busy only {tensor_busy:.0%}, although the kernel is persistent with "
+     "{consumer_warpgroups:.0f} consumer warpgroups: they idle between WGMMA groups or between tiles; keep a WGMMA "
+     "group in flight through the K loop (wgmma.wait_group(1)), let one warpgroup's epilogue run under the other's "
+     "MMAs (ping-pong), or use the widest WGMMA the tile allows (N = 256)"),
     ((("blocks_per_sm", "==", 1), ("tensor_busy", "<", 0.70)),
      "one block per SM and the tensor cores busy only {tensor_busy:.0%}: the pipeline is deep enough, but one "
      "block cannot keep the tensor cores busy (they idle while its consumers wait for each WGMMA group); use fewer "
@@ -162,6 +171,13 @@ def _role_kind(role: str) -> str:
     return role.split(" ", 1)[0]
 
 
+def _consumer_warpgroups(timeline: Timeline) -> int | None:
+    """The warpgroups of a block's consumer roles, from the threads their names give; None without consumers."""
+    threads = [int(last) - int(first) + 1 for role in timeline.roles if _role_kind(role) == "consumer"
+               for first, last in re.findall(r"threads (\d+)-(\d+)", role)]
+    return -(-sum(threads) // SM90A.warpgroup_threads) if threads else None
+
+
 def _union(intervals) -> float:
     total, end = 0.0, float("-inf")
     for a, b in sorted(intervals):
@@ -219,6 +235,8 @@ def summarize(timeline: Timeline) -> Summary:
         "epilogue_share": epilogue / consumer_span if consumer_span else None,
         "occupancy": summary.occupancy,
         "blocks_per_sm": timeline.occupancy.blocks if timeline.occupancy is not None else summary.at_once,
+        "consumer_warpgroups": _consumer_warpgroups(timeline),
+        "tiles_per_block": max((e.tile + 1 for e in timeline.events if e.tile is not None), default=None),
     }
     return summary
 
@@ -259,18 +277,33 @@ def _tensor_busy(events: list, per_tile: bool) -> float | None:
             by_role[(e.block, e.role)].append(e)
         spanned = [] if per_tile else mine
         for role_events in by_role.values():
-            committed = [e.end_ns for e in role_events if e.kind == "wgmma"]
-            waits = [e.end_ns for e in role_events if e.kind == "wgmma_wait"]
-            for commit in committed:
-                done = next((w for w in waits if w >= commit), None)
-                if done is not None:
-                    running.append((commit, done))
-            if per_tile and committed:
+            running += _groups_in_flight(role_events)
+            if per_tile and any(e.kind == "wgmma" for e in role_events):
                 spanned += role_events
         if running:
             busy += _union(running)
             span += max(e.end_ns for e in spanned) - min(e.start_ns for e in spanned)
     return busy / span if span else None
+
+
+def _groups_in_flight(role_events: list) -> list[tuple[float, float]]:
+    """Each WGMMA group of one role, from its commit to the end of the first ``wgmma.wait_group(n)`` that shows it
+    complete: one ending with at most n groups committed after it (``Event.pending``). With a group kept in flight
+    (``wait_group(1)``), the wait right after a commit shows only the group before it complete, so pairing each
+    commit with the next wait would end a group as the previous one ended; when WGMMA issue stalls while the
+    tensor cores are full, that is almost at once. A group in flight while its role waits on a full barrier counts
+    to the wait that shows it done (the events cannot show it ending sooner). ``role_events`` are in start
+    order."""
+    in_flight: list[float] = []  # commit times of the groups not yet shown complete, oldest first
+    running = []
+    for e in role_events:
+        if e.kind == "wgmma":
+            in_flight.append(e.end_ns)
+        elif e.kind == "wgmma_wait":
+            done = max(len(in_flight) - (e.pending or 0), 0)
+            running += [(commit, e.end_ns) for commit in in_flight[:done]]
+            del in_flight[:done]
+    return running
 
 
 def _stage_time(by_block: dict, full: set) -> tuple[float, int]:

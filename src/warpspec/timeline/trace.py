@@ -1,6 +1,6 @@
 """A timeline as a Chrome trace (the JSON "trace event format" that Perfetto and chrome://tracing load), with every
 event of the timeline whatever the chart's window: one process per block, named "block (x, y, z)", one thread (track) per role, one complete ("X") event per
-interval with its kernel line, barrier, SM, tile, stage and phase in ``args`` (those the event has:
+interval with its kernel line, barrier, SM, tile, stage, phase and (a wait_group's) pending count in ``args`` (those the event has:
 ``warpspec.timeline.events.Event``), so that a trace viewer's queries can pick one tile's or one stage's events."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def trace_events(timeline: Timeline) -> dict:
     tids = {role: tid for tid, role in enumerate(timeline.roles)}
     for e in sorted(timeline.events, key=lambda e: e.start_ns):
         args = {"line": e.line}
-        for name in ("barrier", "sm", "tile", "stage", "phase"):
+        for name in ("barrier", "sm", "tile", "stage", "phase", "pending"):
             value = getattr(e, name)
             if value is not None:
                 args[name] = value
