@@ -39,6 +39,8 @@ def main(argv=None) -> int:
     parser.add_argument("--schedule", default=None, metavar="K=V,...",
                         help="the decode kernel's schedule for this run instead of the shipped one, e.g. "
                              "block_n=128,num_stages=2")
+    parser.add_argument("--max-splits", type=int, default=None,
+                        help="the most key splits per pack of query heads for this run (default: MAX_SPLITS)")
     parser.add_argument("--dry-run", action="store_true", help="CPU tensors on the emulator, tiny shapes, no timing")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -53,6 +55,8 @@ def main(argv=None) -> int:
     from warpspec.ops import attention_decode
     from warpspec.ops.attention_decode import pack_size, split_count, uses_decode
 
+    if args.max_splits:
+        attention_decode.MAX_SPLITS = args.max_splits
     if args.schedule:
         pinned = {key: int(value) for key, value in (item.split("=") for item in args.schedule.split(","))}
         attention_decode.DEFAULT_DECODE_SCHEDULES[args.head_dim] = dict(
@@ -66,7 +70,8 @@ def main(argv=None) -> int:
     backends = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
                 "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
     results = {"gpu": None if args.dry_run else torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
-               "schedule": attention_decode.DEFAULT_DECODE_SCHEDULES.get(args.head_dim), "rows": []}
+               "schedule": attention_decode.DEFAULT_DECODE_SCHEDULES.get(args.head_dim),
+               "max_splits": attention_decode.MAX_SPLITS, "rows": []}
 
     def reference(q, k, v):
         group = q.shape[1] // k.shape[1]

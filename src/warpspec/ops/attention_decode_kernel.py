@@ -38,10 +38,6 @@ from warpspec.script import Script
 
 #: The decode kernel's query rows per block: one m64 WGMMA row block.
 DECODE_ROWS = 64
-#: Copies of the fold's loop bodies per trip: the partials' loads of one copy do not wait for another's, so four
-#: are in flight at once (a loop of one copy waited a whole global load latency per partial: 15 in a row at
-#: batch 1 took longer than the splits' own work on the GPU timeline).
-FOLD_UNROLL = 4
 
 
 class Decode(Script):
@@ -218,24 +214,28 @@ class Decode(Script):
 
     def fold_partials(self, acc_o, lse, ws_o, ws_lse, flags, pb, n_splits):
         """The pack's last split: wait until its other splits all left their partial (one wait on their count),
-        give the count back (0, for the next launch), then fold the partials into this one's (O, lse): with m the
-        largest lse, O = Σ 2^(lse_s - m)·O_s / Σ 2^(lse_s - m) and lse = m + log2 of that sum. The maximum first,
-        then the sum: neither pass's loads wait for one another, only the arithmetic does."""
+        give the count back (0, for the next launch), then fold the partials into this one's (O, lse) in one pass
+        with a running maximum m: per partial s, m' = max(m, lse_s), the sum of weights and the weighted O are
+        rescaled by 2^(m - m') and gain 2^(lse_s - m') and 2^(lse_s - m')·O_s; at the end O = weighted O / sum and
+        lse = m + log2(sum). One pass: each partial costs one round trip of its two loads (lse_s and O_s, which
+        do not wait for each other), where a maximum taken first cost a second round trip per partial."""
         first: int32 = pb * n_splits  # the pack's first slot; this split's is the last
         self.wait_for_partials(ws_lse, flags, pb, n_splits)
-        top = lse + 0.0  # a tensor of its own: the loop updates it in place, and lse is read after it
-        for earlier in self.range(n_splits - 1, unroll=FOLD_UNROLL):
-            top = max(top, self.load_global(ws_lse, offsets=[0, first + earlier], shape=[DECODE_ROWS, 1]))
-        # Rows where every split saw no key subtract 0, never -inf - -inf.
-        subtrahend = self.where(top == float("-inf"), 0.0, top)
-        total = self.exp2(lse - subtrahend)  # this split's weight, then the sum of all of them
+        top = lse + 0.0  # the running maximum: a tensor of its own, as the loop updates it in place
+        # Rows where no split saw a key yet subtract 0, never -inf - -inf; their weight is 0.
+        total = self.exp2(lse - self.where(lse == float("-inf"), 0.0, lse))  # 1, or 0 where this split saw none
         acc = acc_o * total
-        for earlier in self.range(n_splits - 1, unroll=FOLD_UNROLL):
-            theirs = self.exp2(self.load_global(ws_lse, offsets=[0, first + earlier], shape=[DECODE_ROWS, 1])
-                               - subtrahend)
+        for earlier in self.range(n_splits - 1):
+            other_lse = self.load_global(ws_lse, offsets=[0, first + earlier], shape=[DECODE_ROWS, 1])
             other_o = self.load_global(ws_o, offsets=[0, (first + earlier) * self.head_dim],
                                        shape=[DECODE_ROWS, self.head_dim])
-            total = total + theirs
-            acc = acc + other_o * theirs
+            new_top = max(top, other_lse)
+            subtrahend = self.where(new_top == float("-inf"), 0.0, new_top)
+            rescale = self.exp2(top - subtrahend)
+            theirs = self.exp2(other_lse - subtrahend)
+            total = total * rescale + theirs
+            acc = acc * rescale + other_o * theirs
+            top = max(top, other_lse)  # updated in place (new_top is a tensor of its own)
+        final = self.where(top == float("-inf"), 0.0, top)
         return (acc / self.where(total == 0.0, 1.0, total),
-                self.where(total == 0.0, float("-inf"), subtrahend + self.log2(total)))
+                self.where(total == 0.0, float("-inf"), final + self.log2(total)))
