@@ -50,3 +50,21 @@ def test_min_and_max_work_elementwise_on_register_tensors():
 def test_runtime_scalars_have_the_types_both_back_ends_pass():
     _raises_at("f16-param", "runtime scalars are int32, uint32, int64, float32, boolean",
                lambda: fk.Float16Scalar()(1.0, np.zeros(1, np.float32)))
+
+
+def test_a_name_bound_to_another_s_tensor_is_rebound_not_written_into():
+    """``b = a; b = b * 2`` leaves a as it was (Python's meaning), and b holds the new value."""
+    x = np.arange(8, dtype=np.float32)
+    out, other = np.zeros(8, np.float32), np.zeros(8, np.float32)
+    fk.RebindsACopyOfAName()(8, x, out, other)
+    np.testing.assert_array_equal(out, x)
+    np.testing.assert_array_equal(other, 2 * x)
+
+
+def test_updating_a_second_name_of_a_tensor_in_a_runtime_loop_is_refused():
+    """Inside a runtime loop the update must go into the tensor's registers, which a names too: a CompileError at
+    the update, saying how to bind a copy, instead of a silently changed a."""
+    _raises_at("alias-in-loop", "'b' and 'a' are one tensor (b = a bound the same registers): updating 'b' inside "
+               "this runtime loop or branch would change 'a' too; bind a copy before it (b = a + 0.0)",
+               lambda: fk.RebindsACopyOfAName(alias_in_loop=True)(8, np.zeros(8, np.float32),
+                                                                   np.zeros(8, np.float32), np.zeros(8, np.float32)))

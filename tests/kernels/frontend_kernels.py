@@ -54,3 +54,28 @@ class Float16Scalar(warpspec.Script):
 
 
 marker_line = markers_of(__file__)
+
+
+class RebindsACopyOfAName(warpspec.Script):
+    """``b = a`` then a new value for b: out holds a, unchanged (``alias_in_loop``: b updated inside a runtime
+    loop instead, which would change a too, and is refused)."""
+
+    def __init__(self, alias_in_loop=False):
+        super().__init__()
+        self.alias_in_loop = alias_in_loop
+
+    def __call__(self, n: int32, x_ptr: ~float32, out_ptr: ~float32, other_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        x = self.global_view(x_ptr, dtype=float32, shape=[n])
+        out = self.global_view(out_ptr, dtype=float32, shape=[n])
+        other = self.global_view(other_ptr, dtype=float32, shape=[n])
+        a = self.load_global(x, offsets=[0], shape=[8])
+        b = a
+        if self.alias_in_loop:
+            for _ in self.range(n):
+                b = b + 1.0  # <<< alias-in-loop
+        else:
+            b = b * 2.0
+        self.store_global(out, a, offsets=[0])
+        self.store_global(other, b, offsets=[0])

@@ -143,6 +143,11 @@ class Interpreter(KernelContext):
             return
         if existing is not None and existing.depth < self.depth:
             if isinstance(value, TensorValue) and isinstance(existing.value, TensorValue):
+                alias = self._alias_of(name, existing.value)
+                if alias is not None:
+                    raise self.error(f"{name!r} and {alias!r} are one tensor ({name} = {alias} bound the same "
+                                     f"registers): updating {name!r} inside this runtime loop or branch would "
+                                     f"change {alias!r} too; bind a copy before it ({name} = {alias} + 0.0)")
                 if self._assign_in_place(existing.value, value):
                     return
             elif existing.value is value or _same_constant(existing.value, value):
@@ -150,9 +155,21 @@ class Interpreter(KernelContext):
             raise self.error(f"{name!r} was bound outside this runtime loop or branch and cannot be rebound inside "
                              f"it to a different compile-time value or tensor")
         if isinstance(value, TensorValue) and existing is not None and isinstance(existing.value, TensorValue):
-            if self._assign_in_place(existing.value, value):
+            # A name that shares its tensor with another (b = a) is rebound, as Python does, not computed into it.
+            if self._alias_of(name, existing.value) is None and self._assign_in_place(existing.value, value):
                 return
         create(Binding(value, self.depth))
+
+    def _alias_of(self, name: str, tensor: TensorValue) -> str | None:
+        """Another name of this function's scopes bound to ``tensor``'s registers (``b = a``), or None: computing
+        a new value into them in place would change that name's value too."""
+        for scope in self._scopes:
+            for other, binding in scope.items():
+                value = binding.value
+                if (other != name and isinstance(value, TensorValue) and value.ref.decl is tensor.ref.decl
+                        and not value.ref.index):
+                    return other
+        return None
 
     def _declare(self, name: str, dtype: DType, value, create) -> None:
         var = ir.Var(name, dtype)
