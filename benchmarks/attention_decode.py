@@ -41,6 +41,8 @@ def main(argv=None) -> int:
                              "block_n=128,num_stages=2")
     parser.add_argument("--max-splits", type=int, default=None,
                         help="the most key splits per pack of query heads for this run (default: MAX_SPLITS)")
+    parser.add_argument("--kernels", action="store_true",
+                        help="also list the GPU kernels one warpspec call runs, with their mean times (torch.profiler)")
     parser.add_argument("--dry-run", action="store_true", help="CPU tensors on the emulator, tiny shapes, no timing")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -118,6 +120,8 @@ def main(argv=None) -> int:
                         row["warpspec_host_us"] = host_us_per_call(lambda: attention(q, k, v, causal=True),
                                                                    torch.cuda.synchronize, calls=20, repeats=5)
                         row["warpspec_tb_s"] = kv_bytes / row["warpspec_us"] / 1e6
+                        if args.kernels:
+                            row["kernels_us"] = kernel_times(lambda: attention(q, k, v, causal=True))
                         mask = causal_lower_right(seq_q, seq_k)
                         for name, backend in backends.items():
                             def call():
@@ -141,6 +145,27 @@ def main(argv=None) -> int:
         with open(args.json, "w") as file:
             json.dump(results, file, indent=1)
     return 1 if failures else 0
+
+
+def kernel_times(fn, calls: int = 20) -> dict:
+    """{kernel name: mean GPU µs per call} of the kernels ``fn`` launches, from ``calls`` profiled calls: tells the
+    kernel's own time from what else a call runs."""
+    import collections
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as profiled:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    totals = collections.Counter()
+    for event in profiled.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            totals[event.name] += event.time_range.elapsed_us()
+    return {name: round(total / calls, 2) for name, total in totals.items()}
 
 
 if __name__ == "__main__":

@@ -244,3 +244,17 @@ def test_nvrtc_builds_the_shipped_schedules_without_spills(head_dim):
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
     counts = count_instructions(disassemble(built.module.cubin), ["HGMMA", "LDL", "STL"])
     assert counts["HGMMA"] > 0 and counts["LDL"] == counts["STL"] == 0
+
+
+def test_rows_past_int32_are_refused_and_elements_past_it_are_not():
+    """validate counts rows (batch · heads · seq), which the kernels address with int32 coordinates, never
+    elements (64-bit offsets): B 64 × 8 K/V heads × 131072 keys of D 128 (2**36 elements) is a problem, 2**31 key
+    rows are an ArgumentError. (Meta tensors: nothing is allocated.)"""
+    torch = pytest.importorskip("torch")
+    q = torch.empty(64, 32, 1, 128, dtype=torch.bfloat16, device="meta")
+    k = torch.empty(64, 8, 131072, 128, dtype=torch.bfloat16, device="meta")
+    assert validate(q, k, k, True, None).seq_k == 131072
+    q, k = (torch.empty(1, 1, seq, 64, dtype=torch.bfloat16, device="meta") for seq in (1, 2**31))
+    with pytest.raises(ArgumentError, match=r"k and v: batch \* heads \* seq is 2147483648 rows of head_dim; the "
+                                            r"kernels' int32 row coordinates reach 2\*\*31 - 1"):
+        validate(q, k, k, True, None)

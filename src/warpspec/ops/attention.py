@@ -83,18 +83,21 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     found = call_for(q, k, v, causal, scale)
     if found.kind == "torch":
         torch = sys.modules["torch"]
+        # The op is registered by the first call even when that call takes a bound launch: a later call traced by
+        # torch.compile must find it registered, since dynamo cannot trace a registration.
+        op = _torch_op()
         # Traced by torch.compile (the graph holds the op; an eager call's bound launch must not be traced into
         # it), or differentiated: the op.
         if torch.compiler.is_compiling() or (torch.is_grad_enabled()
                                              and (q.requires_grad or k.requires_grad or v.requires_grad)):
-            out, lse2 = _torch_op()(q, k, v, found.problem.causal, found.problem.scale)
+            out, lse2 = op(q, k, v, found.problem.causal, found.problem.scale)
         elif found.direct is not None and _support().dispatcher_idle(q.get_device()) and runtime.direct_launches():
             out, lse2 = found.direct(q, k, v)  # a call like an earlier one: its bound launch alone
         elif _support().dispatch_is_plain(q, k, v):
             # What the op would run, without the dispatcher's cost (decode at batch 1 is bound by host time).
             out, lse2 = _allocate_and_run(q, k, v, found)
         else:
-            out, lse2 = _torch_op()(q, k, v, found.problem.causal, found.problem.scale)
+            out, lse2 = op(q, k, v, found.problem.causal, found.problem.scale)
         return (out, lse2 * LN_2) if return_lse else out
     out = np.empty(q.shape, dtype=q.dtype)
     lse2 = np.empty(q.shape[:3], dtype=np.float32)
@@ -224,9 +227,12 @@ def validate(q, k, v, causal, scale) -> Problem:
                                 f"[batch * heads, seq, head_dim] with TMA); make a contiguous copy first")
     if batch * heads > MAX_GRID_Y:
         raise ArgumentError(f"batch * heads is {batch * heads}; at most {MAX_GRID_Y} (the grid's y extent)")
-    if max(batch * heads * seq_q, batch * kv_heads * seq_k) * head_dim > MAX_INT32:
-        raise ArgumentError("q, k or v has more than 2**31 - 1 elements, which the kernel's int32 offsets cannot "
-                            "address")
+    # The kernels address rows with int32 coordinates (TMA's, and the workspaces' row indices); element offsets
+    # are 64-bit, so a tensor of more than 2**31 elements is fine as long as its rows are not.
+    for name, rows in (("q", batch * heads * seq_q), ("k and v", batch * kv_heads * seq_k)):
+        if rows > MAX_INT32:
+            raise ArgumentError(f"{name}: batch * heads * seq is {rows} rows of head_dim; the kernels' int32 row "
+                                f"coordinates reach 2**31 - 1")
     if not isinstance(causal, bool):
         raise ArgumentError(f"causal must be True or False, got {causal!r}")
     if scale is None:
