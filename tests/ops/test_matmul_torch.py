@@ -128,3 +128,28 @@ def test_compiling_before_the_op_exists_says_what_to_do():
     """)
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert found.stdout.split() == ["True", "True"], found.stderr[-2000:]
+
+
+@pytest.mark.parametrize("op", ["matmul", "attention"])
+def test_a_first_call_that_skips_the_dispatcher_still_registers_the_op_for_torch_compile(op):
+    """warpspec.ops imported before torch registers nothing; an eager call that runs the implementation directly
+    (``dispatch_is_plain``, forced for CPU tensors here; what plain CUDA tensors take) must register the custom op,
+    or a later torch.compile meets the registration, which dynamo cannot trace. A fresh process, for the import
+    order."""
+    code = textwrap.dedent(f"""
+        import warpspec.ops as ops
+        import torch
+        import warpspec.torch_ops
+        warpspec.torch_ops.dispatch_is_plain = lambda *tensors: True
+        if "{op}" == "matmul":
+            a, b = torch.randn(64, 64).half(), torch.randn(64, 64).half()
+            call = lambda: ops.matmul(a, b)
+        else:
+            q, k = torch.randn(1, 2, 4, 64).half(), torch.randn(1, 2, 8, 64).half()
+            call = lambda: ops.attention(q, k, k, causal=True)
+        eager = call()
+        compiled = torch.compile(lambda: call() * 2, fullgraph=True, backend="aot_eager")
+        print(torch.equal(compiled(), eager * 2))
+    """)
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert found.stdout.split() == ["True"], found.stderr[-2000:]

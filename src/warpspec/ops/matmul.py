@@ -180,6 +180,9 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
     if torch.compiler.is_compiling():
         return _traced_matmul(torch, a, b, bias, activation, out, out_dtype, scale_a, scale_b)
     found = signature(a, b, bias, activation, out, out_dtype)  # every check, before anything is allocated
+    # Registered by the first call even where it runs the implementation or a bound launch: torch.compile, which
+    # cannot trace a registration, must find the op there.
+    op = _torch_op()
     target = found if out is not None else found.allocated
     # torch_ops imports torch, so it is imported here, not with this module; the lookup is cheaper per call.
     support = sys.modules.get("warpspec.torch_ops") or importlib.import_module("warpspec.torch_ops")
@@ -200,7 +203,7 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
     if support.dispatch_is_plain(a, b, out, bias, scale):
         _write(found, a, b, out, bias, scale)
     else:
-        _torch_op()(a, b, out, bias, scale, activation or "")
+        op(a, b, out, bias, scale, activation or "")
     return out
 
 
