@@ -1,17 +1,17 @@
 """The attention kernels of ``warpspec.ops.attention_kernel``, ``warpspec.ops.attention_decode_kernel``,
 ``warpspec.ops.attention_backward_kernel`` and ``warpspec.ops.attention_paged_kernel`` with one bug planted per
-class, for tests/ops/test_attention.py, tests/ops/test_attention_decode.py, tests/ops/test_attention_backward.py and
-tests/ops/test_attention_varlen_paged.py.
+class, for tests/ops/test_attention.py, tests/ops/test_attention_decode.py, tests/ops/test_attention_backward.py,
+tests/ops/test_attention_varlen_paged.py and tests/ops/test_attention_paged_decode.py.
 
-Each class overrides the one helper of ``Attention``, ``Decode``, ``BackwardKV``, ``BackwardKVDQ`` or
-``AttentionPaged`` that it breaks. A line that an error report must name ends
+Each class overrides the one helper of ``Attention``, ``Decode``, ``DecodePaged``, ``BackwardKV``, ``BackwardKVDQ``
+or ``AttentionPaged`` that it breaks. A line that an error report must name ends
 with a marker comment ``# <<< name``; ``marker_line(name)`` finds its number.
 """
 
 from tests.support.markers import markers_of
 
 from warpspec.ops.attention_backward_kernel import BackwardKV, BackwardKVDQ
-from warpspec.ops.attention_decode_kernel import DECODE_ROWS, Decode
+from warpspec.ops.attention_decode_kernel import DECODE_ROWS, Decode, DecodePaged
 from warpspec.ops.attention_kernel import Attention
 from warpspec.ops.attention_paged_kernel import AttentionPaged
 
@@ -66,6 +66,16 @@ class ReadsTheNextPage(AttentionPaged):
         first = j * self.block_n
         page = self.load_scalar(table, [sequence, first // self.page_size + 1])  # <<< next-page
         return page * self.page_size + first % self.page_size
+
+
+class ReadsTheNextPageInDecode(DecodePaged):
+    """The paged decode kernel looks each key tile's page up one block-table entry too far: a sequence that fills
+    its table reads past the table's row."""
+
+    def key_offsets(self, pages, kv_bh, key):
+        table, sequence, kv_heads = pages
+        page = self.load_scalar(table, [sequence, key // self.page_size + 1])  # <<< decode-next-page
+        return [kv_bh % kv_heads, page * self.page_size + key % self.page_size, 0]
 
 
 class ReadsAPageBeforeItLands(AttentionPaged):

@@ -1,5 +1,5 @@
-"""ops.attention's split-KV path on a Hopper GPU: few query rows against long keys (grouped-query heads, D 64 and
-128, fp16 and bf16, both causal modes) against a float32 reference, its gradients, and two calls in a row (the
+"""ops.attention's split-KV path on a Hopper GPU: few query rows against long keys (grouped-query heads, D 64,
+128 and 256, fp16 and bf16, both causal modes) against a float32 reference, its gradients, and two calls in a row (the
 flags given back by the first)."""
 
 import importlib
@@ -18,7 +18,7 @@ from tests.ops.test_attention_gpu import TOLERANCE, reference  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("batch, seq_q, seq_k", [(1, 1, 8192), (4, 4, 4097), (2, 16, 30000)])
 def test_split_kv_against_a_float32_reference(dtype, head_dim, causal, batch, seq_q, seq_k):

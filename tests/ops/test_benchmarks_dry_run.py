@@ -1,6 +1,7 @@
 """The GPU benchmarks' plumbing without a GPU: ``--dry-run`` of benchmarks/llm_shapes.py and benchmarks/grouped.py
-lists the done-when shapes and checks ops.matmul (ops.grouped_matmul) at a stand-in of each on the emulator, and
-grouped.py's ``--sweep`` runs every schedule of the grouped kernel there."""
+lists the done-when shapes and checks ops.matmul (ops.grouped_matmul) at a stand-in of each on the emulator,
+grouped.py's ``--sweep`` runs every schedule of the grouped kernel there, and benchmarks/attention_decode.py checks
+ops.attention and ops.attention_paged (``--pages``) at its tiny shapes."""
 
 import os
 import subprocess
@@ -38,3 +39,11 @@ def test_grouped_sweep_checks_every_schedule_of_the_kernel():
     found = dry_run("grouped.py", "--experts", "8", "--tokens", "1024", "--sweep", "--json", os.devnull)
     assert found.returncode == 0, found.stderr[-2000:]
     assert found.stdout.splitlines() == ["4 shapes", "dry run: 4 stand-ins checked on the emulator"]
+
+
+def test_attention_decode_checks_dense_and_paged_decode():
+    found = dry_run("attention_decode.py", "--pages", "16,64")
+    assert found.returncode == 0, found.stderr[-2000:]
+    rows = [line for line in found.stdout.splitlines() if line.startswith("{")]
+    assert len(rows) == 2  # S_q 1 and 4
+    assert all("'paged16_error'" in row and "'paged64_error'" in row for row in rows)

@@ -17,13 +17,15 @@ The grid is (n_splits, B·H / pack). A block's threads:
   normalised by its own row sum and lse_s = m_s + log2(ℓ_s) (-inf for rows that saw no key of the chunk). Row r
   is query r mod S_q of head r // S_q of the pack: the causal mask reads it so.
 
-Every block but the last split of a pack leaves its partial in a float32 workspace (ordinary stores of the pack's
-real rows) and counts it on the pack's flag (``flag.add``); the last split, launched after the others of its pack
-(blockIdx.x is the fastest index), waits once for the count of all of them, gives the flag back (0, for the next
-launch) and folds their partials into its own: with m the largest lse, O = Σ 2^(lse_s - m)·O_s / Σ 2^(lse_s - m),
-lse = m + log2 of that sum (the maximum first, then the sum, so that the partials' loads do not wait for each
-other). It then stores O (cast, through shared memory and a TMA store that clips rows past pack · S_q) and the
-row's log-sum-exp (+inf for a row that sees no key, as the forward kernel stores it).
+Every block leaves its partial in a float32 workspace (ordinary stores of the pack's real rows); every block but
+the last split of a pack then counts it on the pack's flag (``flag.add``). The last split, launched after the
+others of its pack (blockIdx.x is the fastest index), waits once for the count of all of them, gives the flag back
+(0, for the next launch) and folds the pack's partials: with m the largest lse, O = Σ 2^(lse_s - m)·O_s /
+Σ 2^(lse_s - m), lse = m + log2 of that sum. The fold is spread over the whole warpgroup (4 elements of O per
+thread, ``FOLD_ELEMENTS / D`` query rows at a time) and loads ``FOLD_WIDTH`` partials at once, so that 16 splits
+cost four round trips to memory, not sixteen: in the accumulator's layout only the 16 threads holding the pack's
+real rows would work, one partial after another. It stores O (cast, clipped at the pack's last row) and the row's
+log-sum-exp (+inf for a row that sees no key, as the forward kernel stores it).
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ from warpspec.script import Script
 
 #: The decode kernel's query rows per block: one m64 WGMMA row block.
 DECODE_ROWS = 64
+#: The partials the fold loads at once (one round trip to memory for all of them). On the H200 (2026-12-04) wider
+#: folds were no faster at batch 1 (within 0.5 µs at S_k 4096-131072), and their registers (180 and 255 a thread
+#: for 8 and 16, against 126-154 for 4) slowed batch 32 by 9-11%.
+FOLD_WIDTH = 4
+#: Elements of O the fold takes per step: 4 for each thread of the warpgroup.
+FOLD_ELEMENTS = 4 * WARPGROUP
 
 
 class Decode(Script):
@@ -69,16 +77,31 @@ class Decode(Script):
 
     def decode(self, seq_q, seq_k, batch_heads, heads, group, scale_log2, chunk, n_splits, q_ptr, k_ptr, v_ptr,
                o_ptr, lse_ptr, ws_o_ptr, ws_lse_ptr, flags_ptr):
-        """Split ``blockIdx.x`` of the pack of query heads ``blockIdx.y``: keys ``chunk · blockIdx.x ...``."""
-        d, block_n, dtype, pack = self.head_dim, self.block_n, self.dtype, self.pack
-        packs = batch_heads // pack
-        self.attrs.blocks = [n_splits, packs]
-        self.attrs.warps = (WARPGROUP + 32) // 32
-        gq = self.global_view(q_ptr, dtype=dtype, shape=[packs, pack * seq_q, d])
-        go = self.global_view(o_ptr, dtype=dtype, shape=[packs, pack * seq_q, d])
+        """Dense K and V [B·H_kv, S_k, D]: split ``blockIdx.x`` of the pack of query heads ``blockIdx.y`` reads keys
+        ``chunk · blockIdx.x ...`` of its K/V head."""
+        d, dtype = self.head_dim, self.dtype
+        self.set_grid(n_splits, batch_heads)
         gk = self.global_view(k_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
         gv = self.global_view(v_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
-        glse = self.global_view(lse_ptr, dtype=float32, shape=[pack * seq_q, packs], strides=[1, pack * seq_q])
+        self.split_keys(seq_q, seq_k, batch_heads, heads, group, scale_log2, chunk, n_splits, q_ptr, o_ptr, lse_ptr,
+                        ws_o_ptr, ws_lse_ptr, flags_ptr, gk, gv, None)
+
+    def set_grid(self, n_splits, batch_heads):
+        """The launch: (n_splits, packs) blocks of a consumer warpgroup and a producer warp."""
+        self.attrs.blocks = [n_splits, batch_heads // self.pack]
+        self.attrs.warps = (WARPGROUP + 32) // 32
+
+    def split_keys(self, seq_q, seq_k, batch_heads, heads, group, scale_log2, chunk, n_splits, q_ptr, o_ptr,
+                   lse_ptr, ws_o_ptr, ws_lse_ptr, flags_ptr, gk, gv, pages):
+        """The kernel over the K and V views ``gk`` and ``gv``: split ``blockIdx.x`` of the pack of query heads
+        ``blockIdx.y``, keys ``chunk · blockIdx.x ...`` of the ``seq_k`` its sequence has; ``key_offsets(pages,
+        ...)`` places each key tile in the views."""
+        d, block_n, dtype, pack = self.head_dim, self.block_n, self.dtype, self.pack
+        packs = batch_heads // pack
+        gq = self.global_view(q_ptr, dtype=dtype, shape=[packs, pack * seq_q, d])
+        # O and its log-sum-exp as the fold stores them: a row per query row, the packs one after another.
+        go = self.global_view(o_ptr, dtype=dtype, shape=[packs * pack * seq_q, d])
+        glse = self.global_view(lse_ptr, dtype=float32, shape=[packs * pack * seq_q, 1])
         # One partial (O and lse) per block, of the pack's pack · S_q real rows alone: slot s is columns
         # [s·D, (s+1)·D) of O's view and column s of lse's, so the 64-row tiles' other rows fall outside the views,
         # neither stored nor read. One count per pack, of its splits that left their partial.
@@ -101,42 +124,38 @@ class Decode(Script):
         n_tiles: int32 = cdiv(max(min(seq_k - keys_from, chunk), 0), block_n)
 
         with self.thread_group(thread_begin=WARPGROUP, num_threads=32):
-            self.produce(gq, gk, gv, sq, sk, sv, q_loaded, pipe, pb, kv_bh, keys_from, n_tiles)
+            self.produce(gq, gk, gv, sq, sk, sv, q_loaded, pipe, pb, kv_bh, keys_from, n_tiles, pages)
         with self.thread_group(thread_begin=0, num_threads=WARPGROUP):
             row_max, acc_o = self.consume(sq, sk, sv, q_loaded, pipe, seq_q, seq_k, scale_log2, keys_from, n_tiles)
             slot: int32 = pb * n_splits + split
+            self.leave_partial(acc_o, row_max, ws_o, ws_lse, slot)
             if split < n_splits - 1:
-                self.leave_partial(acc_o, row_max, ws_o, ws_lse, flags, slot, pb)
+                self.count_partial(flags, pb)
             else:
-                out, lse = self.fold_partials(acc_o, row_max, ws_o, ws_lse, flags, pb, n_splits)
-                self.store_global(glse, self.where(lse == float("-inf"), float("inf"), lse), offsets=[0, pb])
-                self.store_shared(sq[0], self.cast(out, dtype))  # Q's last reader, the last S WGMMA, is done
-                self.fence_proxy_async()
-                self.sync()
-                with self.single_thread():
-                    self.tma.shared_to_global(src=sq, dst=go, offsets=[pb, 0, 0])
-                    self.tma.commit_group()
-                    self.tma.wait_group(0)
+                self.fold_partials(ws_o, ws_lse, go, glse, flags, pb, n_splits, pack * seq_q)
 
-    def produce(self, gq, gk, gv, sq, sk, sv, q_loaded, pipe, pb, kv_bh, keys_from, n_tiles):
+    def produce(self, gq, gk, gv, sq, sk, sv, q_loaded, pipe, pb, kv_bh, keys_from, n_tiles, pages):
         """The producer warp: the pack's query rows once, then K_j and V_j of every tile of the chunk into one
-        ring."""
+        ring (each tile placed by ``key_offsets``, looked up before the wait for its stage)."""
         with self.single_thread():
             self.mbarrier.arrive_and_expect_tx(q_loaded[0], sq.nbytes)
             self.tma.global_to_shared(src=gq, dst=sq, offsets=[pb, 0, 0], mbarrier=q_loaded[0])
         for j in self.range(n_tiles):
+            at = self.key_offsets(pages, kv_bh, keys_from + j * self.block_n)
             pipe.producer_acquire()
             with self.single_thread():
                 stage = pipe.producer_stage
                 self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), sk[stage].nbytes + sv[stage].nbytes)
-                self.tma.global_to_shared(src=gk, dst=sk[stage], offsets=[kv_bh, keys_from + j * self.block_n, 0],
-                                          mbarrier=pipe.producer_barrier())
-                self.tma.global_to_shared(src=gv, dst=sv[stage], offsets=[kv_bh, keys_from + j * self.block_n, 0],
-                                          mbarrier=pipe.producer_barrier())
+                self.tma.global_to_shared(src=gk, dst=sk[stage], offsets=at, mbarrier=pipe.producer_barrier())
+                self.tma.global_to_shared(src=gv, dst=sv[stage], offsets=at, mbarrier=pipe.producer_barrier())
             pipe.producer_advance()
         for _ in self.range(min(self.num_stages, n_tiles)):
             pipe.producer_acquire()
             pipe.producer_advance()
+
+    def key_offsets(self, pages, kv_bh, key):
+        """The view offsets of the key tile that starts at key ``key`` of K/V head ``kv_bh`` (dense: that row)."""
+        return [kv_bh, key, 0]
 
     def consume(self, sq, sk, sv, q_loaded, pipe, seq_q, seq_k, scale_log2, keys_from, n_tiles):
         """The online softmax over the chunk's tiles; returns (lse_s, O_s) of the chunk: O normalised by the
@@ -196,46 +215,117 @@ class Decode(Script):
             visible = visible | ((rows >= first) & (rows < first + seq_q) & (cols <= rows - first + causal_shift))
         return visible
 
-    def leave_partial(self, acc_o, lse, ws_o, ws_lse, flags, slot, pb):
-        """Store this chunk's partial into its workspace slot, then count it on the pack's flag."""
+    def leave_partial(self, acc_o, lse, ws_o, ws_lse, slot):
+        """Store this chunk's partial (O and lse of the pack's real rows) into its workspace slot."""
         self.store_global(ws_o, acc_o, offsets=[0, slot * self.head_dim])
         self.store_global(ws_lse, lse, offsets=[0, slot])
-        self.sync()  # every thread's stores before the count
+
+    def count_partial(self, flags, pb):
+        """Count this split's partial on the pack's flag, after every thread's stores of it."""
+        self.sync()
         with self.single_thread():
             self.flag.add(flags, pb, 1)
 
     def wait_for_partials(self, ws_lse, flags, pb, n_splits):
         """One thread waits for the count of the pack's other splits and gives it back; the sync orders every
-        thread's loads of their partials after the wait. (``ws_lse``: what the partials' loads read.)"""
+        thread's loads of the partials after the wait (and after this block's own stores of its partial).
+        (``ws_lse``: what the partials' loads read.)"""
         with self.single_thread():
             self.flag.wait(flags, pb, n_splits - 1)
             self.flag.signal(flags, pb, 0)
         self.sync()
 
-    def fold_partials(self, acc_o, lse, ws_o, ws_lse, flags, pb, n_splits):
-        """The pack's last split: wait until its other splits all left their partial (one wait on their count),
-        give the count back (0, for the next launch), then fold the partials into this one's (O, lse) in one pass
-        with a running maximum m: per partial s, m' = max(m, lse_s), the sum of weights and the weighted O are
-        rescaled by 2^(m - m') and gain 2^(lse_s - m') and 2^(lse_s - m')·O_s; at the end O = weighted O / sum and
-        lse = m + log2(sum). One pass: each partial costs one round trip of its two loads (lse_s and O_s, which
-        do not wait for each other), where a maximum taken first cost a second round trip per partial."""
-        first: int32 = pb * n_splits  # the pack's first slot; this split's is the last
+    def fold_rows(self):
+        """The query rows of one step of the fold: ``FOLD_ELEMENTS / head_dim`` rows of O, so that each of the
+        warpgroup's threads holds one vector of 4 elements of each partial."""
+        return max(1, FOLD_ELEMENTS // self.head_dim)
+
+    def fold_partials(self, ws_o, ws_lse, go, glse, flags, pb, n_splits, rows):
+        """The pack's last split, its own partial already in its slot: wait until the other splits all left
+        theirs (one wait on their count), give the count back (0, for the next launch), then fold the
+        ``n_splits`` partials of the pack's ``rows`` query rows and store O and its log-sum-exp.
+
+        The fold is spread over the whole warpgroup in a blocked layout (``fold_rows()`` rows at a time, 4
+        elements per thread) and loads ``FOLD_WIDTH`` partials at once, so the partials cost one round trip to
+        memory per ``FOLD_WIDTH`` of them, not one each: with m the largest lse of the partials so far, the sum of
+        weights and the weighted O are rescaled by 2^(m - m') per step and gain Σ 2^(lse_s - m')·O_s; at the end
+        O = weighted O / sum and lse = m + log2(sum)."""
+        d, fold = self.head_dim, self.fold_rows()
+        first: int32 = pb * n_splits  # the pack's first slot
+        last: int32 = n_splits - 1
         self.wait_for_partials(ws_lse, flags, pb, n_splits)
-        top = lse + 0.0  # the running maximum: a tensor of its own, as the loop updates it in place
-        # Rows where no split saw a key yet subtract 0, never -inf - -inf; their weight is 0.
-        total = self.exp2(lse - self.where(lse == float("-inf"), 0.0, lse))  # 1, or 0 where this split saw none
-        acc = acc_o * total
-        for earlier in self.range(n_splits - 1):
-            other_lse = self.load_global(ws_lse, offsets=[0, first + earlier], shape=[DECODE_ROWS, 1])
-            other_o = self.load_global(ws_o, offsets=[0, (first + earlier) * self.head_dim],
-                                       shape=[DECODE_ROWS, self.head_dim])
-            new_top = max(top, other_lse)
-            subtrahend = self.where(new_top == float("-inf"), 0.0, new_top)
-            rescale = self.exp2(top - subtrahend)
-            theirs = self.exp2(other_lse - subtrahend)
-            total = total * rescale + theirs
-            acc = acc * rescale + other_o * theirs
-            top = max(top, other_lse)  # updated in place (new_top is a tensor of its own)
-        final = self.where(top == float("-inf"), 0.0, top)
-        return (acc / self.where(total == 0.0, 1.0, total),
-                self.where(total == 0.0, float("-inf"), final + self.log2(total)))
+        for block in self.range(cdiv(rows, fold)):
+            row: int32 = block * fold
+            top = self.register_tensor(dtype=float32, shape=[fold, 1], init=float("-inf"))
+            total = self.register_tensor(dtype=float32, shape=[fold, 1], init=0.0)
+            acc = self.register_tensor(dtype=float32, shape=[fold, d], init=0.0)
+            for step in self.range(cdiv(n_splits, FOLD_WIDTH)):
+                # Unrolled: the loads do not depend on each other's folding, so they are all issued at once.
+                for lane in range(FOLD_WIDTH):
+                    split: int32 = step * FOLD_WIDTH + lane
+                    # Past the pack's last split, read its slot again with weight 0: its values are finite.
+                    slot: int32 = first + min(split, last)
+                    other_lse = self.load_global(ws_lse, offsets=[row, slot], shape=[fold, 1])
+                    other_lse = self.where(self.col_index(other_lse) + split <= last, other_lse, float("-inf"))
+                    other_o = self.load_global(ws_o, offsets=[row, slot * d], shape=[fold, d])
+                    new_top = max(top, other_lse)
+                    # Rows where no split saw a key yet subtract 0, never -inf - -inf; their weights are 0.
+                    subtrahend = self.where(new_top == float("-inf"), 0.0, new_top)
+                    rescale = self.exp2(top - subtrahend)
+                    theirs = self.exp2(other_lse - subtrahend)
+                    total = total * rescale + theirs
+                    acc = acc * rescale + other_o * theirs
+                    top = max(top, other_lse)  # updated in place (new_top is a tensor of its own)
+            final = self.where(top == float("-inf"), 0.0, top)
+            out = acc / self.where(total == 0.0, 1.0, total)
+            # +inf for a row that sees no key, as the forward kernel stores it.
+            lse = self.where(total == 0.0, float("inf"), final + self.log2(total))
+            self.store_global(go, self.cast(out, self.dtype), offsets=[pb * rows + row, 0], row_end=pb * rows + rows)
+            self.store_global(glse, lse, offsets=[pb * rows + row, 0], row_end=pb * rows + rows)
+
+
+class DecodePaged(Decode):
+    """The split-KV decode kernel over a paged KV cache (vLLM's layout, ``warpspec.ops.attention_paged``): the caches
+    [num_pages, page_size, H_kv, D] are seen as one head-major view [H_kv, num_pages · page_size, D] (page p holds
+    view rows ``p · page_size ...``); the block's sequence takes its key count from ``seq_lens``, splits its own keys
+    into ``n_splits`` chunks of whole tiles, and the producer warp reads each key tile's page from ``block_table`` (``block_n`` divides ``page_size``, so a tile lies in one
+    page). Q and O are [B · H, S_q, D] as for the dense kernel; rows of the last page past the sequence's keys are
+    masked as the dense kernel masks keys past S_k."""
+
+    def __init__(self, dtype, head_dim, causal, block_n, num_stages, pack=1, page_size=64):
+        super().__init__(dtype, head_dim, causal, block_n, num_stages, pack)
+        if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1 or page_size % block_n:
+            raise ArgumentError(f"page_size must be a positive multiple of block_n ({block_n}): a key tile lies in "
+                                f"one page; got {page_size!r}")
+        self.page_size = page_size
+
+    def kernel_name(self) -> str:
+        """``DecodePagedF16`` or ``DecodePagedBF16``."""
+        return typed_kernel_name(self, DecodePaged, "DecodePaged", (self.dtype,))
+
+    def __call__(self, seq_q: int32, batch: int32, num_pages: int32, max_pages: int32, heads: int32, group: int32,
+                 scale_log2: float32, n_splits: int32, table_ptr: ~int32, lens_ptr: ~int32, q_ptr: ~self.dtype,
+                 k_ptr: ~self.dtype, v_ptr: ~self.dtype, o_ptr: ~self.dtype, lse_ptr: ~float32, ws_o_ptr: ~float32,
+                 ws_lse_ptr: ~float32, flags_ptr: ~int32):
+        d, dtype = self.head_dim, self.dtype
+        self.set_grid(n_splits, batch * heads)
+        kv_heads = heads // group
+        gk = self.global_view(k_ptr, dtype=dtype, shape=[kv_heads, num_pages * self.page_size, d],
+                              strides=[d, kv_heads * d, 1])
+        gv = self.global_view(v_ptr, dtype=dtype, shape=[kv_heads, num_pages * self.page_size, d],
+                              strides=[d, kv_heads * d, 1])
+        table = self.global_view(table_ptr, dtype=int32, shape=[batch, max_pages])
+        lens = self.global_view(lens_ptr, dtype=int32, shape=[batch])
+        sequence: int32 = self.blockIdx.y * self.pack // heads  # a pack's heads are of one sequence
+        seq_k = self.load_scalar(lens, [sequence])
+        # Each sequence's own keys split evenly (the table's capacity may be far above them).
+        chunk: int32 = cdiv(cdiv(seq_k, n_splits), self.block_n) * self.block_n
+        self.split_keys(seq_q, seq_k, batch * heads, heads, group, scale_log2, chunk, n_splits, q_ptr, o_ptr,
+                        lse_ptr, ws_o_ptr, ws_lse_ptr, flags_ptr, gk, gv, (table, sequence, kv_heads))
+
+    def key_offsets(self, pages, kv_bh, key):
+        """The cache row of key ``key`` of the sequence: in its page from the block table, for K/V head
+        ``kv_bh`` mod H_kv."""
+        table, sequence, kv_heads = pages
+        page = self.load_scalar(table, [sequence, key // self.page_size])
+        return [kv_bh % kv_heads, page * self.page_size + key % self.page_size, 0]

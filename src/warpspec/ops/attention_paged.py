@@ -1,8 +1,11 @@
 """``warpspec.ops.attention_paged``: attention of the newest query tokens of each sequence against a paged KV cache
 (vLLM's layout): the keys of sequence b are the first ``seq_lens[b]`` rows of its pages ``block_table[b, :]``.
 
-One launch of the paged kernel (``warpspec.ops.attention_paged_kernel``) covers the batch: its producer warp reads
-each key tile's page from ``block_table`` and loads it with TMA. numpy arrays run it on the emulator, torch tensors
+One launch covers the batch: for few query rows (S_q <= 16: decode, speculative decoding) the split-KV decode
+kernel (``warpspec.ops.attention_decode_kernel.DecodePaged``: the query heads of a K/V head packed in one block,
+each sequence's keys split over enough blocks to fill the GPU), otherwise the paged kernel
+(``warpspec.ops.attention_paged_kernel``); in both the producer warp reads each key tile's page from
+``block_table`` and loads it with TMA. numpy arrays run it on the emulator, torch tensors
 through the custom op ``warpspec::attention_paged`` (CUDA tensors on their GPU, CPU tensors on the emulator). A q
 that requires a gradient takes the differentiable path instead: each sequence's pages gathered by indexing the
 cache, then ``ops.attention`` on them (one launch per sequence).
@@ -17,7 +20,9 @@ import numpy as np
 from warpspec import runtime
 from warpspec.errors import ArgumentError
 from warpspec.frontend.interpreter import cdiv
-from warpspec.ops.attention import DEFAULT_SCHEDULES, MAX_GRID_Y, MAX_INT32, _contiguous, attention, validate
+from warpspec.ops.attention import (DEFAULT_SCHEDULES, MAX_GRID_Y, MAX_INT32, Problem, _contiguous, attention,
+                                    validate)
+from warpspec.ops.attention_decode import launch_decode_paged, uses_paged_decode
 from warpspec.ops.attention_kernel import LOG2_E
 from warpspec.ops.attention_paged_kernel import AttentionPaged
 from warpspec.ops.attention_varlen import heads_first
@@ -50,7 +55,7 @@ def attention_paged(q, k_cache, v_cache, block_table, seq_lens, *, causal=True, 
         return out
     page_size = int(k_cache.shape[1])
     outputs = []
-    for b, (row, length) in enumerate(zip(pages, lengths)):
+    for b, (row, length) in enumerate(zip(pages.tolist(), lengths.tolist())):
         index = row[:cdiv(length, page_size)]
         if kind == "torch":
             index = sys.modules["torch"].tensor(index, dtype=sys.modules["torch"].long, device=k_cache.device)
@@ -64,7 +69,8 @@ def attention_paged(q, k_cache, v_cache, block_table, seq_lens, *, causal=True, 
 
 
 def validate_paged(q, k_cache, v_cache, block_table, seq_lens, causal, scale):
-    """Every check; the block table and the lengths as Python lists, and ops.attention's problem of one token."""
+    """Every check; the block table and the lengths as host numpy arrays, and ops.attention's problem of one
+    token."""
     if len(q.shape) != 4:
         raise ArgumentError(f"q must be 4-D [batch, seq_q, heads, head_dim], got shape {tuple(q.shape)}")
     for name, value in (("k_cache", k_cache), ("v_cache", v_cache)):
@@ -97,19 +103,31 @@ def validate_paged(q, k_cache, v_cache, block_table, seq_lens, causal, scale):
         raise ArgumentError("q or the caches have more than 2**31 - 1 elements, which the kernel's int32 offsets "
                             "cannot address")
     max_pages = int(block_table.shape[1])
-    pages, lengths = block_table.tolist(), [int(x) for x in seq_lens.tolist()]
-    for b, length in enumerate(lengths):
-        if length < max(seq_q, 1):
-            raise ArgumentError(f"seq_lens[{b}] is {length}; it counts the sequence's keys, the {seq_q} new "
-                                f"tokens included, so it must be at least {max(seq_q, 1)}")
-        if length > max_pages * page_size:
-            raise ArgumentError(f"seq_lens[{b}] is {length}, above the table's capacity max_pages * page_size = "
-                                f"{max_pages} * {page_size} = {max_pages * page_size}")
-        for p, page in enumerate(pages[b][:cdiv(length, page_size)]):
-            if not 0 <= page < num_pages:
-                raise ArgumentError(f"block_table[{b}, {p}] is {page}: a page index must lie in [0, {num_pages}) "
-                                    f"(k_cache.shape[0])")
+    # One copy of each to the host and vectorised checks (a decode step's table holds thousands of pages); the
+    # first offending entry names itself.
+    pages, lengths = _host_array(block_table), _host_array(seq_lens).astype(np.int64)
+    short = np.flatnonzero(lengths < max(seq_q, 1))
+    if short.size:
+        b = int(short[0])
+        raise ArgumentError(f"seq_lens[{b}] is {lengths[b]}; it counts the sequence's keys, the {seq_q} new "
+                            f"tokens included, so it must be at least {max(seq_q, 1)}")
+    over = np.flatnonzero(lengths > max_pages * page_size)
+    if over.size:
+        b = int(over[0])
+        raise ArgumentError(f"seq_lens[{b}] is {lengths[b]}, above the table's capacity max_pages * page_size = "
+                            f"{max_pages} * {page_size} = {max_pages * page_size}")
+    used = np.arange(max_pages)[None, :] < (-(-lengths // page_size))[:, None]
+    bad = np.argwhere(used & ((pages < 0) | (pages >= num_pages)))
+    if bad.size:
+        b, p = (int(i) for i in bad[0])
+        raise ArgumentError(f"block_table[{b}, {p}] is {pages[b, p]}: a page index must lie in [0, {num_pages}) "
+                            f"(k_cache.shape[0])")
     return pages, lengths, row
+
+
+def _host_array(x) -> np.ndarray:
+    """``x`` (a numpy array or a torch tensor on any device) as a numpy array on the host."""
+    return x if isinstance(x, np.ndarray) else x.detach().cpu().numpy()
 
 
 _scripts: dict = {}  # (dtype name, head dim, causal, page size) -> the paged kernel pinned to its schedule
@@ -123,11 +141,17 @@ def key_tile(head_dim: int, page_size: int) -> int:
 
 
 def launch(q, k_cache, v_cache, block_table, seq_lens, out, causal: bool, scale: float) -> None:
-    """One launch of the paged kernel on validated operands on the selected back end."""
+    """One launch on validated operands on the selected back end: few query rows (decode, speculative decoding) on
+    the split-KV decode kernel (``attention_decode.launch_decode_paged``), the rest on the paged kernel."""
     dtype = dtype_of(q)
     assert dtype is not None
     batch, seq_q, heads, head_dim = (int(x) for x in q.shape)
     num_pages, page_size, kv_heads = (int(x) for x in k_cache.shape[:3])
+    problem = Problem(batch, heads, kv_heads, seq_q, int(block_table.shape[1]) * page_size, head_dim, dtype, causal,
+                      scale)
+    if uses_paged_decode(problem):
+        launch_decode_paged(q, k_cache, v_cache, block_table, seq_lens, out, problem)
+        return
     key = (dtype.name, head_dim, causal, page_size)
     if key not in _scripts:
         schedule = dict(DEFAULT_SCHEDULES[head_dim], block_n=key_tile(head_dim, page_size))

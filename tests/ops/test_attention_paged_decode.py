@@ -1,0 +1,140 @@
+"""ops.attention_paged's split-KV decode path (warpspec.ops.attention_decode_kernel.DecodePaged): few query rows
+against a paged cache run on the decode kernel, packed heads and split keys, and match each sequence's dense result
+on the emulator (pages of 16 to 64 rows, a table far larger than the sequences, a sequence of one key, both causal
+modes); the planted bug of a page looked up past the table, caught at its line; the NVRTC build; and on a Hopper GPU
+against a float32 reference at decode's sizes."""
+
+import importlib
+
+import numpy as np
+import pytest
+
+from tests.kernels import attention_bug_kernels as bk
+from tests.ops.test_attention import expected
+
+import warpspec
+from warpspec.dtypes import bfloat16, float16
+from warpspec.ops import attention_decode, attention_paged
+from warpspec.ops.attention import Problem
+from warpspec.ops.attention_kernel import LOG2_E, WARPGROUP
+
+
+def heads_first(x):
+    return np.ascontiguousarray(x.transpose(1, 0, 2))[None]
+
+
+def cache(seq_lens, seq_q, page_size, heads, kv_heads, head_dim, spare_pages=0, seed=0, dtype=np.float16):
+    """A cache whose pages are dealt to the sequences in a random order, a table with ``spare_pages`` unused
+    entries per sequence beyond the longest, and q [B, S_q, H, D]."""
+    rng = np.random.default_rng(seed)
+    max_pages = max(-(-n // page_size) for n in seq_lens) + spare_pages
+    num_pages = len(seq_lens) * max_pages + 3
+    k_cache, v_cache = (rng.standard_normal((num_pages, page_size, kv_heads, head_dim)).astype(dtype)
+                        for _ in range(2))
+    table = rng.permutation(num_pages).astype(np.int32)[:len(seq_lens) * max_pages].reshape(len(seq_lens), -1)
+    q = rng.standard_normal((len(seq_lens), seq_q, heads, head_dim)).astype(dtype)
+    return q, k_cache, v_cache, np.ascontiguousarray(table), np.array(seq_lens, np.int32)
+
+
+def dense_keys(x_cache, pages, length):
+    """A sequence's keys (or values) gathered from its pages, [S_k, H_kv, D]."""
+    return x_cache[pages].reshape(-1, *x_cache.shape[2:])[:length]
+
+
+@pytest.mark.parametrize("seq_q, causal, page_size, head_dim", [(1, True, 16, 64), (1, False, 64, 128),
+                                                                 (4, True, 32, 64), (3, False, 16, 128),
+                                                                 (2, True, 64, 256)])
+def test_paged_decode_runs_the_split_kernel_and_matches_each_sequence_dense(seq_q, causal, page_size, head_dim,
+                                                                             monkeypatch):
+    """8 query heads over 2 K/V heads (packs of 4), a table with 6 spare pages per sequence, sequences of 3 to 700
+    keys: one launch of the decode kernel, split, against each sequence's keys gathered from its pages."""
+    module = importlib.import_module("warpspec.ops.attention_paged")
+    launches = []
+    real = module.launch_decode_paged
+    monkeypatch.setattr(module, "launch_decode_paged", lambda *args: launches.append(args[-1]) or real(*args))
+    q, k_cache, v_cache, table, seq_lens = cache([700, max(seq_q, 3), 150], seq_q, page_size, 8, 2, head_dim,
+                                                 spare_pages=6)
+    with warpspec.use_backend("emulator"):
+        out = attention_paged(q, k_cache, v_cache, table, seq_lens, causal=causal)
+    (problem,) = launches
+    assert attention_decode.pack_size(problem) == 4 and attention_decode.split_count(problem) > 1
+    assert out.shape == q.shape and out.dtype == q.dtype
+    for b, length in enumerate(seq_lens):
+        keys, values = (dense_keys(x, table[b], length) for x in (k_cache, v_cache))
+        want = expected(heads_first(q[b]), heads_first(keys), heads_first(values), causal)[0]
+        assert np.abs(out[b].astype(np.float32) - want.transpose(1, 0, 2)).max() < 2e-3
+
+
+def test_a_sequence_of_one_key_in_a_table_of_many_pages():
+    """Decode's first step: one key, the table's other entries unused; every split but the first has no key."""
+    q, k_cache, v_cache, table, seq_lens = cache([1, 40], 1, 16, 4, 1, 64, spare_pages=8)
+    with warpspec.use_backend("emulator"):
+        out = attention_paged(q, k_cache, v_cache, table, seq_lens, causal=True)
+    for b, length in enumerate(seq_lens):
+        keys, values = (dense_keys(x, table[b], length) for x in (k_cache, v_cache))
+        want = expected(heads_first(q[b]), heads_first(keys), heads_first(values), True)[0]
+        assert np.abs(out[b].astype(np.float32) - want.transpose(1, 0, 2)).max() < 2e-3
+
+
+def test_planted_bug_a_decode_page_looked_up_past_the_table_is_caught_at_its_line():
+    """The bug kernel reads block_table[b, page + 1]: for a sequence that fills its table, a BoundsError at the
+    lookup's line."""
+    q, k_cache, v_cache, table, _ = cache([40], 1, 16, 2, 1, 64)
+    seq_lens = np.array([table.shape[1] * 16], np.int32)
+    problem = Problem(1, 2, 1, 1, int(seq_lens[0]), 64, float16, True, 0.125)
+    splits = attention_decode.split_count(problem)
+    elements = attention_decode.partial_elements(problem, splits)
+    kernel = bk.ReadsTheNextPageInDecode(float16, head_dim=64, causal=True, block_n=16, num_stages=2, pack=2,
+                                         page_size=16)
+    with warpspec.use_backend("emulator"), pytest.raises(warpspec.BoundsError) as raised:
+        kernel(1, 1, k_cache.shape[0], table.shape[1], 2, 2, 0.125 * LOG2_E, splits, table, seq_lens, q, k_cache,
+               v_cache, np.empty_like(q), np.empty(2, np.float32), np.zeros(elements // 65 * 64, np.float32),
+               np.zeros(elements // 65, np.float32), np.zeros(1, np.int32))
+    assert f"load_scalar: index [0, {table.shape[1]}] is outside table [1, {table.shape[1]}]" in str(raised.value)
+    assert raised.value.location.rsplit(" at ", 1)[-1] == f"{bk.__file__}:{bk.marker_line('decode-next-page')}"
+
+
+@pytest.mark.parametrize("page_size", [16, 64])
+def test_nvrtc_builds_the_paged_decode_kernel_without_spills(page_size):
+    """bf16, causal, D 128, packs of 4: no spills, no stack, and registers for two blocks per SM."""
+    from warpspec.cuda.launch import compile_kernel
+    from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
+    from warpspec.ops.attention_decode_kernel import DecodePaged
+    from warpspec.runtime import kernel_for
+
+    kernel = DecodePaged(bfloat16, head_dim=128, causal=True, num_stages=2, pack=4, page_size=page_size,
+                         block_n=attention_decode.paged_key_tile(128, page_size))
+    built = compile_kernel(kernel_for(kernel, {}))
+    (report,) = parse_ptxas_log(built.module.log).values()
+    assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
+    assert report.registers <= 65536 // (2 * (WARPGROUP + 32)) // 8 * 8
+    counts = count_instructions(disassemble(built.module.cubin), ["HGMMA", "LDL", "STL"])
+    assert counts["HGMMA"] > 0 and counts["LDL"] == counts["STL"] == 0
+
+
+def test_the_paged_key_tile_lies_in_one_page():
+    assert [attention_decode.paged_key_tile(128, p) for p in (16, 32, 48, 64, 128, 256)] == [16, 32, 48, 64, 64, 64]
+    assert attention_decode.paged_key_tile(256, 128) == 32
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("seq_q", [1, 4])
+@pytest.mark.parametrize("page_size", [16, 64])
+def test_gpu_paged_decode_against_a_float32_reference(seq_q, page_size):
+    """32 query / 8 K/V heads, D 128, bf16, sequences of 1 to 9000 keys in a table of room for 16384: each sequence
+    against SDPA in float32 on its gathered keys; twice (the flags given back)."""
+    torch = pytest.importorskip("torch")
+    from tests.ops.test_attention_gpu import TOLERANCE, reference
+
+    capacity = 16384 // page_size  # pages of room per sequence
+    arrays = cache([9000, seq_q, 4097], seq_q, page_size, 32, 8, 128, spare_pages=capacity - -(-9000 // page_size))
+    q, k_cache, v_cache = (torch.from_numpy(x).cuda().to(torch.bfloat16) for x in arrays[:3])
+    table, seq_lens = (torch.from_numpy(x).cuda() for x in arrays[3:])
+    assert table.shape[1] == capacity
+    for _ in range(2):
+        out = attention_paged(q, k_cache, v_cache, table, seq_lens, causal=True)
+        for b, length in enumerate(seq_lens.tolist()):
+            keys, values = (x[table[b].long()].reshape(-1, 8, 128)[:length].transpose(0, 1)[None]
+                            for x in (k_cache, v_cache))
+            want = reference(q[b].transpose(0, 1)[None], keys, values, True)[0]
+            assert (out[b].float() - want.transpose(0, 1)).abs().max().item() < TOLERANCE[torch.bfloat16]
