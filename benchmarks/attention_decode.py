@@ -10,6 +10,7 @@ a float32 reference (max abs error below 4e-2 in bf16); SDPA's back ends (cuDNN,
     python benchmarks/attention_decode.py                                 # B 1-64, S_k 4096-131072, S_q 1 and 4
     python benchmarks/attention_decode.py --batches 32 --seq-ks 8192 --seq-qs 1 --heads 64/8
     python benchmarks/attention_decode.py --schedule block_n=128,num_stages=2   # another decode schedule
+    python benchmarks/attention_decode.py --pages 16,64                   # also ops.attention_paged on the keys
     python benchmarks/attention_decode.py --dry-run                       # CPU: tiny shapes on the emulator
 
 ``--dry-run`` checks warpspec on CPU tensors at B 1, 8 / 2 heads, S_k 300 (the emulator) and times nothing.
@@ -43,12 +44,18 @@ def main(argv=None) -> int:
                         help="the most key splits per pack of query heads for this run (default: MAX_SPLITS)")
     parser.add_argument("--kernels", action="store_true",
                         help="also list the GPU kernels one warpspec call runs, with their mean times (torch.profiler)")
+    parser.add_argument("--pages", default="",
+                        help="page sizes, e.g. 16,64: also time ops.attention_paged on the same keys in a paged cache "
+                             "(pages dealt in a random order, the table exactly as long as the keys)")
     parser.add_argument("--dry-run", action="store_true", help="CPU tensors on the emulator, tiny shapes, no timing")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    if not args.dry_run:
+        import triton
     from torch.nn.attention.bias import causal_lower_right
 
     import warpspec
@@ -106,8 +113,20 @@ def main(argv=None) -> int:
                         print(f"{row}: check FAILED, not timed", flush=True)
                         results["rows"].append(row)
                         continue
+                    for page_size in [int(p) for p in args.pages.split(",") if p]:
+                        paged = paged_operands(q, k, v, page_size)
+                        error = (warpspec.ops.attention_paged(*paged).float().transpose(1, 2) - expected).abs()
+                        row[f"paged{page_size}_error"] = error.max().item()
+                        if row[f"paged{page_size}_error"] > TOLERANCE:
+                            failures += 1
+                            print(f"paged {page_size}: check FAILED, not timed", flush=True)
+                        elif not args.dry_run:
+                            row[f"paged{page_size}_us"] = 1e3 * triton.testing.do_bench(
+                                lambda: warpspec.ops.attention_paged(*paged), warmup=args.warmup, rep=args.rep,
+                                return_mode="median")
+                            row[f"paged{page_size}_tb_s"] = kv_bytes / row[f"paged{page_size}_us"] / 1e6
+                        del paged
                     if not args.dry_run:
-                        import triton
 
                         def bench(fn):
                             return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep,
@@ -145,6 +164,29 @@ def main(argv=None) -> int:
         with open(args.json, "w") as file:
             json.dump(results, file, indent=1)
     return 1 if failures else 0
+
+
+def paged_operands(q, k, v, page_size: int) -> tuple:
+    """(q, k_cache, v_cache, block_table, seq_lens) of ops.attention_paged holding dense ``q`` [B, H, S_q, D],
+    ``k`` and ``v`` [B, H_kv, S_k, D]: q as [B, S_q, H, D], every sequence's S_k keys in pages of ``page_size``
+    rows dealt to the sequences in a random order."""
+    import torch
+
+    batch, kv_heads, seq_k, head_dim = k.shape
+    per_sequence = -(-seq_k // page_size)
+    generator = torch.Generator(device=k.device).manual_seed(1)
+    order = torch.randperm(batch * per_sequence, device=k.device, generator=generator)
+    caches = []
+    for x in (k, v):
+        padded = torch.zeros(batch, kv_heads, per_sequence * page_size, head_dim, dtype=x.dtype, device=x.device)
+        padded[:, :, :seq_k] = x
+        pages = padded.view(batch, kv_heads, per_sequence, page_size, head_dim).permute(0, 2, 3, 1, 4)
+        cache = torch.empty(batch * per_sequence, page_size, kv_heads, head_dim, dtype=x.dtype, device=x.device)
+        cache[order] = pages.reshape(batch * per_sequence, page_size, kv_heads, head_dim)
+        caches.append(cache)
+    table = order.view(batch, per_sequence).to(torch.int32)
+    seq_lens = torch.full((batch,), seq_k, dtype=torch.int32, device=k.device)
+    return (q.transpose(1, 2).contiguous(), *caches, table, seq_lens)
 
 
 def kernel_times(fn, calls: int = 20) -> dict:
