@@ -174,6 +174,8 @@ def _varlen_cases():
                   "cu_seqlens_q must end at the total q.shape[0] = 30, got 25"),
         "start": ((q, k, v, cu_q, np.array([1, 10, 30], np.int32)), {}, "cu_seqlens_k must start at 0, got 1"),
         "dtype": ((q, k, v, cu_q.astype(np.int64), cu_k), {}, "cu_seqlens_q must be int32, got dtype int64"),
+        "strided": ((q, k, v, cu_q, np.repeat(cu_k, 2)[::2]), {},
+                    "cu_seqlens_k must be contiguous (the kernel reads it as a dense array)"),
         "batch": ((q, k, v, cu_q, np.array([0, 30], np.int32)), {},
                   "cu_seqlens_q has 3 entries but cu_seqlens_k 2"),
         "rank": ((q[None], k, v, cu_q, cu_k), {}, "q must be 3-D [total_tokens, heads, head_dim]"),
@@ -291,6 +293,12 @@ def _paged_cases():
                       "page_size (k_cache.shape[1]) is 8; attention_paged takes 16 to 256"),
         "page-multiple": (paged_operands([37, 100], 2, page_size=24)[:3] + (table, seq_lens), {},
                           "page_size (k_cache.shape[1]) is 24; attention_paged takes 16 to 256, a multiple of 16"),
+        "negative-page": ((q, k_cache, v_cache, np.where(np.arange(8) == 2, -1, table).astype(np.int32), seq_lens),
+                          {}, "block_table[0, 2] is -1: a page index must lie in"),
+        "table-strided": ((q, k_cache, v_cache, np.repeat(table, 2, axis=1)[:, ::2], seq_lens), {},
+                          "block_table must be contiguous (the kernel reads it as a dense array)"),
+        "lens-strided": ((q, k_cache, v_cache, table, np.repeat(seq_lens, 2)[::2]), {},
+                         "seq_lens must be contiguous (the kernel reads it as a dense array)"),
         "table-dtype": ((q, k_cache, v_cache, table.astype(np.int64), seq_lens), {},
                         "block_table must be a 2-D int32 array"),
         "batch": ((q, k_cache, v_cache, table[:1], seq_lens), {}, "block_table has 1 rows and seq_lens 2 entries"),
@@ -309,3 +317,24 @@ def test_paged_argument_errors(case, monkeypatch):
     with pytest.raises(ArgumentError) as raised:
         attention_paged(*args, **kwargs)
     assert message in str(raised.value)
+
+
+def test_paged_checks_the_table_at_every_call_and_ignores_entries_past_each_sequence(monkeypatch):
+    """The first call of a description caches its shape checks; the table's and the lengths' values are checked
+    at every call: a call like an earlier valid one, with a page index out of range, is refused. Entries past a
+    sequence's last page (padding, here -1) are never read, so they are not checked."""
+    module = importlib.import_module("warpspec.ops.attention_paged")
+    launched = []
+    monkeypatch.setattr(module, "launch", lambda *args, **kwargs: launched.append(args[3].copy()))
+    q, k_cache, v_cache, table, seq_lens = paged_operands([37, 100], 2, page_size=16)
+    padded = table.copy()
+    padded[0, 3:] = -1  # sequence 0 has 37 keys: 3 pages of 16
+    module.attention_paged(q, k_cache, v_cache, padded, seq_lens)
+    assert len(launched) == 1 and (launched[0] == padded).all()
+    bad = padded.copy()
+    bad[0, 2] = -1
+    with pytest.raises(ArgumentError, match=r"block_table\[0, 2\] is -1: a page index must lie in \[0, "):
+        module.attention_paged(q, k_cache, v_cache, bad, seq_lens)
+    with pytest.raises(ArgumentError, match=r"seq_lens\[0\] is 49, above|block_table\[0, 3\] is -1"):
+        module.attention_paged(q, k_cache, v_cache, padded, np.array([49, 100], np.int32))
+    assert len(launched) == 1

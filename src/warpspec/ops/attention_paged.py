@@ -13,6 +13,7 @@ cache, then ``ops.attention`` on them (one launch per sequence).
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import numpy as np
@@ -26,6 +27,7 @@ from warpspec.ops.attention_decode import launch_decode_paged, uses_paged_decode
 from warpspec.ops.attention_kernel import LOG2_E
 from warpspec.ops.attention_paged_kernel import AttentionPaged
 from warpspec.ops.attention_varlen import heads_first
+from warpspec.ops.frame import Signatures, describe
 from warpspec.ops.operands import dtype_of, same_device, same_kind
 
 PAGE_SIZES = (16, 256)  # the smallest and largest page size taken
@@ -40,37 +42,85 @@ def attention_paged(q, k_cache, v_cache, block_table, seq_lens, *, causal=True, 
     ``causal`` aligns at the bottom right: query i of sequence b sees keys j <= i + seq_lens[b] - S_q. Returns
     [B, S_q, H, D] in q's dtype and kind. Every check is an ``ArgumentError`` naming the argument, before anything
     is allocated (the table and the lengths are read on the host)."""
-    kind = same_kind("q", q, k_cache=k_cache, v_cache=v_cache, block_table=block_table, seq_lens=seq_lens)
-    if kind == "torch":
-        same_device("q", q, k_cache=k_cache, v_cache=v_cache, block_table=block_table, seq_lens=seq_lens)
-    pages, lengths, row = validate_paged(q, k_cache, v_cache, block_table, seq_lens, causal, scale)
-    if kind == "numpy" or not q.requires_grad:
-        if int(q.shape[1]) == 0:
+    found = call_for(q, k_cache, v_cache, block_table, seq_lens, causal, scale)
+    pages, lengths = check_contents(found, block_table, seq_lens)
+    row = found.row
+    if found.kind == "numpy" or not q.requires_grad:
+        if found.seq_q == 0:
             return q * 0
-        if kind == "torch":
-            return _torch_op()(q, k_cache, v_cache, block_table, seq_lens, row.causal, row.scale)
+        if found.kind == "torch":
+            torch = sys.modules["torch"]
+            op = _torch_op()
+            if not torch.compiler.is_compiling() and _support().dispatch_is_plain(q, k_cache, v_cache, block_table,
+                                                                                   seq_lens):
+                # What the op would run, without the dispatcher's cost (a decode step is short).
+                return _op_implementation(q, k_cache, v_cache, block_table, seq_lens, row.causal, row.scale)
+            return op(q, k_cache, v_cache, block_table, seq_lens, row.causal, row.scale)
         out = np.empty(q.shape, dtype=q.dtype)
         with runtime.use_backend("emulator"):
             launch(q, k_cache, v_cache, block_table, seq_lens, out, row.causal, row.scale)
         return out
-    page_size = int(k_cache.shape[1])
+    page_size = found.page_size
     outputs = []
-    for b, (row, length) in enumerate(zip(pages.tolist(), lengths.tolist())):
-        index = row[:cdiv(length, page_size)]
-        if kind == "torch":
+    for b, (table_row, length) in enumerate(zip(pages.tolist(), lengths.tolist())):
+        index = table_row[:cdiv(length, page_size)]
+        if found.kind == "torch":
             index = sys.modules["torch"].tensor(index, dtype=sys.modules["torch"].long, device=k_cache.device)
         keys = k_cache[index].reshape(-1, *k_cache.shape[2:])[:length]
         values = v_cache[index].reshape(-1, *v_cache.shape[2:])[:length]
         out = attention(heads_first(q[b]), heads_first(keys), heads_first(values), causal=causal, scale=scale)[0]
-        outputs.append(out.transpose(1, 0, 2) if kind == "numpy" else out.transpose(0, 1))
-    if kind == "torch":
+        outputs.append(out.transpose(1, 0, 2) if found.kind == "numpy" else out.transpose(0, 1))
+    if found.kind == "torch":
         return sys.modules["torch"].stack(outputs)
     return np.stack(outputs)
 
 
-def validate_paged(q, k_cache, v_cache, block_table, seq_lens, causal, scale):
-    """Every check; the block table and the lengths as host numpy arrays, and ops.attention's problem of one
-    token."""
+def _support():
+    """``warpspec.torch_ops`` (imported at the first call with torch tensors; a lookup is cheaper per call than an
+    import statement)."""
+    return sys.modules.get("warpspec.torch_ops") or importlib.import_module("warpspec.torch_ops")
+
+
+class PagedCall:
+    """What the first call of a description (the arrays' kinds, dtypes, shapes, strides and devices, ``causal``,
+    ``scale``) decided: every check that does not read the table's or the lengths' values, and ops.attention's
+    problem of one token (``row``: dtype, heads, head dim, causal, scale)."""
+
+    __slots__ = ("kind", "row", "seq_q", "num_pages", "page_size")
+
+    def __init__(self, kind: str, row: Problem, seq_q: int, num_pages: int, page_size: int):
+        self.kind = kind
+        self.row = row
+        self.seq_q = seq_q
+        self.num_pages = num_pages
+        self.page_size = page_size
+
+
+_calls = Signatures()  # the description of the arguments -> its PagedCall
+
+
+def call_for(q, k_cache, v_cache, block_table, seq_lens, causal, scale) -> PagedCall:
+    """The ``PagedCall`` of these arguments: made at the first call of their description (``validate_paged``),
+    then looked up."""
+    try:
+        # The types are part of the key: True == 1 would otherwise let a bool scale (refused) find a float's call.
+        key = (describe(q), describe(k_cache), describe(v_cache), describe(block_table), describe(seq_lens), causal,
+               type(causal), scale, type(scale))
+        found = _calls.get(key)
+    except (TypeError, AttributeError):  # not arrays, unhashable arguments, symbolic sizes: checked afresh
+        key = found = None
+    if found is None:
+        kind = same_kind("q", q, k_cache=k_cache, v_cache=v_cache, block_table=block_table, seq_lens=seq_lens)
+        if kind == "torch":
+            same_device("q", q, k_cache=k_cache, v_cache=v_cache, block_table=block_table, seq_lens=seq_lens)
+        row = validate_paged(q, k_cache, v_cache, block_table, seq_lens, causal, scale)
+        found = _calls.remember(key, PagedCall(kind, row, int(q.shape[1]), int(k_cache.shape[0]),
+                                               int(k_cache.shape[1])))
+    return found
+
+
+def validate_paged(q, k_cache, v_cache, block_table, seq_lens, causal, scale) -> Problem:
+    """Every check that does not read the table's or the lengths' values; ops.attention's problem of one token."""
     if len(q.shape) != 4:
         raise ArgumentError(f"q must be 4-D [batch, seq_q, heads, head_dim], got shape {tuple(q.shape)}")
     for name, value in (("k_cache", k_cache), ("v_cache", v_cache)):
@@ -79,8 +129,8 @@ def validate_paged(q, k_cache, v_cache, block_table, seq_lens, causal, scale):
                                 f"{tuple(value.shape)}")
     if tuple(v_cache.shape) != tuple(k_cache.shape):
         raise ArgumentError(f"v_cache must have k_cache's shape {tuple(k_cache.shape)}, got {tuple(v_cache.shape)}")
-    batch, seq_q = int(q.shape[0]), int(q.shape[1])
-    num_pages, page_size = int(k_cache.shape[0]), int(k_cache.shape[1])
+    batch = int(q.shape[0])
+    page_size = int(k_cache.shape[1])
     if not PAGE_SIZES[0] <= page_size <= PAGE_SIZES[1] or page_size % PAGE_MULTIPLE:
         raise ArgumentError(f"page_size (k_cache.shape[1]) is {page_size}; attention_paged takes "
                             f"{PAGE_SIZES[0]} to {PAGE_SIZES[1]}, a multiple of {PAGE_MULTIPLE}")
@@ -94,6 +144,9 @@ def validate_paged(q, k_cache, v_cache, block_table, seq_lens, causal, scale):
         if len(value.shape) != rank or found is None or found.name != "int32":
             raise ArgumentError(f"{name} must be a {rank}-D int32 array, got shape {tuple(value.shape)} and dtype "
                                 f"{found.name if found else value.dtype}")
+        if not _contiguous(value):
+            raise ArgumentError(f"{name} must be contiguous (the kernel reads it as a dense array); make a contiguous "
+                                f"copy first")
     if int(block_table.shape[0]) != batch or int(seq_lens.shape[0]) != batch:
         raise ArgumentError(f"block_table has {int(block_table.shape[0])} rows and seq_lens {int(seq_lens.shape[0])} "
                             f"entries; q has batch {batch}")
@@ -102,27 +155,36 @@ def validate_paged(q, k_cache, v_cache, block_table, seq_lens, causal, scale):
     if max(int(np.prod(q.shape)), int(np.prod(k_cache.shape))) > MAX_INT32:
         raise ArgumentError("q or the caches have more than 2**31 - 1 elements, which the kernel's int32 offsets "
                             "cannot address")
-    max_pages = int(block_table.shape[1])
-    # One copy of each to the host and vectorised checks (a decode step's table holds thousands of pages); the
-    # first offending entry names itself.
+    return row
+
+
+def check_contents(found: PagedCall, block_table, seq_lens) -> tuple[np.ndarray, np.ndarray]:
+    """The checks of the table's and the lengths' values, every call: one copy of each to the host and vectorised
+    checks (a decode step's table holds thousands of pages); the first offending entry names itself. Returns both
+    as host arrays (the lengths as int64)."""
     pages, lengths = _host_array(block_table), _host_array(seq_lens).astype(np.int64)
-    short = np.flatnonzero(lengths < max(seq_q, 1))
-    if short.size:
-        b = int(short[0])
-        raise ArgumentError(f"seq_lens[{b}] is {lengths[b]}; it counts the sequence's keys, the {seq_q} new "
-                            f"tokens included, so it must be at least {max(seq_q, 1)}")
-    over = np.flatnonzero(lengths > max_pages * page_size)
-    if over.size:
-        b = int(over[0])
+    if not lengths.size:
+        return pages, lengths
+    least, page_size = max(found.seq_q, 1), found.page_size
+    max_pages = int(pages.shape[1])
+    if lengths.min() < least:
+        b = int(np.argmax(lengths < least))
+        raise ArgumentError(f"seq_lens[{b}] is {lengths[b]}; it counts the sequence's keys, the {found.seq_q} new "
+                            f"tokens included, so it must be at least {least}")
+    if lengths.max() > max_pages * page_size:
+        b = int(np.argmax(lengths > max_pages * page_size))
         raise ArgumentError(f"seq_lens[{b}] is {lengths[b]}, above the table's capacity max_pages * page_size = "
                             f"{max_pages} * {page_size} = {max_pages * page_size}")
-    used = np.arange(max_pages)[None, :] < (-(-lengths // page_size))[:, None]
-    bad = np.argwhere(used & ((pages < 0) | (pages >= num_pages)))
-    if bad.size:
-        b, p = (int(i) for i in bad[0])
-        raise ArgumentError(f"block_table[{b}, {p}] is {pages[b, p]}: a page index must lie in [0, {num_pages}) "
-                            f"(k_cache.shape[0])")
-    return pages, lengths, row
+    # Seen as unsigned, a negative index is above every page count: one comparison checks both bounds.
+    outside = pages.view(np.uint32) >= found.num_pages
+    if outside.any():
+        used = np.arange(max_pages)[None, :] < (-(-lengths // page_size))[:, None]
+        bad = np.argwhere(used & outside)
+        if bad.size:
+            b, p = (int(i) for i in bad[0])
+            raise ArgumentError(f"block_table[{b}, {p}] is {pages[b, p]}: a page index must lie in [0, "
+                                f"{found.num_pages}) (k_cache.shape[0])")
+    return pages, lengths
 
 
 def _host_array(x) -> np.ndarray:

@@ -106,6 +106,9 @@ def offsets(name: str, value, total: int, total_name: str) -> list[int]:
     found = dtype_of(value)
     if found is None or found.name != "int32":
         raise ArgumentError(f"{name} must be int32, got dtype {found.name if found else value.dtype}")
+    if not _contiguous(value):
+        raise ArgumentError(f"{name} must be contiguous (the kernel reads it as a dense array); make a contiguous "
+                            f"copy first")
     values = [int(x) for x in (value.tolist())]
     if values[0] != 0:
         raise ArgumentError(f"{name} must start at 0, got {values[0]}")
