@@ -11,6 +11,7 @@ a float32 reference (max abs error below 4e-2 in bf16); SDPA's back ends (cuDNN,
     python benchmarks/attention_decode.py --batches 32 --seq-ks 8192 --seq-qs 1 --heads 64/8
     python benchmarks/attention_decode.py --schedule block_n=128,num_stages=2   # another decode schedule
     python benchmarks/attention_decode.py --pages 16,64                   # also ops.attention_paged on the keys
+                                                  # (check=False, and the default check=True: "_checked")
     python benchmarks/attention_decode.py --dry-run                       # CPU: tiny shapes on the emulator
 
 ``--dry-run`` checks warpspec on CPU tensors at B 1, 8 / 2 heads, S_k 300 (the emulator) and times nothing.
@@ -63,6 +64,7 @@ def main(argv=None) -> int:
     from warpspec.ops.attention import validate
     from warpspec.ops import attention_decode
     from warpspec.ops.attention_decode import pack_size, split_count, uses_decode
+    from warpspec.tune.bench import host_us_per_call
 
     if args.max_splits:
         attention_decode.MAX_SPLITS = args.max_splits
@@ -121,18 +123,26 @@ def main(argv=None) -> int:
                             failures += 1
                             print(f"paged {page_size}: check FAILED, not timed", flush=True)
                         elif not args.dry_run:
-                            row[f"paged{page_size}_us"] = 1e3 * triton.testing.do_bench(
-                                lambda: warpspec.ops.attention_paged(*paged), warmup=args.warmup, rep=args.rep,
-                                return_mode="median")
-                            row[f"paged{page_size}_tb_s"] = kv_bytes / row[f"paged{page_size}_us"] / 1e6
+                            # check=False: what a serving loop's decode step calls (nothing read back); checked:
+                            # the default, whose copy of the table to the host waits for the GPU.
+                            for label, check in (("", False), ("_checked", True)):
+                                def paged_call(check=check):
+                                    return warpspec.ops.attention_paged(*paged, check=check)
+
+                                name = f"paged{page_size}{label}"
+                                row[f"{name}_us"] = 1e3 * triton.testing.do_bench(
+                                    paged_call, warmup=args.warmup, rep=args.rep, return_mode="median")
+                                row[f"{name}_tb_s"] = kv_bytes / row[f"{name}_us"] / 1e6
+                                row[f"{name}_host_us"] = host_us_per_call(paged_call, torch.cuda.synchronize,
+                                                                          calls=20, repeats=5)
+                                if args.kernels:
+                                    row[f"{name}_kernels_us"] = kernel_times(paged_call)
                         del paged
                     if not args.dry_run:
 
                         def bench(fn):
                             return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep,
                                                            return_mode="median")
-
-                        from warpspec.tune.bench import host_us_per_call
 
                         row["warpspec_us"] = 1e3 * bench(lambda: attention(q, k, v, causal=True))
                         # Host time per call, to tell a host-bound figure from the kernel's own time.
@@ -160,10 +170,27 @@ def main(argv=None) -> int:
                             row["sdpa_best"], row["vs_sdpa_best"] = best, row[best + "_us"] / row["warpspec_us"]
                     print(row, flush=True)
                     results["rows"].append(row)
+    print_table(results["rows"])
     if args.json:
         with open(args.json, "w") as file:
             json.dump(results, file, indent=1)
     return 1 if failures else 0
+
+
+def print_table(rows) -> None:
+    """The timed rows as one table: µs (and TB/s) of the dense call, SDPA's best, and each paged variant."""
+    timed = [row for row in rows if "warpspec_us" in row]
+    if not timed:
+        return
+    paged = sorted({key[:-3] for row in timed for key in row if key.startswith("paged") and key.endswith("_us")
+                    and not key.endswith("host_us")})
+    print("\nbatch s_q   s_k  dense µs (TB/s)   SDPA best µs  " + "  ".join(f"{name} µs (TB/s)" for name in paged))
+    for row in timed:
+        best = row.get(row.get("sdpa_best", "") + "_us", float("nan"))
+        cells = "  ".join(f"{row.get(name + '_us', float('nan')):9.1f} ({row.get(name + '_tb_s', float('nan')):.2f})"
+                          for name in paged)
+        print(f"{row['batch']:5d} {row['seq_q']:3d} {row['seq_k']:6d} {row['warpspec_us']:9.1f} "
+              f"({row['warpspec_tb_s']:.2f})  {best:9.1f}  {cells}")
 
 
 def paged_operands(q, k, v, page_size: int) -> tuple:

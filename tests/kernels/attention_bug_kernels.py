@@ -62,7 +62,7 @@ class ReadsTheNextPage(AttentionPaged):
     table's row."""
 
     def key_row(self, k_row, j):
-        table, sequence = k_row
+        table, sequence, _ = k_row
         first = j * self.block_n
         page = self.load_scalar(table, [sequence, first // self.page_size + 1])  # <<< next-page
         return page * self.page_size + first % self.page_size
@@ -73,7 +73,7 @@ class ReadsTheNextPageInDecode(DecodePaged):
     its table reads past the table's row."""
 
     def key_offsets(self, pages, kv_bh, key):
-        table, sequence, kv_heads = pages
+        table, sequence, kv_heads, _ = pages
         page = self.load_scalar(table, [sequence, key // self.page_size + 1])  # <<< decode-next-page
         return [kv_bh % kv_heads, page * self.page_size + key % self.page_size, 0]
 

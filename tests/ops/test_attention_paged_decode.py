@@ -102,8 +102,8 @@ def test_nvrtc_builds_the_paged_decode_kernel_without_spills(page_size):
     from warpspec.ops.attention_decode_kernel import DecodePaged
     from warpspec.runtime import kernel_for
 
-    kernel = DecodePaged(bfloat16, head_dim=128, causal=True, num_stages=2, pack=4, page_size=page_size,
-                         block_n=attention_decode.paged_key_tile(128, page_size))
+    kernel = DecodePaged(bfloat16, head_dim=128, causal=True, pack=4, page_size=page_size,
+                         **attention_decode.paged_schedule(128, page_size))
     built = compile_kernel(kernel_for(kernel, {}))
     (report,) = parse_ptxas_log(built.module.log).values()
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
@@ -115,6 +115,18 @@ def test_nvrtc_builds_the_paged_decode_kernel_without_spills(page_size):
 def test_the_paged_key_tile_lies_in_one_page():
     assert [attention_decode.paged_key_tile(128, p) for p in (16, 32, 48, 64, 128, 256)] == [16, 32, 48, 64, 64, 64]
     assert attention_decode.paged_key_tile(256, 128) == 32
+
+
+def test_the_paged_ring_keeps_the_dense_bytes_in_flight():
+    """Smaller key tiles, proportionally more stages: the ring holds as many keys as the dense decode ring."""
+    schedules = {(d, p): attention_decode.paged_schedule(d, p) for d in (64, 128, 256) for p in (16, 32, 64, 128)}
+    assert schedules[128, 16] == {"block_n": 16, "num_stages": 8}
+    assert schedules[128, 32] == {"block_n": 32, "num_stages": 4}
+    assert schedules[128, 128] == {"block_n": 64, "num_stages": 2}
+    assert schedules[256, 16] == {"block_n": 16, "num_stages": 4}
+    for (d, _), s in schedules.items():
+        dense = attention_decode.DEFAULT_DECODE_SCHEDULES[d]
+        assert s["block_n"] * s["num_stages"] == dense["block_n"] * dense["num_stages"]
 
 
 @pytest.mark.gpu
@@ -138,3 +150,48 @@ def test_gpu_paged_decode_against_a_float32_reference(seq_q, page_size):
                             for x in (k_cache, v_cache))
             want = reference(q[b].transpose(0, 1)[None], keys, values, True)[0]
             assert (out[b].float() - want.transpose(0, 1)).abs().max().item() < TOLERANCE[torch.bfloat16]
+
+
+@pytest.mark.gpu
+def test_gpu_unchecked_decode_binds_its_launch_and_is_captured_in_a_cuda_graph(monkeypatch):
+    """``check=False`` at S_q = 1: the second call of a description takes its bound launch (the general launch is
+    made to fail, and the result is still right for new q values); a CUDA graph captures the call and its
+    replays follow new contents of q, the table and the lengths; ``check=True`` inside capture is refused, naming
+    check=False, before anything is captured."""
+    torch = pytest.importorskip("torch")
+    from tests.ops.test_attention_gpu import TOLERANCE, reference
+
+    module = importlib.import_module("warpspec.ops.attention_paged")
+    arrays = cache([3000, 1, 700], 1, 16, 32, 8, 128, spare_pages=4, seed=3)
+    q, k_cache, v_cache = (torch.from_numpy(x).cuda().to(torch.bfloat16) for x in arrays[:3])
+    table, seq_lens = (torch.from_numpy(x).cuda() for x in arrays[3:])
+
+    def check(out):
+        for b, length in enumerate(seq_lens.tolist()):
+            keys, values = (x[table[b].long()].reshape(-1, 8, 128)[:length].transpose(0, 1)[None]
+                            for x in (k_cache, v_cache))
+            want = reference(q[b].transpose(0, 1)[None], keys, values, True)[0]
+            assert (out[b].float() - want.transpose(0, 1)).abs().max().item() < TOLERANCE[torch.bfloat16]
+
+    check(attention_paged(q, k_cache, v_cache, table, seq_lens, check=False))
+    general = module.launch
+    monkeypatch.setattr(module, "launch", lambda *args: pytest.fail("a bound call took the general launch"))
+    q.copy_(torch.randn_like(q))
+    check(attention_paged(q, k_cache, v_cache, table, seq_lens, check=False))
+    monkeypatch.setattr(module, "launch", general)
+    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        attention_paged(q, k_cache, v_cache, table, seq_lens, check=False)  # warm on the side stream
+        with torch.cuda.graph(graph, stream=stream):
+            with pytest.raises(warpspec.ArgumentError, match="inside CUDA graph capture .*; pass check=False"):
+                attention_paged(q, k_cache, v_cache, table, seq_lens)
+            out = attention_paged(q, k_cache, v_cache, table, seq_lens, check=False)
+    torch.cuda.current_stream().wait_stream(stream)
+    for step in range(2):
+        q.copy_(torch.randn_like(q))
+        seq_lens.copy_(torch.tensor([2000 + step, 2 + step, 701], dtype=torch.int32))
+        table.copy_(table[torch.tensor([2, 0, 1], device="cuda")] if step else table)
+        graph.replay()
+        torch.cuda.synchronize()
+        check(out)

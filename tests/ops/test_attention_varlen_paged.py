@@ -338,3 +338,50 @@ def test_paged_checks_the_table_at_every_call_and_ignores_entries_past_each_sequ
     with pytest.raises(ArgumentError, match=r"seq_lens\[0\] is 49, above|block_table\[0, 3\] is -1"):
         module.attention_paged(q, k_cache, v_cache, padded, np.array([49, 100], np.int32))
     assert len(launched) == 1
+
+
+def test_paged_check_must_be_a_bool():
+    q, k_cache, v_cache, table, seq_lens = paged_operands([37, 100], 2, page_size=16)
+    with pytest.raises(ArgumentError, match="check must be True or False, got 1"):
+        attention_paged(q, k_cache, v_cache, table, seq_lens, check=1)
+
+
+@pytest.mark.parametrize("seq_q, page_size", [(1, 16), (3, 64), (20, 16)])
+def test_unchecked_bad_values_stay_inside_the_caches(seq_q, page_size, monkeypatch):
+    """``check=False`` reads nothing back, and the kernels (the decode kernel at S_q <= 16, the paged kernel above)
+    keep bad values inside the caches and the table: a page index past the cache or negative reads as a page of
+    zeros, and a length above the table's capacity is clamped to it. The emulator would raise a BoundsError for
+    any read outside the table's row, so a pass also shows that no lookup left it."""
+    module = importlib.import_module("warpspec.ops.attention_paged")
+    monkeypatch.setattr(module, "check_contents", lambda *args: pytest.fail("check=False read the values"))
+    q, k_cache, v_cache, table, seq_lens = paged_operands([70, 100], seq_q, page_size=page_size)
+    capacity = table.shape[1] * page_size
+    bad = table.copy()
+    bad[0, 0] = 2 ** 31 - 1  # past the cache, and a row offset that would overflow unclamped
+    bad[1, 1] = -7
+    lengths = np.array([70, capacity + 1000], np.int32)
+    out = attention_paged(q, k_cache, v_cache, bad, lengths, causal=False, check=False)
+    for b, length in enumerate([70, capacity]):
+        pages = table[b][:-(-length // page_size)]
+        keys, values = (x[pages].reshape(-1, 2, 64)[:length].copy() for x in (k_cache, v_cache))
+        zeroed = 0 if b == 0 else 1  # the page each sequence's bad entry names
+        keys[zeroed * page_size:(zeroed + 1) * page_size] = 0
+        values[zeroed * page_size:(zeroed + 1) * page_size] = 0
+        want = expected(heads_first(q[b]), heads_first(keys), heads_first(values), False)[0]
+        assert np.abs(out[b].astype(np.float32) - want.transpose(1, 0, 2)).max() < 2e-3
+
+
+def test_paged_under_torch_compile_checks_the_values_when_the_graph_runs():
+    """torch.compile (aot_eager, CPU tensors on the emulator): checked and unchecked calls match the eager result,
+    and a bad page index is still an ArgumentError (the check runs eagerly, outside the traced graph)."""
+    torch._dynamo.reset()
+    operands = [torch.from_numpy(x) for x in paged_operands([37, 50], 1, page_size=16)]
+    want = attention_paged(*operands)
+    for check in (True, False):
+        compiled = torch.compile(lambda *args, check=check: attention_paged(*args, check=check), backend="aot_eager")
+        assert torch.equal(compiled(*operands), want)
+    bad = operands[3].clone()
+    bad[1, 0] = 1000
+    with pytest.raises(ArgumentError, match=r"block_table\[1, 0\] is 1000: a page index must lie in"):
+        compiled = torch.compile(lambda *args: attention_paged(*args), backend="aot_eager")
+        compiled(*operands[:3], bad, operands[4])

@@ -125,19 +125,28 @@ def paged_key_tile(head_dim: int, page_size: int) -> int:
     return max(n for n in range(TILE_MULTIPLE, widest + 1, TILE_MULTIPLE) if page_size % n == 0)
 
 
-def launch_decode_paged(q, k_cache, v_cache, block_table, seq_lens, out, problem) -> None:
+def paged_schedule(head_dim: int, page_size: int) -> dict:
+    """The paged decode kernel's schedule: the page's key tile (``paged_key_tile``) in as many stages as keep the
+    dense schedule's bytes in flight (a ring of 16-key tiles at page 16 is four times as deep as the dense one of
+    64-key tiles), so each block keeps as many loads in flight as a dense one; the shared memory is the same."""
+    dense = DEFAULT_DECODE_SCHEDULES[head_dim]
+    block_n = paged_key_tile(head_dim, page_size)
+    return {"block_n": block_n, "num_stages": dense["num_stages"] * dense["block_n"] // block_n}
+
+
+def launch_decode_paged(q, k_cache, v_cache, block_table, seq_lens, out, problem) -> tuple:
     """Run the paged decode kernel for ``q`` [B, S_q, H, D] into ``out`` (the same shape) over the caches
     [num_pages, page_size, H_kv, D]; ``problem`` is ``ops.attention``'s of the batch with ``seq_k`` the table's
     capacity (it sets the number of splits; each sequence splits its own keys). The kernel reads Q and writes O
     head-major, [B · H, S_q, D]: at S_q = 1 that is q's and out's own memory, above it a transposed copy each way
-    (a few µs at decode's sizes). The partials and flags come from the stream's workspace, as ``launch_decode``'s."""
+    (a few µs at decode's sizes). The partials and flags come from the stream's workspace, as ``launch_decode``'s.
+    Returns the (Script, arguments) it called."""
     batch, seq_q, heads, head_dim = (int(x) for x in q.shape)
     num_pages, page_size, kv_heads = (int(x) for x in k_cache.shape[:3])
     pack = pack_size(problem)
-    block_n = paged_key_tile(head_dim, page_size)
     key = (problem.dtype.name, head_dim, problem.causal, pack, page_size)
     if key not in _paged_kernels:
-        schedule = dict(DEFAULT_DECODE_SCHEDULES[head_dim], block_n=block_n)
+        schedule = paged_schedule(head_dim, page_size)
         _paged_kernels[key] = DecodePaged(problem.dtype, head_dim=head_dim, causal=problem.causal, pack=pack,
                                           page_size=page_size, **schedule)
     n_splits = split_count(problem)
@@ -155,11 +164,14 @@ def launch_decode_paged(q, k_cache, v_cache, block_table, seq_lens, out, problem
         out_heads = out.new_empty((batch, heads, seq_q, head_dim))
     lse2 = np.empty(batch * heads * seq_q, np.float32) if numpy else \
         out.new_empty((batch * heads * seq_q,), dtype=sys.modules["torch"].float32)
-    _paged_kernels[key](seq_q, batch, num_pages, int(block_table.shape[1]), heads, heads // kv_heads,
-                        problem.scale * LOG2_E, n_splits, block_table, seq_lens, q_heads, k_cache, v_cache, out_heads,
-                        lse2, partials[:o_elements], partials[o_elements:elements], flags)
+    script = _paged_kernels[key]
+    args = (seq_q, batch, num_pages, int(block_table.shape[1]), heads, heads // kv_heads, problem.scale * LOG2_E,
+            n_splits, block_table, seq_lens, q_heads, k_cache, v_cache, out_heads, lse2, partials[:o_elements],
+            partials[o_elements:elements], flags)
+    script(*args)
     if seq_q > 1:
         if numpy:
             out[...] = out_heads.transpose(0, 2, 1, 3)
         else:
             out.copy_(out_heads.transpose(1, 2))
+    return script, args

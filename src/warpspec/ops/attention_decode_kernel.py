@@ -317,15 +317,17 @@ class DecodePaged(Decode):
         table = self.global_view(table_ptr, dtype=int32, shape=[batch, max_pages])
         lens = self.global_view(lens_ptr, dtype=int32, shape=[batch])
         sequence: int32 = self.blockIdx.y * self.pack // heads  # a pack's heads are of one sequence
-        seq_k = self.load_scalar(lens, [sequence])
+        # Clamped to the table's capacity: unchecked lengths (``check=False``) never send a lookup past the row.
+        seq_k = min(max(self.load_scalar(lens, [sequence]), 0), max_pages * self.page_size)
         # Each sequence's own keys split evenly (the table's capacity may be far above them).
         chunk: int32 = cdiv(cdiv(seq_k, n_splits), self.block_n) * self.block_n
         self.split_keys(seq_q, seq_k, batch * heads, heads, group, scale_log2, chunk, n_splits, q_ptr, o_ptr,
-                        lse_ptr, ws_o_ptr, ws_lse_ptr, flags_ptr, gk, gv, (table, sequence, kv_heads))
+                        lse_ptr, ws_o_ptr, ws_lse_ptr, flags_ptr, gk, gv, (table, sequence, kv_heads, num_pages))
 
     def key_offsets(self, pages, kv_bh, key):
         """The cache row of key ``key`` of the sequence: in its page from the block table, for K/V head
-        ``kv_bh`` mod H_kv."""
-        table, sequence, kv_heads = pages
-        page = self.load_scalar(table, [sequence, key // self.page_size])
+        ``kv_bh`` mod H_kv. A page index outside [0, num_pages) (an unchecked table) is clamped to -1 or
+        num_pages, whose rows lie outside the view: TMA reads them as zeros, and no row offset overflows."""
+        table, sequence, kv_heads, num_pages = pages
+        page = min(max(self.load_scalar(table, [sequence, key // self.page_size]), -1), num_pages)
         return [kv_bh % kv_heads, page * self.page_size + key % self.page_size, 0]

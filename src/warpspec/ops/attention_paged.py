@@ -29,37 +29,62 @@ from warpspec.ops.attention_paged_kernel import AttentionPaged
 from warpspec.ops.attention_varlen import heads_first
 from warpspec.ops.frame import Signatures, describe
 from warpspec.ops.operands import dtype_of, same_device, same_kind
+from warpspec.ops.workspace import stream_workspace
 
 PAGE_SIZES = (16, 256)  # the smallest and largest page size taken
 #: Key tiles lie inside one page and hold a multiple of 16 rows (PV's WGMMA K step).
 PAGE_MULTIPLE = 16
 
 
-def attention_paged(q, k_cache, v_cache, block_table, seq_lens, *, causal=True, scale=None):
+def attention_paged(q, k_cache, v_cache, block_table, seq_lens, *, causal=True, scale=None, check=True):
     """Attention for ``q`` [B, S_q, H, D] (the newest S_q tokens of each sequence: decode or chunked prefill)
     against ``k_cache`` and ``v_cache`` [num_pages, page_size, H_kv, D] (page_size 16-256), ``block_table`` int32
     [B, max_pages] (sequence b's pages, in order) and ``seq_lens`` int32 [B] (its keys, the new tokens included).
     ``causal`` aligns at the bottom right: query i of sequence b sees keys j <= i + seq_lens[b] - S_q. Returns
     [B, S_q, H, D] in q's dtype and kind. Every check is an ``ArgumentError`` naming the argument, before anything
-    is allocated (the table and the lengths are read on the host)."""
+    is allocated.
+
+    ``check`` (default True) reads the table's and the lengths' values on the host and checks them: for CUDA
+    tensors that is a copy to the host, which waits for the GPU's queued work, and it cannot happen inside CUDA
+    graph capture (refused there, naming ``check=False``). ``check=False`` reads nothing back: no synchronisation,
+    capturable, what a serving loop's decode step wants. The kernels stay inside the caches and the table
+    whatever the values: a length is clamped to [0, max_pages * page_size] and a page index outside [0,
+    num_pages) reads as a page of zeros, so unchecked bad values give a defined, wrong result, never a fault.
+    A q that requires a gradient reads the values anyway (its path gathers each sequence's pages) and checks
+    them."""
+    if not isinstance(check, bool):
+        raise ArgumentError(f"check must be True or False, got {check!r}")
     found = call_for(q, k_cache, v_cache, block_table, seq_lens, causal, scale)
-    pages, lengths = check_contents(found, block_table, seq_lens)
     row = found.row
     if found.kind == "numpy" or not q.requires_grad:
+        if check:
+            if found.kind == "torch" and q.is_cuda and sys.modules["torch"].cuda.is_current_stream_capturing():
+                raise ArgumentError("attention_paged cannot read block_table's and seq_lens's values inside CUDA "
+                                    "graph capture (they are checked on the host); pass check=False")
+            if found.kind == "torch" and sys.modules["torch"].compiler.is_compiling():
+                # Traced by torch.compile: the values exist only when the graph runs, so the check runs eagerly
+                # there (a graph break), never traced.
+                sys.modules["torch"].compiler.disable(check_contents)(found, block_table, seq_lens)
+            else:
+                check_contents(found, block_table, seq_lens)
         if found.seq_q == 0:
             return q * 0
         if found.kind == "torch":
             torch = sys.modules["torch"]
-            op = _torch_op()
-            if not torch.compiler.is_compiling() and _support().dispatch_is_plain(q, k_cache, v_cache, block_table,
-                                                                                   seq_lens):
-                # What the op would run, without the dispatcher's cost (a decode step is short).
-                return _op_implementation(q, k_cache, v_cache, block_table, seq_lens, row.causal, row.scale)
+            op = _torch_op()  # registered by the first call: a later one traced by torch.compile must find it
+            if not torch.compiler.is_compiling():
+                if found.direct is not None and _support().dispatcher_idle(q.get_device()) \
+                        and runtime.direct_launches():
+                    return found.direct(q, k_cache, v_cache, block_table, seq_lens)  # its bound launch alone
+                if _support().dispatch_is_plain(q, k_cache, v_cache, block_table, seq_lens):
+                    # What the op would run, without the dispatcher's cost (a decode step is short).
+                    return _allocate_and_run(q, k_cache, v_cache, block_table, seq_lens, found)
             return op(q, k_cache, v_cache, block_table, seq_lens, row.causal, row.scale)
         out = np.empty(q.shape, dtype=q.dtype)
         with runtime.use_backend("emulator"):
             launch(q, k_cache, v_cache, block_table, seq_lens, out, row.causal, row.scale)
         return out
+    pages, lengths = check_contents(found, block_table, seq_lens)
     page_size = found.page_size
     outputs = []
     for b, (table_row, length) in enumerate(zip(pages.tolist(), lengths.tolist())):
@@ -86,7 +111,7 @@ class PagedCall:
     ``scale``) decided: every check that does not read the table's or the lengths' values, and ops.attention's
     problem of one token (``row``: dtype, heads, head dim, causal, scale)."""
 
-    __slots__ = ("kind", "row", "seq_q", "num_pages", "page_size")
+    __slots__ = ("kind", "row", "seq_q", "num_pages", "page_size", "direct")
 
     def __init__(self, kind: str, row: Problem, seq_q: int, num_pages: int, page_size: int):
         self.kind = kind
@@ -94,6 +119,41 @@ class PagedCall:
         self.seq_q = seq_q
         self.num_pages = num_pages
         self.page_size = page_size
+        #: Once a decode launch (S_q = 1) ran on plain CUDA tensors: ``direct(q, k_cache, v_cache, block_table,
+        #: seq_lens) -> out``, the launch later calls of the description take (a new output, the stream's
+        #: workspace, the bound launch; inside CUDA-graph capture the general launch, whose workspace is the
+        #: graph's).
+        self.direct = None
+
+    def bind(self, out, launched) -> None:
+        """Make ``direct`` from the first decode launch on plain CUDA tensors (``launched``: (Script, arguments)
+        of ``launch_decode_paged`` at S_q = 1, whose q and out are the call's own)."""
+        bound = runtime.pointer_launcher(*launched)
+        if bound is None:
+            return
+        torch = sys.modules["torch"]
+        C = torch._C
+        capturing, current_stream, empty = C._cuda_isCurrentStreamCapturing, C._cuda_getCurrentRawStream, torch.empty
+        device, index, dtype, shape, row = out.device, out.device.index, out.dtype, tuple(out.shape), self.row
+        batch_heads = shape[0] * shape[2]
+        elements, flag_count = launched[1][-4].numel() + launched[1][-3].numel(), launched[1][-1].numel()
+        lse_offset = launched[1][-4].numel() * 4
+
+        def direct(q, k_cache, v_cache, block_table, seq_lens):
+            out = empty(shape, dtype=dtype, device=device)
+            if capturing():
+                launch(q, k_cache, v_cache, block_table, seq_lens, out, row.causal, row.scale)
+                return out
+            stream = current_stream(index)
+            partials, flags = stream_workspace(device, stream, elements, flag_count)
+            lse2 = empty((batch_heads,), dtype=torch.float32, device=device)
+            base = partials.data_ptr()
+            bound(block_table.data_ptr(), seq_lens.data_ptr(), q.data_ptr(), k_cache.data_ptr(),
+                  v_cache.data_ptr(), out.data_ptr(), lse2.data_ptr(), base, base + lse_offset, flags.data_ptr(),
+                  stream=stream)
+            return out
+
+        self.direct = direct
 
 
 _calls = Signatures()  # the description of the arguments -> its PagedCall
@@ -202,9 +262,10 @@ def key_tile(head_dim: int, page_size: int) -> int:
     return max(n for n in range(PAGE_MULTIPLE, widest + 1, PAGE_MULTIPLE) if page_size % n == 0)
 
 
-def launch(q, k_cache, v_cache, block_table, seq_lens, out, causal: bool, scale: float) -> None:
+def launch(q, k_cache, v_cache, block_table, seq_lens, out, causal: bool, scale: float) -> tuple | None:
     """One launch on validated operands on the selected back end: few query rows (decode, speculative decoding) on
-    the split-KV decode kernel (``attention_decode.launch_decode_paged``), the rest on the paged kernel."""
+    the split-KV decode kernel (``attention_decode.launch_decode_paged``, whose (Script, arguments) it returns),
+    the rest on the paged kernel (None)."""
     dtype = dtype_of(q)
     assert dtype is not None
     batch, seq_q, heads, head_dim = (int(x) for x in q.shape)
@@ -212,8 +273,7 @@ def launch(q, k_cache, v_cache, block_table, seq_lens, out, causal: bool, scale:
     problem = Problem(batch, heads, kv_heads, seq_q, int(block_table.shape[1]) * page_size, head_dim, dtype, causal,
                       scale)
     if uses_paged_decode(problem):
-        launch_decode_paged(q, k_cache, v_cache, block_table, seq_lens, out, problem)
-        return
+        return launch_decode_paged(q, k_cache, v_cache, block_table, seq_lens, out, problem)
     key = (dtype.name, head_dim, causal, page_size)
     if key not in _scripts:
         schedule = dict(DEFAULT_SCHEDULES[head_dim], block_n=key_tile(head_dim, page_size))
@@ -223,6 +283,7 @@ def launch(q, k_cache, v_cache, block_table, seq_lens, out, causal: bool, scale:
         sys.modules["torch"].empty((heads, batch * seq_q), dtype=sys.modules["torch"].float32, device=q.device)
     _scripts[key](batch, seq_q, num_pages, int(block_table.shape[1]), heads, heads // kv_heads, scale * LOG2_E,
                   block_table, seq_lens, q, k_cache, v_cache, out, lse2)
+    return None
 
 
 _op = None
@@ -249,6 +310,16 @@ def _op_implementation(q, k_cache, v_cache, block_table, seq_lens, causal, scale
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if not runtime.shape_only((q, k_cache, v_cache)):
         launch(q, k_cache, v_cache, block_table, seq_lens, out, causal, scale)
+    return out
+
+
+def _allocate_and_run(q, k_cache, v_cache, block_table, seq_lens, found: PagedCall):
+    """The op's implementation for plain CUDA tensors of a validated call, whose first decode launch binds
+    ``found.direct``."""
+    out = sys.modules["torch"].empty(q.shape, dtype=q.dtype, device=q.device)
+    launched = launch(q, k_cache, v_cache, block_table, seq_lens, out, found.row.causal, found.row.scale)
+    if launched is not None and found.direct is None and found.seq_q == 1:
+        found.bind(out, launched)
     return out
 
 

@@ -48,16 +48,19 @@ class _AttentionPaged(_AttentionVarlen):
         table = self.global_view(table_ptr, dtype=int32, shape=[batch, max_pages])
         lens = self.global_view(lens_ptr, dtype=int32, shape=[batch])
         sequence: int32 = self.blockIdx.z
-        seq_k = self.load_scalar(lens, [sequence])
+        # Clamped to the table's capacity: unchecked lengths (``check=False``) never send a lookup past the row.
+        seq_k = min(max(self.load_scalar(lens, [sequence]), 0), max_pages * self.page_size)
         head: int32 = self.blockIdx.y
         self.attend(gq, gk, gv, go, glse, seq_q, seq_k, scale_log2, head, head // group, sequence * seq_q,
-                    (table, sequence))
+                    (table, sequence, num_pages))
 
     def key_row(self, k_row, j):
-        """The cache row where key tile j of the sequence starts: in its page from the block table."""
-        table, sequence = k_row
+        """The cache row where key tile j of the sequence starts: in its page from the block table. A page index
+        outside [0, num_pages) (an unchecked table) is clamped to -1 or num_pages, whose rows lie outside the
+        view: TMA reads them as zeros, and no row offset overflows."""
+        table, sequence, num_pages = k_row
         first = j * self.block_n
-        page = self.load_scalar(table, [sequence, first // self.page_size])
+        page = min(max(self.load_scalar(table, [sequence, first // self.page_size]), -1), num_pages)
         return page * self.page_size + first % self.page_size
 
 
