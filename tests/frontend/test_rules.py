@@ -61,6 +61,16 @@ def test_a_name_bound_to_another_s_tensor_is_rebound_not_written_into():
     np.testing.assert_array_equal(other, 2 * x)
 
 
+def test_a_name_bound_to_a_list_element_s_tensor_is_rebound_not_written_into():
+    """``m = parts[0]; m = max(m, parts[1])`` inside a runtime loop leaves parts[0] as it was: the element is a
+    second name of its tensor as much as ``b = a`` is."""
+    x = np.arange(8, dtype=np.float32) - 3
+    out, other = np.zeros(8, np.float32), np.zeros(8, np.float32)
+    fk.RebindsAnElementOfAList()(8, x, out, other)
+    np.testing.assert_array_equal(out, x)
+    np.testing.assert_array_equal(other, np.maximum(x, 2 * x))
+
+
 def test_updating_a_second_name_of_a_tensor_in_a_runtime_loop_is_refused():
     """Inside a runtime loop the update must go into the tensor's registers, which a names too: a CompileError at
     the update, saying how to bind a copy, instead of a silently changed a."""

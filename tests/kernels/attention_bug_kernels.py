@@ -73,7 +73,7 @@ class ReadsTheNextPageInDecode(DecodePaged):
     its table reads past the table's row."""
 
     def key_offsets(self, pages, kv_bh, key):
-        table, sequence, kv_heads, _ = pages
+        table, sequence, kv_heads, _, _ = pages
         page = self.load_scalar(table, [sequence, key // self.page_size + 1])  # <<< decode-next-page
         return [kv_bh % kv_heads, page * self.page_size + key % self.page_size, 0]
 

@@ -16,6 +16,7 @@ import warpspec
 from warpspec.dtypes import bfloat16, float16
 from warpspec.ops import attention_decode, attention_paged
 from warpspec.ops.attention import Problem
+from warpspec.ops.attention_decode_kernel import DecodePaged
 from warpspec.ops.attention_kernel import LOG2_E, WARPGROUP
 
 
@@ -117,16 +118,17 @@ def test_the_paged_key_tile_lies_in_one_page():
     assert attention_decode.paged_key_tile(256, 128) == 32
 
 
-def test_the_paged_ring_keeps_the_dense_bytes_in_flight():
-    """Smaller key tiles, proportionally more stages: the ring holds as many keys as the dense decode ring."""
-    schedules = {(d, p): attention_decode.paged_schedule(d, p) for d in (64, 128, 256) for p in (16, 32, 64, 128)}
-    assert schedules[128, 16] == {"block_n": 16, "num_stages": 8}
-    assert schedules[128, 32] == {"block_n": 32, "num_stages": 4}
-    assert schedules[128, 128] == {"block_n": 64, "num_stages": 2}
-    assert schedules[256, 16] == {"block_n": 16, "num_stages": 4}
-    for (d, _), s in schedules.items():
-        dense = attention_decode.DEFAULT_DECODE_SCHEDULES[d]
-        assert s["block_n"] * s["num_stages"] == dense["block_n"] * dense["num_stages"]
+def test_small_pages_make_one_tile_of_several_loads():
+    """Pages that divide the dense tile make it of several loads (the dense tile and ring); others take a tile of
+    one load in a ring as deep in keys as the dense one."""
+    schedules = {(d, p): attention_decode.paged_schedule(d, p) for d in (64, 128, 256) for p in (16, 32, 48, 64, 128)}
+    assert schedules[128, 16] == schedules[128, 32] == schedules[128, 128] == {"block_n": 64, "num_stages": 2}
+    assert schedules[128, 48] == {"block_n": 48, "num_stages": 2}
+    assert schedules[256, 16] == {"block_n": 32, "num_stages": 2}
+    assert DecodePaged(bfloat16, head_dim=128, causal=True, pack=4, page_size=16, **schedules[128, 16]).sub_n == 16
+    with pytest.raises(warpspec.ArgumentError, match=r"page_size must be a positive multiple or divisor of block_n "
+                                                     r"\(64\): each load of a key tile lies in one page; got 48"):
+        DecodePaged(bfloat16, head_dim=128, causal=True, block_n=64, num_stages=2, page_size=48)
 
 
 @pytest.mark.gpu

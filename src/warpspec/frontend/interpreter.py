@@ -161,14 +161,14 @@ class Interpreter(KernelContext):
         create(Binding(value, self.depth))
 
     def _alias_of(self, name: str, tensor: TensorValue) -> str | None:
-        """Another name of this function's scopes bound to ``tensor``'s registers (``b = a``), or None: computing
-        a new value into them in place would change that name's value too."""
+        """Another name of this function's scopes bound to ``tensor``'s registers (``b = a``), or an element of a
+        list or tuple bound to a name (``b = parts[0]``, spelt so), or None: computing a new value into them in
+        place would change that value too."""
         for scope in self._scopes:
             for other, binding in scope.items():
-                value = binding.value
-                if (other != name and isinstance(value, TensorValue) and value.ref.decl is tensor.ref.decl
-                        and not value.ref.index):
-                    return other
+                for label, value in _tensors_in(binding.value, other):
+                    if (label != name and value.ref.decl is tensor.ref.decl and not value.ref.index):
+                        return label
         return None
 
     def _declare(self, name: str, dtype: DType, value, create) -> None:
@@ -778,6 +778,16 @@ _RUNTIME_BUILTINS = {
     int: _runtime_convert(int32), float: _runtime_convert(float32), bool: _runtime_convert(boolean),
     abs: _runtime_abs,
 }
+
+
+def _tensors_in(value, label: str):
+    """(label, tensor) for ``value`` if it is a tensor, and for each tensor in it if it is a list or tuple (nested
+    ones too), labelled as indexed (``parts[0]``)."""
+    if isinstance(value, TensorValue):
+        yield label, value
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _tensors_in(item, f"{label}[{i}]")
 
 
 def _same_constant(a, b) -> bool:

@@ -119,19 +119,20 @@ def uses_paged_decode(problem) -> bool:
 
 
 def paged_key_tile(head_dim: int, page_size: int) -> int:
-    """The paged decode kernel's key tile: the largest multiple of 16 keys that divides the page and is at most the
-    dense decode kernel's tile (a tile lies in one page)."""
+    """The keys of one load of the paged decode kernel: the largest multiple of 16 keys that divides the page and
+    is at most the dense decode kernel's tile (a load lies in one page)."""
     widest = min(DEFAULT_DECODE_SCHEDULES[head_dim]["block_n"], page_size)
     return max(n for n in range(TILE_MULTIPLE, widest + 1, TILE_MULTIPLE) if page_size % n == 0)
 
 
 def paged_schedule(head_dim: int, page_size: int) -> dict:
-    """The paged decode kernel's schedule: the page's key tile (``paged_key_tile``) in as many stages as keep the
-    dense schedule's bytes in flight (a ring of 16-key tiles at page 16 is four times as deep as the dense one of
-    64-key tiles), so each block keeps as many loads in flight as a dense one; the shared memory is the same."""
+    """The paged decode kernel's schedule: the dense decode tile and ring where a page's load divides the tile
+    (pages of 16 and 32 keys: a 64-key tile of four or two pages, loaded one page at a time), else a tile of one
+    load (``paged_key_tile``: 48 keys at page 48) in as many stages as keep the dense ring's keys in flight."""
     dense = DEFAULT_DECODE_SCHEDULES[head_dim]
-    block_n = paged_key_tile(head_dim, page_size)
-    return {"block_n": block_n, "num_stages": dense["num_stages"] * dense["block_n"] // block_n}
+    load = paged_key_tile(head_dim, page_size)
+    block_n = dense["block_n"] if dense["block_n"] % load == 0 else load
+    return {"block_n": block_n, "num_stages": max(1, dense["num_stages"] * dense["block_n"] // block_n)}
 
 
 def launch_decode_paged(q, k_cache, v_cache, block_table, seq_lens, out, problem) -> tuple:

@@ -59,6 +59,9 @@ class Decode(Script):
         self.head_dim = kernel_head_dim(head_dim)
         self.causal = causal
         self.block_n = block_n
+        #: Keys of one TMA load of K and of V: a stage holds block_n / sub_n of them (the paged kernel's pages);
+        #: the whole tile here.
+        self.sub_n = block_n
         self.num_stages = num_stages
         if not isinstance(pack, int) or isinstance(pack, bool) or not 1 <= pack <= DECODE_ROWS:
             raise ArgumentError(f"pack must be an integer in [1, {DECODE_ROWS}] (query heads per block), got {pack!r}")
@@ -110,8 +113,9 @@ class Decode(Script):
         ws_lse = self.global_view(ws_lse_ptr, dtype=float32, shape=[pack * seq_q, slots], scratch=True)
         flags = self.global_view(flags_ptr, dtype=int32, shape=[packs])
         sq = self.shared_tensor(dtype=dtype, shape=[1, DECODE_ROWS, d])
-        sk = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
-        sv = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
+        # A stage is block_n / sub_n loads of sub_n keys each (one, of the whole tile, unless pages are smaller).
+        sk = self.shared_tensor(dtype=dtype, shape=[self.num_stages, block_n // self.sub_n, 1, self.sub_n, d])
+        sv = self.shared_tensor(dtype=dtype, shape=[self.num_stages, block_n // self.sub_n, 1, self.sub_n, d])
         q_loaded = self.mbarrier.alloc(counts=[1])
         pipe = Pipeline(self.num_stages, consumer_arrivals=WARPGROUP)
 
@@ -136,18 +140,24 @@ class Decode(Script):
 
     def produce(self, gq, gk, gv, sq, sk, sv, q_loaded, pipe, pb, kv_bh, keys_from, n_tiles, pages):
         """The producer warp: the pack's query rows once, then K_j and V_j of every tile of the chunk into one
-        ring (each tile placed by ``key_offsets``, looked up before the wait for its stage)."""
+        ring, one load of each per ``sub_n`` keys (each placed by ``key_offsets``, looked up before the wait for
+        its stage)."""
         with self.single_thread():
             self.mbarrier.arrive_and_expect_tx(q_loaded[0], sq.nbytes)
             self.tma.global_to_shared(src=gq, dst=sq, offsets=[pb, 0, 0], mbarrier=q_loaded[0])
         for j in self.range(n_tiles):
-            at = self.key_offsets(pages, kv_bh, keys_from + j * self.block_n)
+            first: int32 = keys_from + j * self.block_n
+            places = [self.key_offsets(pages, kv_bh, first + part * self.sub_n)
+                      for part in range(self.block_n // self.sub_n)]
             pipe.producer_acquire()
             with self.single_thread():
                 stage = pipe.producer_stage
                 self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), sk[stage].nbytes + sv[stage].nbytes)
-                self.tma.global_to_shared(src=gk, dst=sk[stage], offsets=at, mbarrier=pipe.producer_barrier())
-                self.tma.global_to_shared(src=gv, dst=sv[stage], offsets=at, mbarrier=pipe.producer_barrier())
+                for part in range(self.block_n // self.sub_n):
+                    self.tma.global_to_shared(src=gk, dst=sk[stage][part], offsets=places[part],
+                                              mbarrier=pipe.producer_barrier())
+                    self.tma.global_to_shared(src=gv, dst=sv[stage][part], offsets=places[part],
+                                              mbarrier=pipe.producer_barrier())
             pipe.producer_advance()
         for _ in self.range(min(self.num_stages, n_tiles)):
             pipe.producer_acquire()
@@ -159,8 +169,11 @@ class Decode(Script):
 
     def consume(self, sq, sk, sv, q_loaded, pipe, seq_q, seq_k, scale_log2, keys_from, n_tiles):
         """The online softmax over the chunk's tiles; returns (lse_s, O_s) of the chunk: O normalised by the
-        chunk's row sum, lse_s = m + log2(ℓ), -inf (and O 0) for a row that saw none of its keys."""
-        d, block_n, dtype = self.head_dim, self.block_n, self.dtype
+        chunk's row sum, lse_s = m + log2(ℓ), -inf (and O 0) for a row that saw none of its keys. A tile of
+        several loads (``sub_n`` < ``block_n``) is one S accumulator per load, one WGMMA group for all of their
+        QKᵀ and one for their PV, and one maximum and one sum per row over all of them."""
+        d, block_n, sub_n, dtype = self.head_dim, self.block_n, self.sub_n, self.dtype
+        parts = block_n // sub_n
         row_max = self.register_tensor(dtype=float32, shape=[DECODE_ROWS, 1], init=float("-inf"))
         row_sum = self.register_tensor(dtype=float32, shape=[DECODE_ROWS, 1], init=0.0)
         acc_o = self.register_tensor(dtype=float32, shape=[DECODE_ROWS, d], init=0.0)
@@ -170,37 +183,54 @@ class Decode(Script):
             offset_n: int32 = keys_from + j * block_n
             pipe.consumer_acquire()
             stage = pipe.consumer_stage
-            acc_s = self.register_tensor(dtype=float32, shape=[DECODE_ROWS, block_n], init=0.0)
+            scores = [self.register_tensor(dtype=float32, shape=[DECODE_ROWS, sub_n], init=0.0)
+                      for _ in range(parts)]
             self.wgmma.fence()
-            self.wgmma.mma(sq[0], sk[stage][0].transpose(), acc_s)
+            for part in range(parts):
+                self.wgmma.mma(sq[0], sk[stage][part][0].transpose(), scores[part])
             self.wgmma.commit_group()
             self.wgmma.wait_group(0)
-            needs_mask = offset_n + block_n > seq_k
-            if self.causal:
-                needs_mask = needs_mask or offset_n + block_n - 1 > causal_shift
-            if needs_mask:
-                cols = self.col_index(acc_s) + offset_n
-                keep = cols < seq_k
-                if self.causal:
-                    keep = keep & self.causal_visible(acc_s, cols, seq_q, causal_shift)
-                acc_s = self.where(keep, acc_s, float("-inf"))
-            new_max = max(row_max, self.reduce_max(acc_s) * scale_log2)
+            scores = [self.masked(scores[part], offset_n + part * sub_n, seq_q, seq_k, causal_shift)
+                      for part in range(parts)]
+            tile_max = scores[0]
+            for part in range(1, parts):
+                tile_max = max(tile_max, scores[part])
+            new_max = max(row_max, self.reduce_max(tile_max) * scale_log2)
             # Rows without a visible key yet subtract 0, never -inf - -inf.
             subtrahend = self.where(new_max == float("-inf"), 0.0, new_max)
-            probs = self.exp2(acc_s * scale_log2 - subtrahend)
+            probs = [self.exp2(scores[part] * scale_log2 - subtrahend) for part in range(parts)]
             correction = self.exp2(row_max - subtrahend)
-            row_sum = row_sum * correction + self.reduce_sum(probs)
+            tile_sum = probs[0]
+            for part in range(1, parts):
+                tile_sum = tile_sum + probs[part]
+            row_sum = row_sum * correction + self.reduce_sum(tile_sum)
             row_max = max(row_max, new_max)
             acc_o = acc_o * correction
-            probs16 = self.cast(probs, dtype)
+            probs16 = [self.cast(probs[part], dtype) for part in range(parts)]
             self.wgmma.fence()
-            self.wgmma.mma(probs16, sv[stage][0], acc_o)
+            for part in range(parts):
+                self.wgmma.mma(probs16[part], sv[stage][part][0], acc_o)
             self.wgmma.commit_group()
             self.wgmma.wait_group(0)
             pipe.consumer_release()
             pipe.consumer_advance()
         lse = self.where(row_sum == 0.0, float("-inf"), row_max + self.log2(row_sum))
         return lse, acc_o / self.where(row_sum == 0.0, 1.0, row_sum)
+
+    def masked(self, acc_s, offset_n, seq_q, seq_k, causal_shift):
+        """Scores ``acc_s`` of keys ``offset_n ...`` with the keys no row may see (past S_k; causal: past the row's
+        last) at -inf, where the tile holds any (a runtime branch: most tiles hold none)."""
+        width = acc_s.shape[1]
+        needs_mask = offset_n + width > seq_k
+        if self.causal:
+            needs_mask = needs_mask or offset_n + width - 1 > causal_shift
+        if needs_mask:
+            cols = self.col_index(acc_s) + offset_n
+            keep = cols < seq_k
+            if self.causal:
+                keep = keep & self.causal_visible(acc_s, cols, seq_q, causal_shift)
+            acc_s = self.where(keep, acc_s, float("-inf"))
+        return acc_s
 
     def causal_visible(self, acc_s, cols, seq_q, causal_shift):
         """Which logits of tile ``acc_s`` (key index ``cols``) a causal query row sees: row r is query r mod S_q of
@@ -288,16 +318,21 @@ class DecodePaged(Decode):
     """The split-KV decode kernel over a paged KV cache (vLLM's layout, ``warpspec.ops.attention_paged``): the caches
     [num_pages, page_size, H_kv, D] are seen as one head-major view [H_kv, num_pages · page_size, D] (page p holds
     view rows ``p · page_size ...``); the block's sequence takes its key count from ``seq_lens``, splits its own keys
-    into ``n_splits`` chunks of whole tiles, and the producer warp reads each key tile's page from ``block_table`` (``block_n`` divides ``page_size``, so a tile lies in one
-    page). Q and O are [B · H, S_q, D] as for the dense kernel; rows of the last page past the sequence's keys are
-    masked as the dense kernel masks keys past S_k."""
+    into ``n_splits`` chunks of whole tiles, and the producer warp reads the page of each load from ``block_table``:
+    a tile of ``block_n`` keys is one load where pages are at least that large (``block_n`` divides ``page_size``)
+    and one load per page where they are smaller (``page_size`` divides ``block_n``: four pages of 16 keys make a
+    64-key tile, so small pages cost more loads but not more trips through the softmax). Q and O are [B · H, S_q, D]
+    as for the dense kernel; rows of the last page past the sequence's keys are masked as the dense kernel masks
+    keys past S_k."""
 
     def __init__(self, dtype, head_dim, causal, block_n, num_stages, pack=1, page_size=64):
         super().__init__(dtype, head_dim, causal, block_n, num_stages, pack)
-        if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1 or page_size % block_n:
-            raise ArgumentError(f"page_size must be a positive multiple of block_n ({block_n}): a key tile lies in "
-                                f"one page; got {page_size!r}")
+        if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1 or \
+                (page_size % block_n and block_n % page_size):
+            raise ArgumentError(f"page_size must be a positive multiple or divisor of block_n ({block_n}): each load "
+                                f"of a key tile lies in one page; got {page_size!r}")
         self.page_size = page_size
+        self.sub_n = min(block_n, page_size)
 
     def kernel_name(self) -> str:
         """``DecodePagedF16`` or ``DecodePagedBF16``."""
@@ -322,12 +357,17 @@ class DecodePaged(Decode):
         # Each sequence's own keys split evenly (the table's capacity may be far above them).
         chunk: int32 = cdiv(cdiv(seq_k, n_splits), self.block_n) * self.block_n
         self.split_keys(seq_q, seq_k, batch * heads, heads, group, scale_log2, chunk, n_splits, q_ptr, o_ptr,
-                        lse_ptr, ws_o_ptr, ws_lse_ptr, flags_ptr, gk, gv, (table, sequence, kv_heads, num_pages))
+                        lse_ptr, ws_o_ptr, ws_lse_ptr, flags_ptr, gk, gv,
+                        (table, sequence, kv_heads, num_pages, seq_k))
 
     def key_offsets(self, pages, kv_bh, key):
         """The cache row of key ``key`` of the sequence: in its page from the block table, for K/V head
         ``kv_bh`` mod H_kv. A page index outside [0, num_pages) (an unchecked table) is clamped to -1 or
-        num_pages, whose rows lie outside the view: TMA reads them as zeros, and no row offset overflows."""
-        table, sequence, kv_heads, num_pages = pages
-        page = min(max(self.load_scalar(table, [sequence, key // self.page_size]), -1), num_pages)
+        num_pages, whose rows lie outside the view: TMA reads them as zeros, and no row offset overflows. So
+        are a tile's loads that start past the sequence's last key (pages of the last tile the sequence does
+        not reach): their table entries are not looked up."""
+        table, sequence, kv_heads, num_pages, seq_k = pages
+        page: int32 = -1
+        if key < seq_k:
+            page = min(max(self.load_scalar(table, [sequence, key // self.page_size]), -1), num_pages)
         return [kv_bh % kv_heads, page * self.page_size + key % self.page_size, 0]
