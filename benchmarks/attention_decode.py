@@ -42,8 +42,8 @@ def main(argv=None) -> int:
                         help="the decode kernel's schedule for this run instead of the shipped one, e.g. "
                              "block_n=128,num_stages=2")
     parser.add_argument("--paged-schedule", default=None, metavar="K=V,...",
-                        help="the paged decode kernel's schedule for this run instead of paged_schedule's, e.g. "
-                             "block_n=16,num_stages=8 (a tile of one 16-key page)")
+                        help="the paged decode kernel's schedule for this run instead of paged_schedule's (the dense "
+                             "one), e.g. block_n=16,num_stages=8 (a tile of one 16-key load)")
     parser.add_argument("--max-splits", type=int, default=None,
                         help="the most key splits per pack of query heads for this run (default: MAX_SPLITS)")
     parser.add_argument("--kernels", action="store_true",
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     if args.paged_schedule:
         pinned_paged = {key: int(value)
                         for key, value in (item.split("=") for item in args.paged_schedule.split(","))}
-        attention_decode.paged_schedule = lambda head_dim, page_size: dict(pinned_paged)
+        attention_decode.paged_schedule = lambda head_dim: dict(pinned_paged)
 
     heads, kv_heads = (8, 2) if args.dry_run else (int(h) for h in args.heads.split("/"))
     batches = [1] if args.dry_run else [int(b) for b in args.batches.split(",")]

@@ -104,7 +104,7 @@ def test_nvrtc_builds_the_paged_decode_kernel_without_spills(page_size):
     from warpspec.runtime import kernel_for
 
     kernel = DecodePaged(bfloat16, head_dim=128, causal=True, pack=4, page_size=page_size,
-                         **attention_decode.paged_schedule(128, page_size))
+                         **attention_decode.paged_schedule(128))
     built = compile_kernel(kernel_for(kernel, {}))
     (report,) = parse_ptxas_log(built.module.log).values()
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
@@ -113,22 +113,36 @@ def test_nvrtc_builds_the_paged_decode_kernel_without_spills(page_size):
     assert counts["HGMMA"] > 0 and counts["LDL"] == counts["STL"] == 0
 
 
-def test_the_paged_key_tile_lies_in_one_page():
-    assert [attention_decode.paged_key_tile(128, p) for p in (16, 32, 48, 64, 128, 256)] == [16, 32, 48, 64, 64, 64]
-    assert attention_decode.paged_key_tile(256, 128) == 32
+def test_paged_decode_loads_16_keys_at_a_time_in_the_dense_schedule():
+    """The dense decode schedule at every page size; a load is 16 keys, so it lies in one page of any size the op
+    takes; other page sizes and tiles are refused by the kernel's constructor."""
+    assert attention_decode.paged_schedule(128) == attention_decode.DEFAULT_DECODE_SCHEDULES[128]
+    kernel = DecodePaged(bfloat16, head_dim=128, causal=True, pack=4, page_size=48, **attention_decode.paged_schedule(128))
+    assert (kernel.block_n, kernel.sub_n) == (64, 16)
+    with pytest.raises(warpspec.ArgumentError, match="page_size must be a positive multiple of 16 .*; got 24"):
+        DecodePaged(bfloat16, head_dim=128, causal=True, block_n=64, num_stages=2, page_size=24)
+    with pytest.raises(warpspec.ArgumentError, match="block_n must be a multiple of 16 .*; got 40"):
+        DecodePaged(bfloat16, head_dim=128, causal=True, block_n=40, num_stages=2, page_size=16)
 
 
-def test_small_pages_make_one_tile_of_several_loads():
-    """Pages that divide the dense tile make it of several loads (the dense tile and ring); others take a tile of
-    one load in a ring as deep in keys as the dense one."""
-    schedules = {(d, p): attention_decode.paged_schedule(d, p) for d in (64, 128, 256) for p in (16, 32, 48, 64, 128)}
-    assert schedules[128, 16] == schedules[128, 32] == schedules[128, 128] == {"block_n": 64, "num_stages": 2}
-    assert schedules[128, 48] == {"block_n": 48, "num_stages": 2}
-    assert schedules[256, 16] == {"block_n": 32, "num_stages": 2}
-    assert DecodePaged(bfloat16, head_dim=128, causal=True, pack=4, page_size=16, **schedules[128, 16]).sub_n == 16
-    with pytest.raises(warpspec.ArgumentError, match=r"page_size must be a positive multiple or divisor of block_n "
-                                                     r"\(64\): each load of a key tile lies in one page; got 48"):
-        DecodePaged(bfloat16, head_dim=128, causal=True, block_n=64, num_stages=2, page_size=48)
+@pytest.mark.parametrize("seq_q, page_size", [(1, 16), (2, 48), (1, 64)])
+def test_unwritten_slots_past_each_sequence_never_reach_the_output(seq_q, page_size):
+    """Every cache slot past a sequence's keys holds NaN (memory nobody wrote: the last page's tail and the unused
+    pages): their probabilities are 0, but 0 · NaN would be NaN, so the kernel zeroes those V rows in shared memory
+    before P·V. The outputs are finite and match each sequence's dense result."""
+    q, k_cache, v_cache, table, seq_lens = cache([70, 100, 33], seq_q, page_size, 8, 2, 128, spare_pages=2)
+    for b, length in enumerate(seq_lens):
+        for x in (k_cache, v_cache):
+            tail = x[table[b]].reshape(-1, 2, 128)
+            tail[length:] = np.nan
+            x[table[b]] = tail.reshape(-1, page_size, 2, 128)
+    with warpspec.use_backend("emulator"):
+        out = attention_paged(q, k_cache, v_cache, table, seq_lens, causal=True)
+    assert np.isfinite(out.astype(np.float32)).all()
+    for b, length in enumerate(seq_lens):
+        keys, values = (dense_keys(x, table[b], length) for x in (k_cache, v_cache))
+        want = expected(heads_first(q[b]), heads_first(keys), heads_first(values), True)[0]
+        assert np.abs(out[b].astype(np.float32) - want.transpose(1, 0, 2)).max() < 2e-3
 
 
 @pytest.mark.gpu

@@ -33,8 +33,6 @@ DEFAULT_DECODE_SCHEDULES = {64: {"block_n": 64, "num_stages": 2}, 128: {"block_n
 
 _kernels: dict = {}  # (dtype name, head_dim, causal, pack) -> pinned decode Script
 _paged_kernels: dict = {}  # (dtype name, head_dim, causal, pack, page_size) -> pinned paged decode Script
-#: Key tiles of the paged kernel hold a multiple of this many keys (PV's WGMMA K step).
-TILE_MULTIPLE = 16
 
 
 def uses_decode(problem) -> bool:
@@ -118,21 +116,10 @@ def uses_paged_decode(problem) -> bool:
     return uses_decode(problem) and problem.batch * problem.heads // pack_size(problem) <= MAX_GRID_Y
 
 
-def paged_key_tile(head_dim: int, page_size: int) -> int:
-    """The keys of one load of the paged decode kernel: the largest multiple of 16 keys that divides the page and
-    is at most the dense decode kernel's tile (a load lies in one page)."""
-    widest = min(DEFAULT_DECODE_SCHEDULES[head_dim]["block_n"], page_size)
-    return max(n for n in range(TILE_MULTIPLE, widest + 1, TILE_MULTIPLE) if page_size % n == 0)
-
-
-def paged_schedule(head_dim: int, page_size: int) -> dict:
-    """The paged decode kernel's schedule: the dense decode tile and ring where a page's load divides the tile
-    (pages of 16 and 32 keys: a 64-key tile of four or two pages, loaded one page at a time), else a tile of one
-    load (``paged_key_tile``: 48 keys at page 48) in as many stages as keep the dense ring's keys in flight."""
-    dense = DEFAULT_DECODE_SCHEDULES[head_dim]
-    load = paged_key_tile(head_dim, page_size)
-    block_n = dense["block_n"] if dense["block_n"] % load == 0 else load
-    return {"block_n": block_n, "num_stages": max(1, dense["num_stages"] * dense["block_n"] // block_n)}
+def paged_schedule(head_dim: int) -> dict:
+    """The paged decode kernel's schedule: the dense decode kernel's, whatever the page size (its tiles are loaded
+    16 keys at a time, each load inside one page: ``attention_decode_kernel.PAGE_LOAD``)."""
+    return dict(DEFAULT_DECODE_SCHEDULES[head_dim])
 
 
 def launch_decode_paged(q, k_cache, v_cache, block_table, seq_lens, out, problem) -> tuple:
@@ -147,7 +134,7 @@ def launch_decode_paged(q, k_cache, v_cache, block_table, seq_lens, out, problem
     pack = pack_size(problem)
     key = (problem.dtype.name, head_dim, problem.causal, pack, page_size)
     if key not in _paged_kernels:
-        schedule = paged_schedule(head_dim, page_size)
+        schedule = paged_schedule(head_dim)
         _paged_kernels[key] = DecodePaged(problem.dtype, head_dim=head_dim, causal=problem.causal, pack=pack,
                                           page_size=page_size, **schedule)
     n_splits = split_count(problem)

@@ -46,12 +46,19 @@ DECODE_ROWS = 64
 FOLD_WIDTH = 4
 #: Elements of O the fold takes per step: 4 for each thread of the warpgroup.
 FOLD_ELEMENTS = 4 * WARPGROUP
+#: Keys of one load of the paged decode kernel: every page size is a multiple, so a load lies in one page, and
+#: the rows past a sequence's end that a load can hold (and the consumer must clear) are fewer than this.
+PAGE_LOAD = 16
 
 
 class Decode(Script):
     """The split-KV decode kernel of ``dtype`` (float16 or bfloat16) Q, K, V and O, with ``pack`` query heads of a
     K/V head per block (``pack · seq_q <= 64`` at the call; ``pack`` divides the group); the pointer annotations
     ``~self.dtype`` take the constructor's element type."""
+
+    #: Whether a V load may hold rows past the sequence's last key that nobody wrote (a paged cache's last page):
+    #: the dense views end at S_k, and TMA fills rows past a view's end with zeros.
+    reads_past_end = False
 
     def __init__(self, dtype, head_dim, causal, block_n, num_stages, pack=1):
         super().__init__()
@@ -207,6 +214,8 @@ class Decode(Script):
             row_max = max(row_max, new_max)
             acc_o = acc_o * correction
             probs16 = [self.cast(probs[part], dtype) for part in range(parts)]
+            if self.reads_past_end:
+                self.clear_values_past_end(sv[stage], offset_n, seq_k)
             self.wgmma.fence()
             for part in range(parts):
                 self.wgmma.mma(probs16[part], sv[stage][part][0], acc_o)
@@ -216,6 +225,22 @@ class Decode(Script):
             pipe.consumer_advance()
         lse = self.where(row_sum == 0.0, float("-inf"), row_max + self.log2(row_sum))
         return lse, acc_o / self.where(row_sum == 0.0, 1.0, row_sum)
+
+    def clear_values_past_end(self, values, offset_n, seq_k):
+        """Zero the rows of the V tile ``values`` (its ``block_n / sub_n`` loads; keys ``offset_n ...``) past the
+        sequence's last key, in shared memory, before P·V reads them: their probabilities are 0, but 0 · NaN is NaN
+        and those rows of a paged cache's last page were never written. Loads that start past the last key read
+        zeros already (``key_offsets``), so only the one that holds the last key is cleared, on the sequence's last
+        tile alone. Executed by the consumer warpgroup (``ld.shared``, ``st.shared``, ``fence.proxy.async``,
+        ``bar.sync``), ``sub_n · D / 128`` elements a thread."""
+        valid: int32 = seq_k - offset_n
+        if valid < self.block_n and valid % self.sub_n > 0:
+            part = values[valid // self.sub_n][0]
+            rows = self.load_shared(part)
+            rows = self.where(self.row_index(rows) < valid % self.sub_n, rows, 0.0)
+            self.store_shared(part, rows)
+            self.fence_proxy_async()  # the ordinary stores become visible to the WGMMA's async-proxy read
+            self.sync()
 
     def masked(self, acc_s, offset_n, seq_q, seq_k, causal_shift):
         """Scores ``acc_s`` of keys ``offset_n ...`` with the keys no row may see (past S_k; causal: past the row's
@@ -319,20 +344,25 @@ class DecodePaged(Decode):
     [num_pages, page_size, H_kv, D] are seen as one head-major view [H_kv, num_pages · page_size, D] (page p holds
     view rows ``p · page_size ...``); the block's sequence takes its key count from ``seq_lens``, splits its own keys
     into ``n_splits`` chunks of whole tiles, and the producer warp reads the page of each load from ``block_table``:
-    a tile of ``block_n`` keys is one load where pages are at least that large (``block_n`` divides ``page_size``)
-    and one load per page where they are smaller (``page_size`` divides ``block_n``: four pages of 16 keys make a
-    64-key tile, so small pages cost more loads but not more trips through the softmax). Q and O are [B · H, S_q, D]
-    as for the dense kernel; rows of the last page past the sequence's keys are masked as the dense kernel masks
-    keys past S_k."""
+    a tile of ``block_n`` keys (the dense decode tile) is ``block_n / 16`` loads of ``PAGE_LOAD`` = 16 keys, each
+    inside one page whatever the page size (small pages cost no more trips through the softmax than large ones).
+    Q and O are [B · H, S_q, D] as for the dense kernel; rows of the last page past the sequence's keys are masked
+    as the dense kernel masks keys past S_k, and zeroed in V before P·V reads them (``clear_values_past_end``:
+    nobody wrote them, and 0 · NaN is NaN)."""
 
     def __init__(self, dtype, head_dim, causal, block_n, num_stages, pack=1, page_size=64):
         super().__init__(dtype, head_dim, causal, block_n, num_stages, pack)
-        if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1 or \
-                (page_size % block_n and block_n % page_size):
-            raise ArgumentError(f"page_size must be a positive multiple or divisor of block_n ({block_n}): each load "
-                                f"of a key tile lies in one page; got {page_size!r}")
+        if not isinstance(page_size, int) or isinstance(page_size, bool) or page_size < 1 or page_size % PAGE_LOAD:
+            raise ArgumentError(f"page_size must be a positive multiple of {PAGE_LOAD} (the keys of one load); got "
+                                f"{page_size!r}")
+        if block_n % PAGE_LOAD:
+            raise ArgumentError(f"block_n must be a multiple of {PAGE_LOAD} (the keys of one load); got {block_n!r}")
         self.page_size = page_size
-        self.sub_n = min(block_n, page_size)
+        self.sub_n = PAGE_LOAD
+        # The last page's slots past the sequence's keys are cache memory nobody wrote: cleared before P·V up to
+        # D 128. At D 256 the clear's 32 elements a thread spill (255 registers with O's 128), so those slots must
+        # hold finite values there (docs/attention.md says so).
+        self.reads_past_end = self.head_dim <= 128
 
     def kernel_name(self) -> str:
         """``DecodePagedF16`` or ``DecodePagedBF16``."""
