@@ -1,7 +1,8 @@
 """The GPU benchmarks' plumbing without a GPU: ``--dry-run`` of benchmarks/llm_shapes.py and benchmarks/grouped.py
 lists the done-when shapes and checks ops.matmul (ops.grouped_matmul) at a stand-in of each on the emulator,
 grouped.py's ``--sweep`` runs every schedule of the grouped kernel there, and benchmarks/attention_decode.py checks
-ops.attention and ops.attention_paged (``--pages``) at its tiny shapes."""
+ops.attention and ops.attention_paged (``--pages``) at its tiny shapes, and benchmarks/attention_varlen.py checks every
+sequence of a packed call."""
 
 import os
 import subprocess
@@ -47,3 +48,11 @@ def test_attention_decode_checks_dense_and_paged_decode():
     rows = [line for line in found.stdout.splitlines() if line.startswith("{")]
     assert len(rows) == 2  # S_q 1 and 4
     assert all("'paged16_error'" in row and "'paged64_error'" in row for row in rows)
+
+
+def test_attention_varlen_checks_every_sequence_of_the_packed_call():
+    found = dry_run("attention_varlen.py")
+    assert found.returncode == 0, found.stderr[-2000:]
+    rows = [line for line in found.stdout.splitlines() if line.startswith("{")]
+    assert [row.split(",")[0] for row in rows] == ["{'causal': False", "{'causal': True"]
+    assert all(float(row.split("'error': ")[1].rstrip("}")) < 4e-2 for row in rows)
