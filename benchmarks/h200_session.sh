@@ -13,7 +13,9 @@
 # the stream-K schedules), stream-k (stream-K against whole tiles, cuBLAS beside), attention, attention-tests,
 # grouped-tests (ops.grouped_matmul's GPU tests), grouped (benchmarks/grouped.py), grouped-sweep (the same, every
 # schedule of the grouped kernel timed too), decode (benchmarks/attention_decode.py at batch 1 and 32), decode-tests
-# (the split-KV and bound-launch GPU tests), timeline-tests (the timeline's GPU tests).
+# (the split-KV and bound-launch GPU tests), timeline-tests (the timeline's GPU tests), paged (paged decode at pages 16
+# and 64, checked and not, beside dense decode and SDPA), paged-tests (ops.attention_paged's GPU tests), varlen
+# (benchmarks/attention_varlen.py).
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-h200-logs}"
@@ -85,6 +87,11 @@ for step in "${steps[@]}"; do
     decode) cmd=(python3 benchmarks/attention_decode.py --batches 1,32 --seq-ks 8192,32768 --seq-qs 1,4 --warmup 10
                  --rep 40 --json "$out/decode.json") ;;
     decode-tests) cmd=(python3 -m pytest -q -m gpu tests/ops/test_attention_decode_gpu.py -p no:cacheprovider) ;;
+    paged) cmd=(python3 benchmarks/attention_decode.py --batches 1,32 --seq-ks 8192,32768,131072 --seq-qs 1
+                --pages 16,64 --kernels --max-gb 10 --warmup 10 --rep 40 --json "$out/paged.json") ;;
+    paged-tests) cmd=(python3 -m pytest -q -m gpu tests/ops/test_attention_paged_decode.py
+                      tests/ops/test_attention_varlen_paged.py -p no:cacheprovider) ;;
+    varlen) cmd=(python3 benchmarks/attention_varlen.py --json "$out/varlen.json") ;;
     timeline-tests) cmd=(python3 -m pytest -q -m gpu tests/timeline -p no:cacheprovider) ;;
     grouped-tests) cmd=(python3 -m pytest -q -m gpu tests/ops/test_grouped_matmul_gpu.py -p no:cacheprovider) ;;
     grouped) cmd=(python3 benchmarks/grouped.py --json "$out/grouped.json") ;;
