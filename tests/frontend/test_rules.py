@@ -66,7 +66,7 @@ def test_a_name_bound_to_a_list_element_s_tensor_is_rebound_not_written_into():
     second name of its tensor as much as ``b = a`` is."""
     x = np.arange(8, dtype=np.float32) - 3
     out, other = np.zeros(8, np.float32), np.zeros(8, np.float32)
-    fk.RebindsAnElementOfAList()(8, x, out, other)
+    fk.RebindsACopyOfAName(element_in_loop=True)(8, x, out, other)
     np.testing.assert_array_equal(out, x)
     np.testing.assert_array_equal(other, np.maximum(x, 2 * x))
 

@@ -58,11 +58,14 @@ marker_line = markers_of(__file__)
 
 class RebindsACopyOfAName(warpspec.Script):
     """``b = a`` then a new value for b: out holds a, unchanged (``alias_in_loop``: b updated inside a runtime
-    loop instead, which would change a too, and is refused)."""
+    loop instead, which would change a too, and is refused). ``element_in_loop``: inside a runtime loop,
+    ``m = parts[0]`` then a new value for m: out holds parts[0], unchanged, and other the new value (written into
+    parts[0]'s registers, it would change out too)."""
 
-    def __init__(self, alias_in_loop=False):
+    def __init__(self, alias_in_loop=False, element_in_loop=False):
         super().__init__()
         self.alias_in_loop = alias_in_loop
+        self.element_in_loop = element_in_loop
 
     def __call__(self, n: int32, x_ptr: ~float32, out_ptr: ~float32, other_ptr: ~float32):
         self.attrs.blocks = [1]
@@ -71,29 +74,19 @@ class RebindsACopyOfAName(warpspec.Script):
         out = self.global_view(out_ptr, dtype=float32, shape=[n])
         other = self.global_view(other_ptr, dtype=float32, shape=[n])
         a = self.load_global(x, offsets=[0], shape=[8])
-        b = a
-        if self.alias_in_loop:
-            for _ in self.range(n):
-                b = b + 1.0  # <<< alias-in-loop
+        if self.element_in_loop:
+            for _ in self.range(1):
+                parts = [a * float(k + 1) for k in range(2)]
+                m = parts[0]
+                m = max(m, parts[1])
+                self.store_global(out, parts[0], offsets=[0])
+                self.store_global(other, m, offsets=[0])
         else:
-            b = b * 2.0
-        self.store_global(out, a, offsets=[0])
-        self.store_global(other, b, offsets=[0])
-
-
-class RebindsAnElementOfAList(warpspec.Script):
-    """Inside a runtime loop, ``m = parts[0]`` then a new value for m: out holds parts[0], unchanged, and other
-    the new value (written into parts[0]'s registers, it would change out too)."""
-
-    def __call__(self, n: int32, x_ptr: ~float32, out_ptr: ~float32, other_ptr: ~float32):
-        self.attrs.blocks = [1]
-        self.attrs.warps = 4
-        x = self.global_view(x_ptr, dtype=float32, shape=[n])
-        out = self.global_view(out_ptr, dtype=float32, shape=[n])
-        other = self.global_view(other_ptr, dtype=float32, shape=[n])
-        for _ in self.range(1):
-            parts = [self.load_global(x, offsets=[0], shape=[8]) * float(k + 1) for k in range(2)]
-            m = parts[0]
-            m = max(m, parts[1])
-            self.store_global(out, parts[0], offsets=[0])
-            self.store_global(other, m, offsets=[0])
+            b = a
+            if self.alias_in_loop:
+                for _ in self.range(n):
+                    b = b + 1.0  # <<< alias-in-loop
+            else:
+                b = b * 2.0
+            self.store_global(out, a, offsets=[0])
+            self.store_global(other, b, offsets=[0])

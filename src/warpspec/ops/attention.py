@@ -24,7 +24,7 @@ from warpspec.dtypes import DType, bfloat16, float16
 from warpspec.errors import ArgumentError
 from warpspec.ops.attention_decode import decode_lse_offset, decode_workspace, launch_decode, uses_decode
 from warpspec.ops.attention_kernel import HEAD_DIMS, LOG2_E, Attention
-from warpspec.ops.frame import Signatures, describe, plain_cuda
+from warpspec.ops.frame import Signatures, bound_launcher, describe, plain_cuda
 from warpspec.ops.operands import dtype_of, same_device, same_kind
 from warpspec.ops.workspace import stream_workspace
 from warpspec.tune.cache import size_bucket
@@ -130,12 +130,11 @@ class Call:
         ``run`` called)."""
         if launched is None:
             return
-        bound = runtime.pointer_launcher(*launched)
-        if bound is None:
+        found = bound_launcher(launched)
+        if found is None:
             return
+        bound, capturing, current_stream, empty = found
         torch = sys.modules["torch"]
-        C = torch._C
-        capturing, current_stream, empty = C._cuda_isCurrentStreamCapturing, C._cuda_getCurrentRawStream, torch.empty
         device, index, dtype, shape = out.device, out.device.index, out.dtype, tuple(out.shape)
         lse_shape, problem = shape[:3], self.problem
         if not uses_decode(problem):

@@ -27,7 +27,7 @@ from warpspec.ops.attention_decode import launch_decode_paged, uses_paged_decode
 from warpspec.ops.attention_kernel import LOG2_E
 from warpspec.ops.attention_paged_kernel import AttentionPaged
 from warpspec.ops.attention_varlen import heads_first
-from warpspec.ops.frame import Signatures, describe
+from warpspec.ops.frame import Signatures, bound_launcher, describe
 from warpspec.ops.operands import dtype_of, same_device, same_kind
 from warpspec.ops.workspace import stream_workspace
 
@@ -128,12 +128,11 @@ class PagedCall:
     def bind(self, out, launched) -> None:
         """Make ``direct`` from the first decode launch on plain CUDA tensors (``launched``: (Script, arguments)
         of ``launch_decode_paged`` at S_q = 1, whose q and out are the call's own)."""
-        bound = runtime.pointer_launcher(*launched)
-        if bound is None:
+        found = bound_launcher(launched)
+        if found is None:
             return
-        torch = sys.modules["torch"]
-        C = torch._C
-        capturing, current_stream, empty = C._cuda_isCurrentStreamCapturing, C._cuda_getCurrentRawStream, torch.empty
+        bound, capturing, current_stream, empty = found
+        float32 = sys.modules["torch"].float32
         device, index, dtype, shape, row = out.device, out.device.index, out.dtype, tuple(out.shape), self.row
         batch_heads = shape[0] * shape[2]
         elements, flag_count = launched[1][-4].numel() + launched[1][-3].numel(), launched[1][-1].numel()
@@ -146,7 +145,7 @@ class PagedCall:
                 return out
             stream = current_stream(index)
             partials, flags = stream_workspace(device, stream, elements, flag_count)
-            lse2 = empty((batch_heads,), dtype=torch.float32, device=device)
+            lse2 = empty((batch_heads,), dtype=float32, device=device)
             base = partials.data_ptr()
             bound(block_table.data_ptr(), seq_lens.data_ptr(), q.data_ptr(), k_cache.data_ptr(),
                   v_cache.data_ptr(), out.data_ptr(), lse2.data_ptr(), base, base + lse_offset, flags.data_ptr(),

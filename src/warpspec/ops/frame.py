@@ -14,6 +14,8 @@ import sys
 
 import numpy as np
 
+from warpspec import runtime
+
 #: Descriptions each op keeps; past that its cache starts afresh (a process that calls more shapes than this
 #: pays the checks again, and no cache grows without bound).
 MAX_SIGNATURES = 256
@@ -56,3 +58,16 @@ def address(value) -> int:
     if isinstance(value, np.ndarray):
         return value.__array_interface__["data"][0]
     return value.data_ptr()
+
+
+def bound_launcher(launched: tuple):
+    """What an op's ``direct`` path needs from its first launch on plain CUDA tensors (``launched``: the Script and
+    the arguments it was called with): ``(bound, capturing, current_stream, empty)``, the bound launch
+    (``runtime.pointer_launcher``) with torch's capture test, raw current stream and allocator, looked up once; or
+    None where calls must take the Script's own path."""
+    bound = runtime.pointer_launcher(*launched)
+    if bound is None:
+        return None
+    torch = sys.modules["torch"]
+    C = torch._C
+    return bound, C._cuda_isCurrentStreamCapturing, C._cuda_getCurrentRawStream, torch.empty
