@@ -191,7 +191,7 @@ def print_table(rows) -> None:
     if not timed:
         return
     paged = sorted({key[:-3] for row in timed for key in row if key.startswith("paged") and key.endswith("_us")
-                    and not key.endswith("host_us")})
+                    and not key.endswith(("host_us", "kernels_us"))})
     print("\nbatch s_q   s_k  dense µs (TB/s)   SDPA best µs  " + "  ".join(f"{name} µs (TB/s)" for name in paged))
     for row in timed:
         best = row.get(row.get("sdpa_best", "") + "_us", float("nan"))

@@ -211,3 +211,34 @@ def test_gpu_unchecked_decode_binds_its_launch_and_is_captured_in_a_cuda_graph(m
         graph.replay()
         torch.cuda.synchronize()
         check(out)
+
+
+def test_the_bound_decode_launch_passes_what_the_general_launch_passed(monkeypatch):
+    """``PagedCall.bind`` (CPU tensors, the bound launch faked): a later call passes the table, lengths, q, caches
+    and its new output at their addresses, and the workspace's O and log-sum-exp partials at the offsets the general
+    launch gave them (O first, the log-sum-exp right after it), with its flags."""
+    torch = pytest.importorskip("torch")
+    from warpspec.ops import frame
+
+    module = importlib.import_module("warpspec.ops.attention_paged")
+    arrays = [torch.from_numpy(x) for x in cache([70, 33], 1, 16, 8, 2, 64)]
+    q, k_cache, v_cache, table, seq_lens = arrays
+    found = module.call_for(q, k_cache, v_cache, table, seq_lens, True, None)
+    out = torch.empty_like(q)
+    with warpspec.use_backend("emulator"):
+        script, args = module.launch(q, k_cache, v_cache, table, seq_lens, out, True, found.row.scale)
+    ws_o, ws_lse, flags = args[-3:]
+    calls = []
+    monkeypatch.setattr(frame, "bound_launcher", lambda launched: (
+        lambda *addresses, stream: calls.append(addresses), lambda: False, lambda index: 0, torch.empty))
+    monkeypatch.setattr(module, "bound_launcher", frame.bound_launcher)
+    workspace = (torch.zeros(ws_o.numel() + ws_lse.numel() + 100), torch.zeros(flags.numel(), dtype=torch.int32))
+    monkeypatch.setattr(module, "stream_workspace", lambda *args: workspace)
+    found.bind(out, (script, args))
+    result = found.direct(q, k_cache, v_cache, table, seq_lens)
+    (addresses,) = calls
+    base = workspace[0].data_ptr()
+    assert addresses[:6] == (table.data_ptr(), seq_lens.data_ptr(), q.data_ptr(), k_cache.data_ptr(),
+                             v_cache.data_ptr(), result.data_ptr())
+    assert addresses[7:] == (base, base + 4 * ws_o.numel(), workspace[1].data_ptr())
+    assert ws_lse.numel() == ws_o.numel() // 64 and result.shape == q.shape

@@ -135,8 +135,8 @@ class PagedCall:
         float32 = sys.modules["torch"].float32
         device, index, dtype, shape, row = out.device, out.device.index, out.dtype, tuple(out.shape), self.row
         batch_heads = shape[0] * shape[2]
-        elements, flag_count = launched[1][-4].numel() + launched[1][-3].numel(), launched[1][-1].numel()
-        lse_offset = launched[1][-4].numel() * 4
+        ws_o, ws_lse, ws_flags = launched[1][-3:]  # the workspace's O and log-sum-exp partials and its flags
+        elements, flag_count, lse_offset = ws_o.numel() + ws_lse.numel(), ws_flags.numel(), ws_o.numel() * 4
 
         def direct(q, k_cache, v_cache, block_table, seq_lens):
             out = empty(shape, dtype=dtype, device=device)
