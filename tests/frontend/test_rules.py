@@ -71,6 +71,42 @@ def test_a_name_bound_to_a_list_element_s_tensor_is_rebound_not_written_into():
     np.testing.assert_array_equal(other, np.maximum(x, 2 * x))
 
 
+@pytest.mark.parametrize("where", ["same-depth", "in-branch"])
+def test_a_helper_rebinding_its_parameter_leaves_the_caller_s_tensor_alone(where):
+    """``def doubled(self, t): t = t * 2.0; return t`` returns twice a and leaves a as it was (Python's meaning),
+    also when the update is inside a runtime branch of the helper (the parameter gets a copy of its own, made
+    before the branch)."""
+    x = np.arange(8, dtype=np.float32)
+    out, other = np.zeros(8, np.float32), np.zeros(8, np.float32)
+    fk.RebindsACopyOfAName(parameter=where)(8, x, out, other)
+    np.testing.assert_array_equal(out, x)
+    np.testing.assert_array_equal(other, 2 * x)
+
+
+def _casts(script):
+    from warpspec.frontend.kernel import bind_arguments
+    from warpspec.isa.elementwise import Cast
+    from warpspec.ir import nodes as ir
+    from warpspec.runtime import kernel_for
+
+    _, compile_time = bind_arguments(type(script), (8, np.zeros(8, np.float32), np.zeros(8, np.float32),
+                                                    np.zeros(8, np.float32)), {})
+    return sum(isinstance(s, Cast) for s in ir.walk(kernel_for(script, compile_time).body))
+
+
+def test_a_parameter_updated_in_a_branch_gets_one_copy_unless_its_tensor_is_moved_in():
+    """The copy a parameter updated inside a runtime branch needs is one Cast to its own type; ``a =
+    self.doubled(a, n)`` moves a in, and the helper computes into it with no copy (and the result is right)."""
+    assert _casts(fk.RebindsACopyOfAName(parameter="in-branch")) == 1
+    assert _casts(fk.RebindsACopyOfAName(parameter="same-depth")) == 0
+    assert _casts(fk.RebindsACopyOfAName(parameter="moved")) == 0
+    x = np.arange(8, dtype=np.float32)
+    out, other = np.zeros(8, np.float32), np.zeros(8, np.float32)
+    fk.RebindsACopyOfAName(parameter="moved")(8, x, out, other)
+    np.testing.assert_array_equal(out, x)
+    np.testing.assert_array_equal(other, 2 * x)
+
+
 def test_updating_a_second_name_of_a_tensor_in_a_runtime_loop_is_refused():
     """Inside a runtime loop the update must go into the tensor's registers, which a names too: a CompileError at
     the update, saying how to bind a copy, instead of a silently changed a."""

@@ -60,12 +60,23 @@ class RebindsACopyOfAName(warpspec.Script):
     """``b = a`` then a new value for b: out holds a, unchanged (``alias_in_loop``: b updated inside a runtime
     loop instead, which would change a too, and is refused). ``element_in_loop``: inside a runtime loop,
     ``m = parts[0]`` then a new value for m: out holds parts[0], unchanged, and other the new value (written into
-    parts[0]'s registers, it would change out too)."""
+    parts[0]'s registers, it would change out too). ``parameter``: a helper takes a and rebinds its parameter to
+    twice it (``"in-branch"``: inside a runtime branch), returning that: out holds a, unchanged; ``"moved"``: the
+    call rebinds a to the result (``a = self.doubled(a, n)``), so the helper computes into a's registers."""
 
-    def __init__(self, alias_in_loop=False, element_in_loop=False):
+    def __init__(self, alias_in_loop=False, element_in_loop=False, parameter=None):
         super().__init__()
         self.alias_in_loop = alias_in_loop
         self.element_in_loop = element_in_loop
+        self.parameter = parameter
+
+    def doubled(self, t, n):
+        if self.parameter in ("in-branch", "moved"):
+            if n > 0:
+                t = t * 2.0
+        else:
+            t = t * 2.0
+        return t
 
     def __call__(self, n: int32, x_ptr: ~float32, out_ptr: ~float32, other_ptr: ~float32):
         self.attrs.blocks = [1]
@@ -74,7 +85,14 @@ class RebindsACopyOfAName(warpspec.Script):
         out = self.global_view(out_ptr, dtype=float32, shape=[n])
         other = self.global_view(other_ptr, dtype=float32, shape=[n])
         a = self.load_global(x, offsets=[0], shape=[8])
-        if self.element_in_loop:
+        if self.parameter == "moved":
+            a = self.doubled(a, n)
+            self.store_global(other, a, offsets=[0])
+            self.store_global(out, self.load_global(x, offsets=[0], shape=[8]), offsets=[0])
+        elif self.parameter is not None:
+            self.store_global(other, self.doubled(a, n), offsets=[0])
+            self.store_global(out, a, offsets=[0])
+        elif self.element_in_loop:
             for _ in self.range(1):
                 parts = [a * float(k + 1) for k in range(2)]
                 m = parts[0]

@@ -9,10 +9,15 @@ from dataclasses import dataclass, field
 @dataclass
 class Binding:
     """A name's value and the runtime nesting depth at which it was bound (compile-time values bound outside a
-    runtime loop or branch cannot change inside it)."""
+    runtime loop or branch cannot change inside it). ``borrowed``: a helper's parameter bound to its caller's
+    register tensor, whose registers a new value of the parameter must never be computed into (Python rebinds the
+    parameter; the caller's tensor keeps its value), with ``block``, the statements being built where it was
+    bound (where a copy of its own is made if it must be updated in place inside a runtime loop or branch)."""
 
     value: object
     depth: int
+    borrowed: bool = False
+    block: list | None = None
 
 
 @dataclass(eq=False)

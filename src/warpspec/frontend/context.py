@@ -38,6 +38,9 @@ class KernelContext:
         self._block_threads: int | None = None  # set once attrs.warps is known
         self._pointer_params: dict[ir.Var, DType] = {}  # pointer parameter Var -> pointee DType
         self._assigning: str | None = None  # the name being assigned, to name the tensor its value makes
+        #: The register tensors (their declarations) the call being evaluated moves into its helper's parameters
+        #: (``x = self.helper(x)``): the helper may compute into them.
+        self._moving: frozenset = frozenset()
         self._assigned = None  # the expression node whose value is assigned to it (its operands are not)
         self._returning: str | None = None  # the name the inlined helper's return value is assigned to
         #: What the host knows of runtime variables before the launch (the grid is computed there), by uid: the

@@ -143,6 +143,8 @@ class Interpreter(KernelContext):
             return
         if existing is not None and existing.depth < self.depth:
             if isinstance(value, TensorValue) and isinstance(existing.value, TensorValue):
+                if existing.borrowed:
+                    self._copy_of_own(name, existing)
                 alias = self._alias_of(name, existing.value)
                 if alias is not None:
                     raise self.error(f"{name!r} and {alias!r} are one tensor ({name} = {alias} bound the same "
@@ -155,10 +157,26 @@ class Interpreter(KernelContext):
             raise self.error(f"{name!r} was bound outside this runtime loop or branch and cannot be rebound inside "
                              f"it to a different compile-time value or tensor")
         if isinstance(value, TensorValue) and existing is not None and isinstance(existing.value, TensorValue):
-            # A name that shares its tensor with another (b = a) is rebound, as Python does, not computed into it.
-            if self._alias_of(name, existing.value) is None and self._assign_in_place(existing.value, value):
+            # A name that shares its tensor with another (b = a, or a helper's parameter and its caller's argument)
+            # is rebound, as Python does, not computed into it.
+            if not existing.borrowed and self._alias_of(name, existing.value) is None \
+                    and self._assign_in_place(existing.value, value):
                 return
         create(Binding(value, self.depth))
+
+    def _copy_of_own(self, name: str, binding: Binding) -> None:
+        """A helper's parameter updated inside a runtime loop or branch: the update must go into registers that
+        live across it, and never into the caller's tensor, so the parameter gets a copy of its own, made where it
+        was bound (before the loop or branch, whose statement is emitted once its body is built), and is rebound
+        to it there."""
+        tensor = binding.value
+        if not tensor.dtype.is_float:
+            raise self.error(f"{name!r} is a parameter bound to the caller's {tensor.dtype.name} tensor: updating it "
+                             f"inside this runtime loop or branch would change the caller's tensor too; bind a copy "
+                             f"before it, or return the new value")
+        decl = ir.TensorDecl(name, ir.REGISTER, tensor.dtype, tuple(tensor.shape), self.loc)
+        binding.block.append(elementwise.Cast(self.loc, decl, tensor.ref))  # a copy: the same type
+        binding.value, binding.borrowed = TensorValue(ir.TensorRef(decl)), False
 
     def _alias_of(self, name: str, tensor: TensorValue) -> str | None:
         """Another name of this function's scopes bound to ``tensor``'s registers (``b = a``), or an element of a
@@ -220,7 +238,11 @@ class Interpreter(KernelContext):
                                f"time with a loop (self.range), and end a compile-time recursion within "
                                f"{MAX_INLINE_DEPTH} levels", str(start))
         saved = (self._scopes, self.globals, self.file, self.loc, self.call_site, self.function_name)
-        self._scopes = [{name: Binding(value, self.depth) for name, value in bound.arguments.items()}]
+        # Only the statement's own call moves its arguments; calls inside the helper start afresh.
+        moving, self._moving = self._moving, frozenset()
+        self._scopes = [{name: Binding(value, self.depth, block=self._blocks[-1],
+                                       borrowed=_register_tensor(value) and value.ref.decl not in moving)
+                         for name, value in bound.arguments.items()}]
         self.globals = function.__globals__
         self.file = path
         self.call_site, self.function_name = self.loc, function.__qualname__
@@ -297,9 +319,32 @@ class Interpreter(KernelContext):
             self._assigning, self._assigned = saved
 
     def stmt_Assign(self, node: ast.Assign) -> None:
-        value = self._eval_named(node.targets[0], node.value)
+        self._moving = self._moved_arguments(node)
+        try:
+            value = self._eval_named(node.targets[0], node.value)
+        finally:
+            self._moving = frozenset()
         for target in node.targets:
             self.assign(target, value)
+
+    def _moved_arguments(self, node: ast.Assign) -> frozenset:
+        """``x = self.helper(x, ...)`` (or ``x, y = ...``): the register tensors that the call's arguments pass by a
+        name this statement rebinds, which nothing else names, and which their name does not borrow. Nobody can
+        read them after the call, so the helper may compute into them (its parameter is not borrowed): the move
+        idiom that keeps a helper's update of a tile from costing a copy."""
+        if not isinstance(node.value, ast.Call):
+            return frozenset()
+        targets = {t.id for target in node.targets for t in ([target] if isinstance(target, ast.Name) else
+                                                               getattr(target, "elts", [])) if isinstance(t, ast.Name)}
+        passed = [arg for arg in node.value.args if isinstance(arg, ast.Name)]
+        passed += [keyword.value for keyword in node.value.keywords if isinstance(keyword.value, ast.Name)]
+        moved = set()
+        for arg in passed:
+            binding = self._find_binding(arg.id) if arg.id in targets else None
+            if binding is not None and not binding.borrowed and _register_tensor(binding.value) \
+                    and self._alias_of(arg.id, binding.value) is None:
+                moved.add(binding.value.ref.decl)
+        return frozenset(moved)
 
     def stmt_AnnAssign(self, node: ast.AnnAssign) -> None:
         annotation = self.eval(node.annotation)
@@ -668,6 +713,9 @@ class Interpreter(KernelContext):
         return ir.Select(self.to_expr(cond, boolean), self.to_expr(a, common), self.to_expr(b, common))
 
     def expr_Call(self, node: ast.Call):
+        # What the statement moves goes to this call alone, not to calls made while evaluating its callee and
+        # arguments (which must not compute into a tensor this call still reads).
+        moving, self._moving = self._moving, frozenset()
         callee = self.eval(node.func)
         args = []
         for arg in node.args:
@@ -684,6 +732,7 @@ class Interpreter(KernelContext):
                 kwargs.update(self.eval(keyword.value))
             else:
                 kwargs[keyword.arg] = self.eval(keyword.value)
+        self._moving = moving
         return self.call(callee, args, kwargs)
 
     def call(self, callee, args, kwargs):
@@ -778,6 +827,11 @@ _RUNTIME_BUILTINS = {
     int: _runtime_convert(int32), float: _runtime_convert(float32), bool: _runtime_convert(boolean),
     abs: _runtime_abs,
 }
+
+
+def _register_tensor(value) -> bool:
+    """Whether ``value`` is a register tensor (what a helper's parameter borrows from its caller)."""
+    return isinstance(value, TensorValue) and value.kind == ir.REGISTER
 
 
 def _tensors_in(value, label: str):

@@ -244,8 +244,8 @@ class Attention(Script):
             self.wgmma.wait_group(0)
             pipe_k.consumer_release()
             pipe_k.consumer_advance()
-            first_p, first_max, _ = self.softmax_step(first_s, row_max, 0, seq_k, rows_from, causal_shift,
-                                                      scale_log2)
+            first_s = self.masked_scores(first_s, 0, seq_k, rows_from, causal_shift)
+            first_p, first_max, _ = self.softmax_step(first_s, row_max, scale_log2)
             row_sum = row_sum + self.reduce_sum(first_p)
             row_max = max(row_max, first_max)
             p = self.cast(first_p, dtype)
@@ -266,8 +266,8 @@ class Attention(Script):
                 self.wgmma.wait_group(1)  # S_j is done; PV_{j-1} runs on under the softmax
                 pipe_k.consumer_release()
                 pipe_k.consumer_advance()
-                probs, new_max, subtrahend = self.softmax_step(acc_s, row_max, j * block_n, seq_k, rows_from,
-                                                               causal_shift, scale_log2)
+                acc_s = self.masked_scores(acc_s, j * block_n, seq_k, rows_from, causal_shift)
+                probs, new_max, subtrahend = self.softmax_step(acc_s, row_max, scale_log2)
                 correction = self.exp2(row_max - subtrahend)
                 row_sum = row_sum * correction + self.reduce_sum(probs)
                 row_max = max(row_max, new_max)
@@ -301,11 +301,11 @@ class Attention(Script):
         pipe_v.consumer_release()
         pipe_v.consumer_advance()
 
-    def softmax_step(self, acc_s, row_max, offset_n, seq_k, rows_from, causal_shift, scale_log2):
-        """The online softmax of one S tile (columns ``offset_n ...``): masked where needed, exponentiated against
-        the new running maximum. Returns (P in float32, the new row maximum, the value subtracted from the scaled
-        logits: the new maximum, or 0 for rows still without a visible key). The earlier O and row sum are rescaled
-        by exp2(old maximum - that value)."""
+    def masked_scores(self, acc_s, offset_n, seq_k, rows_from, causal_shift):
+        """S tile ``acc_s`` (columns ``offset_n ...``) with the keys no row may see at -inf: columns past S_k, and
+        for ``causal`` those past each row's last key, where the tile holds any (a runtime branch: most tiles hold
+        none). Callers move their tile in (``acc_s = self.masked_scores(acc_s, ...)``), so the mask is computed
+        into its registers."""
         block_n = self.block_n
         needs_mask = offset_n + block_n > seq_k
         if self.causal:
@@ -316,6 +316,12 @@ class Attention(Script):
             if self.causal:
                 keep = keep & (cols <= self.row_index(acc_s) + (rows_from + causal_shift))
             acc_s = self.where(keep, acc_s, float("-inf"))
+        return acc_s
+
+    def softmax_step(self, acc_s, row_max, scale_log2):
+        """The online softmax of one masked S tile: exponentiated against the new running maximum. Returns (P in
+        float32, the new row maximum, the value subtracted from the scaled logits: the new maximum, or 0 for rows
+        still without a visible key). The earlier O and row sum are rescaled by exp2(old maximum - that value)."""
         new_max = max(row_max, self.reduce_max(acc_s) * scale_log2)
         subtrahend = new_max
         if self.causal:
