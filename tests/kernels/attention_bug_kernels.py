@@ -10,6 +10,7 @@ with a marker comment ``# <<< name``; ``marker_line(name)`` finds its number.
 
 from tests.support.markers import markers_of
 
+from warpspec.dtypes import int32
 from warpspec.ops.attention_backward_kernel import BackwardKV, BackwardKVDQ
 from warpspec.ops.attention_decode_kernel import DECODE_ROWS, Decode, DecodePaged
 from warpspec.ops.attention_kernel import Attention
@@ -76,6 +77,35 @@ class ReadsTheNextPageInDecode(DecodePaged):
         table, sequence, kv_heads, _, _ = pages
         page = self.load_scalar(table, [sequence, key // self.page_size + 1])  # <<< decode-next-page
         return [kv_bh % kv_heads, page * self.page_size + key % self.page_size, 0]
+
+
+class AnnouncesOnePageOfFour(DecodePaged):
+    """The paged decode producer announces the bytes of a tile's first page alone, though it loads four: the full
+    barrier's transaction count goes below zero when the second page lands."""
+
+    def load_tile(self, pipe, gk, gv, sk, sv, places):
+        with self.single_thread():
+            stage = pipe.producer_stage
+            self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), sk[stage][0].nbytes + sv[stage][0].nbytes)
+            for part in range(self.block_n // self.sub_n):
+                self.tma.global_to_shared(src=gk, dst=sk[stage][part], offsets=places[part],  # <<< one-page-of-four
+                                          mbarrier=pipe.producer_barrier())
+                self.tma.global_to_shared(src=gv, dst=sv[stage][part], offsets=places[part],
+                                          mbarrier=pipe.producer_barrier())
+
+
+class ClearsWithoutAProxyFence(DecodePaged):
+    """The paged decode consumer zeroes the V rows past the sequence's end with ordinary stores and lets the P·V
+    WGMMA read them without ``fence.proxy.async``: the async proxy may not see the zeros."""
+
+    def clear_values_past_end(self, values, offset_n, seq_k):
+        valid: int32 = seq_k - offset_n
+        if valid < self.block_n and valid % self.sub_n > 0:
+            part = values[valid // self.sub_n][0]
+            rows = self.load_shared(part)
+            rows = self.where(self.row_index(rows) < valid % self.sub_n, rows, 0.0)
+            self.store_shared(part, rows)
+            self.sync()
 
 
 class ReadsAPageBeforeItLands(AttentionPaged):

@@ -242,3 +242,40 @@ def test_the_bound_decode_launch_passes_what_the_general_launch_passed(monkeypat
                              v_cache.data_ptr(), result.data_ptr())
     assert addresses[7:] == (base, base + 4 * ws_o.numel(), workspace[1].data_ptr())
     assert ws_lse.numel() == ws_o.numel() // 64 and result.shape == q.shape
+
+
+def _planted_decode(kernel_class):
+    """Run a planted paged decode kernel (D 64, pages of 16 in 64-key tiles) over one sequence of 70 keys."""
+    q, k_cache, v_cache, table, seq_lens = cache([70], 1, 16, 2, 1, 64)
+    problem = Problem(1, 2, 1, 1, table.shape[1] * 16, 64, float16, True, 0.125)
+    splits = attention_decode.split_count(problem)
+    elements = attention_decode.partial_elements(problem, splits)
+    kernel = kernel_class(float16, head_dim=64, causal=True, block_n=64, num_stages=2, pack=2, page_size=16)
+    with warpspec.use_backend("emulator"), pytest.raises(warpspec.RaceError) as raised:
+        kernel(1, 1, k_cache.shape[0], table.shape[1], 2, 2, 0.125 * LOG2_E, splits, table, seq_lens, q, k_cache,
+               v_cache, np.empty_like(q), np.empty(2, np.float32), np.zeros(elements // 65 * 64, np.float32),
+               np.zeros(elements // 65, np.float32), np.zeros(1, np.int32))
+    return str(raised.value).splitlines()[0], raised.value.location
+
+
+def test_planted_bug_a_tile_announcing_one_page_of_four_is_caught_with_the_copy_s_line():
+    """The producer announces the bytes of a tile's first 16-key load alone: the stage's phase completes when that
+    load lands, and the consumer's QKᵀ reads the second load before it lands. A RaceError at the read, naming the
+    copy's line and that its phase completed before it landed (not a wrong parity)."""
+    from warpspec.ops import attention_decode_kernel
+
+    message, location = _planted_decode(bk.AnnouncesOnePageOfFour)
+    assert location.rsplit(" at ", 1)[-1].startswith(f"{attention_decode_kernel.__file__}:")
+    assert "wgmma.mma operand b reads sk[0, 1, 0], which holds elements that no completed write has filled" in message
+    assert f"AnnouncesOnePageOfFour.load_tile at {bk.__file__}:{bk.marker_line('one-page-of-four')}) was issued in " \
+           f"phase 0 of full_barriers[0], which completed before the copy landed" in message
+    assert "wrong phase" not in message
+
+
+def test_planted_bug_values_cleared_without_a_proxy_fence_are_caught_at_the_pv_read():
+    """The consumer zeroes the V rows past the sequence's end with ordinary stores and no fence.proxy.async before
+    the P·V WGMMA reads them: a RaceError at that read."""
+    message, location = _planted_decode(bk.ClearsWithoutAProxyFence)
+    assert location.endswith("-> Decode.consume at " + location.rsplit(" at ", 1)[-1])
+    assert message.endswith("wgmma.mma operand b reads sv[0, 0, 0] through the async proxy after ordinary stores to "
+                            "it with no fence_proxy_async() in between")

@@ -31,8 +31,9 @@ class SharedTensor:
         self.read_epoch = np.zeros(shape, dtype=np.int64)
         self.unfenced = np.zeros(shape, dtype=bool)
         # In-flight async write id -> (the mbarrier it completes on, that barrier's last passing wait per task when
-        # the copy was issued: a wait since then that did not block passed on a stale parity).
-        self.copy_barriers: dict[int, tuple[object, dict]] = {}
+        # the copy was issued: a wait since then that did not block passed on a stale parity; the barrier's phase
+        # then, and where the copy was issued).
+        self.copy_barriers: dict[int, tuple[object, dict, int, str]] = {}
 
 
 class Region:
@@ -68,11 +69,13 @@ class Region:
     def _copy_hint(self, task, writers: np.ndarray) -> str:
         """What to do about the async copy still writing this region (``writers``: its async_writer ids): wait on
         the copy's mbarrier, or, when ``task``'s last wait on that barrier passed on a phase completed before the
-        copy's (a stale parity), which phase that wait expected and which phase the barrier is in now."""
+        copy's, why: a phase with no bytes announced, a phase that completed before its own copies landed (too few
+        bytes announced), or a stale parity (which phase that wait expected and which phase the barrier is in
+        now)."""
         ids = [int(i) for i in np.unique(writers) if i and int(i) in self.tensor.copy_barriers]
         if not ids:
             return ""
-        bar, seen_at_issue = self.tensor.copy_barriers[ids[0]]
+        bar, seen_at_issue, issued_in, issued_at = self.tensor.copy_barriers[ids[0]]
         current = f"{bar.name}'s current phase {bar.completed} (parity {bar.completed & 1})"
         seen = bar.seen.get(task.index)
         if seen is None or seen == seen_at_issue.get(task.index) or seen[0] != bar.completed:
@@ -84,6 +87,12 @@ class Region:
                     f"arrival: {bar.completed_without_bytes}), so the copy, issued after, completes {current}: "
                     f"announce the copy's bytes on that arrival (mbarrier.arrive_and_expect_tx) so that the phase "
                     f"waits for them")
+        if issued_in < bar.completed:
+            # Issued in a phase that then completed without it: that phase announced fewer bytes than its copies.
+            return (f"; the copy (issued at {issued_at}) was issued in phase {issued_in} of {bar.name}, which "
+                    f"completed before the copy landed: the bytes that phase's arrivals announced (mbarrier.arrive_and_expect_tx) are fewer "
+                    f"than its copies deliver, so this one completes {current} instead; announce the bytes of every "
+                    f"copy that completes on {bar.name}")
         if bar.completed:
             passed = (f"phase={(bar.completed - 1) & 1}, which phase {bar.completed - 1} of {bar.name} had already "
                       f"completed")

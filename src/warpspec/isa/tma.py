@@ -209,7 +209,8 @@ def _tma_load(machine: EmulationMachine, task: EmulationTask, s: TmaLoad) -> Ste
     for block, region, bar in destinations:
         operation = machine.next_operation_id()
         region.view("async_writer")[...] = operation
-        region.tensor.copy_barriers[operation] = (bar, dict(bar.seen))  # a read before it lands names the barrier
+        # A read before it lands names the barrier, the phase the copy was issued in and where it was issued.
+        region.tensor.copy_barriers[operation] = (bar, dict(bar.seen), bar.completed, str(s.loc))
 
         def complete(region: Any = region, bar: Any = bar, operation: int = operation) -> None:
             region.view("data")[...] = machine.global_memory.read(task, source)

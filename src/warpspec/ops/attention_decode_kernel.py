@@ -157,18 +157,24 @@ class Decode(Script):
             places = [self.key_offsets(pages, kv_bh, first + part * self.sub_n)
                       for part in range(self.block_n // self.sub_n)]
             pipe.producer_acquire()
-            with self.single_thread():
-                stage = pipe.producer_stage
-                self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), sk[stage].nbytes + sv[stage].nbytes)
-                for part in range(self.block_n // self.sub_n):
-                    self.tma.global_to_shared(src=gk, dst=sk[stage][part], offsets=places[part],
-                                              mbarrier=pipe.producer_barrier())
-                    self.tma.global_to_shared(src=gv, dst=sv[stage][part], offsets=places[part],
-                                              mbarrier=pipe.producer_barrier())
+            self.load_tile(pipe, gk, gv, sk, sv, places)
             pipe.producer_advance()
         for _ in self.range(min(self.num_stages, n_tiles)):
             pipe.producer_acquire()
             pipe.producer_advance()
+
+    def load_tile(self, pipe, gk, gv, sk, sv, places):
+        """One thread of the producer warp fills the producer's stage with a tile's K and V loads (``places``: the
+        view offsets of each) on the stage's full barrier, announcing the bytes of all of them first
+        (``mbarrier.arrive.expect_tx``, then ``cp.async.bulk.tensor`` per load)."""
+        with self.single_thread():
+            stage = pipe.producer_stage
+            self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), sk[stage].nbytes + sv[stage].nbytes)
+            for part in range(self.block_n // self.sub_n):
+                self.tma.global_to_shared(src=gk, dst=sk[stage][part], offsets=places[part],
+                                          mbarrier=pipe.producer_barrier())
+                self.tma.global_to_shared(src=gv, dst=sv[stage][part], offsets=places[part],
+                                          mbarrier=pipe.producer_barrier())
 
     def key_offsets(self, pages, kv_bh, key):
         """The view offsets of the key tile that starts at key ``key`` of K/V head ``kv_bh`` (dense: that row)."""
