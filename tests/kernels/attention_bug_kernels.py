@@ -10,7 +10,6 @@ with a marker comment ``# <<< name``; ``marker_line(name)`` finds its number.
 
 from tests.support.markers import markers_of
 
-from warpspec.dtypes import int32
 from warpspec.ops.attention_backward_kernel import BackwardKV, BackwardKVDQ
 from warpspec.ops.attention_decode_kernel import DECODE_ROWS, Decode, DecodePaged
 from warpspec.ops.attention_kernel import Attention
@@ -98,14 +97,8 @@ class ClearsWithoutAProxyFence(DecodePaged):
     """The paged decode consumer zeroes the V rows past the sequence's end with ordinary stores and lets the P·V
     WGMMA read them without ``fence.proxy.async``: the async proxy may not see the zeros."""
 
-    def clear_values_past_end(self, values, offset_n, seq_k):
-        valid: int32 = seq_k - offset_n
-        if valid < self.block_n and valid % self.sub_n > 0:
-            part = values[valid // self.sub_n][0]
-            rows = self.load_shared(part)
-            rows = self.where(self.row_index(rows) < valid % self.sub_n, rows, 0.0)
-            self.store_shared(part, rows)
-            self.sync()
+    def hand_to_wgmma(self):
+        self.sync()
 
 
 class ReadsAPageBeforeItLands(AttentionPaged):

@@ -245,8 +245,13 @@ class Decode(Script):
             rows = self.load_shared(part)
             rows = self.where(self.row_index(rows) < valid % self.sub_n, rows, 0.0)
             self.store_shared(part, rows)
-            self.fence_proxy_async()  # the ordinary stores become visible to the WGMMA's async-proxy read
-            self.sync()
+            self.hand_to_wgmma()
+
+    def hand_to_wgmma(self):
+        """The consumer warpgroup's ordinary stores to shared memory become visible to the WGMMAs that read it
+        next: each thread fences the async proxy, then the warpgroup syncs (``fence.proxy.async``, ``bar.sync``)."""
+        self.fence_proxy_async()
+        self.sync()
 
     def masked(self, acc_s, offset_n, seq_q, seq_k, causal_shift):
         """Scores ``acc_s`` of keys ``offset_n ...`` with the keys no row may see (past S_k; causal: past the row's
