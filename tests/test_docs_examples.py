@@ -246,6 +246,21 @@ class ArrivesWithoutBytes(Staged):
             self.load_shared(s)
 
 
+class AnnouncesTooFewBytes(Staged):
+    """The arrival on ``b[0]`` announces the bytes of one of the two loads that complete on it: the phase completes
+    when the first lands, so the wait passes while the second may still be writing ``t``."""
+
+    def body(self, x, y, s, b):
+        t = self.shared_tensor(dtype=float16, shape=[16, 64])
+        with self.thread_group(thread_begin=0, num_threads=32):
+            with self.single_thread():
+                self.mbarrier.arrive_and_expect_tx(b[0], transaction_bytes=s.nbytes)
+                self.tma.global_to_shared(src=x, dst=s, offsets=[0, 0], mbarrier=b[0])
+                self.tma.global_to_shared(src=y, dst=t, offsets=[0, 0], mbarrier=b[0])
+            self.mbarrier.wait(b[0], phase=0)
+            self.load_shared(t)
+
+
 class ReadWhileCopying(Staged):
     """The second load into ``s`` is not waited for before ``s`` is read."""
 
@@ -429,6 +444,7 @@ EMULATOR_CHECKS = {
     "consumer-phase-one": lambda: run_matmul(bk.ConsumerStartsAtPhaseOne()),
     "read-while-copying": staged(ReadWhileCopying),
     "arrival-without-bytes": staged(ArrivesWithoutBytes),
+    "announces-too-few-bytes": staged(AnnouncesTooFewBytes),
     "read-unordered": staged(ReadUnordered),
     "store-without-fence": staged(StoreWithoutFence),
     "release-before-wgmma-wait": lambda: run_matmul(bk.ReleaseBeforeWgmmaWait()),
