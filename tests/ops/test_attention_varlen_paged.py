@@ -385,3 +385,39 @@ def test_paged_under_torch_compile_checks_the_values_when_the_graph_runs():
     with pytest.raises(ArgumentError, match=r"block_table\[1, 0\] is 1000: a page index must lie in"):
         compiled = torch.compile(lambda *args: attention_paged(*args), backend="aot_eager")
         compiled(*operands[:3], bad, operands[4])
+
+
+def test_varlen_unchecked_takes_the_grid_from_max_seqlen_q_and_reads_nothing_back(monkeypatch):
+    """``check=False`` with ``max_seqlen_q``: the same result as the checked call, and the lengths are never read
+    on the host (their reader is made to fail)."""
+    module = importlib.import_module("warpspec.ops.attention_varlen")
+    q, k, v, cu_q, cu_k = packed([10, 37, 5], [12, 37, 70])
+    want = attention_varlen(q, k, v, cu_q, cu_k, causal=True)
+    monkeypatch.setattr(module, "offsets", lambda *args: pytest.fail("check=False read the lengths"))
+    got = attention_varlen(q, k, v, cu_q, cu_k, causal=True, max_seqlen_q=37, check=False)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_varlen_unchecked_bad_lengths_stay_inside_the_arrays():
+    """Unchecked cumulative lengths that go negative, stand still or run past the totals: the kernel clamps each
+    sequence's bounds into [0, total] in order, so every sequence is its clamped rows (the emulator raises on any
+    access outside the views, so a pass also shows none was made)."""
+    q, k, v, cu_q, cu_k = packed([10, 20, 6], [12, 20, 8])
+    bad_q = np.array([-3, 10, 10, 99], np.int32)  # sequence 0 is rows 0-9, 1 is empty, 2 is rows 10-35
+    bad_k = np.array([-4, 12, 32, 99], np.int32)  # sequence 0 is keys 0-11, sequence 2 keys 32-39
+    out = attention_varlen(q, k, v, bad_q, bad_k, causal=False, max_seqlen_q=32, check=False)
+    for rows, keys in ((slice(0, 10), slice(0, 12)), (slice(10, 36), slice(32, 40))):
+        want = expected(heads_first(q[rows]), heads_first(k[keys]), heads_first(v[keys]), False)[0]
+        assert np.abs(out[rows].astype(np.float32) - want.transpose(1, 0, 2)).max() < 2e-3
+
+
+def test_varlen_max_seqlen_q_is_checked():
+    q, k, v, cu_q, cu_k = packed([10, 37, 5], [12, 37, 70])
+    with pytest.raises(ArgumentError, match="max_seqlen_q is 36, but sequence 1 has 37 query rows"):
+        attention_varlen(q, k, v, cu_q, cu_k, max_seqlen_q=36)
+    with pytest.raises(ArgumentError, match=r"check=False reads nothing back, so max_seqlen_q \(the longest"):
+        attention_varlen(q, k, v, cu_q, cu_k, check=False)
+    with pytest.raises(ArgumentError, match="max_seqlen_q must be a non-negative int .*, got 3.0"):
+        attention_varlen(q, k, v, cu_q, cu_k, max_seqlen_q=3.0)
+    with pytest.raises(ArgumentError, match="check must be True or False, got None"):
+        attention_varlen(q, k, v, cu_q, cu_k, check=None)

@@ -38,12 +38,31 @@ class VarlenProblem:
     max_seq_q: int
 
 
-def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, scale=None):
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, scale=None, max_seqlen_q=None,
+                     check=True):
     """Attention per packed sequence: ``q`` [total_q, H, D], ``k`` and ``v`` [total_k, H_kv, D], ``cu_seqlens_q``
     and ``cu_seqlens_k`` int32 [B + 1] (sequence b is rows ``cu_seqlens[b]:cu_seqlens[b + 1]``; they start at 0,
     never decrease and end at the total). ``causal`` and ``scale`` as ``ops.attention`` takes them (causal aligned
     at the bottom right of each sequence). Returns [total_q, H, D] in q's dtype and kind; rows of a sequence
-    without keys are 0. One kernel launch for the whole batch; torch tensors are differentiable."""
+    without keys are 0. One kernel launch for the whole batch; torch tensors are differentiable.
+
+    ``check`` (default True) reads the cumulative lengths on the host, checks them and takes the longest
+    sequence's query rows from them (the grid's extent): for CUDA tensors that copy waits for the GPU's queued
+    work, and inside CUDA graph capture it is refused, naming ``check=False``. ``check=False`` reads nothing back
+    and takes the grid from ``max_seqlen_q`` (required then, as ``flash_attn_varlen_func`` takes it): rows of a
+    sequence past ``max_seqlen_q`` are not computed. The kernel clamps each sequence's bounds into [0, total] in
+    order, so unchecked bad lengths never read or write outside q, k, v and the output (sequences whose rows then
+    overlap write them in any order). Given with ``check=True``, ``max_seqlen_q`` must be at least the longest
+    sequence's query rows."""
+    if not isinstance(check, bool):
+        raise ArgumentError(f"check must be True or False, got {check!r}")
+    if max_seqlen_q is not None and (not isinstance(max_seqlen_q, int) or isinstance(max_seqlen_q, bool)
+                                     or max_seqlen_q < 0):
+        raise ArgumentError(f"max_seqlen_q must be a non-negative int (the longest sequence's query rows), got "
+                            f"{max_seqlen_q!r}")
+    if not check and max_seqlen_q is None:
+        raise ArgumentError("check=False reads nothing back, so max_seqlen_q (the longest sequence's query rows, "
+                            "which sizes the grid) must be given")
     kind = same_kind("q", q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
     if kind == "torch":
         same_device("q", q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k)
@@ -62,19 +81,30 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, scale
         if max(int(q.shape[0]) * row.heads, int(k.shape[0]) * row.kv_heads) * row.head_dim > MAX_INT32:
             raise ArgumentError("q, k or v has more than 2**31 - 1 elements, which the kernel's int32 offsets "
                                 "cannot address")
-    starts_q = offsets("cu_seqlens_q", cu_seqlens_q, int(q.shape[0]), "q.shape[0]")
-    starts_k = offsets("cu_seqlens_k", cu_seqlens_k, int(k.shape[0]), "k.shape[0]")
-    if len(starts_q) != len(starts_k):
-        raise ArgumentError(f"cu_seqlens_q has {len(starts_q)} entries but cu_seqlens_k {len(starts_k)}: one "
-                            f"[batch + 1] pair")
-    if len(starts_q) - 1 > MAX_GRID_Y:
-        raise ArgumentError(f"cu_seqlens_q holds {len(starts_q) - 1} sequences; at most {MAX_GRID_Y} (the grid's "
-                            f"z extent)")
-    if int(k.shape[0]) == 0 or int(q.shape[0]) == 0:
+    for name, value in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        check_layout(name, value)
+    entries = int(cu_seqlens_q.shape[0])
+    if entries != int(cu_seqlens_k.shape[0]):
+        raise ArgumentError(f"cu_seqlens_q has {entries} entries but cu_seqlens_k {int(cu_seqlens_k.shape[0])}: "
+                            f"one [batch + 1] pair")
+    if entries - 1 > MAX_GRID_Y:
+        raise ArgumentError(f"cu_seqlens_q holds {entries - 1} sequences; at most {MAX_GRID_Y} (the grid's z extent)")
+    if check:
+        if kind == "torch" and q.is_cuda and sys.modules["torch"].cuda.is_current_stream_capturing():
+            raise ArgumentError("attention_varlen cannot read cu_seqlens_q's and cu_seqlens_k's values inside CUDA "
+                                "graph capture (they are checked on the host); pass check=False and max_seqlen_q")
+        starts_q = offsets("cu_seqlens_q", cu_seqlens_q, int(q.shape[0]), "q.shape[0]")
+        offsets("cu_seqlens_k", cu_seqlens_k, int(k.shape[0]), "k.shape[0]")
+        max_seq_q = max(b - a for a, b in zip(starts_q, starts_q[1:]))
+        if max_seqlen_q is not None and max_seqlen_q < max_seq_q:
+            raise ArgumentError(f"max_seqlen_q is {max_seqlen_q}, but sequence {_longest(starts_q)} has "
+                                f"{max_seq_q} query rows")
+    else:
+        max_seq_q = max_seqlen_q
+    if int(k.shape[0]) == 0 or int(q.shape[0]) == 0 or max_seq_q == 0:
         return q * 0  # no keys anywhere (every row is 0), or no rows
-    max_seq_q = max(b - a for a, b in zip(starts_q, starts_q[1:]))
-    problem = VarlenProblem(len(starts_q) - 1, row.heads, row.kv_heads, row.head_dim, row.dtype, row.causal,
-                            row.scale, max_seq_q)
+    problem = VarlenProblem(entries - 1, row.heads, row.kv_heads, row.head_dim, row.dtype, row.causal, row.scale,
+                            max_seq_q)
     if kind == "torch":
         return _torch_op()(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seq_q, problem.causal, problem.scale)[0]
     out = np.empty(q.shape, dtype=q.dtype)
@@ -99,8 +129,8 @@ def launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse2, problem: VarlenProble
                   out, lse2)
 
 
-def offsets(name: str, value, total: int, total_name: str) -> list[int]:
-    """The validated cumulative lengths as Python ints (read on the host: a CUDA tensor is copied)."""
+def check_layout(name: str, value) -> None:
+    """The checks of cumulative lengths that read no value: 1-D int32 [batch + 1], contiguous."""
     if len(value.shape) != 1 or int(value.shape[0]) < 1:
         raise ArgumentError(f"{name} must be 1-D int32 [batch + 1], got shape {tuple(value.shape)}")
     found = dtype_of(value)
@@ -109,6 +139,17 @@ def offsets(name: str, value, total: int, total_name: str) -> list[int]:
     if not _contiguous(value):
         raise ArgumentError(f"{name} must be contiguous (the kernel reads it as a dense array); make a contiguous "
                             f"copy first")
+
+
+def _longest(starts: list[int]) -> int:
+    """The index of the longest sequence of cumulative lengths ``starts``."""
+    lengths = [b - a for a, b in zip(starts, starts[1:])]
+    return lengths.index(max(lengths))
+
+
+def offsets(name: str, value, total: int, total_name: str) -> list[int]:
+    """The validated cumulative lengths as Python ints (read on the host: a CUDA tensor is copied); the caller
+    checked their layout (``check_layout``)."""
     values = [int(x) for x in (value.tolist())]
     if values[0] != 0:
         raise ArgumentError(f"{name} must start at 0, got {values[0]}")

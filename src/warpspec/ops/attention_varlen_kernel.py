@@ -46,10 +46,11 @@ class _AttentionVarlen(Attention):
         cu_q = self.global_view(cu_q_ptr, dtype=int32, shape=[batch + 1])
         cu_k = self.global_view(cu_k_ptr, dtype=int32, shape=[batch + 1])
         sequence: int32 = self.blockIdx.z
-        q_start = self.load_scalar(cu_q, [sequence])
-        k_start = self.load_scalar(cu_k, [sequence])
-        seq_q: int32 = self.load_scalar(cu_q, [sequence + 1]) - q_start
-        seq_k: int32 = self.load_scalar(cu_k, [sequence + 1]) - k_start
+        # Clamped into [0, total] in order: unchecked lengths (``check=False``) never reach past the views.
+        q_start = min(max(self.load_scalar(cu_q, [sequence]), 0), total_q)
+        k_start = min(max(self.load_scalar(cu_k, [sequence]), 0), total_k)
+        seq_q: int32 = min(max(self.load_scalar(cu_q, [sequence + 1]), q_start), total_q) - q_start
+        seq_k: int32 = min(max(self.load_scalar(cu_k, [sequence + 1]), k_start), total_k) - k_start
         head: int32 = self.blockIdx.y
         self.attend(gq, gk, gv, go, glse, seq_q, seq_k, scale_log2, head, head // group, q_start, k_start)
 
