@@ -107,6 +107,15 @@ def test_a_parameter_updated_in_a_branch_gets_one_copy_unless_its_tensor_is_move
     np.testing.assert_array_equal(other, 2 * x)
 
 
+def test_a_tensor_passed_twice_is_not_moved():
+    """``a = self.doubled_plus(a, a, n)``: the helper doubles its first parameter inside a runtime branch and adds
+    the second; computing into a's registers would double the second too (4a). It gets a copy: 3a."""
+    x = np.arange(8, dtype=np.float32)
+    out, other = np.zeros(8, np.float32), np.zeros(8, np.float32)
+    fk.RebindsACopyOfAName(parameter="moved-twice")(8, x, out, other)
+    np.testing.assert_array_equal(other, 3 * x)
+
+
 def test_updating_a_second_name_of_a_tensor_in_a_runtime_loop_is_refused():
     """Inside a runtime loop the update must go into the tensor's registers, which a names too: a CompileError at
     the update, saying how to bind a copy, instead of a silently changed a."""

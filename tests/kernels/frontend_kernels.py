@@ -62,7 +62,9 @@ class RebindsACopyOfAName(warpspec.Script):
     ``m = parts[0]`` then a new value for m: out holds parts[0], unchanged, and other the new value (written into
     parts[0]'s registers, it would change out too). ``parameter``: a helper takes a and rebinds its parameter to
     twice it (``"in-branch"``: inside a runtime branch), returning that: out holds a, unchanged; ``"moved"``: the
-    call rebinds a to the result (``a = self.doubled(a, n)``), so the helper computes into a's registers."""
+    call rebinds a to the result (``a = self.doubled(a, n)``), so the helper computes into a's registers;
+    ``"moved-twice"``: ``a = self.doubled_plus(a, a, n)`` passes a twice, so neither parameter may compute into it
+    (other holds three times a)."""
 
     def __init__(self, alias_in_loop=False, element_in_loop=False, parameter=None):
         super().__init__()
@@ -70,8 +72,13 @@ class RebindsACopyOfAName(warpspec.Script):
         self.element_in_loop = element_in_loop
         self.parameter = parameter
 
+    def doubled_plus(self, t, u, n):
+        if n > 0:
+            t = t * 2.0
+        return t + u
+
     def doubled(self, t, n):
-        if self.parameter in ("in-branch", "moved"):
+        if self.parameter in ("in-branch", "moved", "moved-twice"):
             if n > 0:
                 t = t * 2.0
         else:
@@ -85,7 +92,11 @@ class RebindsACopyOfAName(warpspec.Script):
         out = self.global_view(out_ptr, dtype=float32, shape=[n])
         other = self.global_view(other_ptr, dtype=float32, shape=[n])
         a = self.load_global(x, offsets=[0], shape=[8])
-        if self.parameter == "moved":
+        if self.parameter == "moved-twice":
+            a = self.doubled_plus(a, a, n)
+            self.store_global(other, a, offsets=[0])
+            self.store_global(out, self.load_global(x, offsets=[0], shape=[8]), offsets=[0])
+        elif self.parameter == "moved":
             a = self.doubled(a, n)
             self.store_global(other, a, offsets=[0])
             self.store_global(out, self.load_global(x, offsets=[0], shape=[8]), offsets=[0])

@@ -338,9 +338,11 @@ class Interpreter(KernelContext):
                                                                getattr(target, "elts", [])) if isinstance(t, ast.Name)}
         passed = [arg for arg in node.value.args if isinstance(arg, ast.Name)]
         passed += [keyword.value for keyword in node.value.keywords if isinstance(keyword.value, ast.Name)]
+        names = [arg.id for arg in passed]
         moved = set()
         for arg in passed:
-            binding = self._find_binding(arg.id) if arg.id in targets else None
+            # A name passed twice is two parameters of one tensor: computing into one would change the other.
+            binding = self._find_binding(arg.id) if arg.id in targets and names.count(arg.id) == 1 else None
             if binding is not None and not binding.borrowed and _register_tensor(binding.value) \
                     and self._alias_of(arg.id, binding.value) is None:
                 moved.add(binding.value.ref.decl)
