@@ -66,7 +66,7 @@ class Decode(Script):
         self.head_dim = kernel_head_dim(head_dim)
         self.causal = causal
         self.block_n = block_n
-        #: Keys of one TMA load of K and of V: a stage holds block_n / sub_n of them (the paged kernel's pages);
+        #: Keys of one TMA load of K and of V: a stage holds block_n / sub_n of them (the paged kernel loads 16);
         #: the whole tile here.
         self.sub_n = block_n
         self.num_stages = num_stages
