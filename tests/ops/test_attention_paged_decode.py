@@ -218,8 +218,6 @@ def test_the_bound_decode_launch_passes_what_the_general_launch_passed(monkeypat
     and its new output at their addresses, and the workspace's O and log-sum-exp partials at the offsets the general
     launch gave them (O first, the log-sum-exp right after it), with its flags."""
     torch = pytest.importorskip("torch")
-    from warpspec.ops import frame
-
     module = importlib.import_module("warpspec.ops.attention_paged")
     arrays = [torch.from_numpy(x) for x in cache([70, 33], 1, 16, 8, 2, 64)]
     q, k_cache, v_cache, table, seq_lens = arrays
@@ -229,9 +227,8 @@ def test_the_bound_decode_launch_passes_what_the_general_launch_passed(monkeypat
         script, args = module.launch(q, k_cache, v_cache, table, seq_lens, out, True, found.row.scale)
     ws_o, ws_lse, flags = args[-3:]
     calls = []
-    monkeypatch.setattr(frame, "bound_launcher", lambda launched: (
+    monkeypatch.setattr(module, "bound_launcher", lambda launched: (
         lambda *addresses, stream: calls.append(addresses), lambda: False, lambda index: 0, torch.empty))
-    monkeypatch.setattr(module, "bound_launcher", frame.bound_launcher)
     workspace = (torch.zeros(ws_o.numel() + ws_lse.numel() + 100), torch.zeros(flags.numel(), dtype=torch.int32))
     monkeypatch.setattr(module, "stream_workspace", lambda *args: workspace)
     found.bind(out, (script, args))

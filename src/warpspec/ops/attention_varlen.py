@@ -95,9 +95,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, scale
                                 "graph capture (they are checked on the host); pass check=False and max_seqlen_q")
         starts_q = offsets("cu_seqlens_q", cu_seqlens_q, int(q.shape[0]), "q.shape[0]")
         offsets("cu_seqlens_k", cu_seqlens_k, int(k.shape[0]), "k.shape[0]")
-        max_seq_q = max(b - a for a, b in zip(starts_q, starts_q[1:]))
+        lengths_q = [b - a for a, b in zip(starts_q, starts_q[1:])]
+        max_seq_q = max(lengths_q)
         if max_seqlen_q is not None and max_seqlen_q < max_seq_q:
-            raise ArgumentError(f"max_seqlen_q is {max_seqlen_q}, but sequence {_longest(starts_q)} has "
+            raise ArgumentError(f"max_seqlen_q is {max_seqlen_q}, but sequence {lengths_q.index(max_seq_q)} has "
                                 f"{max_seq_q} query rows")
     else:
         max_seq_q = max_seqlen_q
@@ -139,12 +140,6 @@ def check_layout(name: str, value) -> None:
     if not _contiguous(value):
         raise ArgumentError(f"{name} must be contiguous (the kernel reads it as a dense array); make a contiguous "
                             f"copy first")
-
-
-def _longest(starts: list[int]) -> int:
-    """The index of the longest sequence of cumulative lengths ``starts``."""
-    lengths = [b - a for a, b in zip(starts, starts[1:])]
-    return lengths.index(max(lengths))
 
 
 def offsets(name: str, value, total: int, total_name: str) -> list[int]:
