@@ -50,9 +50,9 @@ for step in "${steps[@]}"; do
     # The GPU suite compiles hundreds of kernels: pytest-xdist (on the GPU machine's image) spreads the builds over
     # the CPUs, and pytest-timeout ends a test that hangs instead of the whole step (its thread method: a test stuck
     # in a driver call never sees a signal; the worker is ended and replaced).
-    gpu-tests) cmd=(python3 -m pytest -q -m gpu tests -p no:cacheprovider)
+    gpu-tests) cmd=(python3 -m pytest -q -m gpu tests -p no:cacheprovider --durations 25)
                python3 -c "import xdist, pytest_timeout" 2>/dev/null &&
-                 cmd+=(-n 14 --timeout 300 --timeout-method thread -rfE) ;;
+                 cmd+=(-n 14 --dist worksteal --timeout 300 --timeout-method thread -rfE) ;;
     main) cmd=(python3 examples/main.py) ;;
     tutorial) cmd=(python3 benchmarks/tutorial.py) ;;
     launch) cmd=(python3 benchmarks/launch.py --breakdown --json "$out/launch.json") ;;
