@@ -34,6 +34,9 @@ def main(argv=None) -> int:
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--equal", action="store_true",
+                        help="every sequence of the random draw's mean length (no raggedness: the packed kernel's "
+                             "cost per tile against the dense kernel's)")
     parser.add_argument("--warmup", type=int, default=25, help="do_bench warmup, ms")
     parser.add_argument("--rep", type=int, default=100, help="do_bench repetitions, ms")
     parser.add_argument("--dry-run", action="store_true", help="CPU tensors on the emulator, 3 short sequences")
@@ -50,6 +53,8 @@ def main(argv=None) -> int:
     batch, max_len = (3, 40) if args.dry_run else (args.batch, args.max_len)
     heads, head_dim = (2, 64) if args.dry_run else (MODEL_WIDTH // args.head_dim, args.head_dim)
     lengths = torch.randint(1, max_len + 1, (batch,), generator=generator)
+    if args.equal:
+        lengths = torch.full_like(lengths, max(1, round(float(lengths.float().mean()))))
     cu = torch.zeros(batch + 1, dtype=torch.int32)
     cu[1:] = torch.cumsum(lengths, 0)
     total = int(cu[-1])

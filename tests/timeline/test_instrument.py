@@ -56,8 +56,11 @@ def test_v3_gets_a_site_per_wait_tma_issue_wgmma_run_wait_group_sync_and_its_epi
     wait = "self.mbarrier.wait("
     expected = [
         ("wait", "wait producer_barriers[{index}]", "producer_barriers[{index}]", line_of(V3_FILE, wait, 0), PRODUCER),
-        ("tma", "tma ga -> sa[{index}]", None, line_of(V3_FILE, "self.tma.global_to_shared(", 0), PRODUCER),
-        ("tma", "tma gb -> sb[{index}]", None, line_of(V3_FILE, "self.tma.global_to_shared(", 1), PRODUCER),
+        # a load's barrier is indexed as its tile is, so its record names both
+        ("tma", "tma ga -> sa[{index}]", "consumer_barriers[{index}]", line_of(V3_FILE, "self.tma.global_to_shared(",
+                                                                                0), PRODUCER),
+        ("tma", "tma gb -> sb[{index}]", "consumer_barriers[{index}]", line_of(V3_FILE, "self.tma.global_to_shared(",
+                                                                                1), PRODUCER),
         ("wait", "wait producer_barriers[{index}]", "producer_barriers[{index}]", line_of(V3_FILE, wait, 1), PRODUCER),
         ("wait", "wait consumer_barriers[{index}]", "consumer_barriers[{index}]", line_of(V3_FILE, wait, 2), CONSUMER),
         ("wgmma", "wgmma", None, line_of(V3_FILE, "self.wgmma.mma("), CONSUMER),
@@ -72,7 +75,7 @@ def test_v3_gets_a_site_per_wait_tma_issue_wgmma_run_wait_group_sync_and_its_epi
     assert build.recorders == (0, 128) and (build.blocks, build.capacity) == (4, 64)
     # The recorded index is the barrier's (or tile's) runtime index into its leading dimension.
     assert build.sites[0].render(1) == ("wait producer_barriers[1]", "producer_barriers[1]")
-    assert build.sites[1].render(0) == ("tma ga -> sa[0]", None)
+    assert build.sites[1].render(0) == ("tma ga -> sa[0]", "consumer_barriers[0]")
 
 
 def test_the_pass_brackets_each_site_and_adds_the_buffer_parameter():
@@ -116,6 +119,8 @@ def test_v5_epilogue_starts_after_the_last_wait_group_and_tma_from_a_warp_is_a_s
     assert build.recorders == (0, 256)
     waits = {s.name for s in build.sites if s.kind == "wait"}
     assert waits == {"wait full_barriers[{index}]", "wait empty_barriers[{index}]"}
+    # Pipeline's loads complete on the full barrier of the stage they fill: their records name it.
+    assert {s.barrier for s in build.sites if s.kind == "tma"} == {"full_barriers[{index}]"}
     # Pipeline's waits are inlined: the site's line names the kernel's call first, then the library line.
     assert all(" -> Pipeline." in str(s.loc) for s in build.sites if s.kind == "wait")
 

@@ -298,18 +298,30 @@ def _zero() -> ir.Const:
 
 def _named(stmt: ir.Stmt, shown: Instrumentation) -> tuple[str, tuple[int, ...], ir.Expr, str | None]:
     """A site's name template ("tma ga -> sa[{index}]"), the extents its recorded index runs over, the expression
-    of that index and its barrier's template (only where the barrier is the indexed field: a record holds one
-    index)."""
-    fields, shape, index, barrier = {}, (), _zero(), None
+    of that index and its barrier's template (``_barrier_template``)."""
+    fields, shape, index = {}, (), _zero()
     for field in fields_of(shown.name):
         value = getattr(stmt, field)
         if field == shown.indexed:
             fields[field], shape, index = _indexed(value)
-            if field == shown.barrier:
-                barrier = fields[field]
         else:
             fields[field] = value.decl.name if isinstance(value, ir.TensorRef) else str(value)
-    return shown.name.format(**fields), shape, index, barrier
+    return shown.name.format(**fields), shape, index, _barrier_template(stmt, shown, shape, index)
+
+
+def _barrier_template(stmt: ir.Stmt, shown: Instrumentation, shape: tuple[int, ...], index: ir.Expr) -> str | None:
+    """The template of the barrier a site's event is about: a record holds one index, so the barrier is named where
+    that index names it too. That is when the barrier is the indexed field, when it is a single barrier (no index),
+    or when it is indexed alike (the same extents and index expression: a TMA load into ``sa[stage]`` completing
+    on ``full[stage]``, as every ring's loads do, so that a GPU summary sees which stage a load fills). None
+    otherwise."""
+    if shown.barrier is None:
+        return None
+    ref = getattr(stmt, shown.barrier)
+    if not ref.index:
+        return ref.decl.name
+    template, extents, flat = _indexed(ref)
+    return template if (extents, flat) == (shape, index) else None
 
 
 def _indexed(ref: ir.TensorRef) -> tuple[str, tuple[int, ...], ir.Expr]:
