@@ -50,8 +50,8 @@ class Instrumentation:
     shown) named by the template ``name`` over the statement's fields (``"tma {src} -> {dst}"``).
 
     ``indexed``: the field (a barrier or a shared tile) whose runtime index a GPU record carries, shown with that
-    index; ``barrier``: the field naming the barrier the event is about (an event's barrier on the GPU only where it
-    is the indexed field, the one index a record holds); ``run``: consecutive statements of this type make one
+    index; ``barrier``: the field naming the barrier the event is about (on the GPU, where the one index a record
+    holds names it: the indexed field, a single barrier, or one indexed as the indexed field is); ``run``: consecutive statements of this type make one
     event, from the first to the statement that ``closes`` the kind (WGMMA issues up to their commit); ``stage``:
     the field (a barrier or a shared tile) whose index is the pipeline stage the event concerns (a wait's barrier,
     a TMA load's destination, an mma's B operand: the tile the K loop rings); ``phase``: the field holding the
