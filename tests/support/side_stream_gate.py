@@ -11,6 +11,7 @@ starts and the process makes three streams (the default one, ``side`` and the op
 so each has a queue of its own and the order the test asserts is forced by the gate alone.
 """
 
+import faulthandler
 import json
 import os
 import sys
@@ -26,11 +27,13 @@ import torch  # noqa: E402
 from cuda.bindings import driver as cu  # noqa: E402
 
 import warpspec  # noqa: E402
-from warpspec.cuda.driver import check  # noqa: E402
+from warpspec.cuda.driver import check, context  # noqa: E402
 
 #: The watchdog opens the gate after this long, so a launch that wrongly waits for ``side`` ends in a failed
 #: assertion instead of a hang.
 WATCHDOG_S = 30.0
+#: Past this, every thread's stack goes to stderr (the test shows it), naming a call that waited on ``side``.
+STACKS_AFTER_S = 20.0
 
 
 def new_stream() -> "torch.cuda.ExternalStream":
@@ -51,6 +54,7 @@ def main() -> None:
     side, opener = new_stream(), new_stream()
 
     def open_gate() -> None:
+        context(0)  # the watchdog's thread has no current context of its own
         check(cu.cuStreamWriteValue32(cu.CUstream(opener.cuda_stream), word.data_ptr(), 1,
                                       cu.CUstreamWriteValue_flags.CU_STREAM_WRITE_VALUE_DEFAULT), "cuStreamWriteValue32")
 
@@ -64,6 +68,7 @@ def main() -> None:
         watchdog = threading.Timer(WATCHDOG_S, open_gate)
         watchdog.daemon = True
         watchdog.start()
+        faulthandler.dump_traceback_later(STACKS_AFTER_S)
         with torch.cuda.stream(side):
             kernel(256, 256, 128, a, b, c)
         # Had the kernel gone to the default stream it would be done now; on ``side`` it waits at the gate, which
@@ -71,6 +76,7 @@ def main() -> None:
         torch.cuda.default_stream().synchronize()
         held = (not side.query()) and bool(torch.isnan(c).all().item())
         watchdog.cancel()
+        faulthandler.cancel_dump_traceback_later()
         open_gate()
         side.synchronize()
     reference = a.double() @ b.double().T

@@ -157,22 +157,20 @@ class Attention(Script):
         if self.causal:
             # The block's last row, offset_m + BLOCK_M - 1, sees keys up to offset_m + BLOCK_M - 1 + seq_k - seq_q.
             n_end = max(min(seq_k, offset_m + BLOCK_M + seq_k - seq_q), 0)
-        if self.varlen:
-            if offset_m >= seq_q:  # a tile of the longest sequence only: no keys to read, no rows to store
-                n_end = 0
         n_tiles: int32 = cdiv(n_end, block_n)
+        # Packed sequences: a tile of the longest sequence only loads no Q, reads no keys and stores no rows.
+        if not self.varlen or offset_m < seq_q:
+            with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=WARPGROUP,
+                                   max_registers=PRODUCER_REGISTERS):
+                with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=32):
+                    self.produce(gq, gk, gv, sq, sk, sv, q_loaded, pipe_k, pipe_v, bh, kv_bh, q_start + offset_m,
+                                 k_start, n_tiles)
 
-        with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=WARPGROUP,
-                               max_registers=PRODUCER_REGISTERS):
-            with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=32):
-                self.produce(gq, gk, gv, sq, sk, sv, q_loaded, pipe_k, pipe_v, bh, kv_bh, q_start + offset_m,
-                             k_start, n_tiles)
-
-        with self.thread_group(thread_begin=0, num_threads=CONSUMER_THREADS, max_registers=CONSUMER_REGISTERS):
-            for wg in range(2):
-                with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
-                    self.consume(wg, sq[wg], sk, sv, go, glse, q_loaded, pipe_k, pipe_v, turns, seq_q, seq_k,
-                                 scale_log2, bh, offset_m, n_tiles, q_start)
+            with self.thread_group(thread_begin=0, num_threads=CONSUMER_THREADS, max_registers=CONSUMER_REGISTERS):
+                for wg in range(2):
+                    with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
+                        self.consume(wg, sq[wg], sk, sv, go, glse, q_loaded, pipe_k, pipe_v, turns, seq_q, seq_k,
+                                     scale_log2, bh, offset_m, n_tiles, q_start)
 
     def produce(self, gq, gk, gv, sq, sk, sv, q_loaded, pipe_k, pipe_v, bh, kv_bh, q_row, k_row, n_tiles):
         """The producer warp: the Q tile (view rows ``q_row ...``), then K_j and V_j (rows ``k_row + j·block_n

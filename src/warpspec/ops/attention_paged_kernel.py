@@ -43,7 +43,7 @@ class _AttentionPaged(_AttentionVarlen):
         gq = self.global_view(q_ptr, dtype=dtype, shape=[heads, rows_q, d], strides=[d, heads * d, 1])
         gk = self.global_view(k_ptr, dtype=dtype, shape=[kv_heads, rows_k, d], strides=[d, kv_heads * d, 1])
         gv = self.global_view(v_ptr, dtype=dtype, shape=[kv_heads, rows_k, d], strides=[d, kv_heads * d, 1])
-        go = self.global_view(o_ptr, dtype=dtype, shape=[rows_q, heads * d])
+        go = self.output_views(o_ptr, heads, rows_q)
         glse = self.global_view(lse_ptr, dtype=float32, shape=[rows_q, heads], strides=[1, rows_q])
         table = self.global_view(table_ptr, dtype=int32, shape=[batch, max_pages])
         lens = self.global_view(lens_ptr, dtype=int32, shape=[batch])

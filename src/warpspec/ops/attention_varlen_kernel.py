@@ -8,8 +8,9 @@ H, B): block (x, h, b) reads its sequence's bounds from ``cu_seqlens_q`` and ``c
 end reads no keys and stores nothing. The views are head-major over the packed rows ([H, total, D], strides
 [D, H·D, 1]), so each TMA box is the dense kernel's [1, rows, D] at the sequence's row offset; keys past the
 sequence's end in its last tile are the next sequence's (or TMA's zeros past the total), masked like the dense
-kernel's columns past S_k. O and the log-sum-exp leave from registers (``store_global``) with ``row_end`` at the
-sequence's end: a TMA box would also write the next sequence's rows.
+kernel's columns past S_k. The log-sum-exp leaves from registers (``store_global``) with ``row_end`` at the
+sequence's end, and so does a warpgroup's O where its 64 rows pass that end (a TMA box would also write the next
+sequence's rows); O of whole warpgroup tiles leaves by TMA store, as in the dense kernel.
 
 Causal masks are aligned at the bottom right of each sequence (query i of a sequence sees its keys
 j <= i + S_k - S_q), as ``ops.attention`` aligns them.
@@ -40,7 +41,7 @@ class _AttentionVarlen(Attention):
         gq = self.global_view(q_ptr, dtype=dtype, shape=[heads, total_q, d], strides=[d, heads * d, 1])
         gk = self.global_view(k_ptr, dtype=dtype, shape=[kv_heads, total_k, d], strides=[d, kv_heads * d, 1])
         gv = self.global_view(v_ptr, dtype=dtype, shape=[kv_heads, total_k, d], strides=[d, kv_heads * d, 1])
-        go = self.global_view(o_ptr, dtype=dtype, shape=[total_q, heads * d])
+        go = self.output_views(o_ptr, heads, total_q)
         # lse [H, total_q] seen as [total_q, H], as the dense kernel sees its [B·H, S_q].
         glse = self.global_view(lse_ptr, dtype=float32, shape=[total_q, heads], strides=[1, total_q])
         cu_q = self.global_view(cu_q_ptr, dtype=int32, shape=[batch + 1])
@@ -54,12 +55,26 @@ class _AttentionVarlen(Attention):
         head: int32 = self.blockIdx.y
         self.attend(gq, gk, gv, go, glse, seq_q, seq_k, scale_log2, head, head // group, q_start, k_start)
 
+    def output_views(self, o_ptr, heads, rows):
+        """O [rows, H, D] twice: as rows of H·D elements (``store_global`` clips them at a sequence's end) and
+        head-major ([H, rows, D], strides [D, H·D, 1]) for TMA stores, as Q is loaded."""
+        d = self.head_dim
+        return (self.global_view(o_ptr, dtype=self.dtype, shape=[rows, heads * d]),
+                self.global_view(o_ptr, dtype=self.dtype, shape=[heads, rows, d], strides=[d, heads * d, 1]))
+
     def store_result(self, sq, go, glse, out, lse, bh, rows_from, q_start, seq_q):
-        """A warpgroup's 64 rows of O and of the log-sum-exp, stored from registers up to the sequence's end."""
+        """A warpgroup's 64 rows of O and of the log-sum-exp (``go``: ``output_views``). O leaves as the dense
+        kernel's does, through the warpgroup's Q buffer and one TMA store, when all 64 rows lie in the sequence;
+        else from registers up to the sequence's end (a TMA box would write the next sequence's rows too)."""
+        go_rows, go_heads = go
         row = q_start + rows_from
         row_end = q_start + seq_q
         self.store_global(glse, lse, offsets=[row, bh], row_end=row_end)
-        self.store_global(go, self.cast(out, self.dtype), offsets=[row, bh * self.head_dim], row_end=row_end)
+        result = self.cast(out, self.dtype)
+        if rows_from + 64 <= seq_q:
+            self.store_output(sq, go_heads, result, bh, row)
+        else:
+            self.store_global(go_rows, result, offsets=[row, bh * self.head_dim], row_end=row_end)
 
 
 @_schedules
