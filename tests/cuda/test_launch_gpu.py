@@ -128,19 +128,15 @@ def test_a_tuned_call_is_captured_after_tuning_and_refused_before(tmp_path, monk
 
 
 def test_a_call_on_a_non_default_stream_runs_on_it():
-    """The call goes to the current stream: made under ``torch.cuda.stream(side)`` while ``side`` is held at a gate,
-    the kernel has not run until the gate opens. In a process of its own (``tests/support/side_stream_gate.py``
-    says why: a gate in a worker with many streams can stall the queue of the stream that would open it)."""
-    try:
-        result = subprocess.run([sys.executable, "-m", "tests.support.side_stream_gate", json.dumps(PINNED)],
-                                cwd=ROOT, capture_output=True, text=True, timeout=120,
-                                env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])})
-    except subprocess.TimeoutExpired as stuck:  # the stacks it printed say where
-        printed = stuck.stderr.decode() if isinstance(stuck.stderr, bytes) else stuck.stderr
-        pytest.fail(f"the side-stream run did not end in 120 s:\n{printed}")
+    """The call goes to the current stream: made under ``torch.cuda.stream(side)`` behind a spin kernel on ``side``,
+    the kernel has not run when the default stream reads its output. In a process of its own
+    (``tests/support/side_stream_hold.py`` says why)."""
+    result = subprocess.run([sys.executable, "-m", "tests.support.side_stream_hold", json.dumps(PINNED)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])})
     assert result.returncode == 0, result.stderr
     found = json.loads(result.stdout.splitlines()[-1])
-    assert found["held"], "the kernel ran before its stream passed the gate: it was not launched on the current stream"
+    assert found["held"], "the kernel ran before the spin queued on its stream ended: it was not launched there"
     assert found["error"] < 1e-2
 
 
