@@ -51,8 +51,9 @@ class Instrumentation:
 
     ``indexed``: the field (a barrier or a shared tile) whose runtime index a GPU record carries, shown with that
     index; ``barrier``: the field naming the barrier the event is about (on the GPU, where the one index a record
-    holds names it: the indexed field, a single barrier, or one indexed as the indexed field is); ``run``: consecutive statements of this type make one
-    event, from the first to the statement that ``closes`` the kind (WGMMA issues up to their commit); ``stage``:
+    holds names it: the indexed field, a single barrier, or one indexed as the indexed field is); ``run``:
+    consecutive statements of this type make one event, from the first to the statement that ``closes`` the kind
+    (WGMMA issues up to their commit); ``stage``:
     the field (a barrier or a shared tile) whose index is the pipeline stage the event concerns (a wait's barrier,
     a TMA load's destination, an mma's B operand: the tile the K loop rings); ``phase``: the field holding the
     parity a wait waits for (``warpspec.timeline.instrument`` says what events carry of both); ``pending``: the
