@@ -4,13 +4,14 @@ kernel of ``warpspec.ops.attention_kernel`` in its packed mode, one launch for e
 Q is [total_q, H, D] and K, V are [total_k, H_kv, D], sequence b being rows ``cu_seqlens[b] ...
 cu_seqlens[b + 1]`` (``flash_attn_varlen_func``'s layout). The grid is (query tiles of the longest sequence,
 H, B): block (x, h, b) reads its sequence's bounds from ``cu_seqlens_q`` and ``cu_seqlens_k`` with
-``load_scalar`` and runs the dense kernel's body on query tile x of head h of sequence b. A tile past its sequence's
-end starts no roles: it loads no Q, reads no keys and stores nothing. The views are head-major over the packed rows ([H, total, D], strides
-[D, H·D, 1]), so each TMA box is the dense kernel's [1, rows, D] at the sequence's row offset; keys past the
-sequence's end in its last tile are the next sequence's (or TMA's zeros past the total), masked like the dense
-kernel's columns past S_k. The log-sum-exp leaves from registers (``store_global``) with ``row_end`` at the
-sequence's end, and so does a warpgroup's O where its 64 rows pass that end (a TMA box would also write the next
-sequence's rows); O of whole warpgroup tiles leaves by TMA store, as in the dense kernel.
+``load_scalar`` and runs the dense kernel's body on query tile x of head h of sequence b. A tile past its
+sequence's end starts no roles: it loads no Q, reads no keys and stores nothing. The views are head-major over the
+packed rows ([H, total, D], strides [D, H·D, 1]), so each TMA box is the dense kernel's [1, rows, D] at the
+sequence's row offset; keys past the sequence's end in its last tile are the next sequence's (or TMA's zeros past
+the total), masked like the dense kernel's columns past S_k. The log-sum-exp leaves from registers
+(``store_global``) with ``row_end`` at the sequence's end, and so does a warpgroup's O where its 64 rows pass that
+end (a TMA box would also write the next sequence's rows); O of whole warpgroup tiles leaves by TMA store, as in
+the dense kernel.
 
 Causal masks are aligned at the bottom right of each sequence (query i of a sequence sees its keys
 j <= i + S_k - S_q), as ``ops.attention`` aligns them.
