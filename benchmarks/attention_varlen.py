@@ -15,6 +15,7 @@ error below 4e-2).
 
     python benchmarks/attention_varlen.py                      # 16 sequences of 1-4096 keys, D 128, both masks
     python benchmarks/attention_varlen.py --head-dim 64 --causal yes
+    python benchmarks/attention_varlen.py --equal             # every sequence of the mean length
     python benchmarks/attention_varlen.py --dry-run            # CPU: 3 short sequences on the emulator, no timing
 """
 
