@@ -144,6 +144,24 @@ def test_a_copy_is_bound_by_hbm():
     moved = 2 * 16384 * 16384 * 2  # read once, written once
     assert timeline.kernel_ns == pytest.approx(p["launch_ns"] + moved / p["hbm_bandwidth_gbps"])
     assert timeline.notes[1].startswith("bound by HBM: the global views hold 1073.7 MB, which take ")
+    # ... and its diagnosis says so, whatever its roles wait on (before, it blamed the roles that empty the stages)
+    share = moved / timeline.kernel_ns / p["hbm_bandwidth_gbps"]
+    assert summarize(timeline).diagnosis().startswith(
+        f"no WGMMA, and the launch moves its global views' 1074 MB at {moved / timeline.kernel_ns / 1e3:.2f} TB/s, "
+        f"{share:.0%} of the HBM bandwidth the device sustains: bound by memory")
+
+
+def test_a_copy_far_from_hbm_and_a_matmul_near_it_get_their_roles_diagnosis():
+    """The memory rule needs both: no WGMMA, and the views' bytes moved at 60% of HBM or more."""
+    from tma_copy import TmaCopy
+
+    script = TmaCopy().instantiate({"tile_m": 64, "tile_n": 64})
+    runtime, compile_time = bind_arguments(type(script), (512, 512, None, None), {})
+    small = summarize(model_launch(kernel_for(script, compile_time), runtime, load_parameters()))
+    assert small.metrics["wgmma"] == 0.0 and small.metrics["hbm_share"] < 0.60
+    assert not small.diagnosis().startswith("no WGMMA")
+    matmul = summarize(modeled_matmul(MatmulWGMMAV3, 2048, num_stages=2, block_m=128, block_n=128, block_k=64))
+    assert matmul.metrics["wgmma"] == 1.0 and not matmul.diagnosis().startswith("no WGMMA")
 
 
 def test_a_deadlock_is_reported_as_the_emulator_reports_it():

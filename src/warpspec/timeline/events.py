@@ -197,7 +197,10 @@ class Timeline:
     there, up to the recording's cap); ``occupancy``: how many blocks an SM holds, when known; ``failure`` and
     ``unit``: a counterexample's error and its time axis (one step per microsecond); ``shortfalls``: the roles whose
     events the record could not hold all of (a GPU record past its capacity): the events are then a fragment;
-    ``selection``: what the events are when they are only some tiles' or stages' (``select``), else None."""
+    ``selection``: what the events are when they are only some tiles' or stages' (``select``), else None;
+    ``view_bytes``: the bytes the launch's global views hold (each crosses HBM at least once) and ``hbm_gbps`` the
+    HBM bandwidth the device sustains, when known (the model's parameters), so a kernel's memory bound can be
+    judged."""
 
     kernel: str
     source: str
@@ -213,6 +216,8 @@ class Timeline:
     unit: str = "time (µs)"  # the chart's time axis (a counterexample counts steps instead)
     shortfalls: list[Shortfall] = field(default_factory=list)
     selection: Selection | None = None
+    view_bytes: float | None = None
+    hbm_gbps: float | None = None
 
     @property
     def complete(self) -> bool:

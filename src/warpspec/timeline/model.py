@@ -159,4 +159,4 @@ def model_launch(kernel: ir.Kernel, arguments: dict, parameters: dict | None = N
                                 kernel.num_threads, "the model's count, registers " +
                                 (registers_from if registers else "estimated"))
     return Timeline(kernel.name, "model", dict(kernel.constants), kernel_ns, events, roles, flops or None, notes,
-                    sm=0, occupancy=resident_per_sm)
+                    sm=0, occupancy=resident_per_sm, view_bytes=compulsory, hbm_gbps=p["hbm_bandwidth_gbps"])

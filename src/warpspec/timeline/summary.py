@@ -44,6 +44,12 @@ BLOCKED_WAIT_NS = 50.0
 #: The diagnosis: the first rule whose conditions all hold gives the line. Conditions are (metric, comparison,
 #: threshold) over ``Summary.metrics``; a metric that is unknown (None) fails its condition.
 RULES = (
+    # Without WGMMA, a launch that moves its views' bytes near HBM's rate is bound by memory, whatever its roles wait
+    # on: their waits are the memory's pace.
+    ((("wgmma", "==", 0), ("hbm_share", ">=", 0.60)),
+     "no WGMMA, and the launch moves its global views' {view_mb:.0f} MB at {hbm_tbps:.2f} TB/s, {hbm_share:.0%} of "
+     "the HBM bandwidth the device sustains: bound by memory; the roles' waits are the memory's pace, and only "
+     "fewer bytes (or reads served from L2) would gain"),
     ((("consumers_full_wait", ">", 0.20),),
      "consumers wait on full barriers {consumers_full_wait:.0%} of the time: the producers can't keep up; try more "
      "stages or larger K tiles"),
@@ -237,8 +243,21 @@ def summarize(timeline: Timeline) -> Summary:
         "blocks_per_sm": timeline.occupancy.blocks if timeline.occupancy is not None else summary.at_once,
         "consumer_warpgroups": _consumer_warpgroups(timeline),
         "tiles_per_block": max((e.tile + 1 for e in timeline.events if e.tile is not None), default=None),
+        "wgmma": float(any(e.kind == "wgmma" for e in timeline.events)),
+        **_memory(timeline),
     }
     return summary
+
+
+def _memory(timeline: Timeline) -> dict:
+    """The launch's memory metrics, where its views' bytes and the device's HBM rate are known: ``view_mb`` (the
+    bytes the global views hold, in MB), ``hbm_tbps`` (those bytes over the launch's time) and ``hbm_share`` (that
+    rate over the HBM bandwidth the device sustains)."""
+    t = timeline
+    if not (t.view_bytes and t.hbm_gbps and t.kernel_ns):
+        return {"view_mb": None, "hbm_tbps": None, "hbm_share": None}
+    rate = t.view_bytes / t.kernel_ns  # bytes per ns = GB/s
+    return {"view_mb": t.view_bytes / 1e6, "hbm_tbps": rate / 1e3, "hbm_share": rate / t.hbm_gbps}
 
 
 def block_spans(events) -> dict:
