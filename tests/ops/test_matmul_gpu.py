@@ -138,7 +138,7 @@ def test_every_schedule_at_a_ragged_shape_with_few_sms(dtype, shard):
             continue
         assert relative_error(out, expected) < 1e-2, schedule
         ran += 1
-    assert ran >= 30 // SHARDS  # of the 72 schedules at least 30 build
+    assert ran >= 30 // SHARDS  # each share builds 3 or more of its 9 (the unsplit test asked 30 of the 72)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float8_e4m3fn])

@@ -3,10 +3,12 @@
 ``held`` (the kernel had not run while ``side`` was busy with a spin kernel queued before it) and ``error`` (its
 result's relative error once ``side`` finished).
 
-The order is forced, not timed: ``torch.cuda._sleep`` spins one block for ``SPIN_CYCLES`` clock cycles (seconds),
-the call is queued behind it on ``side``, and the result is read on the default stream at once. Had the call gone
-to any other stream it would have run beside the spin and the read would see it; on ``side`` it cannot start before
-the spin ends. Nothing waits on a semaphore, so nothing can hang: at worst ``side`` finishes when the spin does.
+The order comes from the stream, not from how fast the kernel runs: ``torch.cuda._sleep`` spins one block for
+``SPIN_CYCLES`` clock cycles (about five seconds), the call is queued behind it on ``side``, and the result is read
+on the default stream at once. Had the call gone to any other stream it would have run beside the spin and the read
+would see it; on ``side`` it cannot start before the spin ends. The one assumption is that the read takes less than
+the spin's seconds. Nothing waits on a semaphore, so nothing can hang: at worst ``side`` finishes when the spin
+does.
 
 Why a process of its own: the driver spreads streams over ``CUDA_DEVICE_MAX_CONNECTIONS`` hardware queues (8 by
 default), and work queued behind the spin in one queue holds back later work of any stream that shares the queue.
