@@ -15,6 +15,10 @@ default), and work queued behind the spin in one queue holds back later work of 
 In a test worker that has made PyTorch's pool of 64 streams, the default stream's read could share ``side``'s queue
 and wait for the spin. Here the variable is 32 before CUDA starts and the process makes one stream besides the
 default one (not from PyTorch's pool), so each has a queue of its own.
+
+And every kernel the read launches runs once before the spin starts: CUDA loads a module's kernels lazily, at their
+first launch, and a load waits for the kernels running on the device, so a first read would wait out the spin and
+find the output written.
 """
 
 import json
@@ -44,6 +48,11 @@ def main() -> None:
     a = torch.randn(256, 128, device="cuda", dtype=torch.float16, generator=generator)
     b = torch.randn(256, 128, device="cuda", dtype=torch.float16, generator=generator)
     c = torch.empty(256, 256, device="cuda", dtype=torch.float16)
+
+    def read_output() -> bool:
+        """Whether c is still all NaN, read on the default stream."""
+        return bool(torch.isnan(c).all().item())
+
     # A non-blocking stream made by the driver (PyTorch's pool would make 64 at once).
     side = torch.cuda.ExternalStream(int(check(cu.cuStreamCreate(cu.CUstream_flags.CU_STREAM_NON_BLOCKING.value),
                                                "cuStreamCreate")))
@@ -52,10 +61,12 @@ def main() -> None:
         kernel(256, 256, 128, a, b, c)  # plan made outside the side stream
         c.fill_(float("nan"))
         torch.cuda.synchronize()  # c's NaNs are in memory before side starts its spin
+        read_output()  # the read's kernels loaded before the spin (see the module's docstring)
+        side.query()
         with torch.cuda.stream(side):
             torch.cuda._sleep(SPIN_CYCLES)
             kernel(256, 256, 128, a, b, c)
-        held = (not side.query()) and bool(torch.isnan(c).all().item())
+        held = (not side.query()) and read_output()
         side.synchronize()
     reference = a.double() @ b.double().T
     error = ((c.double() - reference).norm() / reference.norm()).item()
