@@ -10,7 +10,9 @@ Each time is the house protocol of docs/performance.md (``warpspec.tune.bench.ti
 then about 500 ms of calls, each after an L2 flush, the median), taken in three alternating rounds (plain,
 instrumented, plain, ...) of which the median is kept, so clock drift over the run weighs on both alike. Then one
 profiled call per schedule makes its timeline, written with ``warpspec.timeline.write`` (trace, chart, summary)
-under --out. Exits non-zero when an overhead is above 5%.
+under --out, and one more records only the first block on the SM: where blocks are handed out as SMs free up, the
+whole launch's time hides what recording costs the recorded SM (it just runs fewer blocks), and the SM's block
+count in the two calls shows it. Exits non-zero when an overhead is above 5%.
 
     python benchmarks/profile_overhead.py [--size 8192] [--rounds 3] [--blocks 64] [--sm 0] [--out profile-overhead]
 """
@@ -94,6 +96,13 @@ def main() -> None:
                                                                   sm=options.sm) as session:
             script(*args)
         timeline = session.timelines[-1]
+        # The whole launch's time hides what recording costs the recorded SM where blocks are handed out as SMs
+        # free up: a slowed SM just runs fewer of them. Its block count with every block recorded, against one with
+        # only its first block recorded, shows that cost.
+        with warpspec.use_backend("cuda"), warpspec.profile(blocks=1, flops=flops, sm=options.sm) as first_only:
+            script(*args)
+        row["sm_blocks"] = timeline.sm_blocks
+        row["sm_blocks_first_only"] = first_only.timelines[-1].sm_blocks
         out = os.path.join(options.out, label.split(",")[0].replace(" ", "-") + f"-{len(rows)}")
         write(timeline, out)
         print(f"  {len(timeline.events)} events, trace and summary written to {out}:")
@@ -102,10 +111,11 @@ def main() -> None:
 
     print(f"\n{torch.cuda.get_device_name()}, V3 and V6 at {size}^3 fp16, attention at seq {seq}, up to "
           f"{options.blocks} blocks recorded on SM {options.sm}, median of {options.rounds} rounds")
-    print(f"{'kernel':>22} {'plain ms':>9} {'instr. ms':>9} {'overhead':>8} {'TFLOP/s':>8}")
+    print(f"{'kernel':>22} {'plain ms':>9} {'instr. ms':>9} {'overhead':>8} {'TFLOP/s':>8} {'SM blocks':>10}")
     for row in rows:
         print(f"{row['label']:>22} {row['plain']:9.4f} {row['instrumented']:9.4f} {100 * row['overhead']:+7.2f}% "
-              f"{row['flops'] / row['plain'] / 1e9:8.0f}")
+              f"{row['flops'] / row['plain'] / 1e9:8.0f} {row['sm_blocks']:>4} / {row['sm_blocks_first_only']:<4}")
+    print(f"SM blocks: the blocks that ran on SM {options.sm} with each of them recorded / with only the first")
     worst = max(row["overhead"] for row in rows)
     if worst > LIMIT:
         sys.exit(f"the instrumentation costs {100 * worst:.1f}%, above the {100 * LIMIT:.0f}% limit")

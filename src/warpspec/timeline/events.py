@@ -200,7 +200,8 @@ class Timeline:
     ``selection``: what the events are when they are only some tiles' or stages' (``select``), else None;
     ``view_bytes``: the bytes the launch's global views hold (each crosses HBM at least once) and ``hbm_gbps`` the
     HBM bandwidth the device sustains, when known (the model's parameters), so a kernel's memory bound can be
-    judged."""
+    judged; ``sm_blocks``: how many blocks ran on ``sm`` in all (the GPU record's counter, recorded or not), when
+    known."""
 
     kernel: str
     source: str
@@ -218,6 +219,7 @@ class Timeline:
     selection: Selection | None = None
     view_bytes: float | None = None
     hbm_gbps: float | None = None
+    sm_blocks: int | None = None
 
     @property
     def complete(self) -> bool:

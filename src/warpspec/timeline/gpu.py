@@ -142,7 +142,7 @@ def decode(words: np.ndarray, build: Instrumented, kernel_ns: float, clock_hz: f
     groups = sorted({(s.group.begin, s.group.count): s.group for s in build.sites}.items())
     return Timeline(kernel.name, "gpu", dict(kernel.constants), kernel_ns, events,
                     list(dict.fromkeys(role_name(group) for _, group in groups)), flops, notes, build.sm, occupancy,
-                    shortfalls=shortfalls)
+                    shortfalls=shortfalls, sm_blocks=ran)
 
 
 def _block(word: int) -> tuple[int, int, int]:
