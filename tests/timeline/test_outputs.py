@@ -53,8 +53,7 @@ def test_trace_chart_and_summary_of_a_matmul(tmp_path, script_cls, roles, full, 
 
 def hand_made() -> Timeline:
     """Two blocks on one SM. Consumers: span 0-1000 ns, waits on full[0]/full[1] of 200 + 100 ns; producers: span
-    0-1000, waits on empty[*] of 600 ns; WGMMA committed at 300 and 700, done at 500 and 900 (block 0) and
-    500-700 (block 1)."""
+    0-1000, waits on empty[*] of 600 ns; WGMMA issued from 200 and 600, done at 500 and 900 in both blocks."""
     c, p = "consumer (threads 0-127)", "producer (threads 128-159)"
     events = []
     for block in ((0, 0, 0), (1, 0, 0)):
@@ -80,8 +79,9 @@ def test_summary_numbers_of_hand_made_events():
     c, p = hand_made().roles
     assert summary.waits == {(c, "full"): pytest.approx(0.3), (p, "empty"): pytest.approx(0.97)}
     assert summary.kinds == {"full": "full", "empty": "empty"}
-    # Busy 300-500 and 700-900 in both blocks (one SM): 400 of 1000 ns.
-    assert summary.tensor_busy == pytest.approx(0.4)
+    # Busy from each group's first issue to its wait's end, 200-500 and 600-900, in both blocks (one SM): 600 of
+    # 1000 ns.
+    assert summary.tensor_busy == pytest.approx(0.6)
     # Per block: full[0] blocked (200 ns), full at 200 until the next full wait at 500 (300 ns); full[1] blocked
     # (100 ns), full at 600 until the consumer's end at 1000 (400 ns): 700 of 1000 ns.
     assert summary.occupancy == pytest.approx(0.7) and summary.stages == 2

@@ -12,8 +12,10 @@ Everything is computed from the events alone, so GPU and modeled timelines read 
   blocked; when it did not, the completion is not observable, and the end of the last TMA issue into the stage
   stands for it (so a stage whose copy is still landing counts as full). Occupancy is the mean number of full
   stages over the consumers' span;
-- the tensor cores count as busy from a WGMMA group's commit (the ``wgmma`` event's end) to the end of the issuing
-  role's first ``wgmma_wait`` that shows it complete (``wgmma.wait_group(n)`` with at most n of the role's groups
+- the tensor cores count as busy from a WGMMA group's first instruction (the ``wgmma`` event's start: the tensor
+  cores take each instruction as it issues, and issue waits on them, so that a run's issue takes about as long as
+  its work; on the H200, V6's four m64n256k16 per warpgroup issue in 0.33 us) to the end of the issuing role's
+  first ``wgmma_wait`` that shows it complete (``wgmma.wait_group(n)`` with at most n of the role's groups
   committed after it): the group runs (or queues behind another block's) in between. The busy share is the
   union of those intervals over the blocks of one SM (all blocks of the model's SM; on the GPU, every block
   recorded on the profiled SM) over their span, averaged over SMs weighted by span;
@@ -107,14 +109,18 @@ class Summary:
         t = self.timeline
         return t.flops / t.kernel_ns / 1e3 if t.flops and t.kernel_ns else None
 
+    def rule(self) -> int:
+        """The index in ``RULES`` of the first rule that holds (the diagnosis's)."""
+        for index, (conditions, _) in enumerate(RULES):
+            if all(self.metrics.get(m) is not None and _COMPARE[op](self.metrics[m], limit)
+                   for m, op, limit in conditions):
+                return index
+        raise AssertionError("the last rule has no conditions")
+
     def diagnosis(self) -> str:
         """The first rule of ``RULES`` that holds, filled in."""
         values = {k: (v if v is not None else 0.0) for k, v in self.metrics.items()}
-        for conditions, text in RULES:
-            if all(self.metrics.get(m) is not None and _COMPARE[op](self.metrics[m], limit)
-                   for m, op, limit in conditions):
-                return text.format(**values)
-        raise AssertionError("the last rule has no conditions")
+        return RULES[self.rule()][1].format(**values)
 
     def text(self) -> str:
         """The summary as ``warpspec timeline`` prints it: the same lines for measured and modeled timelines."""
@@ -306,18 +312,18 @@ def _tensor_busy(events: list, per_tile: bool) -> float | None:
 
 
 def _groups_in_flight(role_events: list) -> list[tuple[float, float]]:
-    """Each WGMMA group of one role, from its commit to the end of the first ``wgmma.wait_group(n)`` that shows it
-    complete: one ending with at most n groups committed after it (``Event.pending``). With a group kept in flight
-    (``wait_group(1)``), the wait right after a commit shows only the group before it complete, so pairing each
-    commit with the next wait would end a group as the previous one ended; when WGMMA issue stalls while the
-    tensor cores are full, that is almost at once. A group in flight while its role waits on a full barrier counts
-    to the wait that shows it done (the events cannot show it ending sooner). ``role_events`` are in start
-    order."""
-    in_flight: list[float] = []  # commit times of the groups not yet shown complete, oldest first
+    """Each WGMMA group of one role, from its first instruction's issue to the end of the first
+    ``wgmma.wait_group(n)`` that shows it complete: one ending with at most n groups committed after it
+    (``Event.pending``). With a group kept in flight (``wait_group(1)``), the wait right after a commit shows only
+    the group before it complete, so pairing each commit with the next wait would end a group as the previous one
+    ended; when WGMMA issue stalls while the tensor cores are full, that is almost at once. A group in flight while
+    its role waits on a full barrier counts to the wait that shows it done (the events cannot show it ending
+    sooner). ``role_events`` are in start order."""
+    in_flight: list[float] = []  # issue times of the groups not yet shown complete, oldest first
     running = []
     for e in role_events:
         if e.kind == "wgmma":
-            in_flight.append(e.end_ns)
+            in_flight.append(e.start_ns)
         elif e.kind == "wgmma_wait":
             done = max(len(in_flight) - (e.pending or 0), 0)
             running += [(commit, e.end_ns) for commit in in_flight[:done]]
