@@ -60,7 +60,7 @@ for step in "${steps[@]}"; do
     v6) cmd=(python3 benchmarks/every_schedule.py matmul_v6:MatmulWGMMAV6 --json "$out/v6_8192.json") ;;
     v7) cmd=(python3 benchmarks/every_schedule.py matmul_v7:MatmulWGMMAV7 --json "$out/v7_8192.json") ;;
     # One archive of the traces, charts and summaries (a run hands back only a few files)
-    timeline) cmd=(bash -c "python3 benchmarks/profile_overhead.py --out /tmp/prof; status=\$?; \
+    timeline) cmd=(bash -c "python3 benchmarks/profile_overhead.py --out /tmp/prof --json '$out/profile.json'; status=\$?; \
                             tar czf '$out/prof.tgz' -C /tmp prof; exit \$status") ;;
     timeline-cli) cmd=(python3 -m warpspec.cli timeline examples/matmul_v3.py:MatmulWGMMAV3 m_size=2048 n_size=2048
                        k_size=2048 --schedule num_stages=2,block_m=128,block_n=128,block_k=64 --backend cuda

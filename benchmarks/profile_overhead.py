@@ -15,11 +15,13 @@ whole launch's time hides what recording costs the recorded SM (it just runs few
 count in the two calls shows it. Exits non-zero when an overhead is above 5%.
 
     python benchmarks/profile_overhead.py [--size 8192] [--rounds 3] [--blocks 64] [--sm 0] [--out profile-overhead]
+                                          [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -36,6 +38,7 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=64)
     parser.add_argument("--sm", type=int, default=0)
     parser.add_argument("--out", default="profile-overhead")
+    parser.add_argument("--json", help="also write each kernel's times and its timeline's summary metrics here")
     options = parser.parse_args()
 
     import numpy as np
@@ -54,6 +57,7 @@ def main() -> None:
     from warpspec.timeline.instrument import PARAMETER
     from warpspec.runtime import kernel_for
     from warpspec.timeline import write
+    from warpspec.timeline.summary import summarize
     from warpspec.timeline.gpu import buffer_words, instrumented, record_capacity
     from warpspec.tune.bench import time_ms
 
@@ -64,15 +68,16 @@ def main() -> None:
     q, k, v, o = (torch.randn(batch * heads, seq, head_dim, device="cuda").to(torch.bfloat16) for _ in range(4))
     lse = torch.empty(batch * heads * seq, device="cuda")
     attention_args = (seq, seq, batch * heads, heads, 1, head_dim ** -0.5 * LOG2_E, q, k, v, o, lse)
-    cases = [(f"V3, {n} stages", MatmulWGMMAV3(num_stages=n, block_m=128, block_n=128, block_k=64), gemm_args,
-              2.0 * size ** 3) for n in (2, 6)]
-    cases.append(("V6, 4 stages 128x256", MatmulWGMMAV6(variant="cooperative", num_stages=4, block_m=128,
-                                                        block_n=256, epilogue_n=64), gemm_args, 2.0 * size ** 3))
+    v3_schedules = [dict(num_stages=n, block_m=128, block_n=128, block_k=64) for n in (2, 6)]
+    v6_schedule = dict(variant="cooperative", num_stages=4, block_m=128, block_n=256, epilogue_n=64)
+    cases = [(f"V3, {s['num_stages']} stages", MatmulWGMMAV3(**s), s, gemm_args, 2.0 * size ** 3)
+             for s in v3_schedules]
+    cases.append(("V6, 4 stages 128x256", MatmulWGMMAV6(**v6_schedule), v6_schedule, gemm_args, 2.0 * size ** 3))
     cases.append(("attention D128", Attention(bfloat16, head_dim=head_dim, causal=False,
-                                              **DEFAULT_SCHEDULES[head_dim]), attention_args,
-                  4.0 * batch * heads * seq * seq * head_dim))
+                                              **DEFAULT_SCHEDULES[head_dim]), dict(DEFAULT_SCHEDULES[head_dim]),
+                  attention_args, 4.0 * batch * heads * seq * seq * head_dim))
     rows = []
-    for label, script, args, flops in cases:
+    for label, script, schedule, args, flops in cases:
         runtime, compile_time = bind_arguments(type(script), args, {})
         kernel = kernel_for(script, compile_time)
         capacity, _ = record_capacity(kernel, runtime, options.blocks, options.sm)
@@ -86,7 +91,8 @@ def main() -> None:
         for _ in range(options.rounds):
             plain.append(time_ms(lambda: launch_kernel(kernel, runtime, built=plain_built)))
             instrumented_ms.append(time_ms(lambda: launch_kernel(profiled.kernel, recorded, built=profiled_built)))
-        row = dict(label=label, flops=flops, plain=statistics.median(plain),
+        row = dict(label=label, kernel=type(script).__name__, schedule=schedule, flops=flops,
+                   plain=statistics.median(plain),
                    instrumented=statistics.median(instrumented_ms))
         row["overhead"] = row["instrumented"] / row["plain"] - 1
         rows.append(row)
@@ -101,6 +107,9 @@ def main() -> None:
         # only its first block recorded, shows that cost.
         with warpspec.use_backend("cuda"), warpspec.profile(blocks=1, flops=flops, sm=options.sm) as first_only:
             script(*args)
+        row["kernel_ms"] = timeline.kernel_ns / 1e6
+        summary = summarize(timeline)
+        row["metrics"], row["rule"] = summary.metrics, summary.rule()
         row["sm_blocks"] = timeline.sm_blocks
         row["sm_blocks_first_only"] = first_only.timelines[-1].sm_blocks
         out = os.path.join(options.out, label.split(",")[0].replace(" ", "-") + f"-{len(rows)}")
@@ -116,6 +125,9 @@ def main() -> None:
         print(f"{row['label']:>22} {row['plain']:9.4f} {row['instrumented']:9.4f} {100 * row['overhead']:+7.2f}% "
               f"{row['flops'] / row['plain'] / 1e9:8.0f} {row['sm_blocks']:>4} / {row['sm_blocks_first_only']:<4}")
     print(f"SM blocks: the blocks that ran on SM {options.sm} with each of them recorded / with only the first")
+    if options.json:
+        with open(options.json, "w") as out:
+            json.dump(dict(device=torch.cuda.get_device_name(), size=size, sm=options.sm, kernels=rows), out, indent=1)
     worst = max(row["overhead"] for row in rows)
     if worst > LIMIT:
         sys.exit(f"the instrumentation costs {100 * worst:.1f}%, above the {100 * LIMIT:.0f}% limit")
