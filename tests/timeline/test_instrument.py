@@ -134,7 +134,7 @@ def test_instrumented_source_reads_the_clocks_and_writes_each_event_with_its_run
     # Unrolled by its two stages, the producer loop's first wait records stage 0, then stage 1 (constants); the
     # drain loop is not unrolled, so its wait records the stage variable's runtime value.
     recorded = [(int(site), index, high) for high, site, index in re.findall(
-        r"wsprof_pw_ = \(static_cast<u64>\((.*)\) << 32\) \| (\d+)u \| "
+        r"wsprof_event_\[0\] = \(static_cast<u64>\((.*)\) << 32\) \| (\d+)u \| "
         r"\(\(static_cast<unsigned>\((.*)\) & 0xffffu\) << 16\);", body)]
     by_site, high_half = {}, {}
     for site, index, high in recorded:
@@ -156,29 +156,6 @@ def test_instrumented_source_reads_the_clocks_and_writes_each_event_with_its_run
     assert writers.count("wsprof_lead_ && ") == len(recorded) - 4
     assert body.count('redux.sync.max.u32 %0, %0, 0xffffffff;" : "+r"(wsprof_n_)') == 2  # one per unrolled copy
     assert "const int recorder_ = warp == 0 ? 0 : warp == 4 ? 1 : -1;" in body
-
-
-def test_an_event_is_written_after_the_next_site_reads_its_start():
-    """An event's stores wait for the site after it to read its start time (or for the recorder's end), so that
-    the stores' time lands where the plain build's next memory instruction stalls (the module's docstring)."""
-    build = instrument(v3(), blocks=4, capacity=64)
-    body = generate(build.kernel).source.split('extern "C" __global__')[1]
-    write = ["if (wsprof_pending_ != nullptr) {", "wsprof_pending_[0] = wsprof_pw_;", "wsprof_pending_[1] = wsprof_ps_;",
-             "wsprof_pending_[2] = wsprof_pe_;", "wsprof_pending_ = nullptr;", "}"]
-    lines = [line.strip() for line in body.splitlines()]
-    starts = [i for i, line in enumerate(lines) if '"=l"(wsprof_t' in line]
-    assert starts and all(lines[i - 1] == "if (wsprof_rec_ != nullptr) {" for i in starts)
-    writing = [i for i in starts if lines[i + 1:i + 7] == write]
-    # ... except at a WGMMA run's start, which follows wgmma.fence: nothing is written there.
-    runs = {f"wsprof_t{n}_" for n, site in enumerate(build.sites) if site.kind == "wgmma"}
-    assert runs and all(any(t in lines[i] for t in runs) == (i not in writing) for i in starts)
-    # At an end: the event before it (a nested site's) goes out, then this one waits in the registers.
-    assert body.count("wsprof_pending_ = wsprof_rec_ + 8 + 3 * wsprof_n_;") == len(starts)
-    assert body.count("wsprof_pending_[0] = wsprof_pw_;") == len(writing) + len(starts) + 1  # starts, ends, finish
-    assert "wsprof_event_" not in body
-    # The recorder's end writes what is still pending before its header says it finished.
-    finish = body.rindex("wsprof_pending_[0] = wsprof_pw_;")
-    assert finish < body.index("wsprof_rec_[1] = wsprof_n_;") < body.index("wsprof_rec_[0] = 1;")
 
 
 def test_only_blocks_on_the_chosen_sm_take_a_slot_with_one_atomic_at_their_start():
@@ -410,5 +387,5 @@ def test_a_persistent_build_packs_its_tile_into_each_events_first_word():
     body = source.split('extern "C" __global__')[1]
     # Each tile loop's iteration moves every thread's tile on, already in place for the word's high half.
     assert body.count("wsprof_tile_ = wsprof_tiles_++ << 1;") == 2
-    assert ("wsprof_pw_ = (static_cast<u64>((wsprof_tile_ | (static_cast<unsigned>(Pipeline_producer_phase) "
+    assert ("wsprof_event_[0] = (static_cast<u64>((wsprof_tile_ | (static_cast<unsigned>(Pipeline_producer_phase) "
             "& 1u))) << 32) | 0u | ((static_cast<unsigned>(Pipeline_producer_stage) & 0xffffu) << 16);") in body

@@ -157,7 +157,7 @@ class _Walker:
                     stage = _indexed_stage(stmt)
                     extents, run_stage = ((), _zero()) if stage is None else stage
                     run = self.site(shown.kind, shown.name, stmt.loc, group, extents, staged=stage is not None)
-                    out.append(ProfileStart(stmt.loc, run, writes=False))
+                    out.append(ProfileStart(stmt.loc, run))
                 out.append(stmt)
                 run_end = len(out)
                 continue

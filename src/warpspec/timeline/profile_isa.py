@@ -98,12 +98,9 @@ class ProfileSetup(ir.Stmt):
 
 @dataclass(frozen=True, eq=False)
 class ProfileStart(ir.Stmt):
-    """Take the start time of site ``site`` (every executing thread reads the clock into the site's timer);
-    ``writes``: then write the event this thread ended before, if not yet written (False where nothing may come
-    between the instruction before and the site's own, as between ``wgmma.fence`` and a WGMMA run)."""
+    """Take the start time of site ``site`` (every executing thread reads the clock into the site's timer)."""
 
     site: int
-    writes: bool = True
 
     def text(self, f) -> str:
         return f"profile.start(site={self.site})"

@@ -1,14 +1,9 @@
 """sm_90a emission of profile timestamps (``warpspec.timeline.profile_isa``), in instrumented builds only.
 
 Times are ``%clock64`` (the SM's cycle counter, which every warp of a block reads alike, so a block's roles compare
-to the cycle) held in a register per site from start to end. The recording thread keeps an ended event in registers
-and writes it with plain 64-bit stores once the next site has read its start time (or at its recorder's end): each
-role's first warp owns its array, its first lane writes what the whole group runs, and the lane ``single_thread``
-elects writes what it runs alone. Why not at once: a store issued right after a TMA copy or a WGMMA run waits behind
-it, and written there, that wait fell between two events, where it counted as neither (the producers of V3 spent
-more time there than in their waits). Written after the next start, it falls in the next event, most often a wait,
-where the plain build's next memory instruction takes it. Only between ``wgmma.fence`` and a WGMMA run nothing is
-written (registers written there make ptxas fence the run again). The one atomic is the slot: at the block's start, a
+to the cycle) held in a register per site from start to end; the recording thread writes an event with plain 64-bit
+stores when it ends: each role's first warp owns its array, its first lane writes what the whole group runs, and the
+lane ``single_thread`` elects writes what it runs alone. The one atomic is the slot: at the block's start, a
 recording warp of a block on the recorded SM (``%smid``) takes its array with one atomic on its recorder's counter
 (an add; a compare-and-swap for the launch's first block there, which tags the counter with the launch's
 ``%gridid``, so repeated launches on one buffer each count from zero). Only those warps, in recorded blocks, read
@@ -36,8 +31,6 @@ TARGET = SM90A.name
 # The record array of this thread's warp (null: the warp does not record), whether this thread is the warp's first
 # (it writes the events of the whole group and the header), the role's events so far and the room in the array.
 _RECORD, _LEAD, _COUNT, _CAPACITY = "wsprof_rec_", "wsprof_lead_", "wsprof_n_", "wsprof_capacity_"
-# The event this thread has ended but not yet written: where it goes (null: none) and its three words.
-_PENDING, _WORD, _START, _END = "wsprof_pending_", "wsprof_pw_", "wsprof_ps_", "wsprof_pe_"
 # The tile-loop iterations this thread has begun, and its events' tile, already shifted into place in the high half
 # of their first word (which holds the phase and the tile: profile_isa's layout puts the phase at bit 32).
 _TILES, _TILE_FIELD = "wsprof_tiles_", "wsprof_tile_"
@@ -64,7 +57,6 @@ def _emit_ProfileSetup(gen: CodeGenerator, s: ProfileSetup) -> None:
     gen.line(f"unsigned {_COUNT} = 0;")
     gen.line(f"const unsigned {_CAPACITY} = {s.capacity}u;")
     gen.line(f"unsigned {_TILES} = 0, {_TILE_FIELD} = 0;")
-    gen.line(f"u64 *{_PENDING} = nullptr, {_WORD} = 0, {_START} = 0, {_END} = 0;")
     gen.line("{")
     gen.indent += 1
     gen.line(f"const int recorder_ = {choose};")
@@ -115,27 +107,10 @@ def _emit_ProfileSetup(gen: CodeGenerator, s: ProfileSetup) -> None:
         gen.line(f"u64 {', '.join(f'{_timer(i)} = 0' for i in range(s.sites))};")
 
 
-def _write_pending(gen: CodeGenerator) -> None:
-    """Write the event this thread ended last, if it has not been written yet."""
-    gen.line(f"if ({_PENDING} != nullptr) {{")
-    gen.line(f"  {_PENDING}[0] = {_WORD};")
-    gen.line(f"  {_PENDING}[1] = {_START};")
-    gen.line(f"  {_PENDING}[2] = {_END};")
-    gen.line(f"  {_PENDING} = nullptr;")
-    gen.line("}")
-
-
 @emits(ProfileStart, TARGET)
 def _emit_ProfileStart(gen: CodeGenerator, s: ProfileStart) -> None:
-    # Only recording warps read the clock: the blocks not sampled pay a predicate per site, nothing more. The
-    # event before is written once this one's start is read (the module's docstring says why).
-    gen.line(f"if ({_RECORD} != nullptr) {{")
-    gen.indent += 1
-    gen.line(_read(_timer(s.site), "clock64"))
-    if s.writes:
-        _write_pending(gen)
-    gen.indent -= 1
-    gen.line("}")
+    # Only recording warps read the clock: the blocks not sampled pay a predicate per site, nothing more.
+    gen.line(f"if ({_RECORD} != nullptr) {_read(_timer(s.site), 'clock64')}")
 
 
 @emits(ProfileEnd, TARGET)
@@ -153,12 +128,11 @@ def _emit_ProfileEnd(gen: CodeGenerator, s: ProfileEnd) -> None:
     gen.indent += 1
     gen.line("u64 wsprof_end_;")
     gen.line(_read("wsprof_end_", "clock64"))
-    _write_pending(gen)  # a site nested in this one ended first
     gen.line(f"if ({writer}{_COUNT} < {_CAPACITY}) {{  // past the capacity an event is counted, not written")
-    gen.line(f"  {_PENDING} = {_RECORD} + {HEADER_WORDS} + {EVENT_WORDS} * {_COUNT};")
-    gen.line(f"  {_WORD} = {word};")
-    gen.line(f"  {_START} = {_timer(s.site)};")
-    gen.line(f"  {_END} = wsprof_end_;")
+    gen.line(f"  u64 *const wsprof_event_ = {_RECORD} + {HEADER_WORDS} + {EVENT_WORDS} * {_COUNT};")
+    gen.line(f"  wsprof_event_[0] = {word};")
+    gen.line(f"  wsprof_event_[1] = {_timer(s.site)};")
+    gen.line("  wsprof_event_[2] = wsprof_end_;")
     gen.line("}")
     gen.line(f"++{_COUNT};")
     gen.indent -= 1
@@ -180,11 +154,6 @@ def _emit_ProfileJoin(gen: CodeGenerator, s: ProfileJoin) -> None:
 
 @emits(ProfileFinish, TARGET)
 def _emit_ProfileFinish(gen: CodeGenerator, s: ProfileFinish) -> None:
-    gen.line(f"if ({_RECORD} != nullptr) {{")
-    gen.indent += 1
-    _write_pending(gen)
-    gen.indent -= 1
-    gen.line("}")
     gen.line(f"if ({_RECORD} != nullptr && {_LEAD}) {{")
     gen.indent += 1
     gen.line("u64 ns_, clock_;")
