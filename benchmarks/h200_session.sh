@@ -103,10 +103,13 @@ for step in "${steps[@]}"; do
   esac
   echo "=== $step: ${cmd[*]}"
   started=$(date +%s)
-  "${cmd[@]}" 2>&1 | tee "$out/$step.log"
+  log="$out/$step.log"  # a step given twice keeps both logs: gpu-tests.log, gpu-tests-2.log
+  n=2
+  while [ -e "$log" ]; do log="$out/$step-$n.log"; n=$((n + 1)); done
+  "${cmd[@]}" 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}
   summary+=("$(printf '%-10s exit %-3s %5ss  %s' "$step" "$status" "$(( $(date +%s) - started ))" \
-    "$(grep -E 'passed|failed|OK|TFLOP' "$out/$step.log" | tail -1 | cut -c1-90)")")
+    "$(grep -E 'passed|failed|OK|TFLOP' "$log" | tail -1 | cut -c1-90)")")
 done
 echo "=== summary"
 printf '%s\n' "${summary[@]}"

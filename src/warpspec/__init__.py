@@ -27,13 +27,14 @@ def profile(blocks: int = 64, capacity: int | None = None, flops: float | None =
     as the launch records, counted from the kernel's trip counts; more are counted, not recorded, and the timeline
     says what is missing); on the emulator through the CPU timing model. ``session.timelines`` holds one
     ``warpspec.timeline.events.Timeline`` per launch, whose ``kernel_ns`` is a plain (uninstrumented) build's
-    median time and whose ``flops`` is ``flops``; ``overhead=True`` also times the instrumented build (noted in the
-    Timeline, listed in ``session.instrumented_ns``). A profiled GPU call runs the kernel several times on its
-    arguments, as tuning does. docs/cuda.md has the details."""
+    time by the benchmarks' protocol (``warpspec.tune.bench.time_ms``: about 0.6 s of calls, the median) and whose
+    ``flops`` is ``flops``; ``overhead=True`` also times the instrumented build (noted in the Timeline, listed in
+    ``session.instrumented_ns``). A profiled GPU call runs the kernel many times on its arguments, as
+    benchmarking does. docs/cuda.md has the details."""
     from warpspec.timeline.gpu import ProfileSession
-    from warpspec.tune.bench import CudaBench
+    from warpspec.tune.bench import house_timing
 
-    return ProfileSession(blocks, capacity, flops, overhead, timing=CudaBench().timing, sm=sm)
+    return ProfileSession(blocks, capacity, flops, overhead, timing=house_timing, sm=sm)
 
 
 # WARPSPEC_PROFILE=1 when warpspec is imported: the whole process is one profile session, and each launch's
