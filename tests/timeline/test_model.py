@@ -69,7 +69,7 @@ def test_known_kernel_summary_numbers():
     summary = summarize(known_timeline())
     assert summary.waits == {("consumer (threads 0-127)", "full"): pytest.approx(0.5)}
     assert summary.kinds == {"full": "full"}
-    assert summary.tensor_busy == pytest.approx(0.5)  # committed at 1000 ns, done at 2000 ns, of 2000 ns
+    assert summary.tensor_busy == pytest.approx(0.5)  # issued at 1000 ns, done at 2000 ns, of 2000 ns
     assert summary.occupancy == pytest.approx(0.5)  # full at 1000 ns, held to the consumer's end at 2000 ns
     assert summary.stages == 1
     text = summary.text()

@@ -172,7 +172,7 @@ class SmResources:
         return max(port, share) + c.memory_latency_ns
 
     def compute(self, now: float, duration: float) -> float:
-        """When a WGMMA group of ``duration`` ns of tensor-core work committed at ``now`` is complete."""
+        """When a WGMMA group of ``duration`` ns of tensor-core work, issued from ``now`` on, is complete."""
         start = max(now, self.tensor_free)
         self.tensor_free = start + duration
         self.tensor_intervals.append((start, self.tensor_free))
@@ -264,7 +264,9 @@ class TimedMachine(BlockMachine):
             group = clock.wgmma_flops
             duration = sum(f / self.costs.wgmma_flops_per_ns(m, n, k, dt) for f, m, n, k, dt in group)
             self.flops += sum(f for f, *_ in group)
-            self.done_at[task.family_state(WgmmaState).groups[-1]] = self.sm.compute(clock.now, duration)
+            # The tensor cores take a group's instructions as they issue: its work starts with its first one.
+            issued = clock.wgmma_start if group else clock.now
+            self.done_at[task.family_state(WgmmaState).groups[-1]] = self.sm.compute(issued, duration)
             if task.index in self.recorded:
                 stage = None if clock.wgmma_first is None else self._stage(task, clock.wgmma_first)
                 self._add(task, "wgmma", "wgmma", clock.wgmma_start if group else start, clock.now, s.loc,
