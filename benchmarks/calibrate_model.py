@@ -36,8 +36,8 @@ from warpspec.timeline.summary import summarize  # noqa: E402
 DATA = ROOT / "tests" / "data" / "v3_8192.json"
 #: The parameters --fit searches; the others are datasheet figures or too small to matter at 8192³.
 FITTED = ("load_bandwidth_gbps", "memory_latency_ns", "sm_port_gbps", "memory_burst_ns", "wake_ns", "wgmma_latency_ns",
-          "statement_ns", "wgmma_issue_ns",
-          ("wgmma_tflops_16bit", "64"), ("wgmma_tflops_16bit", "128"))
+          "statement_ns", "wgmma_issue_ns", "tma_issue_ns", "wait_ns", "arrive_ns",
+          ("wgmma_tflops_16bit", "64"), ("wgmma_tflops_16bit", "128"), ("wgmma_tflops_16bit", "256"))
 
 
 def measurements(path: str | Path = DATA) -> list[dict]:
@@ -183,12 +183,13 @@ def main(argv=None) -> int:
     parser.add_argument("--fit", action="store_true")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--write", action="store_true")
+    parser.add_argument("--parameters", help="start from this parameter file instead of h200.json")
     parser.add_argument("--breakdown", help="a GPU breakdown file (benchmarks/profile_overhead.py --json): compare "
                                             "the model's busy share, occupancy and diagnosis with it (and fit them)")
     args = parser.parse_args(argv)
     rows = measurements(args.data)
     breakdowns = breakdown_rows(args.breakdown) if args.breakdown else []
-    parameters = load_parameters()
+    parameters = load_parameters(args.parameters)
     if args.fit:
         parameters = fit(rows, parameters, args.rounds, breakdowns)
     rho, worst, modeled = evaluate(rows, parameters)
