@@ -242,3 +242,15 @@ def test_blocks_per_sm_on_the_gpu_are_the_drivers_count_with_the_limit_that_expl
     assert got == Occupancy(1, "shared memory", 197_632, 182, 160, "the driver's occupancy query")
     count = 2  # a count the limits do not explain: no resource is named
     assert gpu._occupancy(kernel, plain, 0, h200).limit is None
+
+
+def test_a_recorded_sm_that_ran_markedly_fewer_blocks_than_the_average_is_said_to_be_slowed():
+    """V3 at 6 stages on the H200: 26 blocks ran on the recorded SM where 4096 blocks over 132 SMs average 31.0."""
+    note = gpu.slowed_sm_note(0, 26, 4096, 132, 1)
+    assert note == ("SM 0 ran 26 blocks where the grid's 4096 over 132 SMs average 31.0: recording slowed it (the "
+                    "other SMs took up the blocks it left), so the waits and shares above are those of a slowed SM")
+    assert gpu.slowed_sm_note(0, 28, 4096, 132, 1) is None  # within 10% of the average: tail effects
+    # One wave (a persistent grid, or fewer blocks than the SMs hold at once): no block moves to another SM.
+    assert gpu.slowed_sm_note(0, 1, 132, 132, 1) is None
+    assert gpu.slowed_sm_note(0, 1, 264, 132, 2) is None
+    assert gpu.slowed_sm_note(0, None, 4096, 132, 1) is None

@@ -33,7 +33,7 @@ from warpspec.timeline import profile_isa as records
 from warpspec.ir import nodes as ir
 from warpspec.timeline.instrument import PARAMETER, Instrumented, instrument
 from warpspec.timeline.events import Event, Occupancy, Shortfall, Timeline, resident_blocks, role_name
-from warpspec.timeline.sizing import events_needed
+from warpspec.timeline.sizing import events_needed, grid_blocks
 
 #: Below this span of ``%globaltimer`` (ns) a block's own clock rate is not trusted: the timer may tick only
 #: every microsecond, so the rate would be off by more than a few percent.
@@ -264,9 +264,12 @@ class ProfileSession:
                          f"{kernel_ms:.4f} ms")
         buffer.upload(np.zeros(words, np.uint64))
         launch_planned(instrumented_build.kernel, recorded, built=built)
+        occupancy = _occupancy(kernel, plain, buffer.device, device)
         timeline = decode(buffer.download(np.empty(words, np.uint64)), instrumented_build, kernel_ms * 1e6,
-                          device["clock_hz"], self.flops, _occupancy(kernel, plain, buffer.device, device))
-        timeline.notes += notes
+                          device["clock_hz"], self.flops, occupancy)
+        slowed = slowed_sm_note(self.sm, timeline.sm_blocks, grid_blocks(kernel, arguments), device["sm_count"],
+                                occupancy.blocks)
+        timeline.notes += notes + ([slowed] if slowed else [])
         return timeline
 
     def _capacity(self, kernel: ir.Kernel, arguments: dict) -> tuple[int, list[str]]:
@@ -311,6 +314,25 @@ def _device_limits(device: int) -> dict:
     limits = {key: attribute(name) for key, name in _LIMITS.items()}
     limits["clock_hz"] = 1e3 * attribute("CLOCK_RATE")
     return limits
+
+
+#: A recorded SM that ran fewer blocks than this share of the grid's average per SM was slowed by its recording.
+SLOWED_SHARE = 0.9
+
+
+def slowed_sm_note(sm: int, ran: int | None, total: int, sm_count: int, per_sm: int) -> str | None:
+    """A note when the recorded SM ``sm`` ran markedly fewer blocks (``ran``) than the grid's ``total`` spread over
+    ``sm_count`` SMs would give it: where a grid is more than one wave (more blocks than the SMs hold at once,
+    ``per_sm`` each), blocks go to SMs as they free up, so an SM that recording slows runs fewer of them, and the
+    launch's time (the other SMs take them up) does not show it; its waits and shares are then of a slowed SM."""
+    if ran is None or total <= sm_count * max(per_sm, 1):
+        return None
+    average = total / sm_count
+    if ran >= SLOWED_SHARE * average:
+        return None
+    return (f"SM {sm} ran {ran} blocks where the grid's {total} over {sm_count} SMs average {average:.1f}: "
+            f"recording slowed it (the other SMs took up the blocks it left), so the waits and shares above are "
+            f"those of a slowed SM")
 
 
 def _occupancy(kernel: ir.Kernel, plain, device: int, limits: dict) -> Occupancy:

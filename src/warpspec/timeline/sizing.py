@@ -52,9 +52,14 @@ def grid_flops(kernel: ir.Kernel, arguments: dict) -> float | None:
     return None if counts is None else sum(block.get("flops", 0.0) for block in counts)
 
 
-def _walk_blocks(kernel: ir.Kernel, arguments: dict, weigh, most_blocks: int | None) -> list[dict] | None:
-    """Per walked block, what its statements weigh by key (``weigh(stmt) -> (key, amount) | None``): every block,
-    or ``most_blocks`` spread over the grid, its first and last included."""
+def grid_blocks(kernel: ir.Kernel, arguments: dict) -> int:
+    """How many blocks a launch of ``kernel`` with runtime ``arguments`` (by parameter name) has."""
+    grid = launch_grid(kernel, _scalars(kernel, arguments))
+    return grid[0] * grid[1] * grid[2]
+
+
+def _scalars(kernel: ir.Kernel, arguments: dict) -> dict:
+    """The launch's scalar parameters by variable (pointers as 0: the walk reads no memory)."""
     env = {}
     for param in kernel.params:
         if isinstance(param.type, PointerType):
@@ -62,7 +67,14 @@ def _walk_blocks(kernel: ir.Kernel, arguments: dict, weigh, most_blocks: int | N
         elif param.name in arguments:
             env[param.var.uid] = scalar_value(param, arguments[param.name])
         else:
-            raise ArgumentError(f"events_needed: missing argument {param.name!r}")
+            raise ArgumentError(f"{kernel.name}: missing argument {param.name!r}")
+    return env
+
+
+def _walk_blocks(kernel: ir.Kernel, arguments: dict, weigh, most_blocks: int | None) -> list[dict] | None:
+    """Per walked block, what its statements weigh by key (``weigh(stmt) -> (key, amount) | None``): every block,
+    or ``most_blocks`` spread over the grid, its first and last included."""
+    env = _scalars(kernel, arguments)
     grid = launch_grid(kernel, env)
     total = grid[0] * grid[1] * grid[2]
     step = 1 if most_blocks is None else max(1, -(-total // most_blocks))
