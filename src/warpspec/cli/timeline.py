@@ -22,7 +22,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "timeline", help="write a kernel's timeline: a Perfetto trace, a Gantt chart and a summary with a diagnosis",
         description="Run FILE.py's Script CLASS on the CPU timing model (--backend emulator, the default) or on "
                     "the GPU with an instrumented build (--backend cuda, random inputs as warpspec check makes "
-                    "them) and write DIR/trace.json, DIR/timeline.png and DIR/summary.txt; the summary is printed.")
+                    "them) and write DIR/trace.json, DIR/timeline.png and DIR/summary.txt; the summary is printed. "
+                    "Given a trace.json that warpspec wrote instead of FILE.py:CLASS, read its timeline back and "
+                    "write the three files again (with --tiles, --stages and --window as given).")
     add_kernel_arguments(timeline, "a scalar kernel argument (runtime or compile-time), e.g. m_size=8192")
     timeline.add_argument("--schedule", metavar="K=V,...",
                           help="pin one schedule of an autotuned kernel (default: the first that compiles)")
@@ -52,12 +54,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def timeline_command(args) -> int:
-    """``warpspec timeline``: model (or, with ``--backend cuda``, record) one schedule's launch, write its trace,
-    chart and summary into ``--out`` and print the summary."""
+    """``warpspec timeline``: model (or, with ``--backend cuda``, record) one schedule's launch, or read back a
+    trace.json warpspec wrote, write its trace, chart and summary into ``--out`` and print the summary."""
     from warpspec.timeline import write
     from warpspec.timeline.chart import parse_window
     from warpspec.timeline.events import parse_numbers
-    from warpspec.timeline.model import built_registers, model_launch
 
     try:
         window = parse_window(args.window)
@@ -66,6 +67,46 @@ def timeline_command(args) -> int:
     except ArgumentError as error:
         raise UsageError(str(error)) from None
     _check_out_folder(args.out)
+    if args.target.endswith(".json"):
+        timeline = _read_trace(args)
+    else:
+        timeline = _launch_timeline(args)
+    if any(values is not None for values in selected.values()):
+        timeline = _selected(timeline, selected["--tiles"], selected["--stages"])
+    try:
+        text = write(timeline, args.out, window)
+    except ImportError as error:
+        raise UsageError(str(error)) from None
+    except OSError as error:
+        raise UsageError(_write_error(args.out, error)) from None
+    print(text, end="")
+    print(f"wrote {Path(args.out) / 'trace.json'}, {Path(args.out) / 'timeline.png'} and "
+          f"{Path(args.out) / 'summary.txt'}")
+    return EXIT_OK
+
+
+def _read_trace(args):
+    """The timeline of the trace.json ``args.target`` names; UsageError when options that run a kernel are given
+    too, or the file is not such a trace."""
+    from warpspec.timeline.trace import read_trace
+
+    given = [option for option, value, default in (
+        ("NAME=VALUE arguments", args.arguments, []), ("--schedule", args.schedule, None),
+        ("--backend", args.backend, "emulator"), ("--registers", args.registers, None), ("--blocks", args.blocks, 64),
+        ("--sm", args.sm, 0)) if value != default]
+    if given:
+        raise UsageError(f"{args.target} is a trace: {', '.join(given)} apply to running a kernel, not to reading "
+                         f"a recorded timeline")
+    try:
+        return read_trace(args.target)
+    except ArgumentError as error:
+        raise UsageError(str(error)) from None
+
+
+def _launch_timeline(args):
+    """The timeline of the kernel ``args`` name: modeled, or recorded on the GPU with ``--backend cuda``."""
+    from warpspec.timeline.model import built_registers, model_launch
+
     if args.backend == "cuda":
         _check_gpu()
     script_cls = load_script_class(args.target)
@@ -93,18 +134,7 @@ def timeline_command(args) -> int:
                 timeline.flops = model_launch(kernel, runtime).flops  # the model counts the WGMMA work exactly
             except CompileError:
                 pass  # a launch the model cannot run (clusters): the recording stands, without TFLOP/s
-    if any(values is not None for values in selected.values()):
-        timeline = _selected(timeline, selected["--tiles"], selected["--stages"])
-    try:
-        text = write(timeline, args.out, window)
-    except ImportError as error:
-        raise UsageError(str(error)) from None
-    except OSError as error:
-        raise UsageError(_write_error(args.out, error)) from None
-    print(text, end="")
-    print(f"wrote {Path(args.out) / 'trace.json'}, {Path(args.out) / 'timeline.png'} and "
-          f"{Path(args.out) / 'summary.txt'}")
-    return EXIT_OK
+    return timeline
 
 
 def _selected(timeline, tiles, stages):
