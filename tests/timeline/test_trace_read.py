@@ -25,8 +25,8 @@ def test_a_timeline_comes_back_whole(tmp_path):
     assert [(e.block, e.role, e.kind, e.name, e.line, e.sm, e.barrier, e.tile, e.stage, e.phase, e.pending)
             for e in read.events] == [(e.block, e.role, e.kind, e.name, e.line, e.sm, e.barrier, e.tile, e.stage,
                                        e.phase, e.pending) for e in sorted(timeline.events, key=lambda e: e.start_ns)]
-    assert [(e.start_ns, e.end_ns) for e in read.events] == pytest.approx(
-        [(e.start_ns, e.end_ns) for e in sorted(timeline.events, key=lambda e: e.start_ns)])
+    assert [t for e in read.events for t in (e.start_ns, e.end_ns)] == pytest.approx(
+        [t for e in sorted(timeline.events, key=lambda e: e.start_ns) for t in (e.start_ns, e.end_ns)])
     for name in ("kernel", "source", "kernel_ns", "roles", "flops", "notes", "sm", "occupancy", "shortfalls",
                  "view_bytes", "hbm_gbps", "sm_blocks", "unit", "failure", "selection"):
         assert getattr(read, name) == getattr(timeline, name), name
