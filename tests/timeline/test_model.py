@@ -110,6 +110,25 @@ def test_model_ranks_and_predicts_the_measured_v3_schedules():
         assert abs(ms - row["ms"]) / row["ms"] <= 0.25, (row, ms)
 
 
+def test_the_breakdown_comparison_sets_each_kernels_model_summary_beside_the_gpus():
+    """calibrate_model --breakdown: each kernel of the H200 breakdown file against the model's summary of the same
+    schedule at the same size, its offsets and its verdict from the bounds (10 points of busy share, 1 stage)."""
+    path = ROOT / "tests" / "data" / "breakdown_h200.json"
+    rows = calibrate.breakdown_rows(path)
+    assert [row["label"] for row in rows] == ["V3, 2 stages", "V3, 6 stages", "V6, 4 stages 128x256"]
+    compared = calibrate.compare_breakdowns(rows, load_parameters())
+    for row, c in zip(rows, compared):
+        script = calibrate.BREAKDOWN_KERNELS[row["kernel"]]().instantiate(row["schedule"])
+        runtime, compile_time = bind_arguments(type(script), (), dict(m_size=8192, n_size=8192, k_size=8192,
+                                                                      a_ptr=None, b_ptr=None, c_ptr=None))
+        model = summarize(model_launch(kernel_for(script, compile_time), runtime))
+        assert c["model"] == model.metrics and c["model_rule"] == model.rule() and c["gpu"] == row["metrics"]
+        busy = abs(model.tensor_busy - row["metrics"]["tensor_busy"])
+        occupancy = abs(model.occupancy - row["metrics"]["occupancy"])
+        assert (c["busy_off"], c["occupancy_off"]) == (pytest.approx(busy), pytest.approx(occupancy))
+        assert c["ok"] == (busy <= 0.10 and occupancy <= 1.0 and model.rule() == row["rule"])
+
+
 def test_spearman_of_known_rankings():
     assert calibrate.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert calibrate.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
