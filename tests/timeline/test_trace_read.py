@@ -74,3 +74,17 @@ def test_the_command_writes_a_read_trace_again_filtered(capsys, tmp_path):
     assert code == 2
     assert (f"{trace} is a trace: NAME=VALUE arguments, --backend apply to running a kernel, not to reading a "
             f"recorded timeline") in err
+
+
+def test_a_trace_without_the_roles_in_its_other_data_takes_them_from_its_first_blocks_tracks(tmp_path):
+    """Traces written before otherData kept a Timeline's roles (and occupancy) read back with the roles of the first
+    block's tracks, in track order."""
+    timeline = hand_made()
+    path = write_trace(timeline, tmp_path / "trace.json")
+    trace = json.loads(path.read_text())
+    for key in ("roles", "occupancy", "flops", "sm_blocks", "unit", "failure", "view_bytes", "hbm_gbps"):
+        del trace["otherData"][key]
+    path.write_text(json.dumps(trace))
+    read = read_trace(path)
+    assert read.roles == timeline.roles == ["consumer (threads 0-127)", "producer (threads 128-159)"]
+    assert (read.occupancy, read.flops, read.unit) == (None, None, "time (µs)")

@@ -14,14 +14,13 @@ import json
 import math
 from pathlib import Path
 
-from warpspec.arguments import elements_needed, launch_grid, scalar_value, view_shapes
-from warpspec.dtypes import PointerType
+from warpspec.arguments import elements_needed, launch_grid, view_shapes
 from warpspec.errors import ArgumentError, CompileError, WarpspecError
 from warpspec.ir import nodes as ir
 from warpspec.isa.wgmma import WgmmaMma
 from warpspec.timeline.events import Event, Occupancy, Timeline, resident_blocks, role_name
 from warpspec.timeline.model_timing import Costs, model_sm, role_groups
-from warpspec.timeline.sizing import grid_flops
+from warpspec.timeline.sizing import grid_flops, launch_scalars
 
 #: The H200's parameters, the default of every function here.
 H200 = Path(__file__).with_name("h200.json")
@@ -107,14 +106,7 @@ def model_launch(kernel: ir.Kernel, arguments: dict, parameters: dict | None = N
                            f"yet: {kernel.name} sets self.attrs.cluster_blocks to {list(kernel.cluster)}; time it on "
                            f"the GPU (warpspec timeline --backend cuda)", str(kernel.loc))
     p = parameters or load_parameters()
-    env = {}
-    for param in kernel.params:
-        if isinstance(param.type, PointerType):
-            env[param.var.uid] = 0
-        elif param.name not in arguments:
-            raise ArgumentError(f"model_launch: missing argument {param.name!r}")
-        else:
-            env[param.var.uid] = scalar_value(param, arguments[param.name])
+    env = launch_scalars(kernel, arguments, "model_launch")
     grid = launch_grid(kernel, env)
     total = grid[0] * grid[1] * grid[2]
     per_sm, limit = occupancy(kernel, p, registers)

@@ -54,12 +54,13 @@ def grid_flops(kernel: ir.Kernel, arguments: dict) -> float | None:
 
 def grid_blocks(kernel: ir.Kernel, arguments: dict) -> int:
     """How many blocks a launch of ``kernel`` with runtime ``arguments`` (by parameter name) has."""
-    grid = launch_grid(kernel, _scalars(kernel, arguments))
+    grid = launch_grid(kernel, launch_scalars(kernel, arguments))
     return grid[0] * grid[1] * grid[2]
 
 
-def _scalars(kernel: ir.Kernel, arguments: dict) -> dict:
-    """The launch's scalar parameters by variable (pointers as 0: the walk reads no memory)."""
+def launch_scalars(kernel: ir.Kernel, arguments: dict, caller: str | None = None) -> dict:
+    """The launch's scalar parameters by variable, from ``arguments`` by parameter name (pointers as 0: neither the
+    walk nor the model reads memory); ArgumentError naming ``caller`` (default: the kernel) and a missing one."""
     env = {}
     for param in kernel.params:
         if isinstance(param.type, PointerType):
@@ -67,14 +68,14 @@ def _scalars(kernel: ir.Kernel, arguments: dict) -> dict:
         elif param.name in arguments:
             env[param.var.uid] = scalar_value(param, arguments[param.name])
         else:
-            raise ArgumentError(f"{kernel.name}: missing argument {param.name!r}")
+            raise ArgumentError(f"{caller or kernel.name}: missing argument {param.name!r}")
     return env
 
 
 def _walk_blocks(kernel: ir.Kernel, arguments: dict, weigh, most_blocks: int | None) -> list[dict] | None:
     """Per walked block, what its statements weigh by key (``weigh(stmt) -> (key, amount) | None``): every block,
     or ``most_blocks`` spread over the grid, its first and last included."""
-    env = _scalars(kernel, arguments)
+    env = launch_scalars(kernel, arguments)
     grid = launch_grid(kernel, env)
     total = grid[0] * grid[1] * grid[2]
     step = 1 if most_blocks is None else max(1, -(-total // most_blocks))

@@ -85,9 +85,11 @@ def read_trace(path: str | Path) -> Timeline:
         blocks = {e["pid"]: e["args"]["name"] for e in metadata if e["name"] == "process_name"}
         roles = {(e["pid"], e["tid"]): e["args"]["name"] for e in metadata if e["name"] == "thread_name"}
         events = [_event(e, blocks, roles) for e in trace["traceEvents"] if e["ph"] == "X"]
+        # A trace written before otherData kept the roles has every role as a track of every block: the first's.
+        first = min(blocks, default=0)
         timeline = Timeline(
             other["kernel"], other["source"], dict(other["schedule"]), other["kernel_ns"], events,
-            other.get("roles") or [name for (pid, _), name in sorted(roles.items()) if pid == min(blocks, default=0)],
+            other.get("roles") or [name for (pid, _), name in sorted(roles.items()) if pid == first],
             other.get("flops"), list(other.get("notes", [])), other.get("sm"),
             None if other.get("occupancy") is None else Occupancy(**other["occupancy"]),
             None if other.get("failure") is None else Failure(**other["failure"]), other.get("unit", "time (µs)"),
