@@ -61,11 +61,11 @@ class ReadsTheNextPage(AttentionPaged):
     """Key tile j looks its page up one block-table entry too far: a sequence that fills its table reads past the
     table's row."""
 
-    def key_row(self, k_row, j):
-        table, sequence, _ = k_row
+    def key_tile_offsets(self, k_row, kv_bh, j):
+        table, sequence, _, _ = k_row
         first = j * self.block_n
         page = self.load_scalar(table, [sequence, first // self.page_size + 1])  # <<< next-page
-        return page * self.page_size + first % self.page_size
+        return [page, first % self.page_size, kv_bh * self.head_dim]
 
 
 class ReadsTheNextPageInDecode(DecodePaged):
@@ -93,23 +93,15 @@ class AnnouncesOnePageOfFour(DecodePaged):
                                           mbarrier=pipe.producer_barrier())
 
 
-class ClearsWithoutAProxyFence(DecodePaged):
-    """The paged decode consumer zeroes the V rows past the sequence's end with ordinary stores and lets the P·V
-    WGMMA read them without ``fence.proxy.async``: the async proxy may not see the zeros."""
-
-    def hand_to_wgmma(self):
-        self.sync()
-
-
 class ReadsAPageBeforeItLands(AttentionPaged):
     """The producer arrives on a stage's full barrier without announcing the bytes its TMA load of the page will
     deliver: the barrier completes on the arrival alone, and the consumer may read the stage before the page
     lands."""
 
-    def load_stage(self, pipe, gx, sx, kv_bh, row):
+    def load_stage(self, pipe, gx, sx, offsets):
         with self.single_thread():
             self.mbarrier.arrive(pipe.producer_barrier())  # <<< no-expect-tx
-            self.tma.global_to_shared(src=gx, dst=sx[pipe.producer_stage], offsets=[kv_bh, row, 0],
+            self.tma.global_to_shared(src=gx, dst=sx[pipe.producer_stage], offsets=offsets,
                                       mbarrier=pipe.producer_barrier())
 
 

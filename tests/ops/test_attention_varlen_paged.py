@@ -165,6 +165,37 @@ def test_paged_matches_each_sequence_dense(seq_q, causal, page_size, monkeypatch
         assert np.abs(out[b].astype(np.float32) - want.transpose(1, 0, 2)).max() < 2e-3
 
 
+def fill_unwritten_slots(cache, table, seq_lens, value=np.nan):
+    """Every slot of ``cache`` past each sequence's keys in its pages (the last page's tail and the table's pages
+    it does not reach) set to ``value``: memory nobody wrote."""
+    num_pages, page_size, kv_heads, head_dim = cache.shape
+    for b, length in enumerate(seq_lens):
+        rows = cache[table[b]].reshape(-1, kv_heads, head_dim)
+        rows[length:] = value
+        cache[table[b]] = rows.reshape(-1, page_size, kv_heads, head_dim)
+
+
+@pytest.mark.parametrize("seq_lens, page_size, head_dim, causal", [
+    ([137, 70, 256], 256, 64, True),   # tiles of 128: the last one moved back inside its page, above its page, none
+    ([100, 33, 48], 48, 64, False),    # tiles of 48: the last tile at a page's first row moves above the page
+    ([37, 20, 32], 16, 128, True),     # tiles of 16 (a page each)
+])
+def test_paged_prefill_never_reads_unwritten_slots(seq_lens, page_size, head_dim, causal):
+    """The paged kernel (S_q 20: past the decode kernel's 16) with NaN in every cache slot past each sequence's
+    keys: a masked score's probability is 0, but 0 · NaN is NaN, so the last tile is loaded moved back to end at
+    the sequence's last key. Outputs finite and equal to each sequence's dense result."""
+    q, k_cache, v_cache, table, lengths = paged_operands(seq_lens, 20, page_size=page_size, head_dim=head_dim)
+    for cache in (k_cache, v_cache):
+        fill_unwritten_slots(cache, table, lengths)
+    out = attention_paged(q, k_cache, v_cache, table, lengths, causal=causal)
+    assert np.isfinite(out.astype(np.float32)).all()
+    for b, length in enumerate(lengths):
+        keys = k_cache[table[b]].reshape(-1, 2, head_dim)[:length]
+        values = v_cache[table[b]].reshape(-1, 2, head_dim)[:length]
+        want = expected(heads_first(q[b]), heads_first(keys), heads_first(values), causal)[0]
+        assert np.abs(out[b].astype(np.float32) - want.transpose(1, 0, 2)).max() < 2e-3
+
+
 def _varlen_cases():
     q, k, v, cu_q, cu_k = packed([10, 20], [10, 20])
     return {

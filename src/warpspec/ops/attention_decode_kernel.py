@@ -46,8 +46,7 @@ DECODE_ROWS = 64
 FOLD_WIDTH = 4
 #: Elements of O the fold takes per step: 4 for each thread of the warpgroup.
 FOLD_ELEMENTS = 4 * WARPGROUP
-#: Keys of one load of the paged decode kernel: every page size is a multiple, so a load lies in one page, and
-#: the rows past a sequence's end that a load can hold (and the consumer must clear) are fewer than this.
+#: Keys of one load of the paged decode kernel: every page size is a multiple, so a load lies in one page.
 PAGE_LOAD = 16
 
 
@@ -56,9 +55,10 @@ class Decode(Script):
     K/V head per block (``pack · seq_q <= 64`` at the call; ``pack`` divides the group); the pointer annotations
     ``~self.dtype`` take the constructor's element type."""
 
-    #: Whether a V load may hold rows past the sequence's last key that nobody wrote (a paged cache's last page):
-    #: the dense views end at S_k, and TMA fills rows past a view's end with zeros.
-    reads_past_end = False
+    #: Whether the load holding a sequence's last key, when its keys end inside it, is moved back to end at that
+    #: key (``load_start``): a paged cache's slots past the last key are memory nobody wrote. The dense views end
+    #: at S_k, and TMA fills rows past a view's end with zeros.
+    moves_last_load = False
 
     def __init__(self, dtype, head_dim, causal, block_n, num_stages, pack=1):
         super().__init__()
@@ -180,6 +180,11 @@ class Decode(Script):
         """The view offsets of the key tile that starts at key ``key`` of K/V head ``kv_bh`` (dense: that row)."""
         return [kv_bh, key, 0]
 
+    def load_start(self, first_key, seq_k):
+        """The key held by row 0 of the load whose first key is ``first_key``: that key (the paged kernel moves the
+        load holding the sequence's last key back)."""
+        return first_key
+
     def consume(self, sq, sk, sv, q_loaded, pipe, seq_q, seq_k, scale_log2, keys_from, n_tiles):
         """The online softmax over the chunk's tiles; returns (lse_s, O_s) of the chunk: O normalised by the
         chunk's row sum, lse_s = m + log2(ℓ), -inf (and O 0) for a row that saw none of its keys. A tile of
@@ -220,8 +225,6 @@ class Decode(Script):
             row_max = max(row_max, new_max)
             acc_o = acc_o * correction
             probs16 = [self.cast(probs[part], dtype) for part in range(parts)]
-            if self.reads_past_end:
-                self.clear_values_past_end(sv[stage], offset_n, seq_k)
             self.wgmma.fence()
             for part in range(parts):
                 self.wgmma.mma(probs16[part], sv[stage][part][0], acc_o)
@@ -232,37 +235,23 @@ class Decode(Script):
         lse = self.where(row_sum == 0.0, float("-inf"), row_max + self.log2(row_sum))
         return lse, acc_o / self.where(row_sum == 0.0, 1.0, row_sum)
 
-    def clear_values_past_end(self, values, offset_n, seq_k):
-        """Zero the rows of the V tile ``values`` (its ``block_n / sub_n`` loads; keys ``offset_n ...``) past the
-        sequence's last key, in shared memory, before P·V reads them: their probabilities are 0, but 0 · NaN is NaN
-        and those rows of a paged cache's last page were never written. Loads that start past the last key read
-        zeros already (``key_offsets``), so only the one that holds the last key is cleared, on the sequence's last
-        tile alone. Executed by the consumer warpgroup (``ld.shared``, ``st.shared``, ``fence.proxy.async``,
-        ``bar.sync``), ``sub_n · D / 128`` elements a thread."""
-        valid: int32 = seq_k - offset_n
-        if valid < self.block_n and valid % self.sub_n > 0:
-            part = values[valid // self.sub_n][0]
-            rows = self.load_shared(part)
-            rows = self.where(self.row_index(rows) < valid % self.sub_n, rows, 0.0)
-            self.store_shared(part, rows)
-            self.hand_to_wgmma()
-
-    def hand_to_wgmma(self):
-        """The consumer warpgroup's ordinary stores to shared memory become visible to the WGMMAs that read it
-        next: each thread fences the async proxy, then the warpgroup syncs (``fence.proxy.async``, ``bar.sync``)."""
-        self.fence_proxy_async()
-        self.sync()
-
-    def masked(self, acc_s, offset_n, seq_q, seq_k, causal_shift):
-        """Scores ``acc_s`` of keys ``offset_n ...`` with the keys no row may see (past S_k; causal: past the row's
-        last) at -inf, where the tile holds any (a runtime branch: most tiles hold none)."""
+    def masked(self, acc_s, first_key, seq_q, seq_k, causal_shift):
+        """Scores ``acc_s`` of the load whose first key is ``first_key`` (its columns hold keys ``load_start``
+        ...) with the keys no row may see (past S_k; before ``first_key``, a moved-back load's keys of the load
+        before; causal: past the row's last) at -inf, where the load holds any (a runtime branch: most hold
+        none)."""
         width = acc_s.shape[1]
+        offset_n = self.load_start(first_key, seq_k)
         needs_mask = offset_n + width > seq_k
+        if self.moves_last_load:
+            needs_mask = needs_mask or offset_n < first_key
         if self.causal:
             needs_mask = needs_mask or offset_n + width - 1 > causal_shift
         if needs_mask:
             cols = self.col_index(acc_s) + offset_n
             keep = cols < seq_k
+            if self.moves_last_load:
+                keep = keep & (cols >= first_key)
             if self.causal:
                 keep = keep & self.causal_visible(acc_s, cols, seq_q, causal_shift)
             acc_s = self.where(keep, acc_s, float("-inf"))
@@ -352,14 +341,18 @@ class Decode(Script):
 
 class DecodePaged(Decode):
     """The split-KV decode kernel over a paged KV cache (vLLM's layout, ``warpspec.ops.attention_paged``): the caches
-    [num_pages, page_size, H_kv, D] are seen as one head-major view [H_kv, num_pages · page_size, D] (page p holds
-    view rows ``p · page_size ...``); the block's sequence takes its key count from ``seq_lens``, splits its own keys
+    [num_pages, page_size, H_kv, D] are read in place; the block's sequence takes its key count from ``seq_lens``, splits its own keys
     into ``n_splits`` chunks of whole tiles, and the producer warp reads the page of each load from ``block_table``:
     a tile of ``block_n`` keys (the dense decode tile) is ``block_n / 16`` loads of ``PAGE_LOAD`` = 16 keys, each
     inside one page whatever the page size (small pages cost no more trips through the softmax than large ones).
-    Q and O are [B · H, S_q, D] as for the dense kernel; rows of the last page past the sequence's keys are masked
-    as the dense kernel masks keys past S_k, and zeroed in V before P·V reads them (``clear_values_past_end``:
-    nobody wrote them, and 0 · NaN is NaN)."""
+    Q and O are [B · H, S_q, D] as for the dense kernel. The caches are viewed as [num_pages, page_size, H_kv·D]
+    (K/V head h: columns ``h·D ...``), so a load's rows outside its page read as zeros. The slots of the last page
+    past the sequence's keys were never written (NaN, for all the kernel knows; a masked score's probability is 0,
+    but 0 · NaN is NaN): the load that holds the last key, when its keys end inside it, is moved back to end at
+    that key (``load_start``), its keys of the load before masked as keys past S_k are. No unwritten slot is
+    read."""
+
+    moves_last_load = True
 
     def __init__(self, dtype, head_dim, causal, block_n, num_stages, pack=1, page_size=64):
         super().__init__(dtype, head_dim, causal, block_n, num_stages, pack)
@@ -370,10 +363,6 @@ class DecodePaged(Decode):
             raise ArgumentError(f"block_n must be a multiple of {PAGE_LOAD} (the keys of one load); got {block_n!r}")
         self.page_size = page_size
         self.sub_n = PAGE_LOAD
-        # The last page's slots past the sequence's keys are cache memory nobody wrote: cleared before P·V up to
-        # D 128. At D 256 the clear's 32 elements a thread spill (255 registers with O's 128), so those slots must
-        # hold finite values there (docs/attention.md says so).
-        self.reads_past_end = self.head_dim <= 128
 
     def kernel_name(self) -> str:
         """``DecodePagedF16`` or ``DecodePagedBF16``."""
@@ -386,10 +375,8 @@ class DecodePaged(Decode):
         d, dtype = self.head_dim, self.dtype
         self.set_grid(n_splits, batch * heads)
         kv_heads = heads // group
-        gk = self.global_view(k_ptr, dtype=dtype, shape=[kv_heads, num_pages * self.page_size, d],
-                              strides=[d, kv_heads * d, 1])
-        gv = self.global_view(v_ptr, dtype=dtype, shape=[kv_heads, num_pages * self.page_size, d],
-                              strides=[d, kv_heads * d, 1])
+        gk = self.global_view(k_ptr, dtype=dtype, shape=[num_pages, self.page_size, kv_heads * d])
+        gv = self.global_view(v_ptr, dtype=dtype, shape=[num_pages, self.page_size, kv_heads * d])
         table = self.global_view(table_ptr, dtype=int32, shape=[batch, max_pages])
         lens = self.global_view(lens_ptr, dtype=int32, shape=[batch])
         sequence: int32 = self.blockIdx.y * self.pack // heads  # a pack's heads are of one sequence
@@ -402,13 +389,20 @@ class DecodePaged(Decode):
                         (table, sequence, kv_heads, num_pages, seq_k))
 
     def key_offsets(self, pages, kv_bh, key):
-        """The cache row of key ``key`` of the sequence: in its page from the block table, for K/V head
-        ``kv_bh`` mod H_kv. A page index outside [0, num_pages) (an unchecked table) is clamped to -1 or
-        num_pages, whose rows lie outside the view: TMA reads them as zeros, and no row offset overflows. So
-        are a tile's loads that start past the sequence's last key (pages of the last tile the sequence does
-        not reach): their table entries are not looked up."""
+        """The view offsets (page, row in the page, first column) of the load that starts at key ``key`` of the
+        sequence, for K/V head ``kv_bh`` mod H_kv: its page from the block table, its rows moved back by
+        ``load_start`` when the sequence's keys end inside it (rows above the page read as zeros). A page index
+        outside [0, num_pages) (an unchecked table) is clamped to -1 or num_pages, which lie outside the view: TMA
+        reads them as zeros. So are a tile's loads that start past the sequence's last key (pages of the last
+        tile the sequence does not reach): their table entries are not looked up."""
         table, sequence, kv_heads, num_pages, seq_k = pages
         page: int32 = -1
         if key < seq_k:
             page = min(max(self.load_scalar(table, [sequence, key // self.page_size]), -1), num_pages)
-        return [kv_bh % kv_heads, page * self.page_size + key % self.page_size, 0]
+        row: int32 = key % self.page_size - (key - self.load_start(key, seq_k))
+        return [page, row, kv_bh % kv_heads * self.head_dim]
+
+    def load_start(self, first_key, seq_k):
+        """The key held by the load's row 0: ``first_key``, or for a load with keys past the sequence's last, the
+        key ``sub_n`` before the end (a load past the end reads zeros wherever it starts)."""
+        return min(first_key, seq_k - self.sub_n)

@@ -35,7 +35,8 @@ stored to ``lse`` (float32 [B·H, S_q]) for the backward pass, which recomputes 
 without a second softmax. A row that sees no key stores +inf, so the backward's exp2 gives 0 there.
 
 Packed sequences and paged caches (``attention_varlen_kernel``, ``attention_paged_kernel``) run this body through
-``attend`` with their own views and row offsets, ``key_row`` (where key tile j starts) and ``store_result``.
+``attend`` with their own views and row offsets, ``key_tile_offsets`` (where key tile j lies in the K and V views),
+``tile_start`` (the key of a tile's first row) and ``store_result``.
 
 The element type is the constructor's first argument (``Attention(bfloat16, head_dim=128, causal=True)``; its
 kernels are named ``AttentionF16`` and ``AttentionBF16``). The schedule (``block_n``, ``num_stages``, ``unroll``) is
@@ -100,6 +101,9 @@ class Attention(Script):
     tune_key = ("seq_q", "seq_k", "batch_heads")
     #: Packed sequences (``attention_varlen_kernel``): a block's query tile may lie past its sequence's end.
     varlen = False
+    #: Whether a sequence's last key tile, when its keys end inside it, is loaded moved back to end at the last key
+    #: (``tile_start``; the paged kernel, whose rows past the last key are cache slots nobody wrote).
+    moves_last_tile = False
 
     def __init__(self, dtype, head_dim, causal, block_n, num_stages, unroll):
         super().__init__()
@@ -181,10 +185,10 @@ class Attention(Script):
                 self.tma.global_to_shared(src=gq, dst=sq[wg], offsets=[bh, q_row + 64 * wg, 0],
                                           mbarrier=q_loaded[0])
         for j in self.range(n_tiles):
-            row = self.key_row(k_row, j)
+            offsets = self.key_tile_offsets(k_row, kv_bh, j)
             for pipe, gx, sx in ((pipe_k, gk, sk), (pipe_v, gv, sv)):
                 pipe.producer_acquire()
-                self.load_stage(pipe, gx, sx, kv_bh, row)
+                self.load_stage(pipe, gx, sx, offsets)
                 pipe.producer_advance()
         # Stay until the consumers released every filled stage, so their arrivals never target a barrier whose
         # waiter has exited.
@@ -193,17 +197,23 @@ class Attention(Script):
                 pipe.producer_acquire()
                 pipe.producer_advance()
 
-    def load_stage(self, pipe, gx, sx, kv_bh, row):
-        """One thread of the producer warp fills the producer's stage of ``sx`` with the K or V tile at view rows
-        ``row ...`` of head ``kv_bh``, announcing its bytes on the stage's full barrier."""
+    def load_stage(self, pipe, gx, sx, offsets):
+        """One thread of the producer warp fills the producer's stage of ``sx`` with the K or V tile at view
+        ``offsets``, announcing its bytes on the stage's full barrier."""
         with self.single_thread():
             self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), sx[pipe.producer_stage].nbytes)
-            self.tma.global_to_shared(src=gx, dst=sx[pipe.producer_stage], offsets=[kv_bh, row, 0],
+            self.tma.global_to_shared(src=gx, dst=sx[pipe.producer_stage], offsets=offsets,
                                       mbarrier=pipe.producer_barrier())
 
-    def key_row(self, k_row, j):
-        """The K/V view row where key tile j starts: ``k_row`` (the sequence's first key row) + j·block_n."""
-        return k_row + j * self.block_n
+    def key_tile_offsets(self, k_row, kv_bh, j):
+        """The K/V view offsets of key tile j of K/V head ``kv_bh``: view row ``k_row`` (the sequence's first key
+        row) + j·block_n."""
+        return [kv_bh, k_row + j * self.block_n, 0]
+
+    def tile_start(self, first_key, seq_k):
+        """The key held by row 0 of the tile whose first key is ``first_key``: that key (the paged kernel moves a
+        sequence's last tile back, ``attention_paged_kernel``)."""
+        return first_key
 
     def consume(self, wg, sq, sk, sv, go, glse, q_loaded, pipe_k, pipe_v, turns, seq_q, seq_k, scale_log2, bh,
                 offset_m, n_tiles, q_start):
@@ -299,18 +309,24 @@ class Attention(Script):
         pipe_v.consumer_release()
         pipe_v.consumer_advance()
 
-    def masked_scores(self, acc_s, offset_n, seq_k, rows_from, causal_shift):
-        """S tile ``acc_s`` (columns ``offset_n ...``) with the keys no row may see at -inf: columns past S_k, and
-        for ``causal`` those past each row's last key, where the tile holds any (a runtime branch: most tiles hold
-        none). Callers move their tile in (``acc_s = self.masked_scores(acc_s, ...)``), so the mask is computed
-        into its registers."""
+    def masked_scores(self, acc_s, first_key, seq_k, rows_from, causal_shift):
+        """S tile ``acc_s`` of the key tile whose first key is ``first_key`` (its columns hold keys ``tile_start``
+        ...) with the keys no row may see at -inf: columns past S_k, keys before ``first_key`` (a moved-back tile's
+        rows of the tile before), and for ``causal`` those past each row's last key, where the tile holds any (a
+        runtime branch: most tiles hold none). Callers move their tile in (``acc_s = self.masked_scores(acc_s,
+        ...)``), so the mask is computed into its registers."""
         block_n = self.block_n
+        offset_n = self.tile_start(first_key, seq_k)
         needs_mask = offset_n + block_n > seq_k
+        if self.moves_last_tile:
+            needs_mask = needs_mask or offset_n < first_key
         if self.causal:
             needs_mask = needs_mask or offset_n + block_n - 1 > rows_from + causal_shift
         if needs_mask:
             cols = self.col_index(acc_s) + offset_n
             keep = cols < seq_k
+            if self.moves_last_tile:
+                keep = keep & (cols >= first_key)
             if self.causal:
                 keep = keep & (cols <= self.row_index(acc_s) + (rows_from + causal_shift))
             acc_s = self.where(keep, acc_s, float("-inf"))
