@@ -244,6 +244,30 @@ def test_gpu_paged_matches_each_sequence_dense(page_size):
         assert (out[b].float() - want.transpose(0, 1)).abs().max().item() < 2e-3
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("seq_q, head_dim, page_size", [(20, 128, 64), (20, 64, 16), (1, 256, 64), (4, 128, 16)])
+def test_gpu_paged_never_reads_unwritten_slots(seq_q, head_dim, page_size):
+    """NaN in every cache slot past each sequence's keys, on the GPU: the prefill kernel (S_q 20) and the decode
+    kernel (S_q 1 and 4, D 256 among them) move the load holding a sequence's last key back to end at it, so the
+    outputs are finite and match float32 SDPA on each sequence's gathered keys."""
+    arrays = paged_operands([300, 1000, 77, 129], seq_q, page_size=page_size, head_dim=head_dim)
+    q, k_cache, v_cache, table, seq_lens = arrays
+    for cache in (k_cache, v_cache):
+        fill_unwritten_slots(cache, table, seq_lens)
+    q, k_cache, v_cache, table, seq_lens = (torch.from_numpy(x).cuda() for x in (q, k_cache, v_cache, table, seq_lens))
+    with warpspec.use_backend("cuda"):
+        out = attention_paged(q, k_cache, v_cache, table, seq_lens, causal=True)
+    torch.cuda.synchronize()
+    assert torch.isfinite(out).all().item()
+    for b, length in enumerate(seq_lens.tolist()):
+        keys = k_cache[table[b].long()].reshape(-1, 2, head_dim)[:length]
+        values = v_cache[table[b].long()].reshape(-1, 2, head_dim)[:length]
+        want = torch.nn.functional.scaled_dot_product_attention(
+            q[b].float().transpose(0, 1)[None], keys.float().transpose(0, 1)[None],
+            values.float().transpose(0, 1)[None], attn_mask=causal_lower_right(seq_q, length), enable_gqa=True)[0]
+        assert (out[b].float() - want.transpose(0, 1)).abs().max().item() < 2e-3
+
+
 def test_planted_bug_a_page_looked_up_past_the_table_is_caught_at_its_line():
     """The bug kernel reads block_table[b, page + 1]: for a sequence that fills its table, a BoundsError at the
     lookup's line."""
