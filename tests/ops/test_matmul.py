@@ -199,6 +199,7 @@ def tile_walk(monkeypatch):
     """Small problems run the tile walk's family (``Gemm``) instead of the split family, whose schedules are
     tested in tests/ops/test_split_gemm.py: the schedule mechanics these tests check are the same for both."""
     monkeypatch.setattr(ops_matmul, "SPLIT_FAMILY_M", 0)
+    monkeypatch.setattr(ops_matmul, "SPLIT_FAMILY_TILES", 0)
     monkeypatch.setattr(ops_matmul, "_chosen", {})
     monkeypatch.setattr(ops_matmul, "_signatures", Signatures())
 
@@ -208,13 +209,14 @@ def problem(m, n, k, dtype=warpspec.float16, has_bias=False):
 
 
 def test_heuristic_uses_small_tiles_for_small_problems_and_v6_tiles_for_large():
-    assert ops_matmul.heuristic_schedule(problem(96, 80, 64)) == ops_matmul.split_schedule(problem(96, 80, 64))
-    assert ops_matmul.heuristic_schedule(problem(300, 80, 64)) == \
+    for small in (problem(96, 80, 64), problem(300, 80, 64)):  # at most one wave of tiles: the split family
+        assert ops_matmul.heuristic_schedule(small) == ops_matmul.split_schedule(small)
+    assert ops_matmul.heuristic_schedule(problem(20000, 80, 64)) == \
         {"num_stages": 2, "block_m": 128, "block_n": 64, "persistent": False, "stream_k": False}
     assert ops_matmul.heuristic_schedule(problem(8192, 8192, 8192)) == \
         {"num_stages": 3, "block_m": 128, "block_n": 256, "persistent": True,
          "stream_k": True}
-    assert ops_matmul.heuristic_schedule(problem(300, 100, 8192, warpspec.float8_e4m3)) == \
+    assert ops_matmul.heuristic_schedule(problem(20000, 100, 8192, warpspec.float8_e4m3)) == \
         {"num_stages": 4, "block_m": 128, "block_n": 64, "persistent": False, "stream_k": False}
 
 
@@ -244,9 +246,9 @@ def test_the_shipped_defaults_file_holds_valid_schedules():
                 True: {"num_stages", "block_m", "block_n", "swap_ab", "split_k"}}
         assert all(valid[split] and all(set(s) == keys[split] for s in valid[split]) for split in valid)
         for bucket, schedule in schedules.items():
-            m = int(bucket.split("x")[0])  # the bucket of M names the family
-            assert len(bucket.split("x")) == 3 and schedule in valid[m <= ops_matmul.SPLIT_FAMILY_M], \
-                (dtype_name, bucket, schedule)
+            m, n, k = (int(x) for x in bucket.split("x"))  # the buckets of M and N name the family
+            split = ops_matmul.Problem(m, n, k, dtype, dtype, True, False, None).split_family
+            assert schedule in valid[split], (dtype_name, bucket, schedule)
 
 
 def test_parse_shapes():

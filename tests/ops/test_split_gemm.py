@@ -3,9 +3,9 @@ transposed product (``swap_ab``) under every layout, dtype and epilogue, split-K
 (flags given back), the size rule's choices for a linear layer's shapes, the planted hand-off mistakes caught at
 their line, and NVRTC builds without spills.
 
-The family runs every problem with M up to ``SPLIT_FAMILY_M``. Shapes are small and ragged: 9 K-tiles of 64 split
-between up to 8 blocks leave parts of one K-tile, and N = 136 leaves a partial 128-row tile of the transposed
-product.
+The family runs every problem with M up to ``SPLIT_FAMILY_M`` and every output of at most one wave of tiles. Shapes
+are small and ragged: 9 K-tiles of 64 split between up to 8 blocks leave parts of one K-tile, and N = 136 leaves a
+partial 128-row tile of the transposed product.
 """
 
 import importlib
@@ -119,7 +119,10 @@ def test_ops_matmul_runs_the_size_rule_at_every_small_m(m):
     (64, 6144, 4096, (False, 64, 64, 1, 8)),
     (256, 4096, 4096, (False, 64, 128, 1, 8)),
     (256, 1024, 4096, (False, 64, 64, 2, 8)),
-    (256, 14336, 4096, (False, 128, 128, 1, 6)),  # 8 stages of 128 x 128 tiles do not fit
+    # Above M = 64, outputs of at most one wave of 128 x 128 tiles
+    (2048, 1024, 4096, (False, 128, 128, 1, 6)),  # 8 stages of 128 x 128 tiles do not fit
+    (1024, 1024, 4096, (False, 64, 128, 1, 8)),
+    (512, 1024, 4096, (False, 64, 64, 1, 8)),
 ])
 def test_the_size_rule(m, n, k, expected):
     problem = ops_matmul.Problem(m, n, k, bfloat16, bfloat16, True, False, None)
@@ -127,12 +130,22 @@ def test_the_size_rule(m, n, k, expected):
     assert tuple(schedule[name] for name in ("swap_ab", "block_m", "block_n", "split_k", "num_stages")) == expected
 
 
-def test_the_families_meet_at_split_family_m():
-    def family(m):
-        return ops_matmul.Problem(m, 4096, 4096, float16, float16, True, False, None).split_family
+def test_the_families_meet_at_split_family_m_and_one_wave_of_tiles():
+    """Every M up to SPLIT_FAMILY_M, and above it an output of at most one wave of 128 x 128 tiles counted on the
+    size buckets of M and N: a bucket belongs to one family."""
+    def family(m, n):
+        return ops_matmul.Problem(m, n, 4096, float16, float16, True, False, None).split_family
 
-    assert family(ops_matmul.SPLIT_FAMILY_M) and not family(ops_matmul.SPLIT_FAMILY_M + 1)
+    assert family(ops_matmul.SPLIT_FAMILY_M, 131072) and not family(ops_matmul.SPLIT_FAMILY_M + 1, 131072)
     assert ops_matmul.SPLIT_FAMILY_M & (ops_matmul.SPLIT_FAMILY_M - 1) == 0  # a power of two: one family per bucket
+    assert ops_matmul.SPLIT_FAMILY_TILES == 132
+    # 8 x 8, 16 x 8 and 2 x 64 tiles of 128 (one wave); 8 x 32 and 2 x 128 (two)
+    assert family(1024, 1024) and family(2048, 1024) and family(256, 6144)
+    assert not family(1024, 4096) and not family(256, 14336)
+    for m, n in ((513, 513), (1024, 1024), (700, 1000)):  # one bucket, one family
+        assert family(m, n)
+    for m, n in ((1025, 2049), (2048, 4096), (1500, 3000)):
+        assert not family(m, n)
 
 
 def test_the_workspace_is_one_tile_and_one_flag_per_block():

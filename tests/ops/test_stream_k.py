@@ -116,6 +116,8 @@ def test_ops_matmul_runs_the_heuristic_stream_k_schedule_with_a_workspace_per_ca
     monkeypatch.setattr(ops_matmul, "heuristic_schedule", lambda problem: {
         "num_stages": 2, "block_m": 64, "block_n": 64, "persistent": True, "stream_k": True})
     monkeypatch.setattr(ops_matmul, "sm_count", lambda: 8)
+    # The tile walk's family (an output this small is otherwise the split family's: at most one wave of tiles)
+    monkeypatch.setattr(ops_matmul, "SPLIT_FAMILY_TILES", 0)
     monkeypatch.setattr(ops_matmul, "_chosen", {})
     monkeypatch.setattr(ops_matmul, "_signatures", Signatures())
     a, w = operands(M, N, K, np.float16)

@@ -45,8 +45,17 @@ MAX_EXTENT = 2**31 - 1
 #: TMA's rules: every row pitch and every base address a multiple of 16 bytes.
 TMA_ALIGNMENT = 16
 DEFAULTS_FILE = pathlib.Path(__file__).with_name("defaults.json")
-#: The largest M the split family runs (a power of two, so that a size bucket of M belongs to one family).
-SPLIT_FAMILY_M = 256
+#: Up to this M the split family runs every problem (a power of two, so that a size bucket of M belongs to one
+#: family): decode and small-batch M, which its transposed tiles and split K serve whatever N is.
+SPLIT_FAMILY_M = 64
+#: Above ``SPLIT_FAMILY_M``, the split family runs the problems whose output, in the size buckets of M and N, is at
+#: most this many ``SPLIT_FAMILY_TILE``-square tiles: one wave of the 132 SMs of an H100 or H200. Tuned on an H100
+#: (2026-12-05, bf16, K 4096, each family's own tuning winner; docs/performance.md): where the output is at most
+#: one wave of such tiles the split family's non-persistent tiles in 6 to 8 stages ran 0.85-0.96x cuBLAS against
+#: the tile walk's 0.68-0.92x (M 512-2048 at N 1024, 512 x 4096, 256 x 6144); above it the tile walk won (0.92-0.99x
+#: against 0.81-0.87x at 1024 x 4096, 1024 x 6144, 256 x 14336).
+SPLIT_FAMILY_TILES = NUM_SMS
+SPLIT_FAMILY_TILE = 128
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,8 +82,12 @@ class Problem:
     def split_family(self) -> bool:
         """Whether the split family's schedules run it (``warpspec.ops.kernels.SplitGemm``): M at most
         ``SPLIT_FAMILY_M``, a linear layer at a decode or small-batch M, whose few output tiles leave most SMs idle
-        unless K is split or the product computed transposed."""
-        return self.m <= SPLIT_FAMILY_M
+        unless K is split or the product computed transposed; or an output of at most one wave of tiles
+        (``SPLIT_FAMILY_TILES``), counted on the size buckets of M and N, so that a bucket belongs to one family."""
+        if self.m <= SPLIT_FAMILY_M:
+            return True
+        rows, columns = (-(-size_bucket(x) // SPLIT_FAMILY_TILE) for x in (self.m, self.n))
+        return rows * columns <= SPLIT_FAMILY_TILES
 
 
 def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_a=None, scale_b=None):
