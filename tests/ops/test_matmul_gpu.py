@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 
 import importlib  # noqa: E402
 
+from tests.ops.test_matmul import tile_walk  # noqa: E402, F401  (the fixture: these shapes' tile-walk schedules)
 from warpspec import ops  # noqa: E402
 
 ops_matmul = importlib.import_module("warpspec.ops.matmul")
@@ -122,7 +123,7 @@ SHARDS = 8
 
 @pytest.mark.parametrize("shard", range(SHARDS))
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float8_e4m3fn])
-def test_every_schedule_at_a_ragged_shape_with_few_sms(dtype, shard):
+def test_every_schedule_at_a_ragged_shape_with_few_sms(dtype, shard, tile_walk):
     """Each schedule pinned (this test's share of them), with a grid bound of 7 SMs: persistent blocks walk several
     ragged tiles and store through TMA; the others take one tile each."""
     # a 336-byte float8 row is a multiple of TMA's 16 bytes (328 is not)
@@ -142,7 +143,7 @@ def test_every_schedule_at_a_ragged_shape_with_few_sms(dtype, shard):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float8_e4m3fn])
-def test_every_stream_k_schedule_splits_the_last_wave_and_leaves_the_flags_zero(dtype):
+def test_every_stream_k_schedule_splits_the_last_wave_and_leaves_the_flags_zero(dtype, tile_walk):
     """Stream-K schedules pinned with a grid bound of 7 SMs at a ragged shape with a long K (32 K-tiles or more in
     every dtype): the tiles left over after the whole waves are split over the blocks where they fill at most 60% of
     the grid, the partial sums handed on through the flags, launch after launch on one workspace; every flag is 0
