@@ -127,6 +127,9 @@ def test_the_breakdown_comparison_sets_each_kernels_model_summary_beside_the_gpu
         occupancy = abs(model.occupancy - row["metrics"]["occupancy"])
         assert (c["busy_off"], c["occupancy_off"]) == (pytest.approx(busy), pytest.approx(occupancy))
         assert c["ok"] == (busy <= 0.10 and occupancy <= 1.0 and model.rule() == row["rule"])
+    # What the model gets right so far: V3's and V6's stage occupancy at two and four stages, and V6's busy share.
+    near = {c["label"]: (c["busy_off"] <= 0.10, c["occupancy_off"] <= 1.0) for c in compared}
+    assert near["V3, 2 stages"][1] and near["V6, 4 stages 128x256"] == (True, True)
 
 
 def test_spearman_of_known_rankings():
