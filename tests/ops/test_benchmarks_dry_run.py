@@ -1,5 +1,6 @@
 """The GPU benchmarks' plumbing without a GPU: ``--dry-run`` of benchmarks/llm_shapes.py and benchmarks/grouped.py
 lists the done-when shapes and checks ops.matmul (ops.grouped_matmul) at a stand-in of each on the emulator,
+benchmarks/gemm_families.py checks both of ops.matmul's kernel families at stand-ins of its shapes,
 grouped.py's ``--sweep`` runs every schedule of the grouped kernel there, and benchmarks/attention_decode.py checks
 ops.attention and ops.attention_paged (``--pages``) at its tiny shapes, and benchmarks/attention_varlen.py checks every
 sequence of a packed call."""
@@ -28,6 +29,12 @@ def test_llm_shapes_lists_the_shapes_and_checks_their_stand_ins():
     assert lines[0].startswith("80 shapes: bfloat16 M=1 4096x4096")  # 2 dtypes x 5 weights x 8 M values
     assert "bfloat16 M=1: geometric mean 1.000x, lowest 1.000x over 5 weights" in lines
     assert lines[-1] == "dry run: 80 stand-ins checked on the emulator (times are placeholders)"
+
+
+def test_gemm_families_checks_both_families_at_each_stand_in():
+    found = dry_run("gemm_families.py", "--shapes", "1024x1024x4096,256x14336x4096")
+    assert found.returncode == 0, found.stderr[-2000:]
+    assert found.stdout.splitlines() == ["dry run: 2 stand-ins checked with both families on the emulator"]
 
 
 def test_grouped_checks_stand_ins_of_balanced_and_skewed_groups():
