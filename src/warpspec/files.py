@@ -1,7 +1,9 @@
-"""Files that several processes share (the compile and tuning caches): written whole or not at all."""
+"""Files that several processes share (the compile and tuning caches, the shipped defaults): written whole or not at
+all, and rewritten under a lock where a writer reads them first."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import stat
@@ -74,25 +76,57 @@ def read_regular_file(path: pathlib.Path, max_bytes: int) -> bytes | None:
 
 
 def write_atomically(path: pathlib.Path, data: bytes, what: str) -> bool:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part: write a temporary
-    file in the same folder, then rename it over ``path``. The folder must not be a link (``kind_folder``). A cache that cannot be written only costs work later,
-    so failure warns (naming ``what``) and returns False."""
-    temp_name = None
+    """Write the cache entry ``data`` to ``path`` so that readers see the old file or the new one, never a part
+    (``replace_file``). The folder must not be a link (``kind_folder``). A cache that cannot be written only costs
+    work later, so failure warns (naming ``what``) and returns False."""
     try:
         kind_folder(path.parent.parent, path.parent.name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        # The temporary file must be in the same folder: os.replace is only atomic within one file system.
+        replace_file(path, data)
+        return True
+    except OSError as error:
+        warnings.warn(f"warpspec could not write {what} {path}: {error}", RuntimeWarning, stacklevel=3)
+        return False
+
+
+def replace_file(path: pathlib.Path, data: bytes, mode: int | None = None) -> None:
+    """Write ``data`` to ``path`` whole: a temporary file in the same folder (``os.replace`` is atomic only within
+    one file system), renamed over ``path``, so that a reader, or a crash, never meets a part. ``mode``: the new
+    file's permission bits (else the temporary file's, readable by its owner alone). Raises ``OSError`` (the
+    temporary file removed)."""
+    temp_name = None
+    try:
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.stem[:16]}.", suffix=".tmp",
                                          delete=False) as f:
             temp_name = f.name
             f.write(data)
+        if mode is not None:
+            os.chmod(temp_name, mode)
         os.replace(temp_name, path)
-        return True
-    except OSError as error:
+    except OSError:
         if temp_name is not None:
             try:
                 os.unlink(temp_name)
             except OSError:
                 pass
-        warnings.warn(f"warpspec could not write {what} {path}: {error}", RuntimeWarning, stacklevel=3)
-        return False
+        raise
+
+
+@contextlib.contextmanager
+def exclusive(path: pathlib.Path):
+    """Hold an exclusive lock on ``path``'s lock file (``path`` + ``.lock``, made when missing) for the block, so
+    that processes which read, change and rewrite ``path`` take turns instead of losing each other's changes. An
+    advisory ``flock``: every writer must take it. Where ``fcntl`` does not exist the block runs unlocked.
+    Raises ``OSError`` when the lock file cannot be opened."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no advisory locks to take
+        yield
+        return
+    descriptor = os.open(path.with_name(path.name + ".lock"), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
+                         0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # closing the descriptor gives the lock back

@@ -7,8 +7,11 @@ the output dtype's precision relative to the value (plus the same absolute amoun
 """
 
 import importlib
+import json
+import stat
 import subprocess
 import sys
+import threading
 
 import ml_dtypes
 import numpy as np
@@ -234,6 +237,38 @@ def test_shipped_defaults_win_over_the_heuristic(monkeypatch, tmp_path):
     assert chosen == table["float16"]["128x128x64"]
     assert ops_matmul.choose_schedule(problem(300, 80, 64), (), on_gpu=False) == \
         ops_matmul.heuristic_schedule(problem(300, 80, 64))  # another bucket: not shipped
+
+
+def test_concurrent_writers_of_the_defaults_keep_each_others_entries(tmp_path):
+    """Six writers merge ten tables each into one defaults file at once: every entry is there at the end (each
+    writer read the file after the last one's write) and the file was never half written."""
+    path = tmp_path / "defaults.json"
+    schedule = {"num_stages": 2, "block_m": 64, "block_n": 64, "persistent": False, "stream_k": False}
+
+    def write(writer):
+        for i in range(10):
+            ops_matmul.write_defaults({"float16": {f"{writer}x{i}x1": schedule}}, path)
+
+    writers = [threading.Thread(target=write, args=(w,)) for w in range(6)]
+    for thread in writers:
+        thread.start()
+    for thread in writers:
+        thread.join()
+    written = json.loads(path.read_text())["schedules"]["float16"]
+    assert sorted(written) == sorted(f"{w}x{i}x1" for w in range(6) for i in range(10))
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_writing_the_defaults_keeps_the_files_permissions_and_refuses_another_file(tmp_path):
+    path = tmp_path / "defaults.json"
+    path.write_text('{"schedules": {}}\n')
+    path.chmod(0o644)
+    ops_matmul.write_defaults({"float16": {}}, path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644  # a package file others read stays readable
+    path.write_text('["not", "defaults"]')
+    with pytest.raises(ValueError, match="is not a table of shipped defaults"):
+        ops_matmul.write_defaults({"float16": {}}, path)
+    assert path.read_text() == '["not", "defaults"]'
 
 
 def test_the_shipped_defaults_file_holds_valid_schedules():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from warpspec.cli.failures import EXIT_OK, UsageError
+from warpspec.cli.failures import EXIT_FAILURE, EXIT_OK, UsageError
 from warpspec.errors import WarpspecError
 
 
@@ -58,8 +58,14 @@ def tune_command(args) -> int:
     configure(verbose=True, bench=CudaBench(runs=args.runs))
     table = tune_matmul(shapes, args.dtype, b_layout=args.b_layout, out_dtype=args.out_dtype,
                         progress=lambda line: print(line, file=sys.stderr, flush=True))
+    print(json.dumps(table, indent=1, sort_keys=True), flush=True)  # the winners first, whatever the write does
     if args.write_defaults:
-        write_defaults(table)
+        try:
+            write_defaults(table)
+        except (OSError, ValueError) as error:
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+            print(f"warpspec tune: error: could not merge the winners into {DEFAULTS_FILE}: {reason} (they are "
+                  f"stored in the tuning cache, and printed above)", file=sys.stderr)
+            return EXIT_FAILURE
         print(f"merged {sum(len(v) for v in table.values())} schedules into {DEFAULTS_FILE}", file=sys.stderr)
-    print(json.dumps(table, indent=1, sort_keys=True))
     return EXIT_OK

@@ -23,6 +23,7 @@ import importlib
 import json
 import math
 import pathlib
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ import numpy as np
 from warpspec import dtypes, runtime
 from warpspec.dtypes import DType, bfloat16, float8_e4m3, float16, float32
 from warpspec.errors import ArgumentError, CompileError
+from warpspec.files import exclusive, replace_file
 from warpspec.ops.frame import Signatures, address, describe, plain_cuda
 from warpspec.ops.kernels import ACTIVATIONS, NUM_SMS, block_k_for, gemm_class
 from warpspec.ops.operands import dtype_of, kind_of, same_device, same_kind
@@ -1019,12 +1021,21 @@ def tuning_arguments(problem: Problem) -> tuple[tuple, list]:
 
 
 def write_defaults(table: dict, path: pathlib.Path = DEFAULTS_FILE) -> None:
-    """Merge ``table`` (``tune_matmul``'s result) into the shipped defaults file at ``path``."""
+    """Merge ``table`` (``tune_matmul``'s result) into the shipped defaults file at ``path``. Concurrent writers
+    take turns (``files.exclusive``: each reads the file after the last one's write, so none loses another's
+    entries), and the file is replaced whole (``files.replace_file``): a crash or a reader never meets half a file.
+    Raises ``OSError`` when the file cannot be read or written, and ``ValueError`` when it is not the defaults'
+    JSON."""
     global _defaults
-    current = json.loads(path.read_text()) if path.exists() else {"schedules": {}}
-    for dtype_name, schedules in table.items():
-        current["schedules"].setdefault(dtype_name, {}).update(schedules)
-    path.write_text(json.dumps(current, indent=1, sort_keys=True) + "\n")
+    with exclusive(path):
+        current = json.loads(path.read_text()) if path.exists() else {"schedules": {}}
+        if not isinstance(current, dict) or not isinstance(current.get("schedules"), dict):
+            raise ValueError(f"{path} is not a table of shipped defaults (a JSON object with \"schedules\")")
+        for dtype_name, schedules in table.items():
+            current["schedules"].setdefault(dtype_name, {}).update(schedules)
+        # The file keeps its permissions (a package file others read); a new one is readable by all.
+        mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
+        replace_file(path, (json.dumps(current, indent=1, sort_keys=True) + "\n").encode("utf-8"), mode)
     _defaults = None
 
 
