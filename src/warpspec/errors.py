@@ -36,6 +36,12 @@ class CacheFolderError(WarpspecError, OSError):
     with a cache file is."""
 
 
+class DefaultsFileError(WarpspecError):
+    """The shipped defaults file (``warpspec/ops/defaults.json``) is not what ``warpspec tune --write-defaults``
+    writes: not JSON, not a table of schedules, or an entry that is not a schedule of its kernel (edited by hand,
+    say). The message names the file, the entry and how to restore it."""
+
+
 class KernelError(WarpspecError):
     """A kernel broke a hardware rule while it ran on the emulator.
 

@@ -223,7 +223,7 @@ def test_heuristic_uses_small_tiles_for_small_problems_and_v6_tiles_for_large():
         {"num_stages": 4, "block_m": 128, "block_n": 64, "persistent": False, "stream_k": False}
 
 
-def test_shipped_defaults_win_over_the_heuristic(monkeypatch, tmp_path):
+def test_shipped_defaults_win_over_the_heuristic(monkeypatch, tmp_path, tile_walk):
     table = {"float16": {"128x128x64": {"num_stages": 3, "block_m": 64, "block_n": 128, "persistent": True,
                                         "stream_k": False}}}
     path = tmp_path / "defaults.json"
@@ -269,6 +269,34 @@ def test_writing_the_defaults_keeps_the_files_permissions_and_refuses_another_fi
     with pytest.raises(ValueError, match="is not a table of shipped defaults"):
         ops_matmul.write_defaults({"float16": {}}, path)
     assert path.read_text() == '["not", "defaults"]'
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"schedules": {"float16": {"128x128x64": {"num_stages": 3, "blockm": 64}}}}',
+     "the float16 entry 128x128x64 is {'num_stages': 3, 'blockm': 64}, which is not a schedule of its kernel "
+     "(SplitGemm: keys block_m, block_n, num_stages, split_k, swap_ab)"),
+    ("{not json", "is not JSON (Expecting property name"),
+    ('{"schedules": {"float16": [1]}}', 'is not a table of shipped defaults ({"schedules": {dtype: {"MxNxK": '
+                                       'schedule}}})'),
+])
+def test_a_broken_defaults_file_is_an_error_naming_it(text, message, monkeypatch, tmp_path):
+    """A defaults file edited into something warpspec does not write: a DefaultsFileError naming the file (and the
+    entry) and how to restore it, at the first call that reads it, never a raw parse or keyword error."""
+    from warpspec.errors import DefaultsFileError
+
+    path = tmp_path / "defaults.json"
+    path.write_text(text)
+    monkeypatch.setattr(ops_matmul, "DEFAULTS_FILE", path)
+    monkeypatch.setattr(ops_matmul, "_defaults", None)
+    monkeypatch.setattr(ops_matmul, "_chosen", {})
+    monkeypatch.setattr(ops_matmul, "_signatures", Signatures())
+    a, b = np.ones((96, 64), np.float16), np.ones((64, 80), np.float16)
+    with pytest.raises(DefaultsFileError) as raised:
+        ops.matmul(a, b)
+    assert str(raised.value).startswith(str(path))
+    assert message in str(raised.value)
+    assert str(raised.value).endswith("restore it from the warpspec package, or rewrite its entries with warpspec "
+                                      "tune --write-defaults")
 
 
 def test_the_shipped_defaults_file_holds_valid_schedules():

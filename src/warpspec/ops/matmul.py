@@ -32,7 +32,7 @@ import numpy as np
 
 from warpspec import dtypes, runtime
 from warpspec.dtypes import DType, bfloat16, float8_e4m3, float16, float32
-from warpspec.errors import ArgumentError, CompileError
+from warpspec.errors import ArgumentError, CompileError, DefaultsFileError
 from warpspec.files import exclusive, replace_file
 from warpspec.ops.frame import Signatures, address, describe, plain_cuda
 from warpspec.ops.kernels import ACTIVATIONS, NUM_SMS, block_k_for, gemm_class
@@ -811,8 +811,17 @@ def choose_schedule(problem: Problem, args: tuple, on_gpu: bool) -> dict:
             schedule = stored_schedule(tuned_script(candidate), candidate_args, {})
             if schedule is not None:
                 return schedule
-    schedule = shipped_defaults().get(problem.in_dtype.name, {}).get(bucket_name(buckets(problem)))
-    return dict(schedule) if schedule is not None else heuristic_schedule(problem)
+    bucket = bucket_name(buckets(problem))
+    schedule = shipped_defaults().get(problem.in_dtype.name, {}).get(bucket)
+    if schedule is None:
+        return heuristic_schedule(problem)
+    space = tuned_script(problem).schedules()
+    if schedule not in space:
+        kernel = gemm_class(problem.in_dtype, problem.split_family).__name__
+        raise DefaultsFileError(f"{DEFAULTS_FILE}: the {problem.in_dtype.name} entry {bucket} is {schedule}, which "
+                                f"is not a schedule of its kernel ({kernel}: keys {', '.join(sorted(space[0]))}); "
+                                f"{RESTORE_DEFAULTS}")
+    return dict(schedule)
 
 
 def bucket_name(sizes) -> str:
@@ -823,11 +832,26 @@ def bucket_name(sizes) -> str:
 _defaults: dict | None = None
 
 
+#: How a broken defaults file is put right, in its errors.
+RESTORE_DEFAULTS = "restore it from the warpspec package, or rewrite its entries with warpspec tune --write-defaults"
+
+
 def shipped_defaults() -> dict:
-    """The shipped defaults: ``{input dtype name: {"MxNxK" size buckets: schedule}}`` from defaults.json."""
+    """The shipped defaults: ``{input dtype name: {"MxNxK" size buckets: schedule}}`` from defaults.json. A file
+    that is not such a table is a ``DefaultsFileError`` naming it."""
     global _defaults
     if _defaults is None:
-        _defaults = json.loads(DEFAULTS_FILE.read_text())["schedules"]
+        try:
+            table = json.loads(DEFAULTS_FILE.read_text())
+        except ValueError as error:  # not UTF-8, or not JSON
+            raise DefaultsFileError(f"{DEFAULTS_FILE} is not JSON ({error}); {RESTORE_DEFAULTS}") from None
+        schedules = table.get("schedules") if isinstance(table, dict) else None
+        if not isinstance(schedules, dict) or not all(
+                isinstance(buckets, dict) and all(isinstance(s, dict) for s in buckets.values())
+                for buckets in schedules.values()):
+            raise DefaultsFileError(f"{DEFAULTS_FILE} is not a table of shipped defaults ({{\"schedules\": {{dtype: "
+                                    f"{{\"MxNxK\": schedule}}}}}}); {RESTORE_DEFAULTS}")
+        _defaults = schedules
     return _defaults
 
 
