@@ -6,12 +6,15 @@ FLOPs = 4 · B · H · seq² · D (halved when causal), ``triton.testing.do_benc
 return_mode="median")``. Before timing, every output is checked against SDPA's (max abs error below 2e-2 in
 fp16, 4e-2 in bf16); a config whose check fails is reported and not timed. warpspec is timed as the pinned kernel
 that ops.attention picks, called on preallocated tensors (``--api`` times ``warpspec.ops.attention`` itself,
-allocation and validation included).
+allocation and validation included). ``--tokens N`` sets the batch to N / seq instead (FlashAttention-3's grid:
+``--tokens 16384``); ``--persistent`` also times the persistent kernel (``AttentionPersistent``, one block per SM
+walking the (query tile, head) tiles) at the one-tile kernel's tile and stages, checked the same way first.
 
     python benchmarks/attention.py                                  # the full table (~4 minutes on an H200)
     python benchmarks/attention.py --head-dims 128 --seqs 8192 --causal both --dtypes fp16,bf16
     python benchmarks/attention.py --head-dims 128 --seqs 8192 --schedules all   # every schedule of the space
     python benchmarks/attention.py --schedule block_n=96,num_stages=2,unroll=1 --head-dims 128 --seqs 4096
+    python benchmarks/attention.py --tokens 16384 --seqs 512,1024,2048 --persistent   # short sequences
 
 Prints one line per config as it goes and a table last; ``--json`` writes every number.
 """
@@ -67,6 +70,9 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=100, help="do_bench warmup, ms")
     parser.add_argument("--rep", type=int, default=500, help="do_bench repetitions, ms")
     parser.add_argument("--api", action="store_true", help="time warpspec.ops.attention instead of the kernel")
+    parser.add_argument("--tokens", type=int, default=None,
+                        help=f"batch x seq for every seq (default: batch {BATCH})")
+    parser.add_argument("--persistent", action="store_true", help="also time the persistent kernel")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
@@ -77,7 +83,7 @@ def main(argv=None) -> int:
     import warpspec
     from warpspec.ops import attention
     from warpspec.ops.attention import DEFAULT_SCHEDULES, arguments, script_for, validate
-    from warpspec.dtypes import float16
+    from warpspec.dtypes import BY_NAME, float16
     from warpspec.ops.attention_kernel import Attention
 
     head_dims = [int(d) for d in args.head_dims.split(",")]
@@ -105,8 +111,28 @@ def main(argv=None) -> int:
                   pool.map(_build_one, jobs)}
     print(f"built {len(builds)} kernels in {time.perf_counter() - started:.1f} s", flush=True)
 
-    results = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"), "batch": BATCH,
-               "model_width": MODEL_WIDTH, "rows": []}
+    results = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
+               "batch": BATCH if args.tokens is None else f"{args.tokens} / seq", "model_width": MODEL_WIDTH,
+               "rows": []}
+    num_sms = torch.cuda.get_device_properties(0).multi_processor_count
+
+    def persistent_tflops(q, k, v, causal, head_dim, reference, name, flops):
+        """The persistent kernel at the head dim's shipped tile and stages: TFLOP/s, or None when its output
+        does not match ``reference``."""
+        from warpspec.ops.attention_kernel import LOG2_E
+        from warpspec.ops.attention_persistent_kernel import AttentionPersistent
+
+        schedule = {key: DEFAULT_SCHEDULES[head_dim][key] for key in ("block_n", "num_stages")}
+        kernel = AttentionPersistent(BY_NAME[kernel_dtypes[name]], head_dim=head_dim, causal=causal, **schedule)
+        batch, heads, seq, _ = q.shape
+        out, lse = torch.full_like(q, float("nan")), torch.empty(q.shape[:3], device="cuda")
+        call_args = (seq, seq, batch * heads, heads, 1, head_dim ** -0.5 * LOG2_E, q, k, v, out, lse, num_sms)
+        kernel(*call_args)
+        torch.cuda.synchronize()
+        if reference is not None and not (out.float() - reference.float()).abs().max().item() < TOLERANCE[name]:
+            print(f"{name} D={head_dim} seq={seq} causal={causal} persistent: WRONG", flush=True)
+            return None
+        return flops / bench(lambda: kernel(*call_args)) / 1e9
 
     def bench(fn):
         return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median")
@@ -117,11 +143,12 @@ def main(argv=None) -> int:
             for head_dim in head_dims:
                 heads = MODEL_WIDTH // head_dim
                 for seq in seqs:
-                    shape = (BATCH, heads, seq, head_dim)
+                    batch = BATCH if args.tokens is None else max(1, args.tokens // seq)
+                    shape = (batch, heads, seq, head_dim)
                     q, k, v = (torch.randn(shape, device="cuda", dtype=torch_dtypes[name]) for _ in range(3))
                     for causal in causals:
-                        flops = 4.0 * BATCH * heads * seq * seq * head_dim / (2 if causal else 1)
-                        row = {"dtype": name, "head_dim": head_dim, "seq": seq, "causal": causal}
+                        flops = 4.0 * batch * heads * seq * seq * head_dim / (2 if causal else 1)
+                        row = {"dtype": name, "head_dim": head_dim, "seq": seq, "causal": causal, "batch": batch}
                         reference = None
                         for backend in chosen_backends:
                             try:
@@ -167,27 +194,36 @@ def main(argv=None) -> int:
                             if best is None or tflops > best[1]:
                                 best = (label, tflops)
                         row["best"] = best
+                        if args.persistent:
+                            row["persistent"] = persistent_tflops(q, k, v, causal, head_dim, reference, name, flops)
                         results["rows"].append(row)
                         cudnn = row.get("cudnn")
                         ratio = f"{best[1] / cudnn:.3f}x cuDNN" if best and cudnn else "-"
                         print(f"{name} D={head_dim} seq={seq} causal={causal}: warpspec "
                               f"{best[1] if best else float('nan'):.0f} TFLOP/s ({best[0] if best else 'failed'}), "
                               f"cuDNN {cudnn or float('nan'):.0f}, flash {row.get('flash') or float('nan'):.0f}, "
-                              f"{ratio}", flush=True)
+                              f"{ratio}" + (f", persistent {row['persistent'] or float('nan'):.0f}"
+                                            if args.persistent else ""), flush=True)
 
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
-    print(f"\nattention forward, batch {BATCH}, heads x head_dim = {MODEL_WIDTH}, on {results['gpu']} "
+    print(f"\nattention forward, batch {results['batch']}, heads x head_dim = {MODEL_WIDTH}, on {results['gpu']} "
           f"({results['date']}); TFLOP/s")
+    extra = f" {'persist.':>8s} {'vs cuDNN':>9s}" if args.persistent else ""
     print(f"{'dtype':5s} {'D':>4s} {'seq':>6s} {'causal':>6s} {'warpspec':>9s} {'cuDNN':>7s} {'flash':>7s} "
-          f"{'vs cuDNN':>9s}  schedule")
+          f"{'vs cuDNN':>9s}{extra}  schedule")
     for row in results["rows"]:
         best = row["best"]
         cells = [f"{row[key]:7.0f}" if row.get(key) else f"{'-':>7s}" for key in ("cudnn", "flash")]
         ratio = f"{best[1] / row['cudnn']:9.3f}" if best and row.get("cudnn") else f"{'-':>9s}"
+        if args.persistent:
+            persistent = row.get("persistent")
+            extra = (f" {persistent:8.0f} {persistent / row['cudnn']:9.3f}" if persistent and row.get("cudnn") else
+                     f" {'-':>8s} {'-':>9s}")
         print(f"{row['dtype']:5s} {row['head_dim']:4d} {row['seq']:6d} {row['causal']!s:>6s} "
-              f"{best[1] if best else float('nan'):9.0f} {cells[0]} {cells[1]} {ratio}  {best[0] if best else ''}")
+              f"{best[1] if best else float('nan'):9.0f} {cells[0]} {cells[1]} {ratio}{extra}  "
+              f"{best[0] if best else ''}")
     return 0
 
 

@@ -10,7 +10,8 @@
 # layer's small M), tune-large-m (the same for its M of 1024 to 8192, the tile walk), host-cost
 # (benchmarks/host_cost.py: an eager call's host time against torch's, with a profile), llm
 # (benchmarks/llm_shapes.py), families (benchmarks/gemm_families.py: the tile walk against the split family), split-tests (the split family's GPU tests), ops-tests, stream-k-tests (flags and
-# the stream-K schedules), stream-k (stream-K against whole tiles, cuBLAS beside), attention, attention-tests,
+# the stream-K schedules), stream-k (stream-K against whole tiles, cuBLAS beside), attention, attention-short
+# (FlashAttention-3's short sequences, the persistent kernel beside), attention-tests,
 # grouped-tests (ops.grouped_matmul's GPU tests), grouped (benchmarks/grouped.py), grouped-sweep (the same, every
 # schedule of the grouped kernel timed too), decode (benchmarks/attention_decode.py at batch 1 and 32), decode-tests
 # (the split-KV and bound-launch GPU tests), timeline-tests (the timeline's GPU tests), paged (paged decode at pages 16
@@ -86,6 +87,8 @@ for step in "${steps[@]}"; do
     stream-k) cmd=(python3 benchmarks/stream_k.py --json "$out/stream_k.json") ;;
     attention) cmd=(python3 benchmarks/attention.py --head-dims 64,128,256 --seqs 8192 --causal both
                     --dtypes fp16,bf16 --json "$out/attention.json") ;;
+    attention-short) cmd=(python3 benchmarks/attention.py --tokens 16384 --seqs 512,1024,2048 --head-dims 64,128,256
+                          --causal both --dtypes fp16 --persistent --json "$out/attention_short.json") ;;
     attention-tests) cmd=(python3 -m pytest -q -x -m gpu tests/ops/test_attention_gpu.py -p no:cacheprovider) ;;
     decode) cmd=(python3 benchmarks/attention_decode.py --batches 1,32 --seq-ks 8192,32768 --seq-qs 1,4 --warmup 10
                  --rep 40 --json "$out/decode.json") ;;

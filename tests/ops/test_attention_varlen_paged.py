@@ -305,7 +305,7 @@ def test_planted_bug_a_page_read_before_its_load_completes_is_caught_at_its_line
     from warpspec.ops import attention_kernel
 
     frames, read_at = raised.value.location.rsplit(" at ", 1)  # the innermost frame: the consumer's QK WGMMA
-    assert frames.endswith("-> Attention.consume") and read_at.startswith(f"{attention_kernel.__file__}:")
+    assert frames.endswith("-> Attention.consume_tile") and read_at.startswith(f"{attention_kernel.__file__}:")
     assert "wgmma.mma operand b reads sk[0, 0], which holds elements that no completed write has filled" in message
     assert f"ReadsAPageBeforeItLands.load_stage at {bk.__file__}:{bk.marker_line('no-expect-tx')}), so the copy, " \
            f"issued after, completes full_barriers[0]'s current phase 1" in message

@@ -126,9 +126,17 @@ class Attention(Script):
     def attention(self, seq_q, seq_k, batch_heads, heads, group, scale_log2, q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr):
         """The kernel: O[bh] = softmax(scale · Q[bh]·K[kv(bh)]ᵀ) · V[kv(bh)] for query rows
         ``BLOCK_M · blockIdx.x ...`` of head ``bh = blockIdx.y``."""
-        d, dtype = self.head_dim, self.dtype
         self.attrs.blocks = [cdiv(seq_q, BLOCK_M), batch_heads]
         self.attrs.warps = WARPS
+        gq, gk, gv, go, glse = self.dense_views(seq_q, seq_k, batch_heads, group, q_ptr, k_ptr, v_ptr, o_ptr,
+                                                 lse_ptr)
+        bh: int32 = self.blockIdx.y
+        kv_bh: int32 = bh // heads * (heads // group) + bh % heads // group
+        self.attend(gq, gk, gv, go, glse, seq_q, seq_k, scale_log2, bh, kv_bh, 0, 0)
+
+    def dense_views(self, seq_q, seq_k, batch_heads, group, q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr):
+        """The global views of dense operands: Q and O [B·H, S_q, D], K and V [B·H_kv, S_k, D], and lse."""
+        d, dtype = self.head_dim, self.dtype
         gq = self.global_view(q_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
         go = self.global_view(o_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
         gk = self.global_view(k_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
@@ -136,32 +144,17 @@ class Attention(Script):
         # lse [B·H, S_q] seen as [S_q, B·H]: a warpgroup's [64, 1] column is stored at (rows, bh), rows past S_q
         # clipped instead of reaching the next head's.
         glse = self.global_view(lse_ptr, dtype=float32, shape=[seq_q, batch_heads], strides=[1, seq_q])
-        bh: int32 = self.blockIdx.y
-        kv_bh: int32 = bh // heads * (heads // group) + bh % heads // group
-        self.attend(gq, gk, gv, go, glse, seq_q, seq_k, scale_log2, bh, kv_bh, 0, 0)
+        return gq, gk, gv, go, glse
 
     def attend(self, gq, gk, gv, go, glse, seq_q, seq_k, scale_log2, bh, kv_bh, q_start, k_start):
         """Query tile ``blockIdx.x`` of head row ``bh`` (index 0 of ``gq``/``go``/``glse``'s head axis) against
         K/V head row ``kv_bh``: the sequence's queries are view rows ``q_start ...`` (``seq_q`` of them), its keys
         rows ``k_start ...`` (``seq_k``); both starts are 0 unless sequences are packed."""
-        d, block_n, dtype = self.head_dim, self.block_n, self.dtype
-        sq = self.shared_tensor(dtype=dtype, shape=[2, 1, 64, d])  # one 64-row slice per consumer warpgroup
-        sk = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
-        sv = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
-        q_loaded = self.mbarrier.alloc(counts=[1])
-        pipe_k = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
-        pipe_v = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
-        # turns[w] completes a phase when the other warpgroup has issued an iteration's GEMMs: then w may issue.
-        turns = self.mbarrier.alloc(counts=[WARPGROUP, WARPGROUP])
-
+        sq, sk, sv, q_loaded, pipe_k, pipe_v, turns = self.buffers()
         # Causal blocks walk the longest rows first: the last query tiles see the most keys.
         tile_m = self.gridDim.x - 1 - self.blockIdx.x if self.causal else self.blockIdx.x
         offset_m: int32 = BLOCK_M * tile_m
-        n_end: int32 = seq_k
-        if self.causal:
-            # The block's last row, offset_m + BLOCK_M - 1, sees keys up to offset_m + BLOCK_M - 1 + seq_k - seq_q.
-            n_end = max(min(seq_k, offset_m + BLOCK_M + seq_k - seq_q), 0)
-        n_tiles: int32 = cdiv(n_end, block_n)
+        n_tiles = self.key_tiles(offset_m, seq_q, seq_k)
         # Packed sequences: a tile of the longest sequence only loads no Q, reads no keys and stores no rows.
         if not self.varlen or offset_m < seq_q:
             with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=WARPGROUP,
@@ -176,9 +169,39 @@ class Attention(Script):
                         self.consume(wg, sq[wg], sk, sv, go, glse, q_loaded, pipe_k, pipe_v, turns, seq_q, seq_k,
                                      scale_log2, bh, offset_m, n_tiles, q_start)
 
+    def buffers(self):
+        """The block's shared memory and barriers: Q's two 64-row halves (one per consumer warpgroup), the K and V
+        rings (``Pipeline``s whose stages all 256 consumer threads release), Q's barrier and the warpgroups'
+        turns."""
+        d, block_n, dtype = self.head_dim, self.block_n, self.dtype
+        sq = self.shared_tensor(dtype=dtype, shape=[2, 1, 64, d])  # one 64-row slice per consumer warpgroup
+        sk = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
+        sv = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
+        q_loaded = self.mbarrier.alloc(counts=[1])
+        pipe_k = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
+        pipe_v = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
+        # turns[w] completes a phase when the other warpgroup has issued an iteration's GEMMs: then w may issue.
+        turns = self.mbarrier.alloc(counts=[WARPGROUP, WARPGROUP])
+        return sq, sk, sv, q_loaded, pipe_k, pipe_v, turns
+
+    def key_tiles(self, offset_m, seq_q, seq_k):
+        """The K/V tiles the query tile of rows ``offset_m ...`` reads: all of S_k, or causal, up to its last row's
+        last key."""
+        n_end: int32 = seq_k
+        if self.causal:
+            # The block's last row, offset_m + BLOCK_M - 1, sees keys up to offset_m + BLOCK_M - 1 + seq_k - seq_q.
+            n_end = max(min(seq_k, offset_m + BLOCK_M + seq_k - seq_q), 0)
+        n_tiles: int32 = cdiv(n_end, self.block_n)
+        return n_tiles
+
     def produce(self, gq, gk, gv, sq, sk, sv, q_loaded, pipe_k, pipe_v, bh, kv_bh, q_row, k_row, n_tiles):
-        """The producer warp: the Q tile (view rows ``q_row ...``), then K_j and V_j (rows ``k_row + j·block_n
-        ...``) for every tile j of the block, each into its ring."""
+        """The producer warp: the block's tile (``produce_tile``), then the drain."""
+        self.produce_tile(gq, gk, gv, sq, sk, sv, q_loaded, pipe_k, pipe_v, bh, kv_bh, q_row, k_row, n_tiles)
+        self.drain(pipe_k, pipe_v, n_tiles)
+
+    def produce_tile(self, gq, gk, gv, sq, sk, sv, q_loaded, pipe_k, pipe_v, bh, kv_bh, q_row, k_row, n_tiles):
+        """The Q tile (view rows ``q_row ...``), then K_j and V_j (rows ``k_row + j·block_n ...``) for every tile
+        j of the query tile, each into its ring."""
         with self.single_thread():
             self.mbarrier.arrive_and_expect_tx(q_loaded[0], sq.nbytes)
             for wg in range(2):
@@ -190,10 +213,12 @@ class Attention(Script):
                 pipe.producer_acquire()
                 self.load_stage(pipe, gx, sx, offsets)
                 pipe.producer_advance()
-        # Stay until the consumers released every filled stage, so their arrivals never target a barrier whose
-        # waiter has exited.
+
+    def drain(self, pipe_k, pipe_v, filled):
+        """Stay until the consumers released every filled stage (``filled`` of each ring, or all of them), so their
+        arrivals never target a barrier whose waiter has exited."""
         for pipe in (pipe_k, pipe_v):
-            for _ in self.range(min(self.num_stages, n_tiles)):
+            for _ in self.range(min(self.num_stages, filled)):
                 pipe.producer_acquire()
                 pipe.producer_advance()
 
@@ -217,27 +242,43 @@ class Attention(Script):
 
     def consume(self, wg, sq, sk, sv, go, glse, q_loaded, pipe_k, pipe_v, turns, seq_q, seq_k, scale_log2, bh,
                 offset_m, n_tiles, q_start):
-        """Consumer warpgroup ``wg``: rows ``offset_m + 64·wg ...``, the online softmax over the block's K/V tiles
-        with S_j's QKᵀ issued before P_{j-1}'s PV, taking turns with the other warpgroup to issue them."""
-        d, block_n, dtype = self.head_dim, self.block_n, self.dtype
-        # Both warpgroups walk both rings from the first stage, each thread holding its own position. Saying so
-        # keeps the stages compile-time constants in the unrolled loop of the second warpgroup too (after the
-        # first warpgroup's code the code generator no longer knows them).
+        """Consumer warpgroup ``wg``: its rows of the block's query tile (``consume_tile``), from the rings' first
+        stages."""
+        self.rewind(pipe_k, pipe_v)
+        self.consume_tile(wg, sq, sk, sv, go, glse, q_loaded, pipe_k, pipe_v, turns, seq_q, seq_k, scale_log2, bh,
+                          offset_m, n_tiles, q_start, 0, self.first_turn_phase(wg))
+
+    def rewind(self, pipe_k, pipe_v):
+        """Both warpgroups walk both rings from the first stage, each thread holding its own position. Saying so
+        keeps the stages compile-time constants in the unrolled loop of the second warpgroup too (after the first
+        warpgroup's code the code generator no longer knows them)."""
         for pipe in (pipe_k, pipe_v):
             pipe.consumer_stage = 0
             pipe.consumer_phase = self.mbarrier.consumer_initial_phase
+
+    def first_turn_phase(self, wg):
+        """The phase of warpgroup ``wg``'s first turn: warpgroup 0 issues first (its first wait passes at once, as
+        a producer's first wait on an empty stage)."""
+        return self.mbarrier.producer_initial_phase if wg == 0 else self.mbarrier.consumer_initial_phase
+
+    def consume_tile(self, wg, sq, sk, sv, go, glse, q_loaded, pipe_k, pipe_v, turns, seq_q, seq_k, scale_log2, bh,
+                     offset_m, n_tiles, q_start, q_phase, first_turn):
+        """Consumer warpgroup ``wg`` on one query tile: rows ``offset_m + 64·wg ...``, once Q's ``q_phase`` has
+        landed, the online softmax over the tile's K/V tiles with S_j's QKᵀ issued before P_{j-1}'s PV, taking
+        turns with the other warpgroup to issue them from turn phase ``first_turn``; then O and the log-sum-exp
+        stored. Returns the turn phase the warpgroup's next tile starts from."""
+        d, block_n, dtype = self.head_dim, self.block_n, self.dtype
         row_max = self.register_tensor(dtype=float32, shape=[64, 1], init=float("-inf"))
         row_sum = self.register_tensor(dtype=float32, shape=[64, 1], init=0.0)
         # exp2(previous max - current max): O's rescale before the next P·V adds to it (1 while O is 0).
         correction = self.register_tensor(dtype=float32, shape=[64, 1], init=1.0)
         acc_o = self.register_tensor(dtype=float32, shape=[64, d], init=0.0)
         p = self.register_tensor(dtype=dtype, shape=[64, block_n])  # P_{j-1}: PV's register A operand
-        # Warpgroup 0 issues first: its first wait passes at once, as a producer's first wait on an empty stage.
-        turn_phase: uint32 = self.mbarrier.producer_initial_phase if wg == 0 else self.mbarrier.consumer_initial_phase
+        turn_phase: uint32 = first_turn
         rows_from: int32 = offset_m + 64 * wg  # this warpgroup's first query row
         # Keys a row r may see: col < seq_k, and causal col <= r + causal_shift (bottom-right alignment).
         causal_shift: int32 = seq_k - seq_q
-        self.mbarrier.wait(q_loaded[0], phase=0)
+        self.mbarrier.wait(q_loaded[0], phase=q_phase)
         # The first tile is peeled: it has no PV to overlap, and branch-free iterations let ptxas see that every
         # accumulator is waited for before it is read (else it serializes the WGMMAs).
         if n_tiles > 0:
@@ -291,6 +332,7 @@ class Attention(Script):
         out = acc_o / self.where(row_sum == 0.0, 1.0, row_sum)
         lse = self.where(row_sum == 0.0, float("inf"), row_max + self.log2(row_sum))
         self.store_result(sq, go, glse, out, lse, bh, rows_from, q_start, seq_q)
+        return turn_phase
 
     def store_result(self, sq, go, glse, out, lse, bh, rows_from, q_start, seq_q):
         """A warpgroup's 64 rows of O (float32, stored in the kernel's dtype) and of the log-sum-exp, from view row

@@ -1,0 +1,105 @@
+"""The persistent attention forward (``warpspec.ops.attention_persistent_kernel``) on the emulator: blocks that walk
+several (query tile, head) tiles against the numpy softmax (both causal modes, grouped-query heads, rows that see no
+key, more tiles than blocks and fewer), under random interleavings, a planted Q reload before the last O store has
+read the buffer caught at its line, and the NVRTC build (no spills, no serialized WGMMA)."""
+
+import numpy as np
+import pytest
+
+from tests.ops.test_attention import expected, line_of, lse_of, operands
+from tests.support.example_checks import emulator  # noqa: F401  (autouse: the emulator, its deterministic schedule)
+
+from warpspec import RaceError
+from warpspec.dtypes import bfloat16, float16, int32
+from warpspec.emulator.run import SEED_VARIABLE
+from warpspec.ops import attention_persistent_kernel as apk
+from warpspec.ops.attention_kernel import LOG2_E
+
+KERNEL_FILE = apk.__file__
+
+
+def run(kernel, q, k, v, num_sms):
+    """One launch of ``kernel`` on [B, H, S, D] numpy operands with a grid bound of ``num_sms`` blocks."""
+    batch, heads, seq_q, head_dim = q.shape
+    out = np.full_like(q, np.nan)
+    kernel(seq_q, k.shape[2], batch * heads, heads, heads // k.shape[1], head_dim ** -0.5 * LOG2_E, q, k, v, out,
+           lse_of(q), num_sms)
+    return out
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("seq_q, seq_k, num_sms", [(200, 150, 3), (300, 90, 2), (70, 300, 16)])
+def test_blocks_walking_several_tiles_match_numpy(causal, seq_q, seq_k, num_sms):
+    """Two batches of 4 query heads over 2 K/V heads: 2 or 3 query tiles each, 16 or 24 tiles on 2, 3 or 16 blocks
+    (each block's rings, turns and Q buffer running on from tile to tile); causal S_q > S_k gives tiles whose rows
+    see no key at all (no K/V tile, zeros)."""
+    q, k, v = operands(2, 4, 2, seq_q, seq_k, 64, np.float16)
+    kernel = apk.AttentionPersistent(float16, head_dim=64, causal=causal, block_n=64, num_stages=2)
+    out = run(kernel, q, k, v, num_sms)
+    assert np.abs(out.astype(np.float32) - expected(q, k, v, causal)).max() < 2e-3
+
+
+@pytest.mark.parametrize("head_dim, block_n, num_stages", [(128, 128, 2), (128, 96, 2), (64, 48, 3)])
+def test_every_head_dim_and_tile(head_dim, block_n, num_stages):
+    q, k, v = operands(1, 2, 1, 150, 170, head_dim, np.float16, seed=1)
+    kernel = apk.AttentionPersistent(float16, head_dim=head_dim, causal=True, block_n=block_n, num_stages=num_stages)
+    out = run(kernel, q, k, v, 2)
+    assert np.abs(out.astype(np.float32) - expected(q, k, v, True)).max() < 2e-3
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_interleavings(seed, monkeypatch):
+    """Under the emulator's random schedules: no race, barrier misuse or deadlock across tiles, the same result."""
+    monkeypatch.setenv(SEED_VARIABLE, str(seed))
+    q, k, v = operands(1, 3, 1, 150, 200, 64, np.float16, seed=3)
+    kernel = apk.AttentionPersistent(float16, head_dim=64, causal=True, block_n=64, num_stages=2)
+    out = run(kernel, q, k, v, 2)
+    assert np.abs(out.astype(np.float32) - expected(q, k, v, True)).max() < 2e-3
+
+
+class LoadsQBeforeTheLastStore(apk.AttentionPersistent):
+    """The producer loads each tile's Q without waiting for ``q_free``: the TMA load writes the Q buffer while a
+    warpgroup's O store of the last tile may still read it."""
+
+    def produce_tiles(self, gq, gk, gv, sq, sk, sv, q_loaded, q_free, pipe_k, pipe_v, seq_q, seq_k, batch_heads,
+                      heads, group, m_tiles, tiles):
+        filled: int32 = 0
+        for t in self.range(self.blockIdx.x, tiles, self.gridDim.x):
+            offset_m, bh = self.tile_at(t, m_tiles, batch_heads)
+            kv_bh: int32 = bh // heads * (heads // group) + bh % heads // group
+            n_tiles = self.key_tiles(offset_m, seq_q, seq_k)
+            self.produce_tile(gq, gk, gv, sq, sk, sv, q_loaded, pipe_k, pipe_v, bh, kv_bh, offset_m, 0, n_tiles)
+            filled = filled + n_tiles
+        self.drain(pipe_k, pipe_v, filled)
+
+    def free_q(self, q_free):
+        pass  # nobody waits for q_free
+
+
+def test_planted_bug_q_reloaded_before_the_last_o_store_is_caught_at_the_load():
+    """Without the ``q_free`` hand-off the next tile's Q lands in the buffer the last tile's O went out through:
+    a RaceError at Q's load (the O store's read or the next tile's QKᵀ read races with it)."""
+    q, k, v = operands(1, 2, 1, 128, 256, 64, np.float16, seed=2)
+    kernel = LoadsQBeforeTheLastStore(float16, head_dim=64, causal=False, block_n=64, num_stages=2)
+    with pytest.raises(RaceError) as raised:
+        run(kernel, q, k, v, 1)
+    load = line_of(apk.Attention.produce_tile.__code__.co_filename,
+                   "self.tma.global_to_shared(src=gq, dst=sq[wg], offsets=[bh, q_row + 64 * wg, 0],")
+    assert raised.value.location.rsplit(" at ", 1)[-1] == f"{apk.Attention.produce_tile.__code__.co_filename}:{load}"
+    assert "sq[" in str(raised.value)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_nvrtc_builds_the_persistent_kernel_without_spills(head_dim):
+    """NVRTC compiles the persistent kernel (causal, bf16, 128-key tiles in 2 stages) with no spills, no stack and
+    no ptxas advisory."""
+    from warpspec.cuda.launch import compile_kernel
+    from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
+    from warpspec.runtime import kernel_for
+
+    kernel = apk.AttentionPersistent(bfloat16, head_dim=head_dim, causal=True, block_n=128, num_stages=2)
+    built = compile_kernel(kernel_for(kernel, {}))
+    (report,) = parse_ptxas_log(built.module.log).values()
+    assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
+    counts = count_instructions(disassemble(built.module.cubin), ["HGMMA", "LDL", "STL"])
+    assert counts["HGMMA"] > 0 and counts["LDL"] == counts["STL"] == 0
