@@ -84,7 +84,8 @@ def main(argv=None) -> int:
     from warpspec.ops import attention
     from warpspec.ops.attention import DEFAULT_SCHEDULES, arguments, script_for, validate
     from warpspec.dtypes import BY_NAME, float16
-    from warpspec.ops.attention_kernel import Attention
+    from warpspec.ops.attention_kernel import LOG2_E, Attention
+    from warpspec.ops.attention_persistent_kernel import AttentionPersistent
 
     head_dims = [int(d) for d in args.head_dims.split(",")]
     seqs = [int(s) for s in args.seqs.split(",")]
@@ -116,12 +117,12 @@ def main(argv=None) -> int:
                "rows": []}
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
 
+    def bench(fn):
+        return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median")
+
     def persistent_tflops(q, k, v, causal, head_dim, reference, name, flops):
         """The persistent kernel at the head dim's shipped tile and stages: TFLOP/s, or None when its output
         does not match ``reference``."""
-        from warpspec.ops.attention_kernel import LOG2_E
-        from warpspec.ops.attention_persistent_kernel import AttentionPersistent
-
         schedule = {key: DEFAULT_SCHEDULES[head_dim][key] for key in ("block_n", "num_stages")}
         kernel = AttentionPersistent(BY_NAME[kernel_dtypes[name]], head_dim=head_dim, causal=causal, **schedule)
         batch, heads, seq, _ = q.shape
@@ -133,9 +134,6 @@ def main(argv=None) -> int:
             print(f"{name} D={head_dim} seq={seq} causal={causal} persistent: WRONG", flush=True)
             return None
         return flops / bench(lambda: kernel(*call_args)) / 1e9
-
-    def bench(fn):
-        return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median")
 
     torch.manual_seed(0)
     with warpspec.use_backend("cuda"):

@@ -36,7 +36,7 @@ class CacheFolderError(WarpspecError, OSError):
     with a cache file is."""
 
 
-class DefaultsFileError(WarpspecError):
+class DefaultsFileError(WarpspecError, ValueError):
     """The shipped defaults file (``warpspec/ops/defaults.json``) is not what ``warpspec tune --write-defaults``
     writes: not JSON, not a table of schedules, or an entry that is not a schedule of its kernel (edited by hand,
     say). The message names the file, the entry and how to restore it."""

@@ -11,6 +11,7 @@ import pytest
 
 from tests.kernels import attention_bug_kernels as bk
 from tests.ops.test_attention import expected
+from tests.support.paged import fill_unwritten_slots
 
 import warpspec
 from warpspec.dtypes import bfloat16, float16
@@ -132,11 +133,8 @@ def test_unwritten_slots_past_each_sequence_never_reach_the_output(seq_q, page_s
     moved back to end at it and no such slot is read. The outputs are finite and match each sequence's dense
     result, at every head dim."""
     q, k_cache, v_cache, table, seq_lens = cache([70, 100, 33], seq_q, page_size, 8, 2, head_dim, spare_pages=2)
-    for b, length in enumerate(seq_lens):
-        for x in (k_cache, v_cache):
-            tail = x[table[b]].reshape(-1, 2, head_dim)
-            tail[length:] = np.nan
-            x[table[b]] = tail.reshape(-1, page_size, 2, head_dim)
+    for x in (k_cache, v_cache):
+        fill_unwritten_slots(x, table, seq_lens)
     with warpspec.use_backend("emulator"):
         out = attention_paged(q, k_cache, v_cache, table, seq_lens, causal=True)
     assert np.isfinite(out.astype(np.float32)).all()

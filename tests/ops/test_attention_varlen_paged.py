@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from tests.ops.test_attention import expected
+from tests.support.paged import fill_unwritten_slots
 
 import warpspec
 from warpspec import ArgumentError, bfloat16, float16
@@ -163,16 +164,6 @@ def test_paged_matches_each_sequence_dense(seq_q, causal, page_size, monkeypatch
         values = v_cache[table[b]].reshape(-1, 2, 64)[:length]
         want = expected(heads_first(q[b]), heads_first(keys), heads_first(values), causal)[0]
         assert np.abs(out[b].astype(np.float32) - want.transpose(1, 0, 2)).max() < 2e-3
-
-
-def fill_unwritten_slots(cache, table, seq_lens, value=np.nan):
-    """Every slot of ``cache`` past each sequence's keys in its pages (the last page's tail and the table's pages
-    it does not reach) set to ``value``: memory nobody wrote."""
-    num_pages, page_size, kv_heads, head_dim = cache.shape
-    for b, length in enumerate(seq_lens):
-        rows = cache[table[b]].reshape(-1, kv_heads, head_dim)
-        rows[length:] = value
-        cache[table[b]] = rows.reshape(-1, page_size, kv_heads, head_dim)
 
 
 @pytest.mark.parametrize("seq_lens, page_size, head_dim, causal", [

@@ -341,8 +341,9 @@ class Decode(Script):
 
 class DecodePaged(Decode):
     """The split-KV decode kernel over a paged KV cache (vLLM's layout, ``warpspec.ops.attention_paged``): the caches
-    [num_pages, page_size, H_kv, D] are read in place; the block's sequence takes its key count from ``seq_lens``, splits its own keys
-    into ``n_splits`` chunks of whole tiles, and the producer warp reads the page of each load from ``block_table``:
+    [num_pages, page_size, H_kv, D] are read in place; the block's sequence takes its key count from ``seq_lens``,
+    splits its own keys into ``n_splits`` chunks of whole tiles, and the producer warp reads the page of each load
+    from ``block_table``:
     a tile of ``block_n`` keys (the dense decode tile) is ``block_n / 16`` loads of ``PAGE_LOAD`` = 16 keys, each
     inside one page whatever the page size (small pages cost no more trips through the softmax than large ones).
     Q and O are [B · H, S_q, D] as for the dense kernel. The caches are viewed as [num_pages, page_size, H_kv·D]

@@ -837,22 +837,28 @@ RESTORE_DEFAULTS = "restore it from the warpspec package, or rewrite its entries
 
 
 def shipped_defaults() -> dict:
-    """The shipped defaults: ``{input dtype name: {"MxNxK" size buckets: schedule}}`` from defaults.json. A file
-    that is not such a table is a ``DefaultsFileError`` naming it."""
+    """The shipped defaults: ``{input dtype name: {"MxNxK" size buckets: schedule}}`` from defaults.json
+    (``read_defaults``)."""
     global _defaults
     if _defaults is None:
-        try:
-            table = json.loads(DEFAULTS_FILE.read_text())
-        except ValueError as error:  # not UTF-8, or not JSON
-            raise DefaultsFileError(f"{DEFAULTS_FILE} is not JSON ({error}); {RESTORE_DEFAULTS}") from None
-        schedules = table.get("schedules") if isinstance(table, dict) else None
-        if not isinstance(schedules, dict) or not all(
-                isinstance(buckets, dict) and all(isinstance(s, dict) for s in buckets.values())
-                for buckets in schedules.values()):
-            raise DefaultsFileError(f"{DEFAULTS_FILE} is not a table of shipped defaults ({{\"schedules\": {{dtype: "
-                                    f"{{\"MxNxK\": schedule}}}}}}); {RESTORE_DEFAULTS}")
-        _defaults = schedules
+        _defaults = read_defaults(DEFAULTS_FILE)["schedules"]
     return _defaults
+
+
+def read_defaults(path: pathlib.Path) -> dict:
+    """The defaults file at ``path``: ``{"schedules": {input dtype name: {"MxNxK": schedule}}, ...}``. A file that
+    is not such a table is a ``DefaultsFileError`` naming it; one that cannot be read, an ``OSError``."""
+    try:
+        table = json.loads(path.read_text())
+    except ValueError as error:  # not UTF-8, or not JSON
+        raise DefaultsFileError(f"{path} is not JSON ({error}); {RESTORE_DEFAULTS}") from None
+    schedules = table.get("schedules") if isinstance(table, dict) else None
+    if not isinstance(schedules, dict) or not all(
+            isinstance(buckets, dict) and all(isinstance(s, dict) for s in buckets.values())
+            for buckets in schedules.values()):
+        raise DefaultsFileError(f"{path} is not a table of shipped defaults ({{\"schedules\": {{dtype: "
+                                f"{{\"MxNxK\": schedule}}}}}}); {RESTORE_DEFAULTS}")
+    return table
 
 
 def heuristic_schedule(problem: Problem) -> dict:
@@ -1048,13 +1054,11 @@ def write_defaults(table: dict, path: pathlib.Path = DEFAULTS_FILE) -> None:
     """Merge ``table`` (``tune_matmul``'s result) into the shipped defaults file at ``path``. Concurrent writers
     take turns (``files.exclusive``: each reads the file after the last one's write, so none loses another's
     entries), and the file is replaced whole (``files.replace_file``): a crash or a reader never meets half a file.
-    Raises ``OSError`` when the file cannot be read or written, and ``ValueError`` when it is not the defaults'
-    JSON."""
+    Raises ``OSError`` when the file cannot be read or written, and ``DefaultsFileError`` (a ``ValueError``)
+    when it is not a defaults file (``read_defaults``)."""
     global _defaults
     with exclusive(path):
-        current = json.loads(path.read_text()) if path.exists() else {"schedules": {}}
-        if not isinstance(current, dict) or not isinstance(current.get("schedules"), dict):
-            raise ValueError(f"{path} is not a table of shipped defaults (a JSON object with \"schedules\")")
+        current = read_defaults(path) if path.exists() else {"schedules": {}}
         for dtype_name, schedules in table.items():
             current["schedules"].setdefault(dtype_name, {}).update(schedules)
         # The file keeps its permissions (a package file others read); a new one is readable by all.
