@@ -2,7 +2,11 @@
 
 import re
 
+import numpy as np
 import pytest
+
+import warpspec
+from warpspec import float16
 
 from warpspec.cuda import sass
 from warpspec.cuda.codegen import generate
@@ -80,3 +84,39 @@ def test_every_example_compiles_for_sm90a(module, name):
     counts = sass.count_instructions(sass.disassemble(built.module.cubin), KEY)
     assert counts["HGMMA"] > 0 and counts["UTMALDG"] > 0
     assert counts["LDL"] == 0 and counts["STL"] == 0
+
+
+class ScaleHalves(warpspec.Script):
+    """dst = src · 70000 + 1 on float16 registers: constants a half cannot hold (70000) or whose bits would
+    differ from their value (1.0)."""
+
+    def __call__(self, src_ptr: ~float16, dst_ptr: ~float16):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        src = self.global_view(src_ptr, dtype=float16, shape=[64, 64])
+        dst = self.global_view(dst_ptr, dtype=float16, shape=[64, 64])
+        values = self.load_global(src, offsets=[0, 0], shape=[64, 64])
+        self.store_global(dst, values * 70000.0 + 1.0, offsets=[0, 0])
+
+
+def test_a_float_constant_beside_half_registers_is_its_float_value_as_on_the_emulator():
+    """The constants reach the C++ as float literals, never converted as if they were a half's bits (1.0 read as
+    the half 0x0001 once made ``x + 1.0`` add 6e-8); the emulator computes with their float32 values, so 0.5 ·
+    70000 is 35000, not the inf of a half 70000."""
+    source = generate(kernel_for(ScaleHalves(), {})).source
+    assert "70000.0f" in source and "1.0f" in source
+    assert not re.search(r"f16_to_f32\(\s*[0-9.]+f\s*\)", source)
+    dst = np.zeros((64, 64), np.float16)
+    with warpspec.use_backend("emulator"):
+        ScaleHalves()(np.full((64, 64), 0.5, np.float16), dst)
+    assert np.all(dst == np.float16(35001.0))
+
+
+@pytest.mark.gpu
+def test_gpu_a_float_constant_beside_half_registers_is_its_float_value():
+    torch = pytest.importorskip("torch")
+    dst = torch.zeros((64, 64), device="cuda", dtype=torch.float16)
+    with warpspec.use_backend("cuda"):
+        ScaleHalves()(torch.full((64, 64), 0.5, device="cuda", dtype=torch.float16), dst)
+    torch.cuda.synchronize()
+    assert bool((dst == float(np.float16(35001.0))).all())
