@@ -45,6 +45,37 @@ class TileCopy(warpspec.Script):
             self.tma.wait_group(0)
 
 
+class ReusedStaging(warpspec.Script):
+    """dst[r] = src + r for r in 0..2 through one shared staging tile: each round's store must have read the tile
+    before the next round overwrites it (``wait``: ``read`` waits for that only, ``full`` for the global write too,
+    ``none`` for nothing), and ``final`` waits for the global writes before the block ends."""
+
+    def __init__(self, wait="read", final=True):
+        super().__init__()
+        self.wait, self.final = wait, final
+
+    def __call__(self, src_ptr: ~float16, dst_ptr: ~float16):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        src = self.global_view(src_ptr, dtype=float16, shape=[64, 64])
+        dst = self.global_view(dst_ptr, dtype=float16, shape=[3, 64, 64])
+        tile = self.shared_tensor(dtype=float16, shape=[1, 64, 64])
+        values = self.load_global(src, offsets=[0, 0], shape=[64, 64])
+        for r in range(3):
+            self.store_shared(tile[0], values + float(r))  # <<< overwrite
+            self.fence_proxy_async()
+            self.sync()
+            with self.single_thread():
+                self.tma.shared_to_global(src=tile, dst=dst, offsets=[r, 0, 0])  # <<< store
+                self.tma.commit_group()
+                if self.wait != "none":
+                    self.tma.wait_group(0, read=self.wait == "read")
+            self.sync()
+        if self.final:
+            with self.single_thread():
+                self.tma.wait_group(0)
+
+
 class Misuse(warpspec.Script):
     """One TMA call that breaks one rule, chosen by ``mistake``."""
 
@@ -79,6 +110,8 @@ class Misuse(warpspec.Script):
                 self.tma.shared_to_global(src=narrow, dst=x, offsets=[0, 0])  # <<< inner-bytes
             if self.mistake == "wait-group":
                 self.tma.wait_group(8)  # <<< wait-group
+            if self.mistake == "wait-read":
+                self.tma.wait_group(0, read="yes")  # <<< wait-read
             if self.mistake == "reduce-dtype":
                 self.tma.shared_to_global(src=tile, dst=x, offsets=[0, 0], reduce="add")  # <<< reduce-dtype
             if self.mistake == "reduce-op":
@@ -93,6 +126,7 @@ MISUSES = [
     ("dtype", "is float32 but"),
     ("inner-bytes", "is 8 bytes; TMA needs a multiple of 16 bytes"),
     ("wait-group", "tma.wait_group n must be in [0, 7], got 8"),
+    ("wait-read", "tma.wait_group read must be True or False, got 'yes'"),
     ("reduce-dtype", "tma.shared_to_global reduce='add' combines float32 tiles; tile is float16"),
     ("reduce-op", "tma.shared_to_global reduce must be None or one of 'add', got 'max'"),
 ]
@@ -178,6 +212,40 @@ def test_a_reduce_add_in_flight_at_exit_is_the_error_of_an_unwaited_store():
     assert "is still in flight" in str(caught.value) and "tma.wait_group(0)" in str(caught.value)
 
 
+def reused_staging(kernel):
+    """``kernel`` (a ReusedStaging) on the emulator: dst."""
+    src = np.random.default_rng(1).standard_normal((64, 64)).astype(np.float16)
+    dst = np.full((3, 64, 64), np.nan, np.float16)
+    with warpspec.use_backend("emulator"):
+        kernel(src, dst)
+    return src, dst
+
+
+def test_a_read_wait_lets_the_staging_tile_be_overwritten_while_the_write_is_in_flight():
+    src, dst = reused_staging(ReusedStaging("read"))
+    np.testing.assert_array_equal(dst, np.stack([src + np.float16(r) for r in range(3)]))
+
+
+def test_overwriting_a_staging_tile_no_wait_saw_read_is_a_race_at_the_overwrite():
+    with pytest.raises(RaceError) as caught:
+        reused_staging(ReusedStaging("none"))
+    assert caught.value.location.rsplit(" at ", 1)[-1] == f"{__file__}:{marker_line('overwrite')}"
+
+
+def test_a_block_ending_after_only_a_read_wait_is_an_error_at_the_store():
+    """The global writes a read wait leaves in flight must be waited for before the block ends."""
+    with pytest.raises(InFlightAtExitError) as caught:
+        reused_staging(ReusedStaging("read", final=False))
+    assert caught.value.location.rsplit(" at ", 1)[-1] == f"{__file__}:{marker_line('store')}"
+    assert "tma.wait_group(read=True)" in str(caught.value) and "end with tma.wait_group(0)" in str(caught.value)
+
+
+def test_the_cuda_build_of_a_read_wait_is_wait_group_read():
+    source = compile_kernel(kernel_for(ReusedStaging("read"), {})).generated.source
+    assert source.count("cp.async.bulk.wait_group.read 0;") == 3
+    assert source.count("cp.async.bulk.wait_group 0;") == 1
+
+
 def test_the_cuda_build_of_a_reduce_add_is_one_bulk_tensor_reduction():
     """ptxas accepts the emitted ``cp.reduce.async.bulk.tensor``: a UTMAREDG per box in the SASS (64 float32 columns
     are two boxes of the 128-byte swizzle span, for the load as for the reduce-add)."""
@@ -202,6 +270,17 @@ def test_gpu_a_copy_through_shared_memory_is_exact_at_a_ragged_shape():
         TileCopy()(100, 136, torch.from_numpy(src).cuda(), dst)
     torch.cuda.synchronize()
     np.testing.assert_array_equal(dst.cpu().numpy(), src)
+
+
+@pytest.mark.gpu
+def test_gpu_read_waits_between_rounds_of_one_staging_tile_give_every_round():
+    torch = pytest.importorskip("torch")
+    src = np.random.default_rng(1).standard_normal((64, 64)).astype(np.float16)
+    dst = torch.full((3, 64, 64), float("nan"), device="cuda", dtype=torch.float16)
+    with warpspec.use_backend("cuda"):
+        ReusedStaging("read")(torch.from_numpy(src).cuda(), dst)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(dst.cpu().numpy(), np.stack([src + np.float16(r) for r in range(3)]))
 
 
 @pytest.mark.gpu

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
-from warpspec.errors import BarrierError, KernelError
+from warpspec.errors import BarrierError, InFlightAtExitError, KernelError
 from warpspec.isa.base import LanguageObject, barrier_ref, language_call, offsets_of
 from warpspec.isa.cluster import check_rank
 from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
@@ -60,9 +60,11 @@ class TmaCommit(ir.Instruction):
 
 @dataclass(frozen=True, eq=False)
 class TmaWait(ir.Instruction):
-    """Wait until at most ``n`` of the executing thread's bulk groups are pending."""
+    """Wait until at most ``n`` of the executing thread's bulk groups are pending (with ``read``, pending their
+    shared sources' reads)."""
 
     n: int
+    read: bool = False
 
 
 # ------------------------------------------------------------------------------------------------ language
@@ -167,13 +169,18 @@ class Tma(LanguageObject):
         self.b.emit(TmaCommit(self.b.loc, self._issuer("commit_group")))
 
     @language_call
-    def wait_group(self, n) -> None:
+    def wait_group(self, n, read=False) -> None:
         """Wait until at most ``n`` of the issuing thread's bulk groups are still pending (their shared sources
-        read and global writes done). PTX: ``cp.async.bulk.wait_group n;``"""
+        read and global writes done). With ``read=True`` only their sources' reads are waited for: the shared
+        memory may be written again, while the global writes may still be in flight (reading them back, or
+        ending the block before a ``wait_group(0)`` without ``read``, is an error). Executed by the issuing thread.
+        PTX: ``cp.async.bulk.wait_group n;`` (``cp.async.bulk.wait_group.read n;``)"""
         n = self.b.to_int(n, "tma.wait_group n")
         if not 0 <= n <= 7:
             raise self.b.error(f"tma.wait_group n must be in [0, 7], got {n}")
-        self.b.emit(TmaWait(self.b.loc, self._issuer("wait_group"), n))
+        if not isinstance(read, bool):
+            raise self.b.error(f"tma.wait_group read must be True or False, got {read!r}")
+        self.b.emit(TmaWait(self.b.loc, self._issuer("wait_group"), n, read))
 
 
 # ----------------------------------------------------------------------------------------------- emulation
@@ -185,6 +192,8 @@ class TmaState:
 
     uncommitted: list[Any] = field(default_factory=list)  # store events issued since the last commit
     groups: deque[list[Any]] = field(default_factory=deque)  # committed groups, oldest first, until observed
+    #: store event -> what observing its source's read does; gone once a wait_group (read or not) observed it
+    unread: dict[Any, Callable[[], None]] = field(default_factory=dict)
 
 
 @emulates(TmaLoad)
@@ -253,15 +262,22 @@ def _tma_store(machine: EmulationMachine, task: EmulationTask, s: TmaStore) -> S
         else:
             machine.global_memory.write(task, destination, region.view("data"))
 
-    def retire() -> None:
+    state = task.family_state(TmaState)
+
+    def observe_read() -> None:
         region.view("async_readers")[...] -= 1
         region.record_read(task)  # the read ends, for ordering purposes, when the issuer observes it
+
+    def retire() -> None:
+        if state.unread.pop(event, None) is not None:
+            observe_read()
         machine.global_memory.store_observed(task, destination)
 
     event = machine.new_event("tma_store", task, s.loc, complete,
                               f"TMA {'reduce-add' if s.reduce else 'store'} {region.text} -> {format_expr(s.dst)}"
                               f"{offsets}", retire)
-    task.family_state(TmaState).uncommitted.append(event)
+    state.unread[event] = observe_read
+    state.uncommitted.append(event)
     return machine.preempt()
 
 
@@ -274,7 +290,8 @@ def _tma_commit(machine: EmulationMachine, task: EmulationTask, s: TmaCommit) ->
 
 @emulates(TmaWait)
 def _tma_wait(machine: EmulationMachine, task: EmulationTask, s: TmaWait) -> Steps:
-    groups = task.family_state(TmaState).groups
+    state = task.family_state(TmaState)
+    groups = state.groups
 
     def ready() -> bool:
         # PTX: every group but the newest n is complete. Bulk groups may complete out of order (a seeded run
@@ -285,12 +302,20 @@ def _tma_wait(machine: EmulationMachine, task: EmulationTask, s: TmaWait) -> Ste
     def observe() -> None:
         # Only now does the program know the stores have read their sources: until then a write into them
         # races, however early the copy engine actually finished. It knows it of the groups older than the newest
-        # n only: those may have finished too, but wait_group(n) does not say so.
+        # n only: those may have finished too, but wait_group(n) does not say so. A read wait says nothing of
+        # the global writes: its groups stay, for a later wait_group to observe them written.
+        if s.read:
+            for group in list(groups)[:max(len(groups) - s.n, 0)]:
+                for event in group:
+                    observe_read = state.unread.pop(event, None)
+                    if observe_read is not None:
+                        observe_read()
+            return
         while len(groups) > s.n:
             for event in groups.popleft():
                 event.retire()
 
-    return machine.wait_until(ready, f"in tma.wait_group({s.n})", after=observe)
+    return machine.wait_until(ready, f"in tma.wait_group({s.n}{', read=True' if s.read else ''})", after=observe)
 
 
 @at_exit
@@ -299,6 +324,14 @@ def _uncommitted_stores(machine: EmulationMachine, task: EmulationTask) -> None:
     if uncommitted:
         raise KernelError(f"{task.name} issued tma.shared_to_global that was never committed "
                           f"(tma.commit_group)", str(uncommitted[0].loc), machine.describe_tasks())
+    state = task.family_state(TmaState)
+    for group in state.groups:
+        for event in group:
+            if event not in state.unread:  # a read wait saw its source read; nothing saw its global write
+                raise InFlightAtExitError(
+                    f"{task.name} ends after tma.wait_group(read=True) saw the source of {event.text} read, but "
+                    f"no wait saw its global write done: end with tma.wait_group(0)", str(event.loc),
+                    machine.describe_tasks())
 
 
 # ---------------------------------------------------------------------------------------------------------- timeline

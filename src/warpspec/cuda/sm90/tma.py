@@ -109,6 +109,7 @@ def _emit_TmaCommit(gen: CodeGenerator, s: TmaCommit) -> None:
 @emits(TmaWait, TARGET)
 def _emit_TmaWait(gen: CodeGenerator, s: TmaWait) -> None:
     open_, close = _issue_block(gen, s)
-    gen.line(f'{open_} asm volatile("cp.async.bulk.wait_group {s.n};" ::: "memory"); {close}')
+    wait = "cp.async.bulk.wait_group.read" if s.read else "cp.async.bulk.wait_group"
+    gen.line(f'{open_} asm volatile("{wait} {s.n};" ::: "memory"); {close}')
     if not gen.single_depth:
         gen.line("__syncwarp();")
