@@ -126,7 +126,7 @@ def sweep(torch, bench, a, b, offs) -> dict:
     from warpspec.errors import CompileError
     from warpspec.ops import grouped
     from warpspec.ops.grouped_kernel import GroupedGemm, grouped_schedule, grouped_workspace
-    from warpspec.ops.matmul import sm_count
+    from warpspec.ops.frame import sm_count
     from warpspec.ops.workspace import placeholders_like, workspace_like
 
     def name_of(schedule) -> str:

@@ -39,7 +39,7 @@ def main() -> None:
     shapes = matmul.parse_shapes(options.shapes) if options.shapes else SHAPES
     rows = []
     with warpspec.use_backend("cuda"):
-        num_sms = matmul.sm_count()
+        num_sms = warpspec.ops.frame.sm_count()
         for dtype_name in options.dtypes.split(","):
             dtype = getattr(torch, dtype_name)
             for m, n, k in shapes:

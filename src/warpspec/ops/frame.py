@@ -15,6 +15,7 @@ import sys
 import numpy as np
 
 from warpspec import runtime
+from warpspec.ops.kernels import NUM_SMS
 
 #: Descriptions each op keeps; past that its cache starts afresh (a process that calls more shapes than this
 #: pays the checks again, and no cache grows without bound).
@@ -71,3 +72,9 @@ def bound_launcher(launched: tuple):
     torch = sys.modules["torch"]
     C = torch._C
     return bound, C._cuda_isCurrentStreamCapturing, C._cuda_getCurrentRawStream, torch.empty
+
+
+def sm_count() -> int:
+    """The number of SMs of the GPU launches go to (the persistent kernels' grid bound); on the emulator the
+    kernels' default, the H200's."""
+    return runtime.multiprocessor_count() if runtime.get_backend() == "cuda" else NUM_SMS

@@ -34,8 +34,8 @@ from warpspec import runtime
 from warpspec.dtypes import DType, bfloat16, float16
 from warpspec.errors import ArgumentError
 from warpspec.ops.grouped_kernel import GroupedGemm, grouped_schedule, grouped_workspace
-from warpspec.ops.frame import Signatures, address, describe, plain_cuda
-from warpspec.ops.matmul import (MAX_EXTENT, TMA_ALIGNMENT, _out_dtype, _torch_dtype, matmul, sm_count, span,
+from warpspec.ops.frame import Signatures, address, describe, plain_cuda, sm_count
+from warpspec.ops.matmul import (MAX_EXTENT, TMA_ALIGNMENT, _out_dtype, _torch_dtype, matmul, span,
                                  strides_of)
 from warpspec.ops.operands import dtype_of, kind_of, same_device, same_kind
 from warpspec.ops.workspace import placeholders_like, stream_workspace, workspace_like

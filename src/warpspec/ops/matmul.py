@@ -34,7 +34,7 @@ from warpspec import dtypes, runtime
 from warpspec.dtypes import DType, bfloat16, float8_e4m3, float16, float32
 from warpspec.errors import ArgumentError, CompileError, DefaultsFileError
 from warpspec.files import exclusive, replace_file
-from warpspec.ops.frame import Signatures, address, describe, plain_cuda
+from warpspec.ops.frame import Signatures, address, describe, plain_cuda, sm_count
 from warpspec.ops.kernels import ACTIVATIONS, NUM_SMS, block_k_for, gemm_class
 from warpspec.ops.operands import dtype_of, kind_of, same_device, same_kind
 from warpspec.ops.workspace import placeholders_like, stream_workspace, workspace_like, workspace_sizes
@@ -679,12 +679,6 @@ class Layout:
         arrays = (a_view if whole_a else span(a_view), b_view if whole_b else span(b_view), c,
                   c if bias is None else bias)
         return self.sizes + arrays + ((scale,) if self.scaled else ()) + tuple(workspace) + (num_sms,)
-
-
-def sm_count() -> int:
-    """The number of SMs of the GPU launches go to (the persistent schedules' grid bound); on the emulator the
-    kernels' default, the H200's."""
-    return runtime.multiprocessor_count() if runtime.get_backend() == "cuda" else NUM_SMS
 
 
 def span(value):
