@@ -4,11 +4,13 @@ one process.
 Protocol (docs/performance.md): batch 2, heads · head_dim = 2048, S_q = S_k = seq, ``torch.randn`` inputs,
 FLOPs = 4 · B · H · seq² · D (halved when causal), ``triton.testing.do_bench(fn, warmup, rep,
 return_mode="median")``. Before timing, every output is checked against SDPA's (max abs error below 2e-2 in
-fp16, 4e-2 in bf16); a config whose check fails is reported and not timed. warpspec is timed as the pinned kernel
-that ops.attention picks, called on preallocated tensors (``--api`` times ``warpspec.ops.attention`` itself,
-allocation and validation included). ``--tokens N`` sets the batch to N / seq instead (FlashAttention-3's grid:
-``--tokens 16384``); ``--persistent`` also times the persistent kernel (``AttentionPersistent``, one block per SM
-walking the (query tile, head) tiles) at the one-tile kernel's tile and stages, checked the same way first.
+fp16, 4e-2 in bf16); a config whose check fails is reported and not timed. warpspec is timed as the pinned one-tile
+kernel at the schedule ops.attention would give it, called on preallocated tensors (``--api`` times
+``warpspec.ops.attention`` itself, whichever kernel it picks, allocation and validation included, its output
+checked first). ``--tokens N`` sets the batch to N / seq instead (FlashAttention-3's grid: ``--tokens 16384``);
+``--persistent`` also times the persistent kernel (``AttentionPersistent``, one block per SM walking the (query
+tile, head) tiles) at its shipped schedule (``--persistent-schedules all``: the fastest of its space), checked the
+same way first.
 
     python benchmarks/attention.py                                  # the full table (~4 minutes on an H200)
     python benchmarks/attention.py --head-dims 128 --seqs 8192 --causal both --dtypes fp16,bf16
@@ -73,6 +75,9 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens", type=int, default=None,
                         help=f"batch x seq for every seq (default: batch {BATCH})")
     parser.add_argument("--persistent", action="store_true", help="also time the persistent kernel")
+    parser.add_argument("--persistent-schedules", choices=("default", "all"), default="default",
+                        help="the persistent kernel at the head dim's shipped tile and stages (default) or at "
+                             "every schedule of its space, the fastest reported")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
@@ -82,7 +87,8 @@ def main(argv=None) -> int:
 
     import warpspec
     from warpspec.ops import attention
-    from warpspec.ops.attention import DEFAULT_SCHEDULES, arguments, script_for, validate
+    from warpspec.ops.attention import (DEFAULT_SCHEDULES, arguments, persistent_schedule, script_for, uses_persistent,
+                                        validate)
     from warpspec.dtypes import BY_NAME, float16
     from warpspec.ops.attention_kernel import LOG2_E, Attention
     from warpspec.ops.attention_persistent_kernel import AttentionPersistent
@@ -121,19 +127,35 @@ def main(argv=None) -> int:
         return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median")
 
     def persistent_tflops(q, k, v, causal, head_dim, reference, name, flops):
-        """The persistent kernel at the head dim's shipped tile and stages: TFLOP/s, or None when its output
-        does not match ``reference``."""
-        schedule = {key: DEFAULT_SCHEDULES[head_dim][key] for key in ("block_n", "num_stages")}
-        kernel = AttentionPersistent(BY_NAME[kernel_dtypes[name]], head_dim=head_dim, causal=causal, **schedule)
+        """The persistent kernel at its shipped schedule (where ops.attention would not run it, the one-tile
+        kernel's tile and stages), or with ``--persistent-schedules all`` the fastest of its schedules that fit:
+        (TFLOP/s, schedule), or (None, None) when none matches ``reference``."""
+        if args.persistent_schedules == "all":
+            schedules = AttentionPersistent(float16).schedules()
+        else:
+            problem = validate(q, k, v, causal, None)
+            schedules = [persistent_schedule(problem) if uses_persistent(problem) else
+                         {key: DEFAULT_SCHEDULES[head_dim][key] for key in ("block_n", "num_stages")}]
         batch, heads, seq, _ = q.shape
-        out, lse = torch.full_like(q, float("nan")), torch.empty(q.shape[:3], device="cuda")
-        call_args = (seq, seq, batch * heads, heads, 1, head_dim ** -0.5 * LOG2_E, q, k, v, out, lse, num_sms)
-        kernel(*call_args)
-        torch.cuda.synchronize()
-        if reference is not None and not (out.float() - reference.float()).abs().max().item() < TOLERANCE[name]:
-            print(f"{name} D={head_dim} seq={seq} causal={causal} persistent: WRONG", flush=True)
-            return None
-        return flops / bench(lambda: kernel(*call_args)) / 1e9
+        best = (None, None)
+        for schedule in schedules:
+            label = ",".join(f"{key}={value}" for key, value in schedule.items())
+            kernel = AttentionPersistent(BY_NAME[kernel_dtypes[name]], head_dim=head_dim, causal=causal, **schedule)
+            out, lse = torch.full_like(q, float("nan")), torch.empty(q.shape[:3], device="cuda")
+            call_args = (seq, seq, batch * heads, heads, 1, head_dim ** -0.5 * LOG2_E, q, k, v, out, lse, num_sms)
+            try:
+                kernel(*call_args)
+            except warpspec.WarpspecError as error:  # a schedule whose buffers do not fit this head dim
+                print(f"{name} D={head_dim} persistent {label}: {str(error).splitlines()[0]}", flush=True)
+                continue
+            torch.cuda.synchronize()
+            if reference is not None and not (out.float() - reference.float()).abs().max().item() < TOLERANCE[name]:
+                print(f"{name} D={head_dim} seq={seq} causal={causal} persistent {label}: WRONG", flush=True)
+                continue
+            tflops = flops / bench(lambda: kernel(*call_args)) / 1e9
+            if best[0] is None or tflops > best[0]:
+                best = (tflops, label)
+        return best
 
     torch.manual_seed(0)
     with warpspec.use_backend("cuda"):
@@ -164,14 +186,14 @@ def main(argv=None) -> int:
                         best = None
                         for schedule in schedules_of(head_dim):
                             kernel_args = arguments(q, k, v, out, torch.empty(q.shape[:3], device="cuda"),
-                                                    problem)
+                                                    problem, persistent=False)
                             if schedule is not None:
                                 label = ",".join(f"{key}={value}" for key, value in schedule.items())
                                 error = builds[(kernel_dtypes[name], head_dim, causal, tuple(schedule.items()))]
                                 if error:
                                     row.setdefault("build_errors", {})[label] = error
                                     continue
-                            script = script_for(problem, kernel_args, schedule)
+                            script = script_for(problem, kernel_args, schedule, persistent=False)
                             label = ",".join(f"{key}={value}" for key, value in script.schedule().items())
                             out.fill_(float("nan"))
                             script(*kernel_args)
@@ -184,6 +206,12 @@ def main(argv=None) -> int:
                                           f"error {max_error:.3g} vs SDPA", flush=True)
                                     continue
                             if args.api and schedule is None:
+                                api_error = (attention(q, k, v, causal=causal).float()
+                                             - reference.float()).abs().max().item() if reference is not None else 0
+                                if not api_error < TOLERANCE[name]:
+                                    print(f"{name} D={head_dim} seq={seq} causal={causal} ops.attention: WRONG, "
+                                          f"max abs error {api_error:.3g} vs SDPA", flush=True)
+                                    continue
                                 ms = bench(lambda: attention(q, k, v, causal=causal))
                             else:
                                 ms = bench(lambda: script(*kernel_args))
@@ -193,22 +221,23 @@ def main(argv=None) -> int:
                                 best = (label, tflops)
                         row["best"] = best
                         if args.persistent:
-                            row["persistent"] = persistent_tflops(q, k, v, causal, head_dim, reference, name, flops)
+                            row["persistent"], row["persistent_schedule"] = persistent_tflops(
+                                q, k, v, causal, head_dim, reference, name, flops)
                         results["rows"].append(row)
                         cudnn = row.get("cudnn")
                         ratio = f"{best[1] / cudnn:.3f}x cuDNN" if best and cudnn else "-"
                         print(f"{name} D={head_dim} seq={seq} causal={causal}: warpspec "
                               f"{best[1] if best else float('nan'):.0f} TFLOP/s ({best[0] if best else 'failed'}), "
                               f"cuDNN {cudnn or float('nan'):.0f}, flash {row.get('flash') or float('nan'):.0f}, "
-                              f"{ratio}" + (f", persistent {row['persistent'] or float('nan'):.0f}"
-                                            if args.persistent else ""), flush=True)
+                              f"{ratio}" + (f", persistent {row['persistent'] or float('nan'):.0f} "
+                                            f"({row['persistent_schedule']})" if args.persistent else ""), flush=True)
 
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
     print(f"\nattention forward, batch {results['batch']}, heads x head_dim = {MODEL_WIDTH}, on {results['gpu']} "
           f"({results['date']}); TFLOP/s")
-    extra = f" {'persist.':>8s} {'vs cuDNN':>9s}" if args.persistent else ""
+    extra = f" {'persist.':>8s} {'vs cuDNN':>9s} {'persistent schedule':22s}" if args.persistent else ""
     print(f"{'dtype':5s} {'D':>4s} {'seq':>6s} {'causal':>6s} {'warpspec':>9s} {'cuDNN':>7s} {'flash':>7s} "
           f"{'vs cuDNN':>9s}{extra}  schedule")
     for row in results["rows"]:
@@ -219,6 +248,7 @@ def main(argv=None) -> int:
             persistent = row.get("persistent")
             extra = (f" {persistent:8.0f} {persistent / row['cudnn']:9.3f}" if persistent and row.get("cudnn") else
                      f" {'-':>8s} {'-':>9s}")
+            extra += f" {row.get('persistent_schedule') or '':22s}"
         print(f"{row['dtype']:5s} {row['head_dim']:4d} {row['seq']:6d} {row['causal']!s:>6s} "
               f"{best[1] if best else float('nan'):9.0f} {cells[0]} {cells[1]} {ratio}{extra}  "
               f"{best[0] if best else ''}")

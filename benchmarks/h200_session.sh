@@ -88,7 +88,8 @@ for step in "${steps[@]}"; do
     attention) cmd=(python3 benchmarks/attention.py --head-dims 64,128,256 --seqs 8192 --causal both
                     --dtypes fp16,bf16 --json "$out/attention.json") ;;
     attention-short) cmd=(python3 benchmarks/attention.py --tokens 16384 --seqs 512,1024,2048 --head-dims 64,128,256
-                          --causal both --dtypes fp16 --persistent --json "$out/attention_short.json") ;;
+                          --causal both --dtypes fp16 --persistent --persistent-schedules all
+                          --json "$out/attention_short.json") ;;
     attention-tests) cmd=(python3 -m pytest -q -x -m gpu tests/ops/test_attention_gpu.py -p no:cacheprovider) ;;
     decode) cmd=(python3 benchmarks/attention_decode.py --batches 1,32 --seq-ks 8192,32768 --seq-qs 1,4 --warmup 10
                  --rep 40 --json "$out/decode.json") ;;

@@ -21,7 +21,10 @@ from warpspec.dtypes import bfloat16, float16
 from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.ops import attention
 from warpspec.ops import attention_kernel as ak
-from warpspec.ops.attention import DEFAULT_SCHEDULES, arguments, launch, script_for, tune_attention, validate
+from warpspec.ops.attention import (DEFAULT_SCHEDULES, arguments, launch, script_for, tune_attention,
+                                    uses_persistent, validate)
+from warpspec.ops.attention_persistent_kernel import AttentionPersistent
+from warpspec.ops.kernels import NUM_SMS
 
 ops_attention = importlib.import_module("warpspec.ops.attention")  # the module (``ops.attention`` is the function)
 KERNEL_FILE = ak.__file__
@@ -81,7 +84,8 @@ def test_head_dims_and_tiles_narrower_than_the_head(head_dim, block_n, num_stage
     q, k, v = operands(1, 2, 1, 150, 170, head_dim, np.float16, seed=1)
     problem = validate(q, k, v, True, None)
     out = np.full_like(q, np.nan)
-    launch(q, k, v, out, lse_of(q), problem, {"block_n": block_n, "num_stages": num_stages, "unroll": unroll})
+    launch(q, k, v, out, lse_of(q), problem, {"block_n": block_n, "num_stages": num_stages, "unroll": unroll},
+           persistent=False)
     assert np.abs(out.astype(np.float32) - expected(q, k, v, True)).max() < 2e-3
 
 
@@ -93,7 +97,7 @@ def test_random_interleavings(seed, monkeypatch):
     q, k, v = operands(1, 2, 1, 150, 330, 64, np.float16, seed=3)
     problem = validate(q, k, v, True, None)
     out = np.full_like(q, np.nan)
-    launch(q, k, v, out, lse_of(q), problem, {"block_n": 64, "num_stages": 2, "unroll": 1})
+    launch(q, k, v, out, lse_of(q), problem, {"block_n": 64, "num_stages": 2, "unroll": 1}, persistent=False)
     assert np.abs(out.astype(np.float32) - expected(q, k, v, True)).max() < 2e-3
 
 
@@ -119,10 +123,33 @@ def test_the_schedule_is_the_head_dims_default_unless_pinned(head_dim):
     """Off the GPU there are no stored winners: each head dim runs its shipped default; a given schedule wins."""
     q, k, v = operands(1, 2, 2, 16, 16, head_dim, np.float16)
     problem = validate(q, k, v, False, None)
-    args = arguments(q, k, v, np.empty_like(q), lse_of(q), problem)
-    assert script_for(problem, args).schedule() == DEFAULT_SCHEDULES[head_dim]
+    args = arguments(q, k, v, np.empty_like(q), lse_of(q), problem, persistent=False)
+    assert script_for(problem, args, persistent=False).schedule() == DEFAULT_SCHEDULES[head_dim]
     pinned = {"block_n": 64, "num_stages": 2, "unroll": 1}
-    assert script_for(problem, args, pinned).schedule() == pinned
+    assert script_for(problem, args, pinned, persistent=False).schedule() == pinned
+
+
+@pytest.mark.parametrize("head_dim, seq, causal, persistent, schedule", [
+    (64, 16, False, True, (128, 2)), (64, 512, True, True, (64, 2)), (128, 1024, True, True, (64, 3)),
+    (64, 2048, True, True, (128, 3)), (128, 2048, True, True, (128, 2)), (128, 2048, False, True, (128, 2)),
+    (128, 2049, False, False, None), (64, 4096, True, False, None), (256, 512, False, False, None)])
+def test_short_sequences_at_head_dims_64_and_128_run_the_persistent_kernel(head_dim, seq, causal, persistent,
+                                                                           schedule):
+    """The size rule: up to 2048 query rows at D 64 and 128, the persistent kernel at its shipped schedule for the
+    head dim, causality and length, its grid bound the emulator's SM count appended to the arguments; else the
+    one-tile kernel at the head dim's default."""
+    q = np.zeros((1, 2, seq, head_dim), np.float16)
+    k = v = np.zeros((1, 2, 16, head_dim), np.float16)
+    problem = validate(q, k, v, causal, None)
+    assert uses_persistent(problem) is persistent
+    args = arguments(q, k, v, np.empty_like(q), lse_of(q), problem)
+    script = script_for(problem, args)
+    assert isinstance(script, AttentionPersistent) is persistent
+    if persistent:
+        assert args[-1] == NUM_SMS
+        assert script.schedule() == {"block_n": schedule[0], "num_stages": schedule[1]}
+    else:
+        assert len(args) == 11 and script.schedule() == DEFAULT_SCHEDULES[head_dim]
 
 
 def test_tune_attention_refuses_other_dtypes():

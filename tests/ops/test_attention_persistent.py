@@ -9,8 +9,8 @@ import pytest
 from tests.ops.test_attention import expected, line_of, lse_of, operands
 from tests.support.example_checks import emulator  # noqa: F401  (autouse: the emulator, its deterministic schedule)
 
-from warpspec import RaceError
-from warpspec.dtypes import bfloat16, float16, int32
+from warpspec import BarrierError
+from warpspec.dtypes import bfloat16, float16, int32, uint32
 from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.ops import attention_persistent_kernel as apk
 from warpspec.ops.attention_kernel import LOG2_E
@@ -39,10 +39,13 @@ def test_blocks_walking_several_tiles_match_numpy(causal, seq_q, seq_k, num_sms)
     assert np.abs(out.astype(np.float32) - expected(q, k, v, causal)).max() < 2e-3
 
 
-@pytest.mark.parametrize("head_dim, block_n, num_stages", [(128, 128, 2), (128, 96, 2), (64, 48, 3)])
-def test_every_head_dim_and_tile(head_dim, block_n, num_stages):
-    q, k, v = operands(1, 2, 1, 150, 170, head_dim, np.float16, seed=1)
+@pytest.mark.parametrize("head_dim, block_n, num_stages, q_slots", [
+    (128, 128, 2, 2), (128, 96, 2, 2), (64, 48, 3, 2), (256, 80, 2, 1), (256, 48, 2, 2)])
+def test_every_head_dim_and_tile(head_dim, block_n, num_stages, q_slots):
+    """Two Q slots where they fit beside the rings in 227 KB of shared memory (D 256 at 80-key tiles: one)."""
+    q, k, v = operands(1, 2, 1, 300, 170, head_dim, np.float16, seed=1)
     kernel = apk.AttentionPersistent(float16, head_dim=head_dim, causal=True, block_n=block_n, num_stages=num_stages)
+    assert kernel.q_slots == q_slots
     out = run(kernel, q, k, v, 2)
     assert np.abs(out.astype(np.float32) - expected(q, k, v, True)).max() < 2e-3
 
@@ -58,35 +61,41 @@ def test_random_interleavings(seed, monkeypatch):
 
 
 class LoadsQBeforeTheLastStore(apk.AttentionPersistent):
-    """The producer loads each tile's Q without waiting for ``q_free``: the TMA load writes the Q buffer while a
-    warpgroup's O store of the last tile may still read it."""
+    """The producer loads each tile's Q without waiting for ``q_free``: the TMA load writes a Q buffer while a
+    warpgroup's O store of the tile that used it last may still read it."""
 
     def produce_tiles(self, gq, gk, gv, sq, sk, sv, q_loaded, q_free, pipe_k, pipe_v, seq_q, seq_k, batch_heads,
                       heads, group, m_tiles, tiles):
         filled: int32 = 0
+        slot: int32 = 0
+        phase: uint32 = 0
         for t in self.range(self.blockIdx.x, tiles, self.gridDim.x):
             offset_m, bh = self.tile_at(t, m_tiles, batch_heads)
             kv_bh: int32 = bh // heads * (heads // group) + bh % heads // group
             n_tiles = self.key_tiles(offset_m, seq_q, seq_k)
-            self.produce_tile(gq, gk, gv, sq, sk, sv, q_loaded, pipe_k, pipe_v, bh, kv_bh, offset_m, 0, n_tiles)
+            self.produce_tile(gq, gk, gv, sq[slot], sk, sv, q_loaded[slot], pipe_k, pipe_v, bh, kv_bh, offset_m, 0,
+                              n_tiles)
             filled = filled + n_tiles
+            slot, phase = self.next_slot(slot, phase)
         self.drain(pipe_k, pipe_v, filled)
 
     def free_q(self, q_free):
         pass  # nobody waits for q_free
 
 
-def test_planted_bug_q_reloaded_before_the_last_o_store_is_caught_at_the_load():
-    """Without the ``q_free`` hand-off the next tile's Q lands in the buffer the last tile's O went out through:
-    a RaceError at Q's load (the O store's read or the next tile's QKᵀ read races with it)."""
-    q, k, v = operands(1, 2, 1, 128, 256, 64, np.float16, seed=2)
+def test_planted_bug_q_reloaded_before_the_last_o_store_is_caught_at_the_reload():
+    """Without the ``q_free`` hand-off the producer reloads a Q slot while the tile that used it last is still in
+    flight. Each of the 4 tiles reads one key tile, so the rings hold the producer back by nothing: it re-arms
+    ``q_loaded[0]`` for tile 2 before tile 0's Q has landed, a BarrierError at the reload's arrival (the arrival
+    would complete a second phase while the first still waits for its bytes)."""
+    q, k, v = operands(1, 1, 1, 512, 64, 64, np.float16, seed=2)
     kernel = LoadsQBeforeTheLastStore(float16, head_dim=64, causal=False, block_n=64, num_stages=2)
-    with pytest.raises(RaceError) as raised:
+    with pytest.raises(BarrierError) as raised:
         run(kernel, q, k, v, 1)
-    load = line_of(apk.Attention.produce_tile.__code__.co_filename,
-                   "self.tma.global_to_shared(src=gq, dst=sq[wg], offsets=[bh, q_row + 64 * wg, 0],")
-    assert raised.value.location.rsplit(" at ", 1)[-1] == f"{apk.Attention.produce_tile.__code__.co_filename}:{load}"
-    assert "sq[" in str(raised.value)
+    arrive = line_of(apk.Attention.produce_tile.__code__.co_filename,
+                     "self.mbarrier.arrive_and_expect_tx(q_loaded, sq.nbytes)")
+    assert raised.value.location.rsplit(" at ", 1)[-1] == f"{apk.Attention.produce_tile.__code__.co_filename}:{arrive}"
+    assert "q_loaded[0]" in str(raised.value) and "more than one phase" in str(raised.value)
 
 
 @pytest.mark.parametrize("head_dim", [64, 128])

@@ -82,13 +82,13 @@ def test_attention_chooses_a_script_per_device(current_gpu, monkeypatch):
     # The stored winner (as tune_attention leaves it), looked up on the current device.
     monkeypatch.setattr(tuner, "stored_schedule", lambda tuned, args, kwargs: asked.append(current_gpu.index) or
                         dict(attention_module.DEFAULT_SCHEDULES[64]))
-    on_zero = attention_module.script_for(problem, ())
+    on_zero = attention_module.script_for(problem, (), persistent=False)
     current_gpu.index = 1
-    on_one = attention_module.script_for(problem, ())
+    on_one = attention_module.script_for(problem, (), persistent=False)
     assert asked == [0, 1]  # each device's stored winner was looked up, none served from the other's choice
-    assert attention_module.script_for(problem, ()) is on_one
+    assert attention_module.script_for(problem, (), persistent=False) is on_one
     current_gpu.index = 0
-    assert attention_module.script_for(problem, ()) is on_zero and asked == [0, 1]
+    assert attention_module.script_for(problem, (), persistent=False) is on_zero and asked == [0, 1]
 
 
 class FakeCudaTorch:

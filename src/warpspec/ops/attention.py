@@ -1,5 +1,6 @@
 """``warpspec.ops.attention``: the attention forward pass softmax(scale · Q·Kᵀ) · V on the FlashAttention-3 style
-kernel of ``warpspec.ops.attention_kernel`` (docs/attention.md).
+kernel of ``warpspec.ops.attention_kernel`` (docs/attention.md), or for short sequences its persistent form
+(``warpspec.ops.attention_persistent_kernel``, ``uses_persistent``).
 
 numpy arrays run on the emulator directly; torch tensors go through the custom op ``warpspec::attention``
 (``warpspec.torch_ops.custom_op``), which returns a new output and its log-sum-exp: CUDA tensors run on their GPU
@@ -24,7 +25,8 @@ from warpspec.dtypes import DType, bfloat16, float16
 from warpspec.errors import ArgumentError
 from warpspec.ops.attention_decode import decode_lse_offset, decode_workspace, launch_decode, uses_decode
 from warpspec.ops.attention_kernel import HEAD_DIMS, LOG2_E, Attention
-from warpspec.ops.frame import Signatures, bound_launcher, describe, plain_cuda
+from warpspec.ops.attention_persistent_kernel import AttentionPersistent
+from warpspec.ops.frame import Signatures, bound_launcher, describe, plain_cuda, sm_count
 from warpspec.ops.operands import dtype_of, same_device, same_kind
 from warpspec.ops.workspace import stream_workspace
 from warpspec.tune.cache import size_bucket
@@ -39,6 +41,13 @@ DEFAULT_SCHEDULES = {
     128: {"block_n": 128, "num_stages": 2, "unroll": 1},
     256: {"block_n": 80, "num_stages": 2, "unroll": 1},
 }
+#: Short sequences run the persistent kernel (``attention_persistent_kernel``): up to this many query rows
+#: (16 query tiles per head), at D 64 and 128. There a block of the one-tile kernel spends much of its life in its
+#: prologue and epilogue; on FlashAttention-3's short grid (seq 512-2048, batch x seq = 16384, fp16, H100) the
+#: persistent kernel was up to 1.21x the one-tile kernel, and no faster at D 256 (docs/performance.md, fifth
+#: session).
+PERSISTENT_MAX_SEQ = 2048
+PERSISTENT_HEAD_DIMS = (64, 128)
 MAX_GRID_Y = 65535  # the grid's y extent (one row of blocks per batch and head)
 MAX_INT32 = 2**31 - 1
 LN_2 = math.log(2.0)  # the kernels' log-sum-exp is in base 2; the API's in base e
@@ -242,36 +251,60 @@ def validate(q, k, v, causal, scale) -> Problem:
     return Problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, float(scale))
 
 
-_tuned: dict = {}  # (dtype name, head_dim, causal) -> TunedScript over the schedule space
-_chosen: dict = {}  # (dtype name, head_dim, causal, schedule or size buckets, back end, device) -> pinned Script
+_tuned: dict = {}  # (dtype name, head_dim, causal, persistent) -> TunedScript over the schedule space
+_chosen: dict = {}  # (dtype name, head_dim, causal, persistent, schedule or size buckets, back end, device) -> Script
 
 
-def tuned_script(problem: Problem):
-    """The autotuned kernel (every schedule) of the problem's dtype, head dim and causality."""
-    key = (problem.dtype.name, problem.head_dim, problem.causal)
+def uses_persistent(problem: Problem) -> bool:
+    """Whether ``problem`` runs the persistent kernel: a short sequence (at most ``PERSISTENT_MAX_SEQ`` query rows)
+    at a head dim of ``PERSISTENT_HEAD_DIMS``."""
+    return problem.seq_q <= PERSISTENT_MAX_SEQ and problem.head_dim in PERSISTENT_HEAD_DIMS
+
+
+def persistent_schedule(problem: Problem) -> dict:
+    """The persistent kernel's shipped schedule: the fastest of its space on FlashAttention-3's short grid
+    (``benchmarks/attention.py --persistent --persistent-schedules all``, H100). Without a mask, 128-key tiles
+    in 2 stages. Causal, below 2048 query rows 64-key tiles (2 stages at D 64, 3 at D 128), whose finer steps
+    waste less of a diagonal tile; from 2048 rows 128-key tiles (3 stages at D 64, 2 at D 128)."""
+    if not problem.causal:
+        return {"block_n": 128, "num_stages": 2}
+    if problem.seq_q < 2048:
+        return {"block_n": 64, "num_stages": 2 if problem.head_dim == 64 else 3}
+    return {"block_n": 128, "num_stages": 3 if problem.head_dim == 64 else 2}
+
+
+def tuned_script(problem: Problem, persistent: bool | None = None):
+    """The autotuned kernel (every schedule) of the problem's dtype, head dim and causality: the persistent
+    kernel where ``persistent`` (None: where ``uses_persistent``), else the one-tile kernel."""
+    persistent = uses_persistent(problem) if persistent is None else persistent
+    key = (problem.dtype.name, problem.head_dim, problem.causal, persistent)
     if key not in _tuned:
-        _tuned[key] = Attention(problem.dtype, head_dim=problem.head_dim, causal=problem.causal)
+        kernel = AttentionPersistent if persistent else Attention
+        _tuned[key] = kernel(problem.dtype, head_dim=problem.head_dim, causal=problem.causal)
     return _tuned[key]
 
 
-def script_for(problem: Problem, args: tuple, schedule: dict | None = None):
-    """The pinned Script that runs ``problem`` (called with kernel arguments ``args``): with ``schedule`` when
-    given; else, on the GPU, the winner that ``tune_attention`` (or an autotuned call) stored for the problem's
-    size buckets; else the head dim's shipped default. Remembered per size buckets, back end and device."""
+def script_for(problem: Problem, args: tuple, schedule: dict | None = None, persistent: bool | None = None):
+    """The pinned Script that runs ``problem`` (called with kernel arguments ``args``, made by ``arguments`` with
+    the same ``persistent``): the persistent kernel where ``persistent`` (None: where ``uses_persistent``), else
+    the one-tile kernel; with ``schedule`` when given; else, on the GPU, the winner that ``tune_attention`` (or an
+    autotuned call) stored for the problem's size buckets; else the shipped default. Remembered per kernel, size
+    buckets, back end and device."""
     backend = runtime.get_backend()
     device = runtime.current_device() if backend == "cuda" else None
     sizes = (size_bucket(problem.seq_q), size_bucket(problem.seq_k), size_bucket(problem.batch * problem.heads))
-    key = (problem.dtype.name, problem.head_dim, problem.causal,
+    persistent = uses_persistent(problem) if persistent is None else persistent
+    key = (problem.dtype.name, problem.head_dim, problem.causal, persistent,
            tuple(sorted(schedule.items())) if schedule is not None else sizes, backend, device)
     script = _chosen.get(key)
     if script is None:
         if schedule is None and backend == "cuda":
             from warpspec.tune.tuner import stored_schedule
 
-            schedule = stored_schedule(tuned_script(problem), args, {})
+            schedule = stored_schedule(tuned_script(problem, persistent), args, {})
         if schedule is None:
-            schedule = DEFAULT_SCHEDULES[problem.head_dim]
-        script = _chosen[key] = tuned_script(problem).instantiate(dict(schedule))
+            schedule = persistent_schedule(problem) if persistent else DEFAULT_SCHEDULES[problem.head_dim]
+        script = _chosen[key] = tuned_script(problem, persistent).instantiate(dict(schedule))
     return script
 
 
@@ -280,12 +313,15 @@ def forget_choices() -> None:
     _chosen.clear()
 
 
-def arguments(q, k, v, out, lse2, problem: Problem) -> tuple:
+def arguments(q, k, v, out, lse2, problem: Problem, persistent: bool | None = None) -> tuple:
     """The kernel's call arguments: sizes, head counts, the scale in the exp2 domain, the five arrays (``lse2``
-    float32 [B, H, S_q] receives the base-2 log-sum-exp of the scaled logits)."""
+    float32 [B, H, S_q] receives the base-2 log-sum-exp of the scaled logits), and for the persistent kernel
+    (``persistent``; None: where ``uses_persistent``) its grid bound, the GPU's SMs."""
     group = problem.heads // problem.kv_heads
-    return (problem.seq_q, problem.seq_k, problem.batch * problem.heads, problem.heads, group,
+    args = (problem.seq_q, problem.seq_k, problem.batch * problem.heads, problem.heads, group,
             problem.scale * LOG2_E, q, k, v, out, lse2)
+    persistent = uses_persistent(problem) if persistent is None else persistent
+    return args + (sm_count(),) if persistent else args
 
 
 def run(q, k, v, out, lse2, problem: Problem) -> tuple | None:
@@ -297,13 +333,15 @@ def run(q, k, v, out, lse2, problem: Problem) -> tuple | None:
     return launch(q, k, v, out, lse2, problem)
 
 
-def launch(q, k, v, out, lse2, problem: Problem, schedule: dict | None = None) -> tuple | None:
-    """Run the forward kernel on validated operands on the selected back end; returns the (Script, arguments) it
-    called (None for S_q = 0: nothing to do)."""
+def launch(q, k, v, out, lse2, problem: Problem, schedule: dict | None = None,
+           persistent: bool | None = None) -> tuple | None:
+    """Run the forward kernel (the persistent one where ``persistent``; None: where ``uses_persistent``) on
+    validated operands on the selected back end; returns the (Script, arguments) it called (None for S_q = 0:
+    nothing to do)."""
     if problem.seq_q == 0 or problem.batch * problem.heads == 0:
         return None
-    args = arguments(q, k, v, out, lse2, problem)
-    script = script_for(problem, args, schedule)
+    args = arguments(q, k, v, out, lse2, problem, persistent)
+    script = script_for(problem, args, schedule, persistent)
     script(*args)
     return script, args
 

@@ -160,13 +160,13 @@ class Attention(Script):
             with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=WARPGROUP,
                                    max_registers=PRODUCER_REGISTERS):
                 with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=32):
-                    self.produce(gq, gk, gv, sq, sk, sv, q_loaded, pipe_k, pipe_v, bh, kv_bh, q_start + offset_m,
+                    self.produce(gq, gk, gv, sq, sk, sv, q_loaded[0], pipe_k, pipe_v, bh, kv_bh, q_start + offset_m,
                                  k_start, n_tiles)
 
             with self.thread_group(thread_begin=0, num_threads=CONSUMER_THREADS, max_registers=CONSUMER_REGISTERS):
                 for wg in range(2):
                     with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
-                        self.consume(wg, sq[wg], sk, sv, go, glse, q_loaded, pipe_k, pipe_v, turns, seq_q, seq_k,
+                        self.consume(wg, sq[wg], sk, sv, go, glse, q_loaded[0], pipe_k, pipe_v, turns, seq_q, seq_k,
                                      scale_log2, bh, offset_m, n_tiles, q_start)
 
     def buffers(self):
@@ -200,13 +200,13 @@ class Attention(Script):
         self.drain(pipe_k, pipe_v, n_tiles)
 
     def produce_tile(self, gq, gk, gv, sq, sk, sv, q_loaded, pipe_k, pipe_v, bh, kv_bh, q_row, k_row, n_tiles):
-        """The Q tile (view rows ``q_row ...``), then K_j and V_j (rows ``k_row + j·block_n ...``) for every tile
-        j of the query tile, each into its ring."""
+        """The Q tile (view rows ``q_row ...``) into ``sq`` on barrier ``q_loaded``, then K_j and V_j (rows
+        ``k_row + j·block_n ...``) for every tile j of the query tile, each into its ring."""
         with self.single_thread():
-            self.mbarrier.arrive_and_expect_tx(q_loaded[0], sq.nbytes)
+            self.mbarrier.arrive_and_expect_tx(q_loaded, sq.nbytes)
             for wg in range(2):
                 self.tma.global_to_shared(src=gq, dst=sq[wg], offsets=[bh, q_row + 64 * wg, 0],
-                                          mbarrier=q_loaded[0])
+                                          mbarrier=q_loaded)
         for j in self.range(n_tiles):
             offsets = self.key_tile_offsets(k_row, kv_bh, j)
             for pipe, gx, sx in ((pipe_k, gk, sk), (pipe_v, gv, sv)):
@@ -263,10 +263,10 @@ class Attention(Script):
 
     def consume_tile(self, wg, sq, sk, sv, go, glse, q_loaded, pipe_k, pipe_v, turns, seq_q, seq_k, scale_log2, bh,
                      offset_m, n_tiles, q_start, q_phase, first_turn):
-        """Consumer warpgroup ``wg`` on one query tile: rows ``offset_m + 64·wg ...``, once Q's ``q_phase`` has
-        landed, the online softmax over the tile's K/V tiles with S_j's QKᵀ issued before P_{j-1}'s PV, taking
-        turns with the other warpgroup to issue them from turn phase ``first_turn``; then O and the log-sum-exp
-        stored. Returns the turn phase the warpgroup's next tile starts from."""
+        """Consumer warpgroup ``wg`` on one query tile: rows ``offset_m + 64·wg ...``, once phase ``q_phase`` of
+        barrier ``q_loaded`` says Q has landed, the online softmax over the tile's K/V tiles with S_j's QKᵀ issued
+        before P_{j-1}'s PV, taking turns with the other warpgroup to issue them from turn phase ``first_turn``;
+        then O and the log-sum-exp stored. Returns the turn phase the warpgroup's next tile starts from."""
         d, block_n, dtype = self.head_dim, self.block_n, self.dtype
         row_max = self.register_tensor(dtype=float32, shape=[64, 1], init=float("-inf"))
         row_sum = self.register_tensor(dtype=float32, shape=[64, 1], init=0.0)
@@ -278,7 +278,7 @@ class Attention(Script):
         rows_from: int32 = offset_m + 64 * wg  # this warpgroup's first query row
         # Keys a row r may see: col < seq_k, and causal col <= r + causal_shift (bottom-right alignment).
         causal_shift: int32 = seq_k - seq_q
-        self.mbarrier.wait(q_loaded[0], phase=q_phase)
+        self.mbarrier.wait(q_loaded, phase=q_phase)
         # The first tile is peeled: it has no PV to overlap, and branch-free iterations let ptxas see that every
         # accumulator is waited for before it is read (else it serializes the WGMMAs).
         if n_tiles > 0:

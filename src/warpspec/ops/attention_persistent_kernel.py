@@ -6,19 +6,25 @@ between blocks; here the producer warp loads tile t+1's Q and first K/V stages w
 t's last P·V and store its O.
 
 The grid is ``min(tiles, num_sms)`` blocks; block b takes tiles ``b, b + gridDim.x, ...`` of the ``ceil(S_q / 128) ·
-B·H`` tiles, tile t being query tile t // (B·H) of head row t mod (B·H); causal launches walk the query tiles from
-the last (the longest rows first, as the one-tile kernel orders its blocks). The K and V rings, the warpgroups'
-turns and every thread's stage and phase run on from tile to tile. Q's buffer doubles as each warpgroup's O staging
-buffer (as in the one-tile kernel), so the producer loads the next Q only when both warpgroups' O stores of the
-last tile have read it: ``q_free`` (one arrival per warpgroup, from the thread that waited for its TMA store) is
-the producer's, ``q_loaded`` the consumers' barrier, both with a phase per tile. The loop is not unrolled: a tile's
-first stage is a runtime value.
+B·H`` tiles, the query tiles of head row 0, then of head row 1, ...: the blocks running at once share few heads,
+whose K and V stay in L2 (walking the heads fastest, 132 blocks read 132 heads' K and V at once and the kernel
+becomes bound by HBM). Each head's walk starts one query tile further than the last head's (``tile_at``), so that a
+block meets causal tiles of every length. The K and V rings, the warpgroups' turns and every thread's
+stage and phase run on from tile to tile.
+
+Q has ``q_slots`` buffers (two where shared memory holds them beside the rings, else one), used by the block's tiles
+in turn, so the producer loads tile t+1's Q while tile t runs. A Q buffer doubles as each warpgroup's O staging
+buffer (as in the one-tile kernel), so the producer loads a slot's next Q only when both warpgroups' O stores of its
+last tile have read it: ``q_free[slot]`` is the producer's barrier (one arrival per warpgroup, from the thread that
+saw its TMA store read the buffer with ``tma.wait_group(0, read=True)``; the stores' global writes are waited for
+once, at the block's end), ``q_loaded[slot]`` the consumers', each with a phase per use of its slot. The loop is not
+unrolled: a tile's first stage is a runtime value.
 
 Dense (B·H, S, D) views only; the element type is the constructor's first argument
-(``AttentionPersistent(bfloat16, head_dim=128, causal=True, block_n=128, num_stages=2)``). Not yet what
-``ops.attention`` runs: ``benchmarks/attention.py --persistent`` times it beside the one-tile kernel.
+(``AttentionPersistent(bfloat16, head_dim=128, causal=True, block_n=128, num_stages=2)``). ``ops.attention`` runs it
+for short sequences (``warpspec.ops.attention.uses_persistent``); ``benchmarks/attention.py --persistent`` times it
+beside the one-tile kernel.
 """
-
 from __future__ import annotations
 
 from warpspec.dtypes import float32, int32, uint32
@@ -26,13 +32,16 @@ from warpspec.frontend.interpreter import cdiv
 from warpspec.ops.attention_kernel import (BLOCK_M, CONSUMER_REGISTERS, CONSUMER_THREADS, PRODUCER_REGISTERS,
                                            WARPGROUP, WARPS, Attention)
 from warpspec.ops.naming import typed_kernel_name
+from warpspec.pipeline import Pipeline
 from warpspec.script import autotune
+from warpspec.target import DEFAULT
 
 
 def _persistent_schedules(cls):
-    """The one-tile kernel's schedule space without its unrolled loops (``unroll`` 1 throughout)."""
+    """The one-tile kernel's schedule space without its unrolled loops (``unroll`` 1 throughout), and 48-key
+    tiles in 2 stages: at D 256 the only tile beside which two Q buffers fit."""
     return autotune("block_n, num_stages", [
-        [128, 2], [128, 3], [96, 2], [80, 2], [64, 2], [64, 3], [48, 3],
+        [128, 2], [128, 3], [96, 2], [80, 2], [64, 2], [64, 3], [48, 3], [48, 2],
     ])(cls)
 
 
@@ -42,6 +51,10 @@ class AttentionPersistent(Attention):
 
     def __init__(self, dtype, head_dim, causal, block_n, num_stages):
         super().__init__(dtype, head_dim, causal, block_n, num_stages, unroll=1)
+        # Two Q buffers where they fit beside the rings (D 256 at 80-key tiles does not), and a KiB for the barriers.
+        q_bytes = BLOCK_M * head_dim * self.dtype.nbytes
+        ring_bytes = 2 * num_stages * block_n * head_dim * self.dtype.nbytes
+        self.q_slots = 2 if 2 * q_bytes + ring_bytes + 1024 <= DEFAULT.shared_limit else 1
 
     def kernel_name(self) -> str:
         """``AttentionPersistentF16`` or ``AttentionPersistentBF16``."""
@@ -62,8 +75,7 @@ class AttentionPersistent(Attention):
         self.attrs.warps = WARPS
         gq, gk, gv, go, glse = self.dense_views(seq_q, seq_k, batch_heads, group, q_ptr, k_ptr, v_ptr, o_ptr,
                                                  lse_ptr)
-        sq, sk, sv, q_loaded, pipe_k, pipe_v, turns = self.buffers()
-        q_free = self.mbarrier.alloc(counts=[2])  # one arrival per warpgroup: its O store has read its Q buffer
+        sq, sk, sv, q_loaded, q_free, pipe_k, pipe_v, turns = self.persistent_buffers()
         with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=WARPGROUP, max_registers=PRODUCER_REGISTERS):
             with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=32):
                 self.produce_tiles(gq, gk, gv, sq, sk, sv, q_loaded, q_free, pipe_k, pipe_v, seq_q, seq_k,
@@ -71,50 +83,98 @@ class AttentionPersistent(Attention):
         with self.thread_group(thread_begin=0, num_threads=CONSUMER_THREADS, max_registers=CONSUMER_REGISTERS):
             for wg in range(2):
                 with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
-                    self.consume_tiles(wg, sq[wg], sk, sv, go, glse, q_loaded, q_free, pipe_k, pipe_v, turns, seq_q,
+                    self.consume_tiles(wg, sq, sk, sv, go, glse, q_loaded, q_free, pipe_k, pipe_v, turns, seq_q,
                                        seq_k, scale_log2, batch_heads, m_tiles, tiles)
 
+    def persistent_buffers(self):
+        """The one-tile kernel's buffers with ``q_slots`` Q buffers (each two 64-row halves, one per consumer
+        warpgroup), a ``q_loaded`` barrier per slot and a ``q_free`` barrier per slot (one arrival per warpgroup:
+        its O store has read its half)."""
+        d, block_n, dtype = self.head_dim, self.block_n, self.dtype
+        sq = self.shared_tensor(dtype=dtype, shape=[self.q_slots, 2, 1, 64, d])
+        sk = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
+        sv = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
+        q_loaded = self.mbarrier.alloc(counts=[1] * self.q_slots)
+        q_free = self.mbarrier.alloc(counts=[2] * self.q_slots)
+        pipe_k = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
+        pipe_v = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
+        turns = self.mbarrier.alloc(counts=[WARPGROUP, WARPGROUP])
+        return sq, sk, sv, q_loaded, q_free, pipe_k, pipe_v, turns
+
     def tile_at(self, t, m_tiles, batch_heads):
-        """(first query row, head row) of tile ``t``: causal launches walk the query tiles from the last."""
-        row: int32 = t // batch_heads
+        """(first query row, head row) of tile ``t``: the query tiles of a head row, then the next head row's, each
+        head's walk starting one query tile further (causal: from the last, the longest rows). The skew keeps a
+        causal block from meeting tiles of one length only: where the grid is a multiple of the query tiles
+        (132 blocks, 4 query tiles at seq 512), block b would otherwise get query tile b mod 4 every time, a
+        fourfold spread of work between blocks."""
+        head: int32 = t // m_tiles
+        row: int32 = (t + head) % m_tiles
         tile_m: int32 = m_tiles - 1 - row if self.causal else row
-        return BLOCK_M * tile_m, t % batch_heads
+        return BLOCK_M * tile_m, head
 
     def produce_tiles(self, gq, gk, gv, sq, sk, sv, q_loaded, q_free, pipe_k, pipe_v, seq_q, seq_k, batch_heads,
                       heads, group, m_tiles, tiles):
-        """The producer warp: for each of the block's tiles, once both warpgroups have stored the last tile's O
-        out of the Q buffer, the tile's Q and its K and V tiles into the rings, which run on from tile to tile;
-        then it stays until the consumers released every stage and stored their last O."""
+        """The producer warp: for each of the block's tiles, once both warpgroups have stored the O of the last
+        tile that used its Q slot, the tile's Q into that slot and its K and V tiles into the rings, which run on
+        from tile to tile; then it stays until the consumers released every stage and stored their last O."""
         filled: int32 = 0  # K (and V) stages filled, to drain
-        free_phase: uint32 = self.mbarrier.producer_initial_phase  # the first tile's Q buffer is free at once
+        slot: int32 = 0
+        free_phase: uint32 = self.mbarrier.producer_initial_phase  # each slot is free at once for its first tile
         for t in self.range(self.blockIdx.x, tiles, self.gridDim.x):
             offset_m, bh = self.tile_at(t, m_tiles, batch_heads)
             kv_bh: int32 = bh // heads * (heads // group) + bh % heads // group
             n_tiles = self.key_tiles(offset_m, seq_q, seq_k)
-            self.mbarrier.wait(q_free[0], phase=free_phase)
-            free_phase = free_phase ^ 1
-            self.produce_tile(gq, gk, gv, sq, sk, sv, q_loaded, pipe_k, pipe_v, bh, kv_bh, offset_m, 0, n_tiles)
+            self.mbarrier.wait(q_free[slot], phase=free_phase)
+            self.produce_tile(gq, gk, gv, sq[slot], sk, sv, q_loaded[slot], pipe_k, pipe_v, bh, kv_bh, offset_m, 0,
+                              n_tiles)
             filled = filled + n_tiles
-        self.mbarrier.wait(q_free[0], phase=free_phase)  # the last tile's O stores
+            slot, free_phase = self.next_slot(slot, free_phase)
+        for _ in self.range(self.q_slots):  # the last O stores (a slot never used passes at once)
+            self.mbarrier.wait(q_free[slot], phase=free_phase)
+            slot, free_phase = self.next_slot(slot, free_phase)
         self.drain(pipe_k, pipe_v, filled)
+
+    def next_slot(self, slot, phase):
+        """The Q slot after ``slot`` and the phase its barriers are at: the phase flips as the slots wrap around."""
+        slot = slot + 1
+        if slot == self.q_slots:
+            slot = 0
+            phase = phase ^ 1
+        return slot, phase
 
     def consume_tiles(self, wg, sq, sk, sv, go, glse, q_loaded, q_free, pipe_k, pipe_v, turns, seq_q, seq_k,
                       scale_log2, batch_heads, m_tiles, tiles):
         """Consumer warpgroup ``wg``: its 64 rows of each of the block's tiles, as the one-tile kernel's consumer,
-        its stages, phases and turns running on from tile to tile; after each tile's O store, ``q_free``."""
+        its stages, phases and turns running on from tile to tile, the tiles' Q slots in turn; after each tile's
+        O store, the slot's ``q_free``."""
         self.rewind(pipe_k, pipe_v)
         turn_phase: uint32 = self.first_turn_phase(wg)
+        slot: int32 = 0
         q_phase: uint32 = 0
         for t in self.range(self.blockIdx.x, tiles, self.gridDim.x):
             offset_m, bh = self.tile_at(t, m_tiles, batch_heads)
             n_tiles = self.key_tiles(offset_m, seq_q, seq_k)
-            turn_phase = self.consume_tile(wg, sq, sk, sv, go, glse, q_loaded, pipe_k, pipe_v, turns, seq_q, seq_k,
-                                           scale_log2, bh, offset_m, n_tiles, 0, q_phase, turn_phase)
-            self.free_q(q_free)
-            q_phase = q_phase ^ 1
+            turn_phase = self.consume_tile(wg, sq[slot][wg], sk, sv, go, glse, q_loaded[slot], pipe_k, pipe_v,
+                                           turns, seq_q, seq_k, scale_log2, bh, offset_m, n_tiles, 0, q_phase,
+                                           turn_phase)
+            self.free_q(q_free[slot])
+            slot, q_phase = self.next_slot(slot, q_phase)
+        with self.single_thread():
+            self.tma.wait_group(0)  # the O stores' global writes, before the block ends
+
+    def store_output(self, sq, go, out, bh, rows_from):
+        """The one-tile kernel's O store, whose thread waits only for the store to have read the Q buffer
+        (``wait_group(read=True)``): the next tile need not wait for O's global write."""
+        self.store_shared(sq[0], out)
+        self.fence_proxy_async()
+        self.sync()
+        with self.single_thread():
+            self.tma.shared_to_global(src=sq, dst=go, offsets=[bh, rows_from, 0])
+            self.tma.commit_group()
+            self.tma.wait_group(0, read=True)
 
     def free_q(self, q_free):
-        """The thread that issued and waited for the warpgroup's O store (``store_output``'s single thread) arrives
-        on ``q_free``: the Q buffer may take the next tile's Q."""
+        """The thread that issued the warpgroup's O store and saw it read the Q buffer (``store_output``'s single
+        thread) arrives on barrier ``q_free``: the slot may take the next tile's Q."""
         with self.single_thread():
-            self.mbarrier.arrive(q_free[0])
+            self.mbarrier.arrive(q_free)
