@@ -25,6 +25,7 @@ Dense (B·H, S, D) views only; the element type is the constructor's first argum
 for short sequences (``warpspec.ops.attention.uses_persistent``); ``benchmarks/attention.py --persistent`` times it
 beside the one-tile kernel.
 """
+
 from __future__ import annotations
 
 from warpspec.dtypes import float32, int32, uint32
