@@ -10,7 +10,8 @@ largest error. ``--fit`` searches the parameters named in ``FITTED`` (coordinate
 minimising the largest relative error with the rank correlation as a tie-breaker) starting from the current
 h200.json; ``--write`` stores the result there. ``--breakdown`` compares the model's summaries of V3 and V6 with
 the GPU's (a file ``benchmarks/profile_overhead.py --json`` wrote on the GPU): tensor cores' busy share,
-stage occupancy and diagnosis rule; with ``--fit`` they count first.
+stage occupancy and diagnosis rule, the model's of the instrumented build the GPU's come from (``model_launch``'s
+``recorded``), beside the plain build's time; with ``--fit`` they count first.
 """
 
 from __future__ import annotations
@@ -104,13 +105,16 @@ def breakdown_rows(path: str | Path) -> list[dict]:
 
 
 def modeled_breakdown(row: dict, parameters: dict) -> tuple[dict, int, float]:
-    """The model's summary metrics, diagnosis rule and time in ms for one kernel of a breakdown file."""
+    """The model's summary metrics and diagnosis rule for one kernel of a breakdown file, as recorded (the GPU's
+    summary is of its instrumented build, whose timestamps and stores slow the recorded SM), and its time in ms
+    (the plain build's, as the file's time is)."""
     script = BREAKDOWN_KERNELS[row["kernel"]]().instantiate(row["schedule"])
     size = row["size"]
     runtime, compile_time = bind_arguments(type(script), (), dict(m_size=size, n_size=size, k_size=size,
                                                                   a_ptr=None, b_ptr=None, c_ptr=None))
-    summary = summarize(model_launch(kernel_for(script, compile_time), runtime, parameters))
-    return summary.metrics, summary.rule(), summary.timeline.kernel_ns / 1e6
+    kernel = kernel_for(script, compile_time)
+    summary = summarize(model_launch(kernel, runtime, parameters, recorded=True))
+    return summary.metrics, summary.rule(), model_launch(kernel, runtime, parameters).kernel_ns / 1e6
 
 
 def compare_breakdowns(rows: list[dict], parameters: dict) -> list[dict]:

@@ -81,7 +81,8 @@ def test_the_families_declare_what_timelines_show_and_what_the_model_charges():
                        "MbarrierWait": "wait", "TmaLoad": "tma", "TmaStore": "tma", "WgmmaMma": "wgmma",
                        "WgmmaCommit": "wgmma_commit", "Cast": "registers", "Arithmetic": "registers",
                        "LoadShared": "registers", "StoreShared": "registers", "LoadGlobal": "global_load",
-                       "LoadScalar": "global_load", "StoreGlobal": "global_store", "Sync": "sync"}
+                       "LoadScalar": "global_load", "StoreGlobal": "global_store", "Sync": "sync",
+                       "SingleThread": "elect", "ProfileEnd": "record", "ProfileJoin": "record_join"}
 
 
 def test_an_unsupported_statement_is_refused_at_its_line():

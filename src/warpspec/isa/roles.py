@@ -172,5 +172,5 @@ def _group_threads(stmt: ThreadGroup) -> tuple[int, int]:
 # What each statement costs the CPU timing model and how timelines show it (``isa.timeline_facts``).
 # A role's statements are costed one by one (its body); a barrier costs its latency once every member arrived.
 declare_timeline(ThreadGroup, STATEMENT, NOT_SHOWN)
-declare_timeline(SingleThread, STATEMENT, NOT_SHOWN)
+declare_timeline(SingleThread, TimingCost("elect"), NOT_SHOWN)
 declare_timeline(Sync, TimingCost("sync"), Instrumentation("sync", "sync"))

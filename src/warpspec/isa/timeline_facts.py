@@ -16,15 +16,21 @@ from typing import Any
 #: - "arrive": an mbarrier arrive (``arrive_ns``);
 #: - "wait": an mbarrier wait: one try_wait (``wait_ns``), then the wake-up latency after its phase completes;
 #: - "sync": nothing until every member arrived, then the barrier's latency (``sync_ns``);
-#: - "tma": issuing one asynchronous copy (``tma_issue_ns``); measured: the bytes it moves through the SM's
+#: - "tma": issuing one asynchronous copy (``tma_issue_ns``; issued by a group of threads outside
+#:   ``single_thread``, one lane is elected for it as for "elect"); measured: the bytes it moves through the SM's
 #:   memory share;
 #: - "wgmma": issuing into the open WGMMA group; measured: ``(m, n, k, a dtype, b dtype)`` of the whole statement;
 #: - "wgmma_commit": a scalar statement's time, and the open group's tensor-core work is queued;
 #: - "registers": elementwise work per thread; measured: the shape of the register tile worked on;
 #: - "global_load", "global_store": a register tile moved to or from global memory; measured: the register
-#:   tensor's declaration (its shape and dtype).
+#:   tensor's declaration (its shape and dtype);
+#: - "elect": a body run by one lane of its warp (``single_thread``): ``elect_ns`` to elect it, branch and
+#:   reconverge the warp after it;
+#: - "record", "record_join": an instrumented build's writing of one event (``record_ns``) and its recording warp
+#:   agreeing on its event count after a ``single_thread`` body (``record_join_ns``); only the timing model's
+#:   "as recorded" runs meet them (``warpspec.timeline.model.model_launch``).
 COST_KINDS = ("statement", "arrive", "wait", "sync", "tma", "wgmma", "wgmma_commit", "registers", "global_load",
-              "global_store")
+              "global_store", "elect", "record", "record_join")
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,15 @@ from warpspec.errors import ArgumentError, CompileError, WarpspecError
 from warpspec.ir import nodes as ir
 from warpspec.isa.wgmma import WgmmaMma
 from warpspec.timeline.events import Event, Occupancy, Timeline, resident_blocks, role_name
+from warpspec.timeline.instrument import instrument
 from warpspec.timeline.model_timing import Costs, model_sm, role_groups
 from warpspec.timeline.sizing import grid_flops, launch_scalars
 
 #: The H200's parameters, the default of every function here.
 H200 = Path(__file__).with_name("h200.json")
+#: The record capacity of an "as recorded" model's instrumented IR: the GPU's build checks it, the model records
+#: every event its own way.
+RECORDED_CAPACITY = 1
 
 
 def load_parameters(path: str | Path | None = None) -> dict:
@@ -55,8 +59,9 @@ def occupancy(kernel: ir.Kernel, parameters: dict, registers: int | None = None)
     return resident_blocks(shared_bytes(kernel), registers, kernel.num_threads, parameters)
 
 
-def costs(parameters: dict, memory_bytes_per_ns: float) -> Costs:
-    """The per-SM costs of ``parameters``, with this launch's memory share per SM."""
+def costs(parameters: dict, memory_bytes_per_ns: float, recorded: bool = False) -> Costs:
+    """The per-SM costs of ``parameters``, with this launch's memory share per SM; ``recorded``: those of the
+    instrumented build (``model_launch``)."""
     p = parameters
     table = sorted((int(n), float(t)) for n, t in p["wgmma_tflops_16bit"].items())
 
@@ -70,12 +75,15 @@ def costs(parameters: dict, memory_bytes_per_ns: float) -> Costs:
             tflops *= p["wgmma_8bit_speedup"]
         return tflops * 1e3 / p["sm_count"]  # TFLOP/s of the chip -> flops per ns of one SM
 
-    return Costs(statement_ns=p["statement_ns"], arrive_ns=p["arrive_ns"], wait_ns=p["wait_ns"],
+    # A recorded wait spans its two clock reads: one that passes lasts as long as the traces show.
+    wait_ns = p["recorded_wait_ns"] if recorded else p["wait_ns"]
+    return Costs(statement_ns=p["statement_ns"], arrive_ns=p["arrive_ns"], wait_ns=wait_ns,
                  wake_ns=p["wake_ns"], sync_ns=p["sync_ns"], tma_issue_ns=p["tma_issue_ns"],
                  memory_latency_ns=p["memory_latency_ns"], memory_bytes_per_ns=memory_bytes_per_ns,
                  port_bytes_per_ns=p["sm_port_gbps"], memory_burst_ns=p["memory_burst_ns"],
                  wgmma_issue_ns=p["wgmma_issue_ns"], wgmma_latency_ns=p["wgmma_latency_ns"],
-                 register_ns_per_element=p["register_ns_per_element"], wgmma_flops_per_ns=rate)
+                 register_ns_per_element=p["register_ns_per_element"], wgmma_flops_per_ns=rate,
+                 elect_ns=p["elect_ns"], record_ns=p["record_ns"], record_join_ns=p["record_join_ns"])
 
 
 def built_registers(kernel: ir.Kernel) -> int | None:
@@ -92,13 +100,19 @@ def built_registers(kernel: ir.Kernel) -> int | None:
 
 
 def model_launch(kernel: ir.Kernel, arguments: dict, parameters: dict | None = None,
-                 registers: int | None = None, registers_from: str = "from ptxas") -> Timeline:
+                 registers: int | None = None, registers_from: str = "from ptxas", recorded: bool = False) -> Timeline:
     """The modeled timeline of launching ``kernel`` (its IR, e.g. ``warpspec.runtime.kernel_for``) with runtime
     ``arguments`` by parameter name. Array arguments are not read (their values do not change the time): pass the
     arrays or None. ``parameters``: a device's model parameters (default: the H200's); ``registers``: registers
     per thread if known (``built_registers``, or a count the caller was given, which ``registers_from`` names),
     else estimated. The timeline holds the blocks one SM runs together, on SM 0, and ``kernel_ns`` the whole
-    launch."""
+    launch.
+
+    ``recorded``: model the instrumented build that a GPU timeline comes from instead of the plain one ("as
+    recorded"): every block of the SM records, and its timestamps and stores take their time
+    (``warpspec.timeline.profile_isa`` declares what each costs), so that the summary sets beside a GPU
+    recording's. The SM's span then is a recorded SM's, which the plain launch's time does not include: on the GPU
+    the other SMs take up the blocks a slowed one leaves, so ``kernel_ns`` overstates the launch by as much."""
     if kernel.cluster != (1, 1, 1):
         # The blocks of a cluster run on several SMs and reach each other's shared memory: one modeled SM cannot
         # hold them (its remote arrivals and multicasts would find no partner).
@@ -117,7 +131,8 @@ def model_launch(kernel: ir.Kernel, arguments: dict, parameters: dict | None = N
     running = min(total, per_sm * p["sm_count"])  # blocks running at once over the chip
     share = p["load_bandwidth_gbps"] / running * resident  # GB/s = bytes per ns, for this SM
     blocks = [(i % grid[0], i // grid[0] % grid[1], i // (grid[0] * grid[1])) for i in range(resident)]
-    machines, _ = model_sm(kernel, env, grid, blocks, costs(p, share))
+    simulated = instrument(kernel, len(blocks), RECORDED_CAPACITY).kernel if recorded else kernel
+    machines, _ = model_sm(simulated, env, grid, blocks, costs(p, share, recorded))
     span = max(clock.now for m in machines for clock in m.clocks.values())
     waves = math.ceil(total / (per_sm * p["sm_count"]))
     kernel_ns = p["launch_ns"] + waves * span
@@ -142,6 +157,9 @@ def model_launch(kernel: ir.Kernel, arguments: dict, parameters: dict | None = N
         flops = sum(m.flops for m in machines) / resident * total
     notes = [f"modeled on {p['device']}: {per_sm} block(s) per SM (limited by {limit}), {total} blocks in {waves} "
              f"wave(s); {resident} block(s) simulated together on SM 0, {span / 1e3:.2f} us per wave"]
+    if recorded:
+        notes.append("as recorded: the instrumented build, every block of SM 0 recording (its time is a recorded "
+                     "SM's, slower than the plain launch's)")
     if floor_ns > kernel_ns:
         notes.append(f"bound by HBM: the global views hold {compulsory / 1e6:.1f} MB, which take "
                      f"{floor_ns / 1e3:.1f} us at {p['hbm_bandwidth_gbps']:.0f} GB/s (the waves take "

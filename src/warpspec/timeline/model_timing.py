@@ -54,6 +54,9 @@ class Costs:
     wgmma_latency_ns: float  # from a group's last tensor-core cycle to wait_group seeing it
     register_ns_per_element: float  # elementwise work on register tiles, per element per thread
     wgmma_flops_per_ns: Callable[[int, int, int, object], float]  # the SM's tensor-core rate for (m, n, k, dtype)
+    elect_ns: float  # electing one lane of a warp to run a body or issue a copy, and reconverging after it
+    record_ns: float  # an instrumented build writing one event (met only when modeling that build)
+    record_join_ns: float  # its recording warp rejoining after a single_thread body that recorded
 
 
 @dataclass
@@ -85,6 +88,7 @@ class _Clock:
     wgmma_flops: list = field(default_factory=list)  # (flops, m, n, k, dtype) of the open group's mmas
     last_wgmma_wait: tuple[float, ir.Loc] | None = None  # when and where the last wgmma.wait_group ended
     tiles_begun: int = 0  # iterations of tile loops begun: the task is in tile ``tiles_begun - 1`` (0 before any)
+    single: int = 0  # single_thread bodies the task is in: their statements need no lane elected
 
     @property
     def tile(self) -> int:
@@ -209,7 +213,13 @@ class TimedMachine(BlockMachine):
             if type(stmt).blocks:  # loops, branches, thread groups: their bodies' statements are the steps
                 result = registry.emulation(type(stmt))(self, task, stmt)
                 if result is not None:
+                    elected = timing_cost(stmt).kind == "elect"
+                    if elected:
+                        clock.now += self.costs.elect_ns
+                        clock.single += 1
                     yield from result
+                    if elected:
+                        clock.single -= 1
                 continue
             start = clock.now
             clock.now += self._cost(task, stmt)
@@ -230,7 +240,13 @@ class TimedMachine(BlockMachine):
         if kind == "wait":
             return c.wait_ns
         if kind == "tma":
-            return c.tma_issue_ns
+            # Outside single_thread a group of threads elects a lane to issue (the CUDA emission's elect_one).
+            elect = c.elect_ns if task.size > 1 and not self.clocks[task.index].single else 0.0
+            return c.tma_issue_ns + elect
+        if kind == "record":
+            return c.record_ns
+        if kind == "record_join":
+            return c.record_join_ns
         if kind == "wgmma":
             m, n, k, a_dtype, b_dtype = cost.measure(s)
             warpgroups = max(s.threads[1] // self.kernel.facts.target.warpgroup_threads, 1)

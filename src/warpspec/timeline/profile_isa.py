@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
 from warpspec.isa.registry import declare_timeline, emulates
-from warpspec.isa.timeline_facts import NOT_SHOWN, STATEMENT
+from warpspec.isa.timeline_facts import NOT_SHOWN, STATEMENT, TimingCost
 from warpspec.ir import nodes as ir
 
 HEADER_WORDS = 8
@@ -149,7 +149,8 @@ class ProfileFinish(ir.Stmt):
 
 
 # ----------------------------------------------------------------------------------------------- emulation
-# The emulator records nothing: profiling is the GPU's, and the timing model reads the plain kernel.
+# The emulator records nothing: profiling is the GPU's (the timing model charges its time, below, and records its
+# events its own way).
 
 
 @emulates(ProfileSetup)
@@ -163,7 +164,11 @@ def _record_nothing(machine: EmulationMachine, task: EmulationTask, s) -> Steps 
     return None
 
 
-# The timestamps are what timelines are made of, not events of their own; the timing model never meets them (it
-# runs the plain kernel).
-for _profile in (ProfileSetup, ProfileStart, ProfileEnd, ProfileNextTile, ProfileJoin, ProfileFinish):
+# The timestamps are what timelines are made of, not events of their own. The timing model meets them only when it
+# models the instrumented build ("as recorded", ``warpspec.timeline.model.model_launch``), to set its summary beside
+# a GPU recording's: a clock read costs a scalar statement, writing an event ``record_ns`` (its end clock, the three
+# stores, the count) and the join after a single_thread body that recorded ``record_join_ns``.
+for _profile in (ProfileSetup, ProfileStart, ProfileNextTile, ProfileFinish):
     declare_timeline(_profile, STATEMENT, NOT_SHOWN)
+declare_timeline(ProfileEnd, TimingCost("record"), NOT_SHOWN)
+declare_timeline(ProfileJoin, TimingCost("record_join"), NOT_SHOWN)
