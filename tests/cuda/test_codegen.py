@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import warpspec
-from warpspec import float16
+from warpspec import float16, float32, int32
 
 from warpspec.cuda import sass
 from warpspec.cuda.codegen import generate
@@ -86,37 +86,59 @@ def test_every_example_compiles_for_sm90a(module, name):
     assert counts["LDL"] == 0 and counts["STL"] == 0
 
 
-class ScaleHalves(warpspec.Script):
-    """dst = src · 70000 + 1 on float16 registers: constants a half cannot hold (70000) or whose bits would
-    differ from their value (1.0)."""
+class ScalarsBesideHalves(warpspec.Script):
+    """Scalars of every kind combined with a float16 register tile, one 64-row band of ``dst`` each: a float32
+    argument, a declared float16 scalar, an int32 argument, constants a half cannot hold (70000) or whose bits
+    differ from their value (1.0), and an element read back from a float16 register tensor."""
 
-    def __call__(self, src_ptr: ~float16, dst_ptr: ~float16):
+    def __call__(self, src_ptr: ~float16, dst_ptr: ~float16, s: float32, n: int32):
         self.attrs.blocks = [1]
         self.attrs.warps = 4
         src = self.global_view(src_ptr, dtype=float16, shape=[64, 64])
-        dst = self.global_view(dst_ptr, dtype=float16, shape=[64, 64])
-        values = self.load_global(src, offsets=[0, 0], shape=[64, 64])
-        self.store_global(dst, values * 70000.0 + 1.0, offsets=[0, 0])
+        dst = self.global_view(dst_ptr, dtype=float16, shape=[5 * 64, 64])
+        x = self.load_global(src, offsets=[0, 0], shape=[64, 64])
+        t: float16 = 1.5
+        held = self.register_tensor(dtype=float16, shape=[2], init=0.0)
+        held[1] = 2.25
+        u: float32 = held[1]
+        self.store_global(dst, x * s, offsets=[0, 0])
+        self.store_global(dst, x + t, offsets=[64, 0])
+        self.store_global(dst, x + n, offsets=[128, 0])
+        self.store_global(dst, x * 70000.0 + 1.0, offsets=[192, 0])
+        self.store_global(dst, x + u, offsets=[256, 0])
 
 
-def test_a_float_constant_beside_half_registers_is_its_float_value_as_on_the_emulator():
-    """The constants reach the C++ as float literals, never converted as if they were a half's bits (1.0 read as
-    the half 0x0001 once made ``x + 1.0`` add 6e-8); the emulator computes with their float32 values, so 0.5 ·
-    70000 is 35000, not the inf of a half 70000."""
-    source = generate(kernel_for(ScaleHalves(), {})).source
-    assert "70000.0f" in source and "1.0f" in source
+SCALARS_SOURCE = np.full((64, 64), 0.5, np.float16)
+#: What each band holds for x = 0.5, s = 3 and n = 5, rounded to half: the emulator's values.
+SCALARS_EXPECTED = [1.5, 2.0, 5.5, float(np.float16(35001.0)), 2.75]
+
+
+def test_scalars_beside_half_registers_are_their_values_as_on_the_emulator():
+    """Every scalar reaches the C++ as its value (a float for 16-bit floats), never converted as if it were a
+    half's bits: the GPU once computed x * s as x times the half whose bits are 3 (2e-7), x + 1.0 as x + 6e-8, and
+    stored a declared float16 scalar 1.5 as the bits 0x0001. The emulator computes with the scalars' values
+    (float32 at the operation, so 0.5 · 70000 is 35000, not the inf of a half 70000)."""
+    source = generate(kernel_for(ScalarsBesideHalves(), {})).source
+    assert "float t = 1.5f;" in source and "unsigned short t" not in source
+    assert "static_cast<float>(s)" in source and "static_cast<float>(n)" in source
+    assert "70000.0f" in source
     assert not re.search(r"f16_to_f32\(\s*[0-9.]+f\s*\)", source)
-    dst = np.zeros((64, 64), np.float16)
+    assert not re.search(r"f16_to_f32\(static_cast<unsigned short>\((s|n)\)\)", source)
+    dst = np.zeros((5 * 64, 64), np.float16)
     with warpspec.use_backend("emulator"):
-        ScaleHalves()(np.full((64, 64), 0.5, np.float16), dst)
-    assert np.all(dst == np.float16(35001.0))
+        ScalarsBesideHalves()(SCALARS_SOURCE, dst, 3.0, 5)
+    for band, value in enumerate(SCALARS_EXPECTED):
+        assert np.all(dst[64 * band:64 * (band + 1)] == np.float16(value)), band
 
 
 @pytest.mark.gpu
-def test_gpu_a_float_constant_beside_half_registers_is_its_float_value():
+def test_gpu_scalars_beside_half_registers_are_their_values():
+    """The GPU's result is the emulator's, band by band."""
     torch = pytest.importorskip("torch")
-    dst = torch.zeros((64, 64), device="cuda", dtype=torch.float16)
+    dst = torch.zeros((5 * 64, 64), device="cuda", dtype=torch.float16)
     with warpspec.use_backend("cuda"):
-        ScaleHalves()(torch.full((64, 64), 0.5, device="cuda", dtype=torch.float16), dst)
+        ScalarsBesideHalves()(torch.from_numpy(SCALARS_SOURCE).cuda(), dst, 3.0, 5)
     torch.cuda.synchronize()
-    assert bool((dst == float(np.float16(35001.0))).all())
+    got = dst.cpu().numpy()
+    for band, value in enumerate(SCALARS_EXPECTED):
+        assert np.all(got[64 * band:64 * (band + 1)] == np.float16(value)), band

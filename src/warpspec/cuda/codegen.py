@@ -261,7 +261,7 @@ class CodeGenerator:
     # --------------------------------------------------------------------------------------------- scalars
 
     def emit_declare(self, s: ir.Declare) -> None:
-        self.line(f"{C_TYPES[s.var.type.name]} {self.name_of(s.var)} = {self.cexpr(s.value)};")
+        self.line(f"{scalar_ctype(s.var.type)} {self.name_of(s.var)} = {self.cexpr(s.value)};")
 
     def emit_assign(self, s: ir.Assign) -> None:
         self.line(f"{self.name_of(s.var)} = {self.cexpr(s.value)};")
@@ -283,7 +283,7 @@ class CodeGenerator:
     def emit_for(self, s: ir.For) -> None:
         # Unrolled loops arrive as guarded copies (passes.unroll): the loop itself stays rolled.
         # stop and step are evaluated once, when the loop starts, as the emulator does.
-        var, ctype = self.name_of(s.var), C_TYPES[s.var.type.name]
+        var, ctype = self.name_of(s.var), scalar_ctype(s.var.type)
         stop, step = (self.name_of(ir.Var(name, s.var.type)) for name in ("loop_stop", "loop_step"))
         self.line("#pragma unroll 1")
         self.line(f"for ({ctype} {var} = {self.cexpr(s.start)}, {stop} = {self.cexpr(s.stop)}, "
@@ -390,10 +390,12 @@ class _CExpressions(ExprVisitor):
         return f"({self.gen.cexpr(e.cond)} ? {self.gen.cexpr(e.a)} : {self.gen.cexpr(e.b)})"
 
     def convert(self, e):
-        return f"static_cast<{C_TYPES[e.type.name]}>({self.gen.cexpr(e.a)})"
+        return f"static_cast<{scalar_ctype(e.type)}>({self.gen.cexpr(e.a)})"
 
     def load(self, e):
-        return self.gen.register_element(e.tensor, e.indices)
+        element = self.gen.register_element(e.tensor, e.indices)
+        dtype = e.tensor.decl.dtype
+        return self.gen.to_f32(element, dtype) if narrow_float(dtype) else element
 
     def other(self, e):
         raise self.gen.error(f"cannot generate code for {type(e).__name__}")
@@ -406,6 +408,19 @@ def register_core_emitters(target: str) -> None:
     registry.emits(ir.Assign, target)(CodeGenerator.emit_assign)
     registry.emits(ir.If, target)(CodeGenerator.emit_if)
     registry.emits(ir.For, target)(CodeGenerator.emit_for)
+
+
+def narrow_float(dtype: DType) -> bool:
+    """Whether ``dtype`` is a float narrower than 32 bits (16- and 8-bit floats), whose register tensors hold bits."""
+    return dtype.is_float and dtype.nbytes < 4
+
+
+def scalar_ctype(dtype: DType) -> str:
+    """The C++ type of a runtime scalar of ``dtype``. A scalar of a 16- or 8-bit float is a ``float`` holding its
+    value, as the emulator holds it (a Python float, rounded to float32 where a tensor operation uses it): the
+    scalar expressions of the C++ are values, never a narrow float's bits, which only register tensors and memory
+    hold."""
+    return "float" if narrow_float(dtype) else C_TYPES[dtype.name]
 
 
 def _literal(value, dtype: DType) -> str:

@@ -16,7 +16,6 @@ from warpspec.isa.elementwise import Arithmetic, Cast, TileIndex, broadcast_axis
 from warpspec.ir import nodes as ir
 from warpspec.isa.registry import emits
 from warpspec.layout.registers import broadcast_register, same_registers, slice_of
-from warpspec.passes.constants import UNKNOWN, fold
 from warpspec.target import SM90A
 
 TARGET = SM90A.name
@@ -43,11 +42,9 @@ def _operand(gen: CodeGenerator, s, o, layout, i) -> str:
         register = i if axis is None else broadcast_register(layout, expected, axis, i)
         bits = gen.element(o.decl, register)
         return gen.to_f32(bits, o.decl.dtype) if o.decl.dtype.is_float else bits  # conditions stay bool
-    if integer or fold(o) is not UNKNOWN:
-        # A constant is a float literal whatever its dtype (the emulator computes with its float32 value), not the
-        # dtype's bits: converting it as 16-bit bits would read 1.0 as the half 0x0001.
-        return gen.cexpr(o)
-    return gen.to_f32(gen.cexpr(o), o.dtype)
+    # A scalar is its value in the C++ whatever its dtype (codegen.scalar_ctype), as the emulator computes with it:
+    # converting it as a half's bits would read 1.0 as the half 0x0001.
+    return gen.cexpr(o)
 
 
 def _stored(gen: CodeGenerator, s, value: str) -> str:
