@@ -98,15 +98,16 @@ def test_planted_bug_q_reloaded_before_the_last_o_store_is_caught_at_the_reload(
     assert "q_loaded[0]" in str(raised.value) and "more than one phase" in str(raised.value)
 
 
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_nvrtc_builds_the_persistent_kernel_without_spills(head_dim):
-    """NVRTC compiles the persistent kernel (causal, bf16, 128-key tiles in 2 stages) with no spills, no stack and
-    no ptxas advisory."""
+@pytest.mark.parametrize("head_dim, block_n, num_stages", [(64, 128, 2), (128, 128, 2), (64, 64, 2), (64, 128, 3),
+                                                         (128, 64, 3)])
+def test_nvrtc_builds_the_persistent_kernel_without_spills(head_dim, block_n, num_stages):
+    """NVRTC compiles the persistent kernel (causal, bf16) at every schedule ops.attention ships for it
+    (``persistent_schedule``) with no spills, no stack and no ptxas advisory."""
     from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.runtime import kernel_for
 
-    kernel = apk.AttentionPersistent(bfloat16, head_dim=head_dim, causal=True, block_n=128, num_stages=2)
+    kernel = apk.AttentionPersistent(bfloat16, head_dim=head_dim, causal=True, block_n=block_n, num_stages=num_stages)
     built = compile_kernel(kernel_for(kernel, {}))
     (report,) = parse_ptxas_log(built.module.log).values()
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
