@@ -377,9 +377,20 @@ class _CExpressions(ExprVisitor):
     def binary(self, e):
         a, b = self.gen.cexpr(e.a), self.gen.cexpr(e.b)
         if e.op in ("min", "max"):
-            return f"({a} {'<' if e.op == 'min' else '>'} {b} ? {a} : {b})"
+            # The evaluator's Python min(a, b) is a unless b < a (max: unless b > a): a NaN on either side, and a tie
+            # of zeros of opposite signs, give the operand the emulator gives.
+            return f"({b} {'<' if e.op == 'min' else '>'} {a} ? {b} : {a})"
         if e.op == "cdiv":
-            return f"(({a} + {b} - 1) / {b})"
+            # The evaluator's exact ceiling, which (a + b - 1) / b missed: it overflowed near the type's maximum and
+            # rounded negative quotients the wrong way. By a positive constant (tile counts), the truncated quotient
+            # of a <= 0 is its ceiling already; elsewhere it takes one more when inexact with a positive quotient.
+            divisor = fold(e.b)
+            if divisor is not UNKNOWN and divisor > 0:
+                return f"({a} > 0 ? ({a} - 1) / {b} + 1 : {a} / {b})"
+            inexact = f"{a} % {b} != 0"
+            if e.dtype.kind != "uint":
+                inexact = f"{inexact} && ({a} < 0) == ({b} < 0)"
+            return f"({a} / {b} + ({inexact}))"
         op = {"//": "/", "and": "&&", "or": "||"}.get(e.op, e.op)
         return f"({a} {op} {b})"
 

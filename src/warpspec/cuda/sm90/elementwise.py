@@ -33,7 +33,6 @@ _UNARY_PTX = {
 def _operand(gen: CodeGenerator, s, o, layout, i) -> str:
     """C++ for element register ``i`` (an int or the C++ loop index) of a tensor operand (floats as f32), or for a
     scalar operand."""
-    integer = not s.decl.dtype.is_float
     if isinstance(o, ir.TensorRef):
         axis = broadcast_axis(o.decl.shape, s.decl.shape)
         expected = layout if axis is None else slice_of(layout, axis, o.decl.shape)
@@ -69,7 +68,12 @@ def _value(gen: CodeGenerator, s: Arithmetic, values: list[str]) -> str:
         return f"(-{values[0]})"
     if s.op in ("min", "max"):
         a, b = values
-        return f"({a} {'<' if s.op == 'min' else '>'} {b} ? {a} : {b})"
+        chosen = f"{a} {'<' if s.op == 'min' else '>'} {b}"
+        if s.decl.dtype.is_float:
+            # numpy's minimum and maximum (the emulator's) give a NaN from either side, a tie the second operand;
+            # the comparison alone gives b for a NaN a, so max(x, 0.0) turned a NaN x into 0.
+            chosen = f"{chosen} || {a} != {a}"
+        return f"(({chosen}) ? {a} : {b})"
     if s.op == "where":
         return f"({values[0]} ? {values[1]} : {values[2]})"
     return f"({values[0]} {s.op} {values[1]})"
