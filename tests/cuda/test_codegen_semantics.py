@@ -198,3 +198,54 @@ def test_cdiv_kernel_builds():
 def test_gpu_cdiv_of_runtime_integers_is_the_emulators(args, expected):
     """The GPU's ceilings are the emulator's."""
     assert _run_cdiv("cuda", args, device="cuda") == _run_cdiv("emulator", args) == expected
+
+
+class FloatToInteger(warpspec.Script):
+    """A float32 argument converted to an int32 and to a uint32 scalar, each stored from a replicated register
+    tensor."""
+
+    def __call__(self, dst_ptr: ~int32, udst_ptr: ~uint32, s: float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        n: int32 = int32(s)
+        u: uint32 = uint32(s)
+        held = self.register_tensor(dtype=int32, shape=[1], init=0)
+        held[0] = n
+        uheld = self.register_tensor(dtype=uint32, shape=[1], init=0)
+        uheld[0] = u
+        self.store_global(self.global_view(dst_ptr, dtype=int32, shape=[1]), held, offsets=[0])
+        self.store_global(self.global_view(udst_ptr, dtype=uint32, shape=[1]), uheld, offsets=[0])
+
+
+#: Floats whose conversion Python's int() refuses (NaN, infinities) or a C cast leaves undefined (out of range),
+#: beside plain ones, and what the GPU's cvt.rzi (the CUDA back end's static_cast), and so the emulator, makes of
+#: them as int32 and as uint32.
+CONVERSIONS = [(NAN, 0, 0), (3e9, 2**31 - 1, 3000000000), (-1e10, -2**31, 0), (float("inf"), 2**31 - 1, 2**32 - 1),
+               (-float("inf"), -2**31, 0), (-2.7, -2, 0), (2.7, 2, 2), (5e9, 2**31 - 1, 2**32 - 1)]
+
+
+def _run_float_to_integer(backend, s, device=None):
+    dst, udst = np.zeros(1, np.int32), np.zeros(1, np.uint32)
+    if device is not None:
+        torch = pytest.importorskip("torch")
+        dst, udst = torch.from_numpy(dst).to(device), torch.from_numpy(udst.view(np.int32)).to(device)
+    with warpspec.use_backend(backend):
+        FloatToInteger()(dst, udst, s)
+    if device is not None:
+        torch.cuda.synchronize()
+        dst, udst = dst.cpu().numpy(), udst.cpu().numpy().view(np.uint32)
+    return int(dst[0]), int(udst[0])
+
+
+def test_float_scalars_become_integers_truncated_and_saturated_as_on_the_gpu():
+    """The emulator converts a float scalar to a 32-bit integer as cvt.rzi does: toward zero, saturated to the
+    type's range, NaN to 0. It wrapped out-of-range values instead, and a NaN or an infinity raised Python's own
+    ValueError or OverflowError instead of a result."""
+    for s, as_int32, as_uint32 in CONVERSIONS:
+        assert _run_float_to_integer("emulator", s) == (as_int32, as_uint32), s
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s, as_int32, as_uint32", CONVERSIONS)
+def test_gpu_float_scalars_become_integers_as_on_the_emulator(s, as_int32, as_uint32):
+    assert _run_float_to_integer("cuda", s, device="cuda") == (as_int32, as_uint32)

@@ -31,6 +31,21 @@ def wrap(value, dtype: DType):
     return value
 
 
+def float_to_integer(value: float, dtype: DType) -> int:
+    """``value`` converted to the integer ``dtype`` (a runtime scalar type: 32 or 64 bits) as the GPU's ``cvt.rzi``
+    converts it (and the CUDA back end's ``static_cast`` becomes): truncated toward zero, saturated to the type's
+    range, NaN to 0."""
+    if value != value:
+        return 0
+    bits = dtype.nbits
+    low, high = (0, (1 << bits) - 1) if dtype.kind == "uint" else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    if value <= low:
+        return low
+    if value >= high:
+        return high
+    return math.trunc(value)
+
+
 def _trunc_div(a, b):
     if isinstance(a, float) or isinstance(b, float):
         return math.trunc(a / b)
@@ -115,6 +130,8 @@ class ExprCompiler(ExprVisitor):
     def convert(self, e):
         a, dtype = self(e.a), e.type
         if dtype.kind in ("int", "uint"):
+            if e.a.dtype.is_float:
+                return lambda env: float_to_integer(a(env), dtype)
             return lambda env: wrap(math.trunc(a(env)), dtype)
         return lambda env: wrap(a(env), dtype)
 
