@@ -161,17 +161,23 @@ CDIV_CASES = [((200, 64, 200, 64), (4, 4, 4)),
               ((-7, -2, 1, 1), (4, 0, 1))]
 
 
-def _run_cdiv(backend, args, device=None):
-    dst, udst = np.zeros(2, np.int32), np.zeros(1, np.uint32)
+def _run_integer_kernel(kernel, backend, ints, args, device=None):
+    """``kernel``'s outputs, an int32 array of ``ints`` elements and a uint32 one of one, after a launch with the
+    scalar ``args`` on ``backend`` (on ``device``'s tensors for the GPU), as Python ints."""
+    dst, udst = np.zeros(ints, np.int32), np.zeros(1, np.uint32)
     if device is not None:
         torch = pytest.importorskip("torch")
         dst, udst = torch.from_numpy(dst).to(device), torch.from_numpy(udst.view(np.int32)).to(device)
     with warpspec.use_backend(backend):
-        CeilingDivision()(dst, udst, *args)
+        kernel(dst, udst, *args)
     if device is not None:
         torch.cuda.synchronize()
         dst, udst = dst.cpu().numpy(), udst.cpu().numpy().view(np.uint32)
-    return int(dst[0]), int(dst[1]), int(udst[0])
+    return tuple(int(x) for x in dst) + (int(udst[0]),)
+
+
+def _run_cdiv(backend, args, device=None):
+    return _run_integer_kernel(CeilingDivision(), backend, 2, args, device)
 
 
 def test_cdiv_of_runtime_integers_is_the_exact_ceiling_as_on_the_emulator():
@@ -225,16 +231,7 @@ CONVERSIONS = [(NAN, 0, 0), (3e9, 2**31 - 1, 3000000000), (-1e10, -2**31, 0), (f
 
 
 def _run_float_to_integer(backend, s, device=None):
-    dst, udst = np.zeros(1, np.int32), np.zeros(1, np.uint32)
-    if device is not None:
-        torch = pytest.importorskip("torch")
-        dst, udst = torch.from_numpy(dst).to(device), torch.from_numpy(udst.view(np.int32)).to(device)
-    with warpspec.use_backend(backend):
-        FloatToInteger()(dst, udst, s)
-    if device is not None:
-        torch.cuda.synchronize()
-        dst, udst = dst.cpu().numpy(), udst.cpu().numpy().view(np.uint32)
-    return int(dst[0]), int(udst[0])
+    return _run_integer_kernel(FloatToInteger(), backend, 1, (s,), device)
 
 
 def test_float_scalars_become_integers_truncated_and_saturated_as_on_the_gpu():
