@@ -131,7 +131,8 @@ def test_the_schedule_is_the_head_dims_default_unless_pinned(head_dim):
 
 @pytest.mark.parametrize("head_dim, seq, causal, persistent, schedule", [
     (64, 16, False, True, (128, 2)), (64, 512, True, True, (64, 2)), (128, 1024, True, True, (64, 3)),
-    (64, 2048, True, True, (128, 3)), (128, 2048, True, True, (128, 2)), (128, 2048, False, True, (128, 2)),
+    (64, 1500, True, True, (128, 3)), (64, 2048, True, True, (128, 3)), (128, 2048, True, True, (128, 2)),
+    (128, 2048, False, True, (128, 2)),
     (128, 2049, False, False, None), (64, 4096, True, False, None), (256, 512, False, False, None)])
 def test_short_sequences_at_head_dims_64_and_128_run_the_persistent_kernel(head_dim, seq, causal, persistent,
                                                                            schedule):

@@ -264,11 +264,12 @@ def uses_persistent(problem: Problem) -> bool:
 def persistent_schedule(problem: Problem) -> dict:
     """The persistent kernel's shipped schedule: the fastest of its space on FlashAttention-3's short grid
     (``benchmarks/attention.py --persistent --persistent-schedules all``, H100). Without a mask, 128-key tiles
-    in 2 stages. Causal, below 2048 query rows 64-key tiles (2 stages at D 64, 3 at D 128), whose finer steps
-    waste less of a diagonal tile; from 2048 rows 128-key tiles (3 stages at D 64, 2 at D 128)."""
+    in 2 stages. Causal, up to 1024 query rows (measured at 512 and 1024) 64-key tiles (2 stages at D 64, 3 at
+    D 128), whose finer steps waste less of a diagonal tile; above (measured at 2048) 128-key tiles (3 stages at
+    D 64, 2 at D 128). The bound is a size bucket's (``script_for`` remembers one choice per bucket)."""
     if not problem.causal:
         return {"block_n": 128, "num_stages": 2}
-    if problem.seq_q < 2048:
+    if problem.seq_q <= 1024:
         return {"block_n": 64, "num_stages": 2 if problem.head_dim == 64 else 3}
     return {"block_n": 128, "num_stages": 3 if problem.head_dim == 64 else 2}
 
