@@ -13,10 +13,10 @@ import numpy as np
 from warpspec.frontend.interpreter import cdiv
 from warpspec.ops.attention_decode_kernel import DECODE_ROWS, Decode, DecodePaged
 from warpspec.ops.attention_kernel import LOG2_E
+from warpspec.ops.kernels import NUM_SMS
 from warpspec.ops.workspace import workspace_like
 
 MAX_DECODE_QUERIES = 16
-NUM_SMS = 132  # the H200's
 #: Blocks to aim for: two waves of the SMs (one block per SM leaves the memory system idle between tiles).
 TARGET_BLOCKS = 2 * NUM_SMS
 #: At most this many splits: more were slower at batch 1 on the H200 (2026-12-04, 32/8 heads, D 128: 24 and 32
