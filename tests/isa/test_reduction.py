@@ -51,6 +51,45 @@ def test_row_statistics_on_the_emulator_against_numpy(cls):
     assert np.all(np.abs(sums - expected_sum) <= 2 * 64 * 2**-24 * magnitude + 2e-5 * magnitude)
 
 
+def _with_nan_column(b, column):
+    """``b`` with its row ``column`` NaN: column ``column`` of A·Bᵀ is NaN in every row, the other columns finite."""
+    b = b.copy()
+    b[column] = np.nan
+    return b
+
+
+NAN_COLUMN = 70  # in the second block of 64 columns
+
+
+def _expected_with_nan_column(a, b):
+    """The row maxima of each 64-column block, NaN in the block holding ``NAN_COLUMN`` (numpy's max)."""
+    expected_max, _, _ = _row_statistics(a, np.nan_to_num(b), 64)
+    expected_max[:, NAN_COLUMN // 64] = np.nan
+    return expected_max
+
+
+def test_a_nan_in_a_row_makes_its_maximum_nan_on_the_emulator():
+    m, n, k = 200, 136, 128
+    a, b = _gemm_inputs(m, n, k)
+    b = _with_nan_column(b, NAN_COLUMN)
+    maxima = np.zeros((m, 3), dtype=np.float32)
+    sums = np.zeros((m, 3), dtype=np.float32)
+    with warpspec.use_backend("emulator"):
+        mk.RowStatistics(**SCHEDULE)(m, n, k, a, b, maxima, sums)
+    expected = _expected_with_nan_column(a, b)
+    np.testing.assert_allclose(maxima, expected, rtol=0, atol=2e-5 * np.nanmax(np.abs(expected)))
+    assert np.isnan(maxima[:, 1]).all() and not np.isnan(maxima[:, [0, 2]]).any()
+
+
+def test_the_row_maximum_compiles_to_a_nan_propagating_max():
+    """``max.f32`` (fmaxf) returns the other operand of a NaN, so a NaN column would vanish from its row's maximum
+    on the GPU alone; ``max.NaN.f32`` keeps it, as numpy's max does."""
+    source = compile_kernel(kernel_for(mk.RowStatistics(**SCHEDULE), {})).generated.source
+    body = source.split("extern \"C\"", 1)[1]
+    assert "max_nan(" in body and "fmaxf" not in body
+    assert "max.NaN.f32" in source
+
+
 def test_row_statistics_compile_to_quad_shuffles():
     """One warpgroup, 128 rows: a thread holds 4 rows, each reduced in the thread and across its quad with two
     butterfly shuffles, for the maximum and the sum: 16 SHFL.BFLY."""
@@ -157,6 +196,21 @@ def test_gpu_attention_against_numpy():
     torch.cuda.synchronize()
     # ex2.approx adds 2**-22 relative to each probability: far below the float16 rounding of P
     np.testing.assert_allclose(out.cpu().double().numpy(), _attention_reference(q, k, v), rtol=0, atol=2e-3)
+
+
+@pytest.mark.gpu
+def test_gpu_a_nan_in_a_row_makes_its_maximum_nan():
+    torch = pytest.importorskip("torch")
+    m, n, k = 200, 136, 128
+    a, b = _gemm_inputs(m, n, k)
+    b = _with_nan_column(b, NAN_COLUMN)
+    maxima = torch.zeros((m, 3), device="cuda")
+    sums = torch.zeros((m, 3), device="cuda")
+    with warpspec.use_backend("cuda"):
+        mk.RowStatistics(**SCHEDULE)(m, n, k, torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda(), maxima, sums)
+    torch.cuda.synchronize()
+    expected = _expected_with_nan_column(a, b)
+    np.testing.assert_allclose(maxima.cpu().numpy(), expected, rtol=0, atol=2e-5 * np.nanmax(np.abs(expected)))
 
 
 @pytest.mark.gpu

@@ -53,8 +53,8 @@ class Reductions(LanguageObject):
     def reduce_max(self, x, axis=1) -> TensorValue:
         """The maximum of each row of float32 register tensor ``x`` [M, N] held as WGMMA accumulator fragments:
         a [M, 1] column vector in the accumulator's row slice. Executed by all the threads holding ``x`` (whole
-        warpgroups); PTX ``max.f32`` in each thread, then ``shfl.sync.bfly.b32`` with lane masks 1 and 2 across
-        each quad of lanes."""
+        warpgroups); PTX ``max.NaN.f32`` in each thread, then ``shfl.sync.bfly.b32`` with lane masks 1 and 2 across
+        each quad of lanes. A NaN anywhere in a row makes the row's maximum NaN, as numpy's ``max`` does."""
         return _reduce(self.b, "max", x, axis)
 
     @language_call

@@ -42,6 +42,10 @@ __device__ __forceinline__ int flag_load_acquire(u64 flag) {
 __device__ __forceinline__ void flag_wait(u64 flag, int value) {
   while (flag_load_acquire(flag) != value) {}
 }
+// max.NaN.f32 (sm_80 on): a NaN operand gives NaN, as numpy's max (the emulator's) does; fmaxf's max.f32 drops it.
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r;
+}
 __device__ __forceinline__ unsigned short f32_to_f16(float x) {
   unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x)); return h;
 }

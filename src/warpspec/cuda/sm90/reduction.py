@@ -1,6 +1,7 @@
 """sm_90a emission of the row reductions (``warpspec.isa.reduction``).
 
-Each thread reduces the registers it holds of each of its rows (``max.f32``/``add.f32``, via ``fmaxf`` and ``+``),
+Each thread reduces the registers it holds of each of its rows (``max.NaN.f32``, via the prelude's ``max_nan``, so
+that a NaN anywhere in a row gives NaN, as numpy's max on the emulator does; ``add.f32``, via ``+``),
 then the four lanes of a quad, which hold the rest of those rows (lanes 4r..4r+3 hold row r's columns
 2·(lane & 3) + {0, 1} of every 8), combine theirs with two butterfly shuffles,
 ``shfl.sync.bfly.b32 d, v, 1, 0x1f, 0xffffffff`` and ``... 2 ...``: afterwards every lane of the quad holds the
@@ -19,7 +20,7 @@ TARGET = SM90A.name
 
 
 def _combine(op: str, a: str, b: str) -> str:
-    return f"fmaxf({a}, {b})" if op == "max" else f"({a} + {b})"
+    return f"max_nan({a}, {b})" if op == "max" else f"({a} + {b})"
 
 
 @emits(ReduceRows, TARGET)
