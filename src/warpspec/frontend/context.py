@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from warpspec.dtypes import DType, boolean, float32, int32, int64, uint32
+from warpspec.dtypes import DType, boolean, float32, int8, int32, int64, uint32
 from warpspec import target as targets
 from warpspec.errors import CompileError
 from warpspec.frontend.bindings import Binding
@@ -21,7 +21,20 @@ from warpspec.isa.values import TensorValue, describe
 from warpspec.ir import nodes as ir
 from warpspec.ir.rewrite import map_exprs
 
-_RANK = {boolean: 0, int32: 1, uint32: 2, int64: 3, float32: 4}
+_INTEGER_RANK = {boolean: 0, int8: 1, int32: 2, uint32: 3, int64: 4}
+
+
+def common_type(a: DType, b: DType) -> DType:
+    """The type two runtime scalar operands meet in: a float beats an integer; of two floats the wider one, and
+    float32 for two different floats of one width (float16 and bfloat16, or the two float8 types, hold none of each
+    other's values); of two integers the one ranked higher in bool < int8 < int32 < uint32 < int64."""
+    if a == b:
+        return a
+    if a.is_float or b.is_float:
+        if not (a.is_float and b.is_float):
+            return a if a.is_float else b
+        return a if a.nbytes > b.nbytes else b if b.nbytes > a.nbytes else float32
+    return a if _INTEGER_RANK[a] >= _INTEGER_RANK[b] else b
 
 
 class KernelContext:
@@ -175,17 +188,23 @@ class KernelContext:
             return self.to_integer(value, dtype, f"{what} ({dtype.name})")
         return self.to_expr(value, dtype, what)
 
+    def widened(self, value: ir.Expr) -> ir.Expr:
+        """A runtime scalar operand of unary arithmetic (``-``, ``~``, ``abs``): bool and int8 as int32, as C++
+        computes them (so ``-x`` of an int8 -128 is 128 on both back ends)."""
+        return self.to_expr(value, int32) if value.dtype in (boolean, int8) else value
+
     def scalar_binary(self, symbol: str, a, b) -> ir.Expr:
-        """The runtime scalar ``a <symbol> b``: operands promoted to the wider type (bool < int32 < uint32 < int64
-        < float32), Python scalars taking the other side's type."""
+        """The runtime scalar ``a <symbol> b``: operands promoted to their ``common_type``, Python scalars taking
+        the other side's type. Arithmetic on bool or int8 operands is int32 arithmetic, as in C++ (the GPU computes
+        narrow integers in 32 bits, so the emulator does too)."""
         a_type = a.dtype if isinstance(a, ir.Expr) else None
         b_type = b.dtype if isinstance(b, ir.Expr) else None
         if a_type is None:
             a_type = _python_type(a, b_type)
         if b_type is None:
             b_type = _python_type(b, a_type)
-        common = a_type if _RANK.get(a_type, 5) >= _RANK.get(b_type, 5) else b_type
-        if common == boolean and symbol not in ("&", "|", "^", "==", "!=", "and", "or"):
+        common = common_type(a_type, b_type)
+        if common == int8 or common == boolean and symbol not in ("&", "|", "^", "==", "!=", "and", "or"):
             common = int32
         if symbol == "/" and common.is_integer:
             raise self.error("'/' on integers is not supported; use '//' (truncating) or cdiv(a, b)")

@@ -24,7 +24,7 @@ from warpspec.dtypes import DType, boolean, float32, int32
 from warpspec import target as targets
 from warpspec.errors import CompileError
 from warpspec.frontend.bindings import Binding, ClassInstance, InlineFunction
-from warpspec.frontend.context import _RANK, KernelContext, _python_type
+from warpspec.frontend.context import KernelContext, _python_type, common_type
 from warpspec.isa import elementwise
 from warpspec.isa.memory import StoreElement
 from warpspec.isa.values import RuntimeRange, TensorValue, describe
@@ -661,7 +661,7 @@ class Interpreter(KernelContext):
             return value
         if symbol == "not":
             return ir.Unary("not", self.to_expr(value, boolean))
-        return ir.Unary(symbol, value if value.dtype != boolean else self.to_expr(value, int32))
+        return ir.Unary(symbol, self.widened(value))
 
     def expr_BoolOp(self, node: ast.BoolOp):
         symbol = "and" if isinstance(node.op, ast.And) else "or"
@@ -711,7 +711,7 @@ class Interpreter(KernelContext):
             raise self.error("a runtime conditional expression cannot choose between tensors")
         a_type = a.dtype if isinstance(a, ir.Expr) else _python_type(a, b.dtype if isinstance(b, ir.Expr) else None)
         b_type = b.dtype if isinstance(b, ir.Expr) else a_type
-        common = a_type if _RANK.get(a_type, 5) >= _RANK.get(b_type, 5) else b_type
+        common = common_type(a_type, b_type)
         return ir.Select(self.to_expr(cond, boolean), self.to_expr(a, common), self.to_expr(b, common))
 
     def expr_Call(self, node: ast.Call):
@@ -816,6 +816,7 @@ def _runtime_convert(dtype):
 
 
 def _runtime_abs(builder: Interpreter, value):
+    value = builder.widened(value)
     return ir.Select(builder.scalar_binary("<", value, 0), ir.Unary("-", value), value)
 
 
