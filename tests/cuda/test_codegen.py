@@ -44,7 +44,7 @@ def test_unrolled_ring_indices_are_constants():
     main_loop = source[source.index(header):
                        source.index("for (int _ = 0")]
     assert re.findall(r"producer_phases\[(\w+)\] = ", main_loop) == ["0", "1", "2"]
-    assert re.findall(r"if \(\(\(offset_k_trip \+ (\d+)\) < 8192\)\)", main_loop) == ["64", "128"]
+    assert re.findall(r"if \(\(add_wrap\(offset_k_trip, (\d+)\) < 8192\)\)", main_loop) == ["64", "128"]
     assert "? producer_phases" not in main_loop  # no select chain: every index is known
     # After the loop the stage is not known (the drain loop advances it): a select chain, not local memory.
     drain = source[source.index("for (int _ = 0"):]

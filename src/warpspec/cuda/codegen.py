@@ -21,6 +21,8 @@ import math
 import re
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from warpspec.cuda.cxx import C_TYPES, thread_prelude
 from warpspec.cuda.targets import cuda_target
 from warpspec.dtypes import DType, boolean, float32, int32, int64, uint32
@@ -391,10 +393,15 @@ class _CExpressions(ExprVisitor):
             if e.dtype.kind != "uint":
                 inexact = f"{inexact} && ({a} < 0) == ({b} < 0)"
             return f"({a} / {b} + ({inexact}))"
+        helper = _wrapping_helper(e)
+        if helper:
+            return f"{helper}({a}, {b})"
         op = {"//": "/", "and": "&&", "or": "||"}.get(e.op, e.op)
         return f"({a} {op} {b})"
 
     def unary(self, e):
+        if e.op == "-" and e.dtype.kind == "int":
+            return f"neg_wrap({self.gen.cexpr(e.a)})"  # -INT_MIN is undefined in C++ and wraps on the emulator
         return f"({'!' if e.op == 'not' else e.op}{self.gen.cexpr(e.a)})"
 
     def select(self, e):
@@ -410,6 +417,24 @@ class _CExpressions(ExprVisitor):
 
     def other(self, e):
         raise self.gen.error(f"cannot generate code for {type(e).__name__}")
+
+
+#: The prelude's helpers that compute a signed operator as the emulator does where C++ leaves it undefined
+#: (elementwise tensor arithmetic uses them too).
+SIGNED_HELPERS = {"+": "add_wrap", "-": "sub_wrap", "*": "mul_wrap", "<<": "shl_wrap", ">>": "shr_wrap"}
+
+
+def _wrapping_helper(e: ir.Binary) -> str | None:
+    """The prelude helper that computes integer ``e`` as the emulator does (wrapping), or None where C++'s operator
+    already does: unsigned arithmetic, a shift by a constant below the width (but not a signed ``<<``, undefined for
+    a negative value in C++17)."""
+    if not e.dtype.is_integer or e.op not in SIGNED_HELPERS:
+        return None
+    if e.op in ("<<", ">>"):
+        amount = fold(e.b)
+        in_range = amount is not UNKNOWN and 0 <= amount < e.dtype.nbits
+        return None if in_range and (e.dtype.kind == "uint" or e.op == ">>") else SIGNED_HELPERS[e.op]
+    return None if e.dtype.kind == "uint" else SIGNED_HELPERS[e.op]
 
 
 def register_core_emitters(target: str) -> None:
@@ -439,13 +464,15 @@ def _literal(value, dtype: DType) -> str:
         value = float(value)
         if value != value or value in (math.inf, -math.inf):  # no C++ literal spells these: their f32 bits
             return f"__uint_as_float({ {math.inf: 0x7F800000, -math.inf: 0xFF800000}.get(value, 0x7FC00000):#x}u)"
-        return f"{value!r}f"
+        return f"{np.float32(value)!s}f"  # the shortest digits of the float32 the emulator holds
     if dtype is boolean:
         return "true" if value else "false"
     if dtype is uint32:
         return f"{int(value)}u"
+    # The smallest value is spelled as a difference: a literal is a negated positive number, and 2**31 (2**63) is
+    # no int (long long), so -9223372036854775808ll would be an unsigned long long.
     if dtype is int64:
-        return f"{int(value)}ll"
+        return "(-9223372036854775807ll - 1)" if int(value) == -2**63 else f"{int(value)}ll"
     if dtype is int32 and int(value) == -2**31:
         return "(-2147483647 - 1)"
     return str(int(value))

@@ -45,8 +45,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from warpspec.emulator.clocks import join
+from warpspec.dtypes import int32
 from warpspec.errors import BoundsError, RaceError
 from warpspec.ir import nodes as ir
+from warpspec.ir.evaluate import wrap
 
 NOBODY = np.iinfo(np.int32).max  # no access yet: above every access id, so one comparison finds earlier blocks' ids
 _ID_BYTES = np.dtype(np.int32).itemsize
@@ -316,7 +318,8 @@ class BlockMemory:
     def flag_add(self, task, flag: GlobalFlag, value: int) -> None:
         """``task`` adds ``value`` to the flag, releasing what its clock covers; the value still counts the earlier
         releases into it, so a wait on it acquires them all."""
-        flag.argument.data[flag.element] += value
+        # red.add.s32 wraps; numpy's int32 scalar would warn, and fail under warnings-as-errors
+        flag.argument.data[flag.element] = wrap(self.flag_value(flag) + value, int32)
         self.memory.releases[flag.key] = self.memory.releases.get(flag.key, ()) + (self._release(task),)
 
     def _release(self, task) -> Release:

@@ -441,6 +441,17 @@ def _for(machine, task, s: ir.For):
     start, stop, step = machine.ev(task, s.start), machine.ev(task, s.stop), machine.ev(task, s.step)
     if step <= 0:  # only a runtime step can be; the generated loop would never end
         raise KernelError(f"self.range step is {step} when the loop starts; it must be positive")
+    # The generated loop steps its counter by step * unroll (passes.unroll) after every trip, the last included:
+    # past the type's maximum it would wrap around and never end.
+    stride, dtype = step * s.unroll, s.var.type
+    largest = (1 << (dtype.nbits - (dtype.kind == "int"))) - 1
+    trips = range(start, stop, stride)
+    if trips and trips[-1] + stride > largest:
+        unrolled = f" with unroll={s.unroll}" if s.unroll > 1 else ""
+        raise KernelError(f"self.range({start}, {stop}, {step}){unrolled}: after its last trip the generated loop "
+                          f"adds {stride} to its counter once more, {trips[-1]} + {stride}, past the {dtype.name} "
+                          f"maximum {largest}, so on the GPU it would wrap around and never end; keep stop at most "
+                          f"{largest - stride + 1}")
     for value in range(start, stop, step):
         task.env[s.var.uid] = value
         yield from machine.exec_body(task, s.body)

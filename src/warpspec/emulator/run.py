@@ -22,6 +22,7 @@ from warpspec.emulator.cluster import ClusterMachine
 from warpspec.emulator.machine import BlockMachine, partitions
 from warpspec.errors import ArgumentError, UnwrittenOutputWarning
 from warpspec.ir import nodes as ir
+from warpspec.ir.evaluate import wrap
 
 SEED_VARIABLE = "WARPSPEC_EMULATOR_SEED"
 
@@ -70,7 +71,8 @@ def emulate_kernel(kernel: ir.Kernel, arguments: dict, progress: Progress | None
             array_shapes[param.var.uid] = value.shape
             env[param.var.uid] = 0
         else:
-            env[param.var.uid] = scalar_value(param, value)
+            # A float32 argument as the GPU's parameter slot holds it: rounded to float32
+            env[param.var.uid] = wrap(scalar_value(param, value), param.type)
     grid = launch_grid(kernel, env)
     names = {p.var.uid: p.name for p in kernel.params}
     views = list(view_shapes(kernel, env))

@@ -42,6 +42,16 @@ LOGICAL = {"&": np.logical_and, "|": np.logical_or}
 UNARY_FUNCTIONS = {"neg": np.negative, "exp2": np.exp2, "exp": np.exp, "tanh": np.tanh, "log2": np.log2,
                    "sqrt": np.sqrt}
 
+#: The functions whose instruction flushes subnormal float32 inputs and results to zero of the same sign (``.ftz``
+#: of ``ex2.approx.ftz.f32`` and ``lg2.approx.ftz.f32``): log2 of a subnormal is -inf, exp2(-130) is 0.
+FLUSH_TO_ZERO = ("exp2", "exp", "log2")
+
+
+def _flush_subnormals(values: np.ndarray) -> np.ndarray:
+    """float32 ``values`` with subnormals replaced by a zero of their sign, as ``.ftz`` instructions read and
+    write them."""
+    return np.where(np.abs(values) < np.finfo(np.float32).tiny, np.copysign(np.float32(0), values), values)
+
 # ------------------------------------------------------------------------------------------------------- IR
 
 
@@ -104,14 +114,16 @@ class Elementwise(LanguageObject):
 
     @language_call
     def exp2(self, x) -> TensorValue:
-        """2**x elementwise of float register tensor ``x``, computed in float32 and rounded to ``x``'s type.
-        Executed by the threads holding ``x``; PTX ``ex2.approx.ftz.f32``."""
+        """2**x elementwise of float register tensor ``x``, computed in float32 and rounded to ``x``'s type; a
+        subnormal float32 result is 0 (``.ftz``). Executed by the threads holding ``x``; PTX
+        ``ex2.approx.ftz.f32``."""
         return unary(self.b, "exp2", x)
 
     @language_call
     def exp(self, x) -> TensorValue:
-        """e**x elementwise of float register tensor ``x`` (float32, rounded to ``x``'s type). Executed by the
-        threads holding ``x``; PTX ``mul.f32`` by log2(e), then ``ex2.approx.ftz.f32``."""
+        """e**x elementwise of float register tensor ``x`` (float32, rounded to ``x``'s type); a subnormal float32
+        result is 0 (``.ftz``). Executed by the threads holding ``x``; PTX ``mul.f32`` by log2(e), then
+        ``ex2.approx.ftz.f32``."""
         return unary(self.b, "exp", x)
 
     @language_call
@@ -122,8 +134,9 @@ class Elementwise(LanguageObject):
 
     @language_call
     def log2(self, x) -> TensorValue:
-        """log2(x) elementwise of float register tensor ``x`` (float32, rounded to ``x``'s type). Executed by the
-        threads holding ``x``; PTX ``lg2.approx.ftz.f32``."""
+        """log2(x) elementwise of float register tensor ``x`` (float32, rounded to ``x``'s type); a subnormal
+        float32 ``x`` is read as a zero of its sign (``.ftz``), so its log2 is -inf. Executed by the threads holding
+        ``x``; PTX ``lg2.approx.ftz.f32``."""
         return unary(self.b, "log2", x)
 
     @language_call
@@ -288,6 +301,8 @@ def _arithmetic(machine: EmulationMachine, task: EmulationTask, s: Arithmetic) -
     with np.errstate(all="ignore"):  # inf and nan results are values here, as on the GPU
         if s.op == "where":
             result = np.where(*values)
+        elif s.op in FLUSH_TO_ZERO:
+            result = _flush_subnormals(UNARY_FUNCTIONS[s.op](_flush_subnormals(values[0])))
         elif len(values) == 1:
             result = UNARY_FUNCTIONS[s.op](values[0])
         else:  # numpy broadcasts a [1, N] or [M, 1] operand as the layout pass distributes it

@@ -11,6 +11,7 @@ coordinate expressions over the thread index.
 
 from __future__ import annotations
 
+from warpspec.cuda.codegen import SIGNED_HELPERS
 from warpspec.cuda.contracts import CodeGenerator
 from warpspec.isa.elementwise import Arithmetic, Cast, TileIndex, broadcast_axis
 from warpspec.ir import nodes as ir
@@ -64,6 +65,9 @@ def _emit_Cast(gen: CodeGenerator, s: Cast) -> None:
 
 
 def _value(gen: CodeGenerator, s: Arithmetic, values: list[str]) -> str:
+    if s.decl.dtype.kind == "int" and s.op in ("neg", "+", "-", "*"):
+        # Signed elements wrap, as numpy's (the emulator's) do: C++ leaves their overflow undefined.
+        return f"{'neg_wrap' if s.op == 'neg' else SIGNED_HELPERS[s.op]}({', '.join(values)})"
     if s.op == "neg":
         return f"(-{values[0]})"
     if s.op in ("min", "max"):

@@ -1,5 +1,9 @@
 """Stores of WGMMA accumulator tiles to global memory: each thread stores its fragment's column pairs, or
-(16-bit tiles) the four lanes of a quad exchange pairs so each lane stores 16 contiguous bytes."""
+(16-bit tiles) the four lanes of a quad exchange pairs so each lane stores 16 contiguous bytes.
+
+An element is stored when its row lies in ``[0, rows_end_)`` and its column in ``[0, size1)``, the view the emulator
+clips to (a tile at negative offsets included): each bound is one unsigned comparison, a negative index being
+larger than any size, so the lower bounds cost nothing."""
 
 from __future__ import annotations
 
@@ -9,11 +13,16 @@ from warpspec.isa.memory import StoreGlobal
 from warpspec.layout.registers import Accumulator, packed
 
 
+def _inside(index: str, end: str) -> str:
+    """C++: whether ``index`` (an int) lies in ``[0, end)``, ``end`` being non-negative."""
+    return f"static_cast<unsigned>({index}) < static_cast<unsigned>({end})"
+
+
 def _store_head(gen: CodeGenerator, layout: Accumulator, view: str, row: str, col_expr: str,
                 rows_end: str | None) -> None:
     acc = layout.layout
     gen.line(thread_prelude(layout.begin))
-    gen.line(f"const int rows_end_ = {rows_end or view + '_size0'};  // the first view row not to write")
+    gen.line(f"const int rows_end_ = max({rows_end or view + '_size0'}, 0);  // the first view row not to write")
     gen.line(f"const int row0_ = {row} + g_ * {acc.m // acc.warpgroups} + 16 * w_ + (lane_ >> 2);")
     gen.line(f"const int col0_ = {col_expr};")
     gen.line(f"unsigned char *const base_ = reinterpret_cast<unsigned char *>({view}_base);")
@@ -34,7 +43,7 @@ def store_pairs(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: s
     gen.indent += 1
     _store_head(gen, layout, view, row, f"{col} + 2 * (lane_ & 3)", rows_end)
     gen.line(f"const bool pairs_ = ({view}_stride1 == 1) && (({view}_stride0 & 1) == 0) && "
-              f"(({view}_base & {2 * nbytes - 1}) == 0) && ((({col}) & 1) == 0);")
+              f"(({view}_base & {2 * nbytes - 1}) == 0) && ((({col}) & 1) == 0) && col0_ >= 0;")
     for mb in range(acc.m_blocks):
         for ni in range(acc.n_instructions):
             for j in range(acc.instr_n // 8):
@@ -47,12 +56,13 @@ def store_pairs(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: s
                                 f"(static_cast<u64>({bits(gen.element(src, reg + 1))}) << 32))")
                     gen.line(f"{{ const int r = row0_ + {mb * 64 + 8 * h}, c = col0_ + "
                               f"{ni * acc.instr_n + 8 * j};")
-                    gen.line(f"  if (r < rows_end_) {{ const long long e = static_cast<long long>(r) * "
+                    gen.line(f"  if ({_inside('r', 'rows_end_')}) {{ const long long e = static_cast<long long>(r) * "
                               f"{view}_stride0 + static_cast<long long>(c) * {view}_stride1;")
                     gen.line(f"    if (pairs_ && c + 1 < {view}_size1) *reinterpret_cast<{pair} *>(base_ + e * "
                               f"{nbytes}) = {both};")
-                    gen.line(f"    else {{ if (c < {view}_size1) *reinterpret_cast<{ctype} *>(base_ + e * {nbytes})"
-                              f" = static_cast<{ctype}>({gen.element(src, reg)}); if (c + 1 < {view}_size1) "
+                    gen.line(f"    else {{ if ({_inside('c', view + '_size1')}) *reinterpret_cast<{ctype} *>(base_ + e"
+                              f" * {nbytes}) = static_cast<{ctype}>({gen.element(src, reg)}); "
+                              f"if ({_inside('c + 1', view + '_size1')}) "
                               f"*reinterpret_cast<{ctype} *>(base_ + (e + {view}_stride1) * {nbytes}) = "
                               f"static_cast<{ctype}>({gen.element(src, reg + 1)}); }} }} }}")
     gen.indent -= 1
@@ -72,7 +82,7 @@ def store_quads(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: s
     _store_head(gen, layout, view, row, f"{col} + 8 * (lane_ & 3)", rows_end)
     gen.line("const int q_ = lane_ & 3;")
     gen.line(f"const bool vec_ = ({view}_stride1 == 1) && (({view}_stride0 & 7) == 0) && (({view}_base & 15) == 0)"
-              f" && ((({col}) & 7) == 0);")
+              f" && ((({col}) & 7) == 0) && col0_ >= 0;")
     for mb in range(acc.m_blocks):
         for ni in range(acc.n_instructions):
             for t in range(acc.instr_n // 32):
@@ -91,14 +101,14 @@ def store_quads(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: s
                     gen.line("  out_.z = select4((2 - q_) & 3, v_[0], v_[1], v_[2], v_[3]); "
                               "out_.w = select4((3 - q_) & 3, v_[0], v_[1], v_[2], v_[3]);")
                     gen.line(f"  const int r = row0_ + {mb * 64 + 8 * h}, c = col0_ + {ni * acc.instr_n + 32 * t};")
-                    gen.line(f"  if (r < rows_end_) {{")
+                    gen.line(f"  if ({_inside('r', 'rows_end_')}) {{")
                     gen.line(f"    const long long e = static_cast<long long>(r) * {view}_stride0 + "
                               f"static_cast<long long>(c) * {view}_stride1;")
                     gen.line(f"    if (vec_ && c + 7 < {view}_size1) *reinterpret_cast<U4 *>(base_ + e * 2) = out_;")
                     gen.line("    else {")
                     gen.line("      const unsigned w_out[4] = {out_.x, out_.y, out_.z, out_.w};")
                     gen.line("      #pragma unroll")
-                    gen.line(f"      for (int i = 0; i < 8; ++i) if (c + i < {view}_size1) "
+                    gen.line(f"      for (int i = 0; i < 8; ++i) if ({_inside('c + i', view + '_size1')}) "
                               f"*reinterpret_cast<{ctype} *>(base_ + (e + i * {view}_stride1) * 2) = "
                               f"static_cast<{ctype}>(w_out[i >> 1] >> (16 * (i & 1)));")
                     gen.line("    }")

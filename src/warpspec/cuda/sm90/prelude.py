@@ -9,6 +9,24 @@ PRELUDE = r"""
 typedef unsigned long long u64;
 struct alignas(64) TmaMap { u64 opaque[16]; };
 
+// Signed integer arithmetic as the emulator computes it, where C++ leaves it undefined and the compiler uses that
+// (it folds n + 1 > n to true, and drops a store of n << 40): + - * and negation wrap around, and a shift by the
+// type's width or more gives Python's wrapped result (0; for >> of a negative value, -1). A negative shift amount,
+// like a division by zero or INT_MIN / -1, is an error on the emulator.
+#define WARPSPEC_SIGNED(T, U, W) \
+  __device__ __forceinline__ T add_wrap(T a, T b) { return static_cast<T>(static_cast<U>(a) + static_cast<U>(b)); } \
+  __device__ __forceinline__ T sub_wrap(T a, T b) { return static_cast<T>(static_cast<U>(a) - static_cast<U>(b)); } \
+  __device__ __forceinline__ T mul_wrap(T a, T b) { return static_cast<T>(static_cast<U>(a) * static_cast<U>(b)); } \
+  __device__ __forceinline__ T neg_wrap(T a) { return static_cast<T>(static_cast<U>(0) - static_cast<U>(a)); } \
+  __device__ __forceinline__ T shl_wrap(T a, T b) { \
+    return static_cast<U>(b) < W ? static_cast<T>(static_cast<U>(a) << b) : static_cast<T>(0); } \
+  __device__ __forceinline__ T shr_wrap(T a, T b) { return a >> (static_cast<U>(b) < W ? b : W - 1); }
+WARPSPEC_SIGNED(int, unsigned, 32)
+WARPSPEC_SIGNED(long long, u64, 64)
+#undef WARPSPEC_SIGNED
+__device__ __forceinline__ unsigned shl_wrap(unsigned a, unsigned b) { return b < 32u ? a << b : 0u; }
+__device__ __forceinline__ unsigned shr_wrap(unsigned a, unsigned b) { return b < 32u ? a >> b : 0u; }
+
 __device__ __forceinline__ unsigned smem_u32(const void *p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
