@@ -74,7 +74,7 @@ def test_int8_arithmetic_is_32_bit_in_the_generated_code():
     """An int8 operand is widened before arithmetic and comparison, as the emulator computes it; a float operand
     makes the other side float."""
     source = generate(kernel_for(MixedScalars(), {})).source
-    assert "((static_cast<int>(v) + 100) > 0)" in source
+    assert "(add_wrap(static_cast<int>(v), 100) > 0)" in source
     assert "(static_cast<float>(v) * 0.5f)" in source
     assert "static_cast<signed char>(h)" not in source and "static_cast<signed char>(n))" not in source
     compile_kernel(kernel_for(MixedScalars(), {}))

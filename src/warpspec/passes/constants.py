@@ -63,7 +63,12 @@ class _Folder(ExprVisitor):
         a, b = self.visit(e.a), self.visit(e.b)
         if a is UNKNOWN or b is UNKNOWN or isinstance(a, float) or isinstance(b, float):
             return UNKNOWN
-        if e.op in ("//", "%", "cdiv") and b == 0:
+        # What the emulator refuses at run time (a division by zero, the smallest value divided by -1, a shift by a
+        # negative amount) is left to it, which names the kernel line: folded, it would raise here or wrap.
+        smallest = -(1 << (e.type.nbits - 1)) if e.type.kind == "int" else None
+        if e.op in ("//", "%", "cdiv") and (b == 0 or b == -1 and a == smallest):
+            return UNKNOWN
+        if e.op in ("<<", ">>") and b < 0:
             return UNKNOWN
         return wrap(OPERATORS[e.op](a, b), e.type)
 

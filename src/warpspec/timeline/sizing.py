@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from warpspec.arguments import launch_grid, scalar_value
 from warpspec.dtypes import PointerType
-from warpspec.errors import ArgumentError
+from warpspec.errors import ArgumentError, KernelError
 from warpspec.ir import nodes as ir
 from warpspec.ir.evaluate import ExprCompiler, wrap
 from warpspec.timeline.facts import timing_cost
@@ -87,8 +87,10 @@ def _walk_blocks(kernel: ir.Kernel, arguments: dict, weigh, most_blocks: int | N
         walk = _Walk(ExprCompiler(specials), dict(env), weigh, sited)
         try:
             walk.body(kernel.body)
-        except (KeyError, TypeError, IndexError, ZeroDivisionError):
-            return None  # a value the walk does not have (memory, a thread's index): the count is unknown
+        except (KeyError, TypeError, IndexError, ZeroDivisionError, KernelError):
+            # a value the walk does not have (memory, a thread's index), or one the emulator refuses (reported by
+            # the model's run at its line): the count is unknown
+            return None
         walked.append(walk.counts)
     return walked
 
