@@ -32,8 +32,8 @@ GPU_TOLERANCE = {"exp2": (2e-6, 0), "exp": (4e-6, 0), "tanh": (1e-3, 1e-6), "log
 
 
 def _inputs(m=40):
-    """Positive normal float32 values in [0.25, 4) (log2 and sqrt need positive inputs; ftz makes subnormals
-    differ, so none)."""
+    """Positive normal float32 values in [0.25, 4) (log2 and sqrt need positive inputs; subnormals, which the
+    .ftz instructions flush, are tests/cuda/test_codegen_audit.py's)."""
     return np.random.default_rng(0).uniform(0.25, 4, (m, 64)).astype(np.float32)
 
 
