@@ -118,6 +118,25 @@ def test_an_empty_query_launches_nothing(monkeypatch):
     assert attention(q, k, v).shape == (1, 2, 0, 64)
 
 
+@pytest.mark.parametrize("batch, seq_q", [(0, 16), (0, 1), (2, 0)])
+def test_an_empty_batch_or_query_is_an_empty_result_on_every_path(monkeypatch, batch, seq_q):
+    """An empty batch took the decode kernel's size rule at one query row (a ZeroDivisionError from the split
+    count) and the forward's at more; now neither path is asked, as for S_q = 0. torch tensors differentiate to
+    empty (or zero) gradients."""
+    module = sys.modules["warpspec.ops.attention"]
+    monkeypatch.setattr(module, "script_for", lambda *args: pytest.fail("an empty problem launched a kernel"))
+    monkeypatch.setattr(module, "launch_decode", lambda *args: pytest.fail("an empty problem launched a kernel"))
+    q, k, v = operands(batch, 2, 2, seq_q, 16, 64, np.float16)
+    out, lse = attention(q, k, v, return_lse=True)
+    assert out.shape == q.shape and lse.shape == q.shape[:3]
+    torch = pytest.importorskip("torch")
+    tq, tk, tv = (torch.from_numpy(x).requires_grad_() for x in (q, k, v))
+    tout = attention(tq, tk, tv)
+    tout.float().sum().backward()
+    assert tout.shape == tq.shape and tq.grad.shape == tq.shape
+    assert tk.grad.shape == tk.shape and not tk.grad.float().abs().sum()
+
+
 @pytest.mark.parametrize("head_dim", sorted(DEFAULT_SCHEDULES))
 def test_the_schedule_is_the_head_dims_default_unless_pinned(head_dim):
     """Off the GPU there are no stored winners: each head dim runs its shipped default; a given schedule wins."""

@@ -329,6 +329,8 @@ def run(q, k, v, out, lse2, problem: Problem) -> tuple | None:
     """Run ``problem`` on the kernel that suits it: the decode kernel for few query rows (decode and speculative
     decoding, ``warpspec.ops.attention_decode``), else the forward kernel. Returns the (Script, arguments) it
     called, None when there was nothing to do."""
+    if problem.seq_q == 0 or problem.batch * problem.heads == 0:  # an empty output: no kernel, no size rule
+        return None
     if uses_decode(problem):
         return launch_decode(q, k, v, out, lse2, problem)
     return launch(q, k, v, out, lse2, problem)
