@@ -348,6 +348,8 @@ def _paged_cases():
         "table-dtype": ((q, k_cache, v_cache, table.astype(np.int64), seq_lens), {},
                         "block_table must be a 2-D int32 array"),
         "batch": ((q, k_cache, v_cache, table[:1], seq_lens), {}, "block_table has 1 rows and seq_lens 2 entries"),
+        "no-pages": ((q, k_cache[:0], v_cache[:0], table, seq_lens), {},
+                     "k_cache has no pages (k_cache.shape[0] is 0)"),
         "mixed-device": ((torch.from_numpy(q), torch.from_numpy(k_cache), torch.from_numpy(v_cache),
                           torch.from_numpy(table), torch.zeros(2, dtype=torch.int32, device="meta")), {},
                          "seq_lens is on meta but q is on cpu"),
@@ -363,6 +365,20 @@ def test_paged_argument_errors(case, monkeypatch):
     with pytest.raises(ArgumentError) as raised:
         attention_paged(*args, **kwargs)
     assert message in str(raised.value)
+
+
+@pytest.mark.parametrize("seq_q", [1, 3])
+def test_paged_with_an_empty_batch_is_an_empty_result(seq_q, monkeypatch):
+    """An empty batch indexed its first sequence during validation (a raw IndexError)."""
+    module = importlib.import_module("warpspec.ops.attention_paged")
+    monkeypatch.setattr(module, "launch", lambda *args, **kwargs: pytest.fail("an empty batch launched"))
+    q, k_cache, v_cache, table, seq_lens = paged_operands([37, 100], seq_q, page_size=16)
+    out = attention_paged(q[:0], k_cache, v_cache, table[:0], seq_lens[:0])
+    assert out.shape == (0, seq_q) + q.shape[2:]
+    tq = torch.from_numpy(q[:0]).requires_grad_()
+    tout = attention_paged(tq, *(torch.from_numpy(x) for x in (k_cache, v_cache, table[:0], seq_lens[:0])))
+    tout.float().sum().backward()
+    assert tq.grad.shape == tq.shape
 
 
 def test_paged_checks_the_table_at_every_call_and_ignores_entries_past_each_sequence(monkeypatch):

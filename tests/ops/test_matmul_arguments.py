@@ -83,3 +83,17 @@ def test_a_bias_inside_out_is_refused_at_the_first_call_and_after_one_like_it():
     ops.matmul(a, b, bias=np.zeros(32, np.float16), out=out)  # the description, memory apart
     with pytest.raises(ArgumentError, match="^out shares memory with bias: the kernel would overwrite bias"):
         ops.matmul(a, b, bias=out[15], out=out)
+
+
+@pytest.mark.parametrize("m, n", [(0, 8), (4, 0)])
+@pytest.mark.parametrize("given, message", [
+    (lambda n: {"out": np.zeros((1, 8), np.float16)}, r"out must have shape \("),
+    (lambda n: {"activation": "tanh"}, "activation must be one of None, 'relu', 'gelu', 'silu'; got 'tanh'"),
+    (lambda n: {"bias": np.zeros(n + 3, np.float16)}, r"bias must have shape \("),
+    (lambda n: {"bias": np.zeros(n, np.float32)}, "bias has dtype float32; it must have the output dtype, float16")])
+def test_an_empty_product_checks_its_epilogue_as_any_other(m, n, given, message):
+    """A product with no rows or no columns launches nothing, but its out, activation and bias are checked as
+    any other's: an out of another shape was returned unwritten as the result."""
+    a, b = np.zeros((m, 16), np.float16), np.ones((16, n), np.float16)
+    with pytest.raises(ArgumentError, match=message):
+        ops.matmul(a, b, **given(n))

@@ -56,6 +56,8 @@ def attention_paged(q, k_cache, v_cache, block_table, seq_lens, *, causal=True, 
         raise ArgumentError(f"check must be True or False, got {check!r}")
     found = call_for(q, k_cache, v_cache, block_table, seq_lens, causal, scale)
     row = found.row
+    if int(q.shape[0]) == 0:  # an empty batch: nothing to read or check (q · 0 keeps autograd's graph)
+        return q * 0
     if found.kind == "numpy" or not q.requires_grad:
         if check:
             if found.kind == "torch" and q.is_cuda and sys.modules["torch"].cuda.is_current_stream_capturing():
@@ -196,8 +198,11 @@ def validate_paged(q, k_cache, v_cache, block_table, seq_lens, causal, scale) ->
     for name, value in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         if not _contiguous(value):
             raise ArgumentError(f"{name} must be contiguous; make a contiguous copy first")
-    # ops.attention's checks (dtypes, head dims, head counts, causal, scale) on one token of each, up front.
-    row = validate(heads_first(q[0, :1]), heads_first(k_cache[0, :1]), heads_first(v_cache[0, :1]), causal, scale)
+    if int(k_cache.shape[0]) == 0:
+        raise ArgumentError("k_cache has no pages (k_cache.shape[0] is 0): a sequence's keys live in pages")
+    # ops.attention's checks (dtypes, head dims, head counts, causal, scale) on one token of each (of q: none for an
+    # empty batch), up front.
+    row = validate(*(heads_first(x.reshape(-1, *x.shape[2:])[:1]) for x in (q, k_cache, v_cache)), causal, scale)
     for name, value, rank in (("block_table", block_table, 2), ("seq_lens", seq_lens, 1)):
         found = dtype_of(value)
         if len(value.shape) != rank or found is None or found.name != "int32":

@@ -417,9 +417,10 @@ def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
         if extent > MAX_EXTENT:
             raise ArgumentError(f"{name} is {extent}: ops.matmul takes extents up to {MAX_EXTENT} (the kernel's "
                                 f"sizes are int32)")
+    result_dtype = _out_dtype(in_dtype, out, out_dtype)
+    _check_epilogue(bias, activation, out, m, n, result_dtype)
     if m == 0 or n == 0:  # nothing to compute, nothing launched: only the output's description matters
-        return Problem(m, n, k, in_dtype, _out_dtype(in_dtype, out, out_dtype), False, bias is not None,
-                       activation)
+        return Problem(m, n, k, in_dtype, result_dtype, False, bias is not None, activation)
     a_strides, b_strides = strides_of(a), strides_of(b)
     for name, value in (("a", a), ("b", b), ("out", out)):
         if value is not None and any(stride < 0 for stride in strides_of(value)):
@@ -447,10 +448,7 @@ def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
     if in_dtype == float8_e4m3 and not b_k_major:
         raise ArgumentError("b: float8 b must be the transposed view of a K-major [N, K] tensor (w.T), as "
                             "torch._scaled_mm requires; a row-major [K, N] b is not supported for float8")
-    result_dtype = _out_dtype(in_dtype, out, out_dtype)
     if out is not None:
-        if tuple(out.shape) != (m, n):
-            raise ArgumentError(f"out must have shape ({m}, {n}), got {tuple(out.shape)}")
         if strides_of(out)[1] != 1 and n > 1:
             raise ArgumentError(f"out must be row-major (unit column stride), got strides {strides_of(out)}")
         if isinstance(out, np.ndarray) and not out.flags.writeable:
@@ -460,6 +458,16 @@ def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
             if _overlap(out, value):
                 raise _shares_memory(name)
         _check_pitch("out", out, result_dtype)
+    if bias is not None and n > 1 and strides_of(bias)[0] != 1:
+        raise ArgumentError(f"bias must be contiguous, got stride {strides_of(bias)[0]}")
+    return Problem(m, n, k, in_dtype, result_dtype, b_k_major, bias is not None, activation, a_k_major)
+
+
+def _check_epilogue(bias, activation, out, m: int, n: int, result_dtype: DType) -> None:
+    """The checks of the epilogue's operands that hold for every problem, an empty one included: ``out``'s shape,
+    the activation's name, the bias's shape and dtype."""
+    if out is not None and tuple(out.shape) != (m, n):
+        raise ArgumentError(f"out must have shape ({m}, {n}), got {tuple(out.shape)}")
     if activation not in ACTIVATIONS:
         raise ArgumentError(f"activation must be one of None, 'relu', 'gelu', 'silu'; got {activation!r}")
     if bias is not None:
@@ -469,9 +477,6 @@ def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
         if dtype_of(bias) != result_dtype:
             raise ArgumentError(f"bias has dtype {getattr(dtype_of(bias), 'name', bias.dtype)}; it must have the "
                                 f"output dtype, {result_dtype.name}")
-        if n > 1 and strides_of(bias)[0] != 1:
-            raise ArgumentError(f"bias must be contiguous, got stride {strides_of(bias)[0]}")
-    return Problem(m, n, k, in_dtype, result_dtype, b_k_major, bias is not None, activation, a_k_major)
 
 
 def _out_dtype(in_dtype: DType, out, out_dtype) -> DType:
