@@ -74,6 +74,19 @@ def test_gradients_without_bias_with_a_float32_output_and_a_ragged_shape(b_layou
     assert bias.grad is None
 
 
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "silu"])
+def test_gradients_of_an_empty_sum(activation):
+    """K = 0: the result is activation(bias) in each row, so only the bias gets a nonzero gradient (each row's
+    incoming gradient through the activation's derivative at the bias); a and b get empty ones."""
+    a, weight, bias = leaves(6, 16, 0, torch.float16, "k-major")
+    grad = torch.randn(6, 16, generator=torch.Generator().manual_seed(1))
+    (ops.matmul(a, b_of(weight, "k-major"), bias=bias, activation=activation).float() * grad).sum().backward()
+    expected = reference_grads(a, weight, bias, "k-major", activation, grad, True)
+    error = (bias.grad.float() - expected[2]).abs().max() / expected[2].abs().max()
+    assert bias.grad.dtype == torch.float16 and error <= TOLERANCE[torch.float16]
+    assert a.grad.shape == (6, 0) and weight.grad.shape == (16, 0)
+
+
 def test_only_the_operands_that_need_a_gradient_get_one():
     a, weight, bias = leaves(64, 64, 64, torch.bfloat16, "k-major")
     frozen = weight.detach()

@@ -35,7 +35,7 @@ from warpspec.dtypes import DType, bfloat16, float8_e4m3, float16, float32
 from warpspec.errors import ArgumentError, CompileError, DefaultsFileError
 from warpspec.files import exclusive, replace_file
 from warpspec.ops.frame import Signatures, address, describe, plain_cuda, sm_count
-from warpspec.ops.kernels import ACTIVATIONS, NUM_SMS, block_k_for, gemm_class
+from warpspec.ops.kernels import ACTIVATIONS, GELU_SCALE, NUM_SMS, block_k_for, gemm_class
 from warpspec.ops.operands import dtype_of, kind_of, same_device, same_kind
 from warpspec.ops.workspace import placeholders_like, stream_workspace, workspace_like, workspace_sizes
 from warpspec.tune.cache import size_bucket
@@ -126,7 +126,7 @@ def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_
     if out is None:
         out = _padded_output(np.empty, problem, problem.out_dtype.numpy)
         found = found.with_output(a, b, bias, out)
-    if found.layout is not None or any(found.staging):
+    if found.layout is not None or any(found.staging) or found.without_products:
         scale = _numpy_scale(scale_a, scale_b) if problem.in_dtype == float8_e4m3 else None
         with runtime.use_backend("emulator"):
             launch(found, a, b, out, bias, scale)
@@ -351,6 +351,12 @@ class Signature:
     #: Set by the first launch with plain CUDA tensors: the later calls' launch (``_direct_launch``).
     direct: Callable | None = None
 
+    @property
+    def without_products(self) -> bool:
+        """Whether the product has K = 0 with elements to write: no kernel runs (``write_epilogue_of_zero``)."""
+        problem = self.problem
+        return problem.k == 0 and problem.m > 0 and problem.n > 0
+
     def with_output(self, a, b, bias, out) -> Signature:
         """The signature of these operands with ``out``, the contiguous output allocated for this signature (one
         of the same description every time, so it is looked up once)."""
@@ -383,10 +389,10 @@ def signature(a, b, bias, activation, out, out_dtype) -> Signature:
         return found
     problem = _validate(a, b, bias, activation, out, out_dtype)
     staging = (False, False)
-    if problem.m and problem.n:
+    if problem.m and problem.n and problem.k:
         staging = (not _fits_tma(a if problem.a_k_major else a.T, problem.in_dtype),
                    not _fits_tma(b.T if problem.b_k_major else b, problem.in_dtype))
-    ready = out is not None and problem.m and problem.n and not any(staging)
+    ready = out is not None and problem.m and problem.n and problem.k and not any(staging)
     found = Signature(problem, Layout.of(a, b, out, problem) if ready else None, staging)
     if ready:
         found.reaches = (_reach(a), _reach(b), _reach(out), 0 if bias is None else _reach(bias))
@@ -404,8 +410,6 @@ def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
     k_b, n = (int(s) for s in b.shape)
     if k_b != k:
         raise ArgumentError(f"b has {k_b} rows but a has {k} columns: a @ b needs b of shape [K, N] = [{k}, N]")
-    if k == 0:
-        raise ArgumentError("a: K (a.shape[1]) is 0; TMA needs every extent at least 1")
     in_dtype = dtype_of(a)
     if in_dtype not in OUT_DTYPES:
         raise ArgumentError(f"a has dtype {in_dtype.name if in_dtype else a.dtype}; ops.matmul takes float16, "
@@ -419,7 +423,9 @@ def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
                                 f"sizes are int32)")
     result_dtype = _out_dtype(in_dtype, out, out_dtype)
     _check_epilogue(bias, activation, out, m, n, result_dtype)
-    if m == 0 or n == 0:  # nothing to compute, nothing launched: only the output's description matters
+    # Nothing to multiply, nothing launched: only the output's description and the epilogue matter (K = 0 writes
+    # the epilogue of zero with array operations, whatever the operands' layouts).
+    if m == 0 or n == 0 or k == 0:
         return Problem(m, n, k, in_dtype, result_dtype, False, bias is not None, activation)
     a_strides, b_strides = strides_of(a), strides_of(b)
     for name, value in (("a", a), ("b", b), ("out", out)):
@@ -451,9 +457,6 @@ def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
     if out is not None:
         if strides_of(out)[1] != 1 and n > 1:
             raise ArgumentError(f"out must be row-major (unit column stride), got strides {strides_of(out)}")
-        if isinstance(out, np.ndarray) and not out.flags.writeable:
-            raise ArgumentError("out is read-only, and ops.matmul writes the result into it: pass a writeable out (or "
-                                "none, for a new array)")
         for name, value in (("a", a), ("b", b)):
             if _overlap(out, value):
                 raise _shares_memory(name)
@@ -468,6 +471,9 @@ def _check_epilogue(bias, activation, out, m: int, n: int, result_dtype: DType) 
     the activation's name, the bias's shape and dtype."""
     if out is not None and tuple(out.shape) != (m, n):
         raise ArgumentError(f"out must have shape ({m}, {n}), got {tuple(out.shape)}")
+    if isinstance(out, np.ndarray) and not out.flags.writeable:
+        raise ArgumentError("out is read-only, and ops.matmul writes the result into it: pass a writeable out (or "
+                            "none, for a new array)")
     if activation not in ACTIVATIONS:
         raise ArgumentError(f"activation must be one of None, 'relu', 'gelu', 'silu'; got {activation!r}")
     if bias is not None:
@@ -554,12 +560,40 @@ def _torch_scale(a, scale_a, scale_b):
 
 def launch(found: Signature, a, b, out, bias, scale) -> None:
     """``run``, after copying the operands whose pitch TMA cannot describe (``staged``) and looking up the
-    copies' signature."""
+    copies' signature; with K = 0, ``write_epilogue_of_zero`` instead (no kernel: TMA has no empty extent)."""
+    if found.without_products:
+        write_epilogue_of_zero(found.problem, out, bias)
+        return
     if any(found.staging):
         a, b = staged(found, a, b)
         found = signature(a, b, bias, found.problem.activation, out, None)
     if found.layout is not None:
         run(found, a, b, out, bias, scale)
+
+
+def write_epilogue_of_zero(problem: Problem, out, bias) -> None:
+    """Write ``out`` [M, N] of a product with K = 0, whose every element sums no products: the epilogue of zero,
+    ``activation(bias)`` in each row, as ``torch.addmm`` gives (zeros without a bias: each activation maps 0 to 0),
+    computed in float32 and rounded to the output dtype. For torch tensors, torch's own activations (the forms the
+    kernel computes: gelu's tanh approximation)."""
+    if not isinstance(out, np.ndarray):
+        torch = sys.modules["torch"]
+        if bias is None:
+            out.zero_()
+            return
+        functional = torch.nn.functional
+        value = {"relu": torch.relu, "gelu": lambda x: functional.gelu(x, approximate="tanh"),
+                 "silu": functional.silu}.get(problem.activation, lambda x: x)(bias.float())
+        out.copy_(value.to(out.dtype).expand(out.shape))
+        return
+    value = np.zeros(problem.n, np.float32) if bias is None else np.asarray(bias, dtype=np.float32)
+    if problem.activation == "relu":
+        value = np.maximum(value, np.float32(0))
+    elif problem.activation == "gelu":
+        value = value * (np.tanh((value + value ** 3 * np.float32(0.044715)) * np.float32(GELU_SCALE)) + 1) / 2
+    elif problem.activation == "silu":
+        value = value * (np.tanh(value / 2) / 2 + np.float32(0.5))
+    out[...] = dtypes.round_to(problem.out_dtype, value)[None, :]
 
 
 def run(found: Signature, a, b, out, bias, scale) -> None:
@@ -944,7 +978,7 @@ def _op_implementation(a, b, out, bias, scale, activation):
 def _write(found: Signature, a, b, out, bias, scale) -> None:
     """Write torch tensor ``out`` (``run``), advancing its version counter as an in-place op does, so autograd
     refuses a backward through values this call overwrote."""
-    if found.layout is not None or any(found.staging):
+    if found.layout is not None or any(found.staging) or found.without_products:
         launch(found, a, b, out, bias, scale)
         sys.modules["torch"].autograd.graph.increment_version(out)
 
