@@ -2,8 +2,9 @@
 (16-bit tiles) the four lanes of a quad exchange pairs so each lane stores 16 contiguous bytes.
 
 An element is stored when its row lies in ``[0, rows_end_)`` and its column in ``[0, size1)``, the view the emulator
-clips to (a tile at negative offsets included): each bound is one unsigned comparison, a negative index being
-larger than any size, so the lower bounds cost nothing."""
+clips to (a tile at negative offsets included). A column's bounds are one unsigned comparison, a negative index being
+larger than any size; a row's are two signed ones, against an end that may itself be below 0 (clamping the end
+instead, to compare unsigned, made ptxas serialize the grouped GEMM's WGMMAs: C7514)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def _store_head(gen: CodeGenerator, layout: Accumulator, view: str, row: str, co
                 rows_end: str | None) -> None:
     acc = layout.layout
     gen.line(thread_prelude(layout.begin))
-    gen.line(f"const int rows_end_ = max({rows_end or view + '_size0'}, 0);  // the first view row not to write")
+    gen.line(f"const int rows_end_ = {rows_end or view + '_size0'};  // the first view row not to write")
     gen.line(f"const int row0_ = {row} + g_ * {acc.m // acc.warpgroups} + 16 * w_ + (lane_ >> 2);")
     gen.line(f"const int col0_ = {col_expr};")
     gen.line(f"unsigned char *const base_ = reinterpret_cast<unsigned char *>({view}_base);")
@@ -56,7 +57,7 @@ def store_pairs(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: s
                                 f"(static_cast<u64>({bits(gen.element(src, reg + 1))}) << 32))")
                     gen.line(f"{{ const int r = row0_ + {mb * 64 + 8 * h}, c = col0_ + "
                               f"{ni * acc.instr_n + 8 * j};")
-                    gen.line(f"  if ({_inside('r', 'rows_end_')}) {{ const long long e = static_cast<long long>(r) * "
+                    gen.line(f"  if (r >= 0 && r < rows_end_) {{ const long long e = static_cast<long long>(r) * "
                               f"{view}_stride0 + static_cast<long long>(c) * {view}_stride1;")
                     gen.line(f"    if (pairs_ && c + 1 < {view}_size1) *reinterpret_cast<{pair} *>(base_ + e * "
                               f"{nbytes}) = {both};")
@@ -101,7 +102,7 @@ def store_quads(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: s
                     gen.line("  out_.z = select4((2 - q_) & 3, v_[0], v_[1], v_[2], v_[3]); "
                               "out_.w = select4((3 - q_) & 3, v_[0], v_[1], v_[2], v_[3]);")
                     gen.line(f"  const int r = row0_ + {mb * 64 + 8 * h}, c = col0_ + {ni * acc.instr_n + 32 * t};")
-                    gen.line(f"  if ({_inside('r', 'rows_end_')}) {{")
+                    gen.line(f"  if (r >= 0 && r < rows_end_) {{")
                     gen.line(f"    const long long e = static_cast<long long>(r) * {view}_stride0 + "
                               f"static_cast<long long>(c) * {view}_stride1;")
                     gen.line(f"    if (vec_ && c + 7 < {view}_size1) *reinterpret_cast<U4 *>(base_ + e * 2) = out_;")
