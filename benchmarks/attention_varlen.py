@@ -13,9 +13,18 @@ the same), S_q = S_k per sequence, H = H_kv = 2048 / D heads, bf16, ``torch.rand
 Before timing, every sequence of the packed output is checked against SDPA in float32 on its own tokens (max abs
 error below 4e-2).
 
+``--backward`` times forward + backward instead, one timed call being ``torch.autograd.grad(attention(...), (q, k,
+v), dout)`` with a ``torch.randn`` output gradient: ``varlen`` is ``ops.attention_varlen`` with ``check=False`` and
+the longest lengths given (the packed backward's three kernels, one launch each, and nothing read back: a training
+step's call), ``dense`` ``ops.attention`` on the dense batch, ``per sequence`` ``ops.attention`` once per sequence.
+FLOPs are 3.5 times the forward's (the backward's five GEMMs are 2.5 times its two). Before timing, the packed
+gradients are checked against SDPA's float32 gradients of each sequence on its own tokens, and the dense batch's
+against SDPA's on that batch (max abs error over max |SDPA's| below 4e-2).
+
     python benchmarks/attention_varlen.py                      # 16 sequences of 1-4096 keys, D 128, both masks
     python benchmarks/attention_varlen.py --head-dim 64 --causal yes
     python benchmarks/attention_varlen.py --equal             # every sequence of the mean length
+    python benchmarks/attention_varlen.py --backward          # forward + backward, the packed backward's rate
     python benchmarks/attention_varlen.py --dry-run            # CPU: 3 short sequences on the emulator, no timing
 """
 
@@ -25,7 +34,79 @@ import argparse
 import json
 
 TOLERANCE = 4e-2
+GRADIENT_TOLERANCE = 4e-2  # max abs error over max |SDPA's float32 gradient|, bf16
 MODEL_WIDTH = 2048  # heads · head_dim
+BACKWARD_FLOPS = 3.5  # forward + backward: seven GEMMs of the forward's two-GEMM size
+
+
+def relative(got, want) -> float:
+    """Max abs error of ``got`` over the max magnitude of ``want``."""
+    return ((got.float() - want.float()).abs().max() / want.float().abs().max()).item()
+
+
+def sdpa_gradients(q, k, v, dout, causal):
+    """SDPA's float32 gradients of [B, H, S, D] q, k, v for ``dout``, causal aligned at the bottom right."""
+    import torch
+    from torch.nn.attention.bias import causal_lower_right
+
+    leaves = [x.detach().float().requires_grad_() for x in (q, k, v)]
+    mask = causal_lower_right(q.shape[2], k.shape[2]) if causal else None
+    out = torch.nn.functional.scaled_dot_product_attention(*leaves, attn_mask=mask)
+    return torch.autograd.grad(out, leaves, dout.float())
+
+
+def median_bench(warmup, rep):
+    """``bench(fn)``: ``triton.testing.do_bench``'s median of ``fn`` in ms, with these warmup and repetition
+    budgets (ms)."""
+    import triton
+
+    return lambda fn: triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+
+
+def backward_row(q, k, v, dout, cu, dense, dense_dout, causal, bench, flops):
+    """One ``--backward`` row: the packed and the dense gradients checked against SDPA's, then (``bench`` given)
+    forward + backward timed: packed, dense, and per sequence (``flops``: the forward's useful FLOPs of the packed
+    tokens and of the dense batch)."""
+    import torch
+
+    import warpspec.ops
+
+    bounds = list(zip(cu.tolist(), cu[1:].tolist()))
+    lengths = [stop - start for start, stop in bounds]
+    unchecked = {"check": False, "max_seqlen_q": max(lengths), "max_seqlen_k": max(lengths)}
+
+    def varlen():
+        return torch.autograd.grad(warpspec.ops.attention_varlen(q, k, v, cu, cu, causal=causal, **unchecked),
+                                   (q, k, v), dout)
+
+    def dense_step():
+        return torch.autograd.grad(warpspec.ops.attention(*dense, causal=causal), dense, dense_dout)
+
+    def heads_first(x, start, stop):
+        return x[start:stop].transpose(0, 1)[None]
+
+    expected = [torch.zeros(x.shape, dtype=torch.float32, device=x.device) for x in (q, k, v)]
+    for start, stop in bounds:
+        seq = [heads_first(x, start, stop) for x in (q, k, v, dout)]
+        for total, grad in zip(expected, sdpa_gradients(*seq, causal)):
+            total[start:stop] = grad[0].transpose(0, 1)
+    row = {"causal": causal,
+           "error": max(relative(got, want) for got, want in zip(varlen(), expected)),
+           "dense_error": max(relative(got, want) for got, want in
+                              zip(dense_step(), sdpa_gradients(*dense, dense_dout, causal)))}
+    if max(row["error"], row["dense_error"]) > GRADIENT_TOLERANCE or bench is None:
+        return row
+    per_sequence = [([heads_first(x, start, stop).detach().contiguous().requires_grad_() for x in (q, k, v)],
+                     heads_first(dout, start, stop).contiguous()) for start, stop in bounds]
+    row["varlen_ms"] = bench(varlen)
+    row["dense_ms"] = bench(dense_step)
+    row["per_sequence_ms"] = bench(lambda: [torch.autograd.grad(warpspec.ops.attention(*seq, causal=causal), seq,
+                                                                seq_dout) for seq, seq_dout in per_sequence])
+    useful, dense_flops = flops
+    for name, count in (("varlen", useful), ("dense", dense_flops), ("per_sequence", useful)):
+        row[name + "_tflops"] = BACKWARD_FLOPS * count / row[name + "_ms"] / 1e9
+    row["varlen_vs_dense_rate"] = row["varlen_tflops"] / row["dense_tflops"]
+    return row
 
 
 def main(argv=None) -> int:
@@ -40,6 +121,8 @@ def main(argv=None) -> int:
                              "cost per tile against the dense kernel's)")
     parser.add_argument("--warmup", type=int, default=25, help="do_bench warmup, ms")
     parser.add_argument("--rep", type=int, default=100, help="do_bench repetitions, ms")
+    parser.add_argument("--backward", action="store_true",
+                        help="forward + backward through autograd: the packed backward against the dense one")
     parser.add_argument("--dry-run", action="store_true", help="CPU tensors on the emulator, 3 short sequences")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -65,11 +148,30 @@ def main(argv=None) -> int:
     mean = max(1, round(total / batch))
     dense = [torch.randn(batch, heads, mean, head_dim, generator=generator).to(torch.bfloat16).to(device)
              for _ in range(3)]
-    results = {"lengths": lengths.tolist(), "total_tokens": total, "heads": heads, "head_dim": head_dim, "rows": []}
+    results = {"lengths": lengths.tolist(), "total_tokens": total, "heads": heads, "head_dim": head_dim,
+               "backward": args.backward, "rows": []}
     print(f"{batch} sequences, {total} tokens (lengths {min(lengths.tolist())}-{max(lengths.tolist())}, mean {mean}),"
-          f" H {heads}, D {head_dim}, bf16", flush=True)
+          f" H {heads}, D {head_dim}, bf16{', forward + backward' if args.backward else ''}", flush=True)
+    bench = None if args.dry_run else median_bench(args.warmup, args.rep)
+    if args.backward:
+        for x in (q, k, v, *dense):
+            x.requires_grad_()
+        dout, dense_dout = (torch.randn(shape, generator=generator).to(torch.bfloat16).to(device)
+                            for shape in (q.shape, dense[0].shape))
     failures = 0
     for causal in {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]:
+        half = 2 if causal else 1
+        useful = sum(4.0 * heads * n * n * head_dim for n in lengths.tolist()) / half
+        dense_flops = 4.0 * batch * heads * mean * mean * head_dim / half
+        if args.backward:
+            row = backward_row(q, k, v, dout, cu, dense, dense_dout, causal, bench, (useful, dense_flops))
+            if max(row["error"], row["dense_error"]) > GRADIENT_TOLERANCE:
+                failures += 1
+                print(f"{row}: check FAILED, not timed", flush=True)
+            else:
+                print(row, flush=True)
+            results["rows"].append(row)
+            continue
         row = {"causal": causal}
         out = warpspec.ops.attention_varlen(q, k, v, cu, cu, causal=causal)
         error = 0.0
@@ -85,15 +187,7 @@ def main(argv=None) -> int:
             print(f"{row}: check FAILED, not timed", flush=True)
             results["rows"].append(row)
             continue
-        if not args.dry_run:
-            import triton
-
-            def bench(fn):
-                return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median")
-
-            half = 2 if causal else 1
-            useful = sum(4.0 * heads * n * n * head_dim for n in lengths.tolist()) / half
-            dense_flops = 4.0 * batch * heads * mean * mean * head_dim / half
+        if bench is not None:
             row["varlen_ms"] = bench(lambda: warpspec.ops.attention_varlen(q, k, v, cu, cu, causal=causal))
             row["dense_ms"] = bench(lambda: warpspec.ops.attention(*dense, causal=causal))
             bounds = [(int(cu[b]), int(cu[b + 1])) for b in range(batch)]

@@ -8,7 +8,8 @@ kernel scales into q's dtype. The default is the path that measured faster on th
 replaces).
 
 numpy arrays run on the emulator; torch tensors go through the custom op ``warpspec::attention_backward``, which
-``ops.attention``'s autograd formula also calls. Every unsupported argument is an ``ArgumentError`` naming it,
+``ops.attention``'s autograd formula also calls. ``backward_kernels(..., packed=True)`` gives the kernels' packed
+mode, which ``ops.attention_varlen``'s backward launches. Every unsupported argument is an ``ArgumentError`` naming it,
 raised before anything is allocated.
 """
 
@@ -21,8 +22,9 @@ import numpy as np
 from warpspec import runtime
 from warpspec.errors import ArgumentError
 from warpspec.ops.attention import Problem, _contiguous, validate
-from warpspec.ops.attention_backward_kernel import (BACKWARD_HEAD_DIMS, BackwardKV, BackwardKVDQ, BackwardQ,
-                                                    ConvertDQ, Dot)
+from warpspec.ops.attention_backward_kernel import (BACKWARD_HEAD_DIMS, BackwardKV, BackwardKVDQ,
+                                                    BackwardKVDQVarlen, BackwardKVVarlen, BackwardQ,
+                                                    BackwardQVarlen, ConvertDQ, Dot, DotVarlen)
 from warpspec.ops.attention_kernel import LOG2_E
 from warpspec.ops.frame import Signatures, describe, plain_cuda
 from warpspec.ops.operands import dtype_of, same_device, same_kind
@@ -42,22 +44,31 @@ DEFAULT_BACKWARD_SCHEDULES = {
     128: {"kv": {"block_m": 64, "num_stages": 2}, "kvdq": {"block_m": 64, "num_stages": 2},
           "q": {"block_n": 64, "num_stages": 2}},
 }
-_kernels: dict = {}  # (dtype name, head_dim, causal, deterministic) -> the path's Scripts
+#: The kernel classes of each mode: dense ([B, H, S, D] operands) and packed (``ops.attention_varlen``'s
+#: [total, H, D] rows, per-sequence bounds read in the kernels); ConvertDQ serves both (its rows are any [rows, D]).
+_CLASSES = {
+    False: {"dot": Dot, "kv": BackwardKV, "q": BackwardQ, "kvdq": BackwardKVDQ},
+    True: {"dot": DotVarlen, "kv": BackwardKVVarlen, "q": BackwardQVarlen, "kvdq": BackwardKVDQVarlen},
+}
+_kernels: dict = {}  # (dtype name, head_dim, causal, deterministic, packed) -> the path's Scripts
 
 
-def backward_kernels(problem: Problem, deterministic: bool = True):
-    """The pinned Scripts of the problem's dtype, head dim and causality: (preprocessing, dK/dV, dQ) for the
-    deterministic path, (preprocessing, dK/dV with dQ shares, dQ conversion) for the accumulating one."""
-    key = (problem.dtype.name, problem.head_dim, problem.causal, deterministic)
+def backward_kernels(problem, deterministic: bool = True, packed: bool = False):
+    """The pinned Scripts of the problem's dtype, head dim and causality (``problem``: ops.attention's ``Problem``
+    or, ``packed``, ops.attention_varlen's ``VarlenProblem``): (preprocessing, dK/dV, dQ) for the deterministic
+    path, (preprocessing, dK/dV with dQ shares, dQ conversion) for the accumulating one."""
+    key = (problem.dtype.name, problem.head_dim, problem.causal, deterministic, packed)
     if key not in _kernels:
         dtype, head_dim, schedule = problem.dtype, problem.head_dim, DEFAULT_BACKWARD_SCHEDULES[problem.head_dim]
+        classes = _CLASSES[packed]
+        last: tuple
         if deterministic:
-            last = (BackwardKV(dtype, head_dim=head_dim, causal=problem.causal, **schedule["kv"]),
-                    BackwardQ(dtype, head_dim=head_dim, causal=problem.causal, **schedule["q"]))
+            last = (classes["kv"](dtype, head_dim=head_dim, causal=problem.causal, **schedule["kv"]),
+                    classes["q"](dtype, head_dim=head_dim, causal=problem.causal, **schedule["q"]))
         else:
-            last = (BackwardKVDQ(dtype, head_dim=head_dim, causal=problem.causal, **schedule["kvdq"]),
+            last = (classes["kvdq"](dtype, head_dim=head_dim, causal=problem.causal, **schedule["kvdq"]),
                     ConvertDQ(dtype, head_dim=head_dim))
-        _kernels[key] = (Dot(dtype, head_dim=head_dim), *last)
+        _kernels[key] = (classes["dot"](dtype, head_dim=head_dim), *last)
     return _kernels[key]
 
 

@@ -22,6 +22,19 @@ the bottom right as in the forward (key j is seen by query i when j <= i + S_k -
 since rows past a head's length read as zeros (Q, dO, K, V, lse and D alike), which makes their P finite and their
 contributions zero (dO = 0 gives dP = 0 and dV += 0; K = 0 or Q = 0 zeroes dQ's or dK's share), and rows that see
 no key have lse = +inf, so P = 0 there.
+
+Packed sequences (``ops.attention_varlen``'s backward): ``DotVarlen``, ``BackwardKVVarlen``, ``BackwardQVarlen``
+and ``BackwardKVDQVarlen`` (with ``ConvertDQ``) run these bodies over Q, dO, dQ [total_q, H, D] and K, V, dK, dV
+[total_k, H_kv, D], lse and D [H, total_q], one launch each for every sequence, as the forward's packed mode does
+(``attention_varlen_kernel.PackedRows``): head-major views ([H, total, D], strides [D, H·D, 1]) so each TMA box is
+the dense kernels' at the sequence's row offset, grid z the sequence, whose bounds a block reads from
+``cu_seqlens_q`` and ``cu_seqlens_k`` (clamped into [0, total] in order), blocks past the sequence's end starting no
+roles, and a warpgroup's finished rows stored from registers up to the sequence's end where a TMA box would write
+the next sequence's. D needs no bounds: ``DotVarlen`` runs over the packed rows. The zeros the dense kernels rely on
+are gone there: the rows past a sequence's end in its last tile are the next sequence's, real data, so the packed
+kernels mask explicitly (P = 0, and so dS = 0, selected after exp2): dK/dV the query columns past the end (and,
+summing dQ shares over the keys without a causal mask, the key rows past it), dQ the keys past it (causal, the
+diagonal already hides them). A row's own gradient past the end is computed and never stored.
 """
 
 from __future__ import annotations
@@ -31,6 +44,7 @@ from warpspec.errors import ArgumentError
 from warpspec.frontend.interpreter import cdiv
 from warpspec.ops.attention_kernel import (CONSUMER_REGISTERS, CONSUMER_THREADS, HEAD_DIMS, PRODUCER_REGISTERS,
                                            WARPGROUP, element_dtype)
+from warpspec.ops.attention_varlen_kernel import PackedRows
 from warpspec.ops.naming import typed_kernel_name
 from warpspec.pipeline import Pipeline
 from warpspec.script import Class, Script
@@ -68,8 +82,8 @@ class Dot(Script):
         d, dtype = self.head_dim, self.dtype
         self.attrs.blocks = [cdiv(seq_q, 64), batch_heads]
         self.attrs.warps = WARPGROUP // 32
-        go = self.global_view(o_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
-        gdo = self.global_view(do_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
+        go = self.head_rows(o_ptr, batch_heads, seq_q)
+        gdo = self.head_rows(do_ptr, batch_heads, seq_q)
         # D [B·H, S_q] seen as [S_q, B·H]: the [64, 1] column of the block's rows, rows past S_q clipped.
         gdd = self.global_view(dd_ptr, dtype=float32, shape=[seq_q, batch_heads], strides=[1, seq_q])
         so = self.shared_tensor(dtype=dtype, shape=[1, 64, d])
@@ -91,8 +105,36 @@ class Dot(Script):
             diagonal = self.where(self.row_index(products) == self.col_index(products), products, 0.0)
             self.store_global(gdd, self.reduce_sum(diagonal), offsets=[rows_from, bh])
 
+    def head_rows(self, ptr, heads, rows):
+        """O or dO [B·H, S_q, D] as the view [heads, rows, D]."""
+        return self.global_view(ptr, dtype=self.dtype, shape=[heads, rows, self.head_dim])
 
-class BackwardKV(Script):
+
+class _RowBlocks(Script):
+    """What the dK/dV and dQ kernels share: the stores of a warpgroup's 64 finished rows in the dense mode (the
+    packed mode's ``store_rows`` is ``PackedRows``')."""
+
+    #: Packed sequences (``PackedRows``): rows past a block's sequence are the next sequence's, masked explicitly.
+    varlen = False
+
+    def store_rows(self, buffer, view, tile, head, rows_from, start, count):
+        """A warpgroup's 64 finished rows ``tile`` (rows ``rows_from ...`` of head ``head``) by ``store_output``; the
+        3-D view clips rows past the head's length (``start`` and ``count`` serve the packed mode)."""
+        self.store_output(buffer, view, tile, head, rows_from)
+
+    def store_output(self, buffer, view, tile, head, row):
+        """``tile`` -> the warpgroup's shared ``buffer`` [1, 64, D] (its last reader is done) -> one TMA store into
+        the 3-D view at row ``row``."""
+        self.store_shared(buffer[0], tile)
+        self.fence_proxy_async()  # the ordinary stores become visible to the TMA store's async-proxy read
+        self.sync()
+        with self.single_thread():
+            self.tma.shared_to_global(src=buffer, dst=view, offsets=[head, row, 0])
+            self.tma.commit_group()
+            self.tma.wait_group(0)  # the shared source must stay valid until the copy has read it
+
+
+class BackwardKV(_RowBlocks):
     """dK and dV of 128 keys of one K/V head, summed over the query heads of its group; ``dtype`` operands and
     gradients."""
 
@@ -124,7 +166,7 @@ class BackwardKV(Script):
                     lse_ptr, dd_ptr, dk_ptr, dv_ptr, dq_accum_ptr=None):
         """dK, dV for keys ``128 · blockIdx.x ...`` of K/V head ``blockIdx.y``; with ``dq_accum_ptr`` (float32
         [B·H, S_q, D]) also each streamed tile's dQ share over these keys, reduce-added into it."""
-        d, block_m, dtype = self.head_dim, self.block_m, self.dtype
+        d, dtype = self.head_dim, self.dtype
         kv_heads = heads // group
         self.attrs.blocks = [cdiv(seq_k, BLOCK_ROWS), batch_heads // group]
         self.attrs.warps = (CONSUMER_THREADS + WARPGROUP) // 32
@@ -136,6 +178,22 @@ class BackwardKV(Script):
         gdv = self.global_view(dv_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
         glse = self.global_view(lse_ptr, dtype=float32, shape=[batch_heads, seq_q])
         gdd = self.global_view(dd_ptr, dtype=float32, shape=[batch_heads, seq_q])
+        dq_view = None
+        if self.accumulates_dq:
+            # A workspace added into in part: causal rows that see no key get no share (and keep the zeros given).
+            dq_view = self.global_view(dq_accum_ptr, dtype=float32, shape=[batch_heads, seq_q, d], scratch=True)
+        kv_bh: int32 = self.blockIdx.y
+        first_bh: int32 = kv_bh // kv_heads * heads + kv_bh % kv_heads * group  # the group's first query head
+        self.kv_block(gq, gdo, gk, gv, gdk, gdv, glse, gdd, dq_view, group, scale, scale_log2, kv_bh, first_bh, 0, 0,
+                      seq_q, seq_k)
+
+    def kv_block(self, gq, gdo, gk, gv, gdk, gdv, glse, gdd, dq_view, group, scale, scale_log2, kv_bh, first_bh,
+                 q_start, k_start, seq_q, seq_k):
+        """Keys ``128 · blockIdx.x ...`` of K/V head row ``kv_bh`` against the query heads ``first_bh ...`` of its
+        group: the sequence's queries are view rows ``q_start ...`` (``seq_q`` of them), its keys rows ``k_start
+        ...`` (``seq_k``); both starts are 0 unless sequences are packed. ``dq_view``: the dQ accumulator's view
+        when accumulating."""
+        d, block_m, dtype = self.head_dim, self.block_m, self.dtype
         sk = self.shared_tensor(dtype=dtype, shape=[2, 1, 64, d])  # one 64-key slice per consumer warpgroup
         sv = self.shared_tensor(dtype=dtype, shape=[2, 1, 64, d])
         sq = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_m, d])
@@ -144,11 +202,9 @@ class BackwardKV(Script):
         pipe = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
         dq = None
         if self.accumulates_dq:
-            dq = DQAccumulation(dq_accum_ptr, batch_heads, seq_q, dtype, d, block_m)
+            dq = DQAccumulation(dq_view, dtype, d, block_m)
 
         offset_n: int32 = BLOCK_ROWS * self.blockIdx.x
-        kv_bh: int32 = self.blockIdx.y
-        first_bh: int32 = kv_bh // kv_heads * heads + kv_bh % kv_heads * group  # the group's first query head
         causal_shift: int32 = seq_k - seq_q
         first_tile: int32 = 0
         if self.causal:
@@ -157,47 +213,50 @@ class BackwardKV(Script):
         tiles_per_head: int32 = max(cdiv(seq_q, block_m) - first_tile, 0)
         n_items: int32 = group * tiles_per_head
 
-        with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=WARPGROUP,
-                               max_registers=PRODUCER_REGISTERS):
-            with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=32):
-                self.produce_kv(gq, gdo, gk, gv, sq, sdo, sk, sv, kv_loaded, pipe, kv_bh, first_bh, offset_n,
-                                first_tile, tiles_per_head, n_items, dq)
-        with self.thread_group(thread_begin=0, num_threads=CONSUMER_THREADS, max_registers=CONSUMER_REGISTERS):
-            for wg in range(2):
-                with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
-                    self.consume_kv(wg, sk[wg], sv[wg], sq, sdo, glse, gdd, gdk, gdv, kv_loaded, pipe, scale,
-                                    scale_log2, kv_bh, first_bh, offset_n, first_tile, tiles_per_head, n_items,
-                                    causal_shift, dq)
+        # Packed sequences: a key block of the longest sequence only loads nothing and stores nothing.
+        if not self.varlen or offset_n < seq_k:
+            with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=WARPGROUP,
+                                   max_registers=PRODUCER_REGISTERS):
+                with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=32):
+                    self.produce_kv(gq, gdo, gk, gv, sq, sdo, sk, sv, kv_loaded, pipe, kv_bh, first_bh,
+                                    q_start, k_start + offset_n, first_tile, tiles_per_head, n_items, dq)
+            with self.thread_group(thread_begin=0, num_threads=CONSUMER_THREADS, max_registers=CONSUMER_REGISTERS):
+                for wg in range(2):
+                    with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
+                        self.consume_kv(wg, sk[wg], sv[wg], sq, sdo, glse, gdd, gdk, gdv, kv_loaded, pipe, scale,
+                                        scale_log2, kv_bh, first_bh, offset_n, first_tile, tiles_per_head, n_items,
+                                        q_start, k_start, seq_q, seq_k, dq)
 
-    def produce_kv(self, gq, gdo, gk, gv, sq, sdo, sk, sv, kv_loaded, pipe, kv_bh, first_bh, offset_n, first_tile,
-                   tiles_per_head, n_items, dq=None):
-        """The producer warp: the block's K and V once (K also in column halves when accumulating dQ), then
-        (Q, dO) of every query tile of every head of the group into one ring."""
+    def produce_kv(self, gq, gdo, gk, gv, sq, sdo, sk, sv, kv_loaded, pipe, kv_bh, first_bh, q_start, k_row,
+                   first_tile, tiles_per_head, n_items, dq=None):
+        """The producer warp: the block's K and V once from view row ``k_row`` (K also in column halves when
+        accumulating dQ), then (Q, dO) of every query tile of every head of the group (view rows ``q_start ...``)
+        into one ring."""
         with self.single_thread():
             halves_bytes = 0
             if self.accumulates_dq:
                 halves_bytes = dq.k_halves.nbytes
             self.mbarrier.arrive_and_expect_tx(kv_loaded[0], sk.nbytes + sv.nbytes + halves_bytes)
             for wg in range(2):
-                self.tma.global_to_shared(src=gk, dst=sk[wg], offsets=[kv_bh, offset_n + 64 * wg, 0],
+                self.tma.global_to_shared(src=gk, dst=sk[wg], offsets=[kv_bh, k_row + 64 * wg, 0],
                                           mbarrier=kv_loaded[0])
-                self.tma.global_to_shared(src=gv, dst=sv[wg], offsets=[kv_bh, offset_n + 64 * wg, 0],
+                self.tma.global_to_shared(src=gv, dst=sv[wg], offsets=[kv_bh, k_row + 64 * wg, 0],
                                           mbarrier=kv_loaded[0])
                 if self.accumulates_dq:
                     for half in range(2):
                         self.tma.global_to_shared(src=gk, dst=dq.k_halves[wg][half],
-                                                  offsets=[kv_bh, offset_n + 64 * wg, half * (self.head_dim // 2)],
+                                                  offsets=[kv_bh, k_row + 64 * wg, half * (self.head_dim // 2)],
                                                   mbarrier=kv_loaded[0])
         for item in self.range(n_items):
             bh: int32 = first_bh + item // tiles_per_head
-            offset_m: int32 = (first_tile + item % tiles_per_head) * self.block_m
+            q_row: int32 = q_start + (first_tile + item % tiles_per_head) * self.block_m
             pipe.producer_acquire()
             with self.single_thread():
                 stage = pipe.producer_stage
                 self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), sq[stage].nbytes + sdo[stage].nbytes)
-                self.tma.global_to_shared(src=gq, dst=sq[stage], offsets=[bh, offset_m, 0],
+                self.tma.global_to_shared(src=gq, dst=sq[stage], offsets=[bh, q_row, 0],
                                           mbarrier=pipe.producer_barrier())
-                self.tma.global_to_shared(src=gdo, dst=sdo[stage], offsets=[bh, offset_m, 0],
+                self.tma.global_to_shared(src=gdo, dst=sdo[stage], offsets=[bh, q_row, 0],
                                           mbarrier=pipe.producer_barrier())
             pipe.producer_advance()
         # Stay until the consumers released every filled stage (their arrivals target this warp's barriers).
@@ -206,7 +265,7 @@ class BackwardKV(Script):
             pipe.producer_advance()
 
     def consume_kv(self, wg, sk, sv, sq, sdo, glse, gdd, gdk, gdv, kv_loaded, pipe, scale, scale_log2, kv_bh,
-                   first_bh, offset_n, first_tile, tiles_per_head, n_items, causal_shift, dq=None):
+                   first_bh, offset_n, first_tile, tiles_per_head, n_items, q_start, k_start, seq_q, seq_k, dq=None):
         """Consumer warpgroup ``wg``: keys ``offset_n + 64·wg ...`` against every streamed (Q, dO) tile, keys as
         rows so that Pᵀ and dSᵀ are the A operands of dV's and dK's WGMMAs straight from registers; with ``dq``,
         also the tile's dQ columns of half ``wg`` over the block's keys (``DQAccumulation``)."""
@@ -216,10 +275,11 @@ class BackwardKV(Script):
         acc_dk = self.register_tensor(dtype=float32, shape=[64, d], init=0.0)
         acc_dv = self.register_tensor(dtype=float32, shape=[64, d], init=0.0)
         keys_from: int32 = offset_n + 64 * wg
+        causal_shift: int32 = seq_k - seq_q
         self.mbarrier.wait(kv_loaded[0], phase=0)
         if self.overlaps and not self.accumulates_dq:
             self.overlapped_tiles(sk, sv, sq, sdo, glse, gdd, pipe, scale_log2, first_bh, first_tile, tiles_per_head,
-                                  n_items, causal_shift, keys_from, acc_dk, acc_dv)
+                                  n_items, keys_from, q_start, seq_q, seq_k, causal_shift, acc_dk, acc_dv)
         else:
             for item in self.range(n_items):
                 bh: int32 = first_bh + item // tiles_per_head
@@ -227,13 +287,14 @@ class BackwardKV(Script):
                 pipe.consumer_acquire()
                 stage = pipe.consumer_stage
                 acc_s, acc_dp = self.scores(sk, sv, sq, sdo, stage)
-                lse = self.load_global(glse, offsets=[bh, offset_m], shape=[1, block_m])
+                lse = self.load_global(glse, offsets=[bh, q_start + offset_m], shape=[1, block_m])
                 self.wgmma.wait_group(1)
-                probs16, probs = self.probabilities(acc_s, lse, scale_log2, keys_from, offset_m, causal_shift)
+                probs16, probs = self.probabilities(acc_s, lse, scale_log2, keys_from, offset_m, seq_q, seq_k,
+                                                    causal_shift)
                 self.wgmma.fence()  # after the cast writes the A registers
                 self.wgmma.mma(probs16, sdo[stage][0], acc_dv)  # dV += Pᵀ·dO
                 self.wgmma.commit_group()
-                dd = self.load_global(gdd, offsets=[bh, offset_m], shape=[1, block_m])
+                dd = self.load_global(gdd, offsets=[bh, q_start + offset_m], shape=[1, block_m])
                 self.wgmma.wait_group(1)  # dPᵀ is done (dV's group may still run)
                 grads = self.cast(probs * (acc_dp - dd), dtype)
                 if self.accumulates_dq:
@@ -242,13 +303,13 @@ class BackwardKV(Script):
                 self.wgmma.mma(grads, sq[stage][0], acc_dk)  # dK += dSᵀ·Q
                 self.wgmma.commit_group()
                 if self.accumulates_dq:
-                    self.accumulate_dq(dq, wg, item, bh, offset_m)
+                    self.accumulate_dq(dq, wg, item, bh, q_start + offset_m)
                 self.retire_tile(pipe)
         if self.accumulates_dq:
             with self.single_thread():
                 self.tma.wait_group(0)  # the last reduce-add has read its staging tile before the block exits
-        self.store_tile(sk, gdk, self.cast(acc_dk * scale, dtype), kv_bh, keys_from)
-        self.store_tile(sv, gdv, self.cast(acc_dv, dtype), kv_bh, keys_from)
+        self.store_rows(sk, gdk, self.cast(acc_dk * scale, dtype), kv_bh, keys_from, k_start, seq_k)
+        self.store_rows(sv, gdv, self.cast(acc_dv, dtype), kv_bh, keys_from, k_start, seq_k)
 
     def scores(self, sk, sv, sq, sdo, stage):
         """Issue Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ of the tile in ``stage`` (two WGMMA groups); their accumulators."""
@@ -261,18 +322,41 @@ class BackwardKV(Script):
         self.wgmma.commit_group()
         return acc_s, acc_dp
 
-    def probabilities(self, acc_s, lse, scale_log2, keys_from, offset_m, causal_shift):
-        """Pᵀ = exp2(Sᵀ · scale_log2 - lse), masked where the tile crosses the causal diagonal: in the kernel's
-        dtype (dV's register A operand) and in float32 (for dSᵀ)."""
+    def probabilities(self, acc_s, lse, scale_log2, keys_from, offset_m, seq_q, seq_k, causal_shift):
+        """Pᵀ = exp2(Sᵀ · scale_log2 - lse) of the warpgroup's keys ``keys_from ...`` (rows) and the query tile
+        ``offset_m ...`` (columns), 0 where the pair is masked: in the kernel's dtype (dV's register A operand) and in
+        float32 (for dSᵀ, which is then 0 there too).
+
+        Masked, where the tile holds such a pair (a runtime branch: most tiles hold none): for ``causal``, keys past
+        each query's last (bottom-right aligned); packed, query columns past the sequence's end, which are the next
+        sequence's rows (their Q, dO, lse and D are real, so their P and dS would be too, and reach dV and dK), and,
+        when dQ shares are summed over the keys, key rows past it (the next sequence's keys). Without the shares a
+        key row's P and dS only reach its own dK and dV rows, which are not stored; and causal, a key past the end is
+        after the last key of every query of the sequence. The mask selects 0 after exp2, so a column's lse of
+        another sequence (or +inf: a row without keys) never reaches dV or dK through an inf or NaN."""
         probs = self.exp2(acc_s * scale_log2 - lse)
+        needs_mask = False
+        if self.varlen:
+            needs_mask = offset_m + self.block_m > seq_q
+            if self.accumulates_dq and not self.causal:
+                needs_mask = needs_mask or keys_from + 64 > seq_k
         if self.causal:
-            if keys_from + 63 > offset_m + causal_shift:  # the tile crosses the diagonal
-                keep = self.row_index(probs) + keys_from <= self.col_index(probs) + (offset_m + causal_shift)
-                probs = self.where(keep, probs, 0.0)
+            needs_mask = needs_mask or keys_from + 63 > offset_m + causal_shift  # the tile crosses the diagonal
+        if needs_mask:
+            queries = self.col_index(probs) + offset_m
+            if self.causal:
+                keep = self.row_index(probs) + keys_from <= queries + causal_shift
+                if self.varlen:
+                    keep = keep & (queries < seq_q)
+            else:
+                keep = queries < seq_q
+                if self.accumulates_dq:
+                    keep = keep & (self.row_index(probs) + keys_from < seq_k)
+            probs = self.where(keep, probs, 0.0)
         return self.cast(probs, self.dtype), probs
 
     def overlapped_tiles(self, sk, sv, sq, sdo, glse, gdd, pipe, scale_log2, first_bh, first_tile, tiles_per_head,
-                         n_items, causal_shift, keys_from, acc_dk, acc_dv):
+                         n_items, keys_from, q_start, seq_q, seq_k, causal_shift, acc_dk, acc_dv):
         """The deterministic path's walk over the (Q, dO) tiles, with each tile's dK WGMMA issued at the next
         tile, behind its Sᵀ and dPᵀ: the tensor cores run it while this warpgroup exponentiates. Its stage goes
         back to the producer once that dK is done. Nothing is in flight across the loop's back edge (ptxas
@@ -288,14 +372,14 @@ class BackwardKV(Script):
             held: int32 = pipe.consumer_stage  # the stage whose Q the pending dK reads
             # Names of their own: the loop below rebinds its tile's tensors, which must not be these.
             first_s, first_dp = self.scores(sk, sv, sq, sdo, held)
-            first_lse = self.load_global(glse, offsets=[first_bh, offset_m], shape=[1, block_m])
+            first_lse = self.load_global(glse, offsets=[first_bh, q_start + offset_m], shape=[1, block_m])
             self.wgmma.wait_group(1)
-            first_p16, first_p = self.probabilities(first_s, first_lse, scale_log2, keys_from, offset_m,
-                                                    causal_shift)
+            first_p16, first_p = self.probabilities(first_s, first_lse, scale_log2, keys_from, offset_m, seq_q,
+                                                    seq_k, causal_shift)
             self.wgmma.fence()
             self.wgmma.mma(first_p16, sdo[held][0], acc_dv)  # dV += Pᵀ·dO
             self.wgmma.commit_group()
-            first_dd = self.load_global(gdd, offsets=[first_bh, offset_m], shape=[1, block_m])
+            first_dd = self.load_global(gdd, offsets=[first_bh, q_start + offset_m], shape=[1, block_m])
             self.wgmma.wait_group(1)  # dPᵀ
             grads = self.cast(first_p * (first_dp - first_dd), dtype)
             self.wgmma.wait_group(0)  # dV
@@ -308,13 +392,14 @@ class BackwardKV(Script):
                 acc_s, acc_dp = self.scores(sk, sv, sq, sdo, stage)
                 self.wgmma.mma(grads, sq[held][0], acc_dk)  # the previous tile's dK, behind Sᵀ and dPᵀ
                 self.wgmma.commit_group()
-                lse = self.load_global(glse, offsets=[bh, offset_m], shape=[1, block_m])
+                lse = self.load_global(glse, offsets=[bh, q_start + offset_m], shape=[1, block_m])
                 self.wgmma.wait_group(2)  # Sᵀ (dPᵀ and the previous dK run on)
-                probs16, probs = self.probabilities(acc_s, lse, scale_log2, keys_from, offset_m, causal_shift)
+                probs16, probs = self.probabilities(acc_s, lse, scale_log2, keys_from, offset_m, seq_q, seq_k,
+                                                    causal_shift)
                 self.wgmma.fence()
                 self.wgmma.mma(probs16, sdo[stage][0], acc_dv)  # dV += Pᵀ·dO
                 self.wgmma.commit_group()
-                dd = self.load_global(gdd, offsets=[bh, offset_m], shape=[1, block_m])
+                dd = self.load_global(gdd, offsets=[bh, q_start + offset_m], shape=[1, block_m])
                 self.retire_previous(pipe, held, 1)  # dPᵀ and the previous dK (dV runs on)
                 grads = self.cast(probs * (acc_dp - dd), dtype)  # the previous dK, their reader, is done
                 self.wgmma.wait_group(0)  # dV
@@ -340,8 +425,9 @@ class BackwardKV(Script):
         self.fence_proxy_async()  # the ordinary stores become visible to the other warpgroup's WGMMA (async proxy)
         self.mbarrier.arrive(dq.handoff[0])
 
-    def accumulate_dq(self, dq, wg, item, bh, offset_m):
-        """Warpgroup ``wg``: column half ``wg`` of the tile's dQ share from both dSᵀ tiles, reduce-added."""
+    def accumulate_dq(self, dq, wg, item, bh, q_row):
+        """Warpgroup ``wg``: column half ``wg`` of the tile's dQ share from both dSᵀ tiles, reduce-added at view row
+        ``q_row``."""
         self.mbarrier.wait(dq.handoff[0], phase=item & 1)
         acc_dq = self.register_tensor(dtype=float32, shape=[self.block_m, dq.half], init=0.0)
         self.wgmma.fence()
@@ -350,11 +436,11 @@ class BackwardKV(Script):
         self.wgmma.commit_group()
         self.wgmma.wait_group(0)  # also dK's and dV's: the stage may go back to the producer after this
         self.mbarrier.arrive(dq.handoff[1])
-        self.reduce_dq(dq, wg, acc_dq, bh, offset_m)
+        self.reduce_dq(dq, wg, acc_dq, bh, q_row)
 
-    def reduce_dq(self, dq, wg, acc_dq, bh, offset_m):
+    def reduce_dq(self, dq, wg, acc_dq, bh, q_row):
         """``acc_dq`` -> ``dq.staging[wg]`` once the previous tile's reduce-add has read it -> one TMA reduce-add
-        into dQ's accumulator, waited for at the next tile (or the block's end), not here."""
+        into dQ's accumulator at view row ``q_row``, waited for at the next tile (or the block's end), not here."""
         with self.single_thread():
             self.tma.wait_group(0)
         self.sync()  # the issuing thread's wait orders the warpgroup's stores below
@@ -362,7 +448,7 @@ class BackwardKV(Script):
         self.fence_proxy_async()
         self.sync()
         with self.single_thread():
-            self.tma.shared_to_global(src=dq.staging[wg], dst=dq.view, offsets=[bh, offset_m, wg * dq.half],
+            self.tma.shared_to_global(src=dq.staging[wg], dst=dq.view, offsets=[bh, q_row, wg * dq.half],
                                       reduce="add")
             self.tma.commit_group()
 
@@ -372,17 +458,6 @@ class BackwardKV(Script):
         self.wgmma.wait_group(0)
         pipe.consumer_release()
         pipe.consumer_advance()
-
-    def store_tile(self, buffer, view, tile, head, rows_from):
-        """``tile`` -> the warpgroup's shared ``buffer`` [1, 64, D] (its last reader is done) -> one TMA store into
-        the 3-D view, which clips rows past the head's length."""
-        self.store_shared(buffer[0], tile)
-        self.fence_proxy_async()  # the ordinary stores become visible to the TMA store's async-proxy read
-        self.sync()
-        with self.single_thread():
-            self.tma.shared_to_global(src=buffer, dst=view, offsets=[head, rows_from, 0])
-            self.tma.commit_group()
-            self.tma.wait_group(0)  # the shared source must stay valid until the copy has read it
 
 
 class BackwardKVDQ(BackwardKV):
@@ -415,12 +490,12 @@ class DQAccumulation(Class):
     dimensions only, not sliced). The float32 half goes through ``staging[h]`` and one TMA reduce-add of the
     warpgroup's own into dQ: the same bytes as one reduce-add of the whole tile. Two mbarriers of 256 arrivals
     (both warpgroups) hand ``grads`` over: ``written`` (both halves stored, fenced) and ``read`` (both dQ WGMMAs
-    done, so the next tile may overwrite it); each completes once per tile, so the tile's parity is its phase."""
+    done, so the next tile may overwrite it); each completes once per tile, so the tile's parity is its phase.
+    ``view`` is the float32 accumulator's 3-D view, [heads, rows, D]."""
 
-    def __init__(self, dq_accum_ptr, batch_heads, seq_q, dtype, d, block_m):
+    def __init__(self, view, dtype, d, block_m):
         self.half = d // 2
-        # A workspace added into in part: causal rows that see no key get no share (and keep the zeros given).
-        self.view = self.global_view(dq_accum_ptr, dtype=float32, shape=[batch_heads, seq_q, d], scratch=True)
+        self.view = view
         self.k_halves = self.shared_tensor(dtype=dtype, shape=[2, 2, 1, 64, d // 2])
         self.grads = self.shared_tensor(dtype=dtype, shape=[2, 64, block_m])
         self.staging = self.shared_tensor(dtype=float32, shape=[2, 1, block_m, d // 2])
@@ -452,7 +527,7 @@ class ConvertDQ(Script):
         self.store_global(gdq, self.cast(tile * scale, self.dtype), offsets=[rows_from, 0])
 
 
-class BackwardQ(Script):
+class BackwardQ(_RowBlocks):
     """dQ of 128 query rows of one head, over every K/V tile they see; ``dtype`` operands and gradient."""
 
     def __init__(self, dtype, head_dim, causal, block_n, num_stages):
@@ -477,7 +552,7 @@ class BackwardQ(Script):
     def backward_q(self, seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
                    lse_ptr, dd_ptr, dq_ptr):
         """dQ for query rows ``128 · blockIdx.x ...`` of head ``bh = blockIdx.y``."""
-        d, block_n, dtype = self.head_dim, self.block_n, self.dtype
+        d, dtype = self.head_dim, self.dtype
         self.attrs.blocks = [cdiv(seq_q, BLOCK_ROWS), batch_heads]
         self.attrs.warps = (CONSUMER_THREADS + WARPGROUP) // 32
         gq = self.global_view(q_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
@@ -488,6 +563,16 @@ class BackwardQ(Script):
         # lse and D [B·H, S_q] seen as [S_q, B·H]: a warpgroup's [64, 1] column per row block.
         glse = self.global_view(lse_ptr, dtype=float32, shape=[seq_q, batch_heads], strides=[1, seq_q])
         gdd = self.global_view(dd_ptr, dtype=float32, shape=[seq_q, batch_heads], strides=[1, seq_q])
+        bh: int32 = self.blockIdx.y
+        kv_bh: int32 = bh // heads * (heads // group) + bh % heads // group
+        self.q_block(gq, gdo, gk, gv, gdq, glse, gdd, scale, scale_log2, bh, kv_bh, 0, 0, seq_q, seq_k)
+
+    def q_block(self, gq, gdo, gk, gv, gdq, glse, gdd, scale, scale_log2, bh, kv_bh, q_start, k_start, seq_q,
+                seq_k):
+        """Query rows ``128 · blockIdx.x ...`` of head row ``bh`` against K/V head row ``kv_bh``: the sequence's
+        queries are view rows ``q_start ...`` (``seq_q`` of them), its keys rows ``k_start ...`` (``seq_k``); both
+        starts are 0 unless sequences are packed."""
+        d, block_n, dtype = self.head_dim, self.block_n, self.dtype
         sq = self.shared_tensor(dtype=dtype, shape=[2, 1, 64, d])
         sdo = self.shared_tensor(dtype=dtype, shape=[2, 1, 64, d])
         sk = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
@@ -496,41 +581,43 @@ class BackwardQ(Script):
         pipe = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
 
         offset_m: int32 = BLOCK_ROWS * self.blockIdx.x
-        bh: int32 = self.blockIdx.y
-        kv_bh: int32 = bh // heads * (heads // group) + bh % heads // group
         causal_shift: int32 = seq_k - seq_q
         n_end: int32 = seq_k
         if self.causal:
             n_end = max(min(seq_k, offset_m + BLOCK_ROWS + causal_shift), 0)
         n_tiles: int32 = cdiv(n_end, block_n)
 
-        with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=WARPGROUP,
-                               max_registers=PRODUCER_REGISTERS):
-            with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=32):
-                self.produce_q(gq, gdo, gk, gv, sq, sdo, sk, sv, q_loaded, pipe, bh, kv_bh, offset_m, n_tiles)
-        with self.thread_group(thread_begin=0, num_threads=CONSUMER_THREADS, max_registers=CONSUMER_REGISTERS):
-            for wg in range(2):
-                with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
-                    self.consume_q(wg, sq[wg], sdo[wg], sk, sv, glse, gdd, gdq, q_loaded, pipe, scale, scale_log2,
-                                   bh, offset_m, n_tiles, causal_shift)
+        # Packed sequences: a query block of the longest sequence only loads nothing and stores nothing.
+        if not self.varlen or offset_m < seq_q:
+            with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=WARPGROUP,
+                                   max_registers=PRODUCER_REGISTERS):
+                with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=32):
+                    self.produce_q(gq, gdo, gk, gv, sq, sdo, sk, sv, q_loaded, pipe, bh, kv_bh, q_start + offset_m,
+                                   k_start, n_tiles)
+            with self.thread_group(thread_begin=0, num_threads=CONSUMER_THREADS, max_registers=CONSUMER_REGISTERS):
+                for wg in range(2):
+                    with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
+                        self.consume_q(wg, sq[wg], sdo[wg], sk, sv, glse, gdd, gdq, q_loaded, pipe, scale,
+                                       scale_log2, bh, offset_m, n_tiles, q_start, seq_q, seq_k)
 
-    def produce_q(self, gq, gdo, gk, gv, sq, sdo, sk, sv, q_loaded, pipe, bh, kv_bh, offset_m, n_tiles):
-        """The producer warp: the block's Q and dO once, then (K_j, V_j) of every tile into one ring."""
+    def produce_q(self, gq, gdo, gk, gv, sq, sdo, sk, sv, q_loaded, pipe, bh, kv_bh, q_row, k_row, n_tiles):
+        """The producer warp: the block's Q and dO once (view rows ``q_row ...``), then (K_j, V_j) of every tile
+        (view rows ``k_row + j·block_n ...``) into one ring."""
         with self.single_thread():
             self.mbarrier.arrive_and_expect_tx(q_loaded[0], sq.nbytes + sdo.nbytes)
             for wg in range(2):
-                self.tma.global_to_shared(src=gq, dst=sq[wg], offsets=[bh, offset_m + 64 * wg, 0],
+                self.tma.global_to_shared(src=gq, dst=sq[wg], offsets=[bh, q_row + 64 * wg, 0],
                                           mbarrier=q_loaded[0])
-                self.tma.global_to_shared(src=gdo, dst=sdo[wg], offsets=[bh, offset_m + 64 * wg, 0],
+                self.tma.global_to_shared(src=gdo, dst=sdo[wg], offsets=[bh, q_row + 64 * wg, 0],
                                           mbarrier=q_loaded[0])
         for j in self.range(n_tiles):
             pipe.producer_acquire()
             with self.single_thread():
                 stage = pipe.producer_stage
                 self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), sk[stage].nbytes + sv[stage].nbytes)
-                self.tma.global_to_shared(src=gk, dst=sk[stage], offsets=[kv_bh, j * self.block_n, 0],
+                self.tma.global_to_shared(src=gk, dst=sk[stage], offsets=[kv_bh, k_row + j * self.block_n, 0],
                                           mbarrier=pipe.producer_barrier())
-                self.tma.global_to_shared(src=gv, dst=sv[stage], offsets=[kv_bh, j * self.block_n, 0],
+                self.tma.global_to_shared(src=gv, dst=sv[stage], offsets=[kv_bh, k_row + j * self.block_n, 0],
                                           mbarrier=pipe.producer_barrier())
             pipe.producer_advance()
         for _ in self.range(min(self.num_stages, n_tiles)):
@@ -548,33 +635,40 @@ class BackwardQ(Script):
         self.wgmma.commit_group()
         return acc_s, acc_dp
 
-    def tile_probabilities(self, acc_s, lse, scale_log2, j, rows_from, causal_shift):
-        """P = exp2(S · scale_log2 - lse) of K/V tile ``j``, masked where it crosses the causal diagonal."""
+    def tile_probabilities(self, acc_s, lse, scale_log2, j, rows_from, seq_k, causal_shift):
+        """P = exp2(S · scale_log2 - lse) of K/V tile ``j``, 0 where it crosses the causal diagonal, and packed,
+        where its keys pass the sequence's end (the next sequence's keys, whose P, dS and dS·K would be real and
+        nonzero; causal, the diagonal already hides them from every row of the sequence). Rows past the sequence's
+        end are the next sequence's queries: their dQ is computed and never stored."""
         block_n = self.block_n
         probs = self.exp2(acc_s * scale_log2 - lse)
         if self.causal:
             if j * block_n + block_n - 1 > rows_from + causal_shift:  # the tile crosses the diagonal
                 keep = self.col_index(probs) + j * block_n <= self.row_index(probs) + (rows_from + causal_shift)
                 probs = self.where(keep, probs, 0.0)
+        elif self.varlen:
+            if j * block_n + block_n > seq_k:  # the tile passes the sequence's last key
+                probs = self.where(self.col_index(probs) + j * block_n < seq_k, probs, 0.0)
         return probs
 
     def consume_q(self, wg, sq, sdo, sk, sv, glse, gdd, gdq, q_loaded, pipe, scale, scale_log2, bh, offset_m,
-                  n_tiles, causal_shift):
+                  n_tiles, q_start, seq_q, seq_k):
         """Consumer warpgroup ``wg``: rows ``offset_m + 64·wg ...``; dQ += dS·K over the block's K/V tiles."""
-        d, block_n, dtype = self.head_dim, self.block_n, self.dtype
+        d, dtype = self.head_dim, self.dtype
         pipe.consumer_stage = 0
         pipe.consumer_phase = self.mbarrier.consumer_initial_phase
         rows_from: int32 = offset_m + 64 * wg
+        causal_shift: int32 = seq_k - seq_q
         acc_dq = self.register_tensor(dtype=float32, shape=[64, d], init=0.0)
-        lse = self.load_global(glse, offsets=[rows_from, bh], shape=[64, 1])
-        dd = self.load_global(gdd, offsets=[rows_from, bh], shape=[64, 1])
+        lse = self.load_global(glse, offsets=[q_start + rows_from, bh], shape=[64, 1])
+        dd = self.load_global(gdd, offsets=[q_start + rows_from, bh], shape=[64, 1])
         self.mbarrier.wait(q_loaded[0], phase=0)
         for j in self.range(n_tiles):
             pipe.consumer_acquire()
             stage = pipe.consumer_stage
             acc_s, acc_dp = self.tile_scores(sq, sdo, sk, sv, stage)
             self.wgmma.wait_group(1)
-            probs = self.tile_probabilities(acc_s, lse, scale_log2, j, rows_from, causal_shift)
+            probs = self.tile_probabilities(acc_s, lse, scale_log2, j, rows_from, seq_k, causal_shift)
             self.wgmma.wait_group(0)
             grads = self.cast(probs * (acc_dp - dd), dtype)
             self.wgmma.fence()
@@ -583,10 +677,108 @@ class BackwardQ(Script):
             self.wgmma.wait_group(0)
             pipe.consumer_release()
             pipe.consumer_advance()
-        self.store_shared(sq[0], self.cast(acc_dq * scale, dtype))  # Q's last reader, S's WGMMA, is done
-        self.fence_proxy_async()
-        self.sync()
-        with self.single_thread():
-            self.tma.shared_to_global(src=sq, dst=gdq, offsets=[bh, rows_from, 0])
-            self.tma.commit_group()
-            self.tma.wait_group(0)
+        # Through the Q buffer: its last reader, S's WGMMA, is done.
+        self.store_rows(sq, gdq, self.cast(acc_dq * scale, dtype), bh, rows_from, q_start, seq_q)
+
+
+# --------------------------------------------------------------------------------------------- packed sequences
+
+
+class DotVarlen(PackedRows, Dot):
+    """``Dot`` over packed rows: O and dO [total_q, H, D] (head-major views), D [H, total_q]. A row's D needs no
+    sequence bounds, so the grid is the packed rows' (⌈total_q/64⌉, H), called as ``Dot`` with ``seq_q`` = total_q
+    and ``batch_heads`` = H; rows past total_q read as zeros and are not stored."""
+
+    def kernel_name(self) -> str:
+        """``DotVarlenF16`` or ``DotVarlenBF16``."""
+        return typed_kernel_name(self, DotVarlen, "DotVarlen", (self.dtype,))
+
+
+class BackwardKVVarlen(PackedRows, BackwardKV):
+    """``BackwardKV`` over packed sequences: Q, dO [total_q, H, D], K, V, dK, dV [total_k, H_kv, D], lse and D
+    [H, total_q]; the grid (key blocks of the longest sequence, H_kv, B)."""
+
+    def kernel_name(self) -> str:
+        """``BackwardKVVarlenF16`` or ``BackwardKVVarlenBF16``."""
+        return typed_kernel_name(self, BackwardKVVarlen, "BackwardKVVarlen", (self.dtype,))
+
+    def __call__(self, batch: int32, max_seq_k: int32, total_q: int32, total_k: int32, heads: int32, group: int32,
+                 scale: float32, scale_log2: float32, cu_q_ptr: ~int32, cu_k_ptr: ~int32, q_ptr: ~self.dtype,
+                 k_ptr: ~self.dtype, v_ptr: ~self.dtype, do_ptr: ~self.dtype, lse_ptr: ~float32, dd_ptr: ~float32,
+                 dk_ptr: ~self.dtype, dv_ptr: ~self.dtype):
+        self.backward_kv_varlen(batch, max_seq_k, total_q, total_k, heads, group, scale, scale_log2, cu_q_ptr,
+                                cu_k_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, dd_ptr, dk_ptr, dv_ptr)
+
+    def backward_kv_varlen(self, batch, max_seq_k, total_q, total_k, heads, group, scale, scale_log2, cu_q_ptr,
+                           cu_k_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, dd_ptr, dk_ptr, dv_ptr, dq_accum_ptr=None):
+        """dK, dV for keys ``128 · blockIdx.x ...`` of K/V head ``blockIdx.y`` of sequence ``blockIdx.z``; with
+        ``dq_accum_ptr`` (float32 [total_q, H, D]) also the dQ shares, reduce-added."""
+        d = self.head_dim
+        kv_heads = heads // group
+        self.attrs.blocks = [cdiv(max_seq_k, BLOCK_ROWS), kv_heads, batch]
+        self.attrs.warps = (CONSUMER_THREADS + WARPGROUP) // 32
+        gq = self.head_rows(q_ptr, heads, total_q)
+        gdo = self.head_rows(do_ptr, heads, total_q)
+        gk = self.head_rows(k_ptr, kv_heads, total_k)
+        gv = self.head_rows(v_ptr, kv_heads, total_k)
+        gdk = self.output_views(dk_ptr, kv_heads, total_k)
+        gdv = self.output_views(dv_ptr, kv_heads, total_k)
+        glse = self.global_view(lse_ptr, dtype=float32, shape=[heads, total_q])
+        gdd = self.global_view(dd_ptr, dtype=float32, shape=[heads, total_q])
+        dq_view = None
+        if self.accumulates_dq:
+            # The last query tile of a sequence also adds its (zero) shares of the next sequence's rows: a TMA box
+            # is not clipped at a sequence's end.
+            dq_view = self.global_view(dq_accum_ptr, dtype=float32, shape=[heads, total_q, d],
+                                       strides=[d, heads * d, 1], scratch=True)
+        q_start, k_start, seq_q, seq_k = self.sequence_bounds(batch, total_q, total_k, cu_q_ptr, cu_k_ptr)
+        kv_head: int32 = self.blockIdx.y
+        self.kv_block(gq, gdo, gk, gv, gdk, gdv, glse, gdd, dq_view, group, scale, scale_log2, kv_head,
+                      kv_head * group, q_start, k_start, seq_q, seq_k)
+
+
+class BackwardKVDQVarlen(BackwardKVVarlen):
+    """``BackwardKVDQ`` over packed sequences: ``BackwardKVVarlen`` that also reduce-adds the dQ shares into
+    ``dq_accum`` (float32 [total_q, H, D], zero before the launch; ``ConvertDQ`` over its total_q·H rows)."""
+
+    accumulates_dq = True
+
+    def kernel_name(self) -> str:
+        """``BackwardKVDQVarlenF16`` or ``BackwardKVDQVarlenBF16``."""
+        return typed_kernel_name(self, BackwardKVDQVarlen, "BackwardKVDQVarlen", (self.dtype,))
+
+    def __call__(self, batch: int32, max_seq_k: int32, total_q: int32, total_k: int32, heads: int32, group: int32,
+                 scale: float32, scale_log2: float32, cu_q_ptr: ~int32, cu_k_ptr: ~int32, q_ptr: ~self.dtype,
+                 k_ptr: ~self.dtype, v_ptr: ~self.dtype, do_ptr: ~self.dtype, lse_ptr: ~float32, dd_ptr: ~float32,
+                 dk_ptr: ~self.dtype, dv_ptr: ~self.dtype, dq_accum_ptr: ~float32):
+        self.backward_kv_varlen(batch, max_seq_k, total_q, total_k, heads, group, scale, scale_log2, cu_q_ptr,
+                                cu_k_ptr, q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, dd_ptr, dk_ptr, dv_ptr, dq_accum_ptr)
+
+
+class BackwardQVarlen(PackedRows, BackwardQ):
+    """``BackwardQ`` over packed sequences (the layouts of ``BackwardKVVarlen``, dQ [total_q, H, D]); the grid
+    (query blocks of the longest sequence, H, B)."""
+
+    def kernel_name(self) -> str:
+        """``BackwardQVarlenF16`` or ``BackwardQVarlenBF16``."""
+        return typed_kernel_name(self, BackwardQVarlen, "BackwardQVarlen", (self.dtype,))
+
+    def __call__(self, batch: int32, max_seq_q: int32, total_q: int32, total_k: int32, heads: int32, group: int32,
+                 scale: float32, scale_log2: float32, cu_q_ptr: ~int32, cu_k_ptr: ~int32, q_ptr: ~self.dtype,
+                 k_ptr: ~self.dtype, v_ptr: ~self.dtype, do_ptr: ~self.dtype, lse_ptr: ~float32, dd_ptr: ~float32,
+                 dq_ptr: ~self.dtype):
+        kv_heads = heads // group
+        self.attrs.blocks = [cdiv(max_seq_q, BLOCK_ROWS), heads, batch]
+        self.attrs.warps = (CONSUMER_THREADS + WARPGROUP) // 32
+        gq = self.head_rows(q_ptr, heads, total_q)
+        gdo = self.head_rows(do_ptr, heads, total_q)
+        gk = self.head_rows(k_ptr, kv_heads, total_k)
+        gv = self.head_rows(v_ptr, kv_heads, total_k)
+        gdq = self.output_views(dq_ptr, heads, total_q)
+        # lse and D [H, total_q] seen as [total_q, H], as the dense kernel sees its [B·H, S_q].
+        glse = self.global_view(lse_ptr, dtype=float32, shape=[total_q, heads], strides=[1, total_q])
+        gdd = self.global_view(dd_ptr, dtype=float32, shape=[total_q, heads], strides=[1, total_q])
+        q_start, k_start, seq_q, seq_k = self.sequence_bounds(batch, total_q, total_k, cu_q_ptr, cu_k_ptr)
+        head: int32 = self.blockIdx.y
+        self.q_block(gq, gdo, gk, gv, gdq, glse, gdd, scale, scale_log2, head, head // group, q_start, k_start,
+                     seq_q, seq_k)

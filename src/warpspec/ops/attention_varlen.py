@@ -2,10 +2,11 @@
 (``flash_attn_varlen_func``'s convention), each sequence its own problem: no work is spent on padding.
 
 The forward pass is one launch of the packed kernel (``warpspec.ops.attention_varlen_kernel``), whose blocks read
-their sequence's bounds from ``cu_seqlens``: numpy arrays run it on the emulator, torch tensors through the custom
-op ``warpspec::attention_varlen`` (CUDA tensors on their GPU, CPU tensors on the emulator). The op is differentiable;
-its backward runs ``ops.attention_backward``'s kernels once per sequence, on the sequence's rows and the forward's
-log-sum-exp.
+their sequence's bounds from ``cu_seqlens``: numpy arrays run it on the emulator, torch tensors through the custom op
+``warpspec::attention_varlen`` (CUDA tensors on their GPU, CPU tensors on the emulator). The op is differentiable:
+its backward is the custom op ``warpspec::attention_varlen_backward``, one launch of each of
+``ops.attention_backward``'s kernels in their packed mode (``attention_backward_kernel``) over every sequence, on
+the forward's log-sum-exp; it reads nothing back, so it can be captured in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from warpspec import runtime
 from warpspec.dtypes import DType
 from warpspec.errors import ArgumentError
 from warpspec.ops.attention import DEFAULT_SCHEDULES, MAX_GRID_Y, MAX_INT32, _contiguous, validate
+from warpspec.ops.attention_backward import backward_kernels
+from warpspec.ops.attention_backward_kernel import BACKWARD_HEAD_DIMS
 from warpspec.ops.attention_kernel import LOG2_E
 from warpspec.ops.attention_varlen_kernel import AttentionVarlen
 from warpspec.ops.operands import dtype_of, same_device, same_kind
@@ -36,10 +39,11 @@ class VarlenProblem:
     causal: bool
     scale: float
     max_seq_q: int
+    max_seq_k: int
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, scale=None, max_seqlen_q=None,
-                     check=True):
+                     max_seqlen_k=None, check=True, deterministic=True):
     """Attention per packed sequence: ``q`` [total_q, H, D], ``k`` and ``v`` [total_k, H_kv, D], ``cu_seqlens_q``
     and ``cu_seqlens_k`` int32 [B + 1] (sequence b is rows ``cu_seqlens[b]:cu_seqlens[b + 1]``; they start at 0,
     never decrease and end at the total). ``causal`` and ``scale`` as ``ops.attention`` takes them (causal aligned
@@ -53,13 +57,23 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, scale
     sequence past ``max_seqlen_q`` are not computed. The kernel clamps each sequence's bounds into [0, total] in
     order, so unchecked bad lengths never read or write outside q, k, v and the output (sequences whose rows then
     overlap write them in any order). Given with ``check=True``, ``max_seqlen_q`` must be at least the longest
-    sequence's query rows."""
+    sequence's query rows.
+
+    The gradients (torch tensors) come from one launch of each packed backward kernel, which read no length on the
+    host either. ``max_seqlen_k`` (the longest sequence's keys; with ``check=True`` read from ``cu_seqlens_k``, and
+    checked if given) sizes the dK/dV kernel's grid; unchecked and not given, the grid takes every key row as one
+    sequence's (k.shape[0]): the same gradients, with more blocks that find their sequence shorter and exit.
+    Unchecked, keys of a sequence past ``max_seqlen_k`` get no dK and dV, as rows past ``max_seqlen_q`` get no
+    output and no dQ.
+    ``deterministic`` picks the backward's dQ path as ``ops.attention_backward`` takes it: True (default) computes
+    dQ per query block, bit-identical from run to run; False accumulates it in float32 reduce-adds."""
     if not isinstance(check, bool):
         raise ArgumentError(f"check must be True or False, got {check!r}")
-    if max_seqlen_q is not None and (not isinstance(max_seqlen_q, int) or isinstance(max_seqlen_q, bool)
-                                     or max_seqlen_q < 0):
-        raise ArgumentError(f"max_seqlen_q must be a non-negative int (the longest sequence's query rows), got "
-                            f"{max_seqlen_q!r}")
+    if not isinstance(deterministic, bool):
+        raise ArgumentError(f"deterministic must be True or False, got {deterministic!r}")
+    for name, value, what in (("max_seqlen_q", max_seqlen_q, "query rows"), ("max_seqlen_k", max_seqlen_k, "keys")):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise ArgumentError(f"{name} must be a non-negative int (the longest sequence's {what}), got {value!r}")
     if not check and max_seqlen_q is None:
         raise ArgumentError("check=False reads nothing back, so max_seqlen_q (the longest sequence's query rows, "
                             "which sizes the grid) must be given")
@@ -94,20 +108,19 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, scale
             raise ArgumentError("attention_varlen cannot read cu_seqlens_q's and cu_seqlens_k's values inside CUDA "
                                 "graph capture (they are checked on the host); pass check=False and max_seqlen_q")
         starts_q = offsets("cu_seqlens_q", cu_seqlens_q, int(q.shape[0]), "q.shape[0]")
-        offsets("cu_seqlens_k", cu_seqlens_k, int(k.shape[0]), "k.shape[0]")
-        lengths_q = [b - a for a, b in zip(starts_q, starts_q[1:])]
-        max_seq_q = max(lengths_q)
-        if max_seqlen_q is not None and max_seqlen_q < max_seq_q:
-            raise ArgumentError(f"max_seqlen_q is {max_seqlen_q}, but sequence {lengths_q.index(max_seq_q)} has "
-                                f"{max_seq_q} query rows")
+        starts_k = offsets("cu_seqlens_k", cu_seqlens_k, int(k.shape[0]), "k.shape[0]")
+        max_seq_q = longest("max_seqlen_q", starts_q, max_seqlen_q, "query rows")
+        max_seq_k = longest("max_seqlen_k", starts_k, max_seqlen_k, "keys")
     else:
         max_seq_q = max_seqlen_q
+        max_seq_k = int(k.shape[0]) if max_seqlen_k is None else max_seqlen_k
     if int(k.shape[0]) == 0 or int(q.shape[0]) == 0 or max_seq_q == 0:
         return q * 0  # no keys anywhere (every row is 0), or no rows
     problem = VarlenProblem(entries - 1, row.heads, row.kv_heads, row.head_dim, row.dtype, row.causal, row.scale,
-                            max_seq_q)
+                            max_seq_q, max_seq_k)
     if kind == "torch":
-        return _torch_op()(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seq_q, problem.causal, problem.scale)[0]
+        return _torch_op()(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seq_q, max_seq_k, problem.causal, problem.scale,
+                           deterministic)[0]
     out = np.empty(q.shape, dtype=q.dtype)
     with runtime.use_backend("emulator"):
         launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, np.empty((problem.heads, q.shape[0]), np.float32),
@@ -128,6 +141,16 @@ def launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse2, problem: VarlenProble
     _scripts[key](problem.batch, problem.max_seq_q, int(q.shape[0]), int(k.shape[0]), problem.heads,
                   problem.heads // problem.kv_heads, problem.scale * LOG2_E, cu_seqlens_q, cu_seqlens_k, q, k, v,
                   out, lse2)
+
+
+def longest(name: str, starts: list[int], given, what: str) -> int:
+    """The longest sequence's rows from checked cumulative lengths ``starts``; ``given`` (the caller's
+    ``max_seqlen_q`` or ``max_seqlen_k``, or None) must not be below it."""
+    lengths = [b - a for a, b in zip(starts, starts[1:])]
+    found = max(lengths)
+    if given is not None and given < found:
+        raise ArgumentError(f"{name} is {given}, but sequence {lengths.index(found)} has {found} {what}")
+    return found
 
 
 def check_layout(name: str, value) -> None:
@@ -170,10 +193,10 @@ _op = None
 
 
 def _torch_op():
-    """The custom op ``warpspec::attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seq_q, causal, scale)
-    -> (out, lse2)`` (``lse2`` the kernel's base-2 log-sum-exp, [H, total_q]), differentiable: its backward runs
-    ``attention_backward``'s kernels per sequence. Registered at the first use, or when this module is imported
-    after torch."""
+    """The custom op ``warpspec::attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seq_q, max_seq_k, causal,
+    scale, deterministic) -> (out, lse2)`` (``lse2`` the kernel's base-2 log-sum-exp, [H, total_q]; ``max_seq_k``
+    and ``deterministic`` serve the backward), differentiable: its backward is ``warpspec::attention_varlen_backward``
+    (``_backward_op``). Registered at the first use, or when this module is imported after torch."""
     global _op
     if _op is None:
         import torch
@@ -182,24 +205,25 @@ def _torch_op():
 
         _op = custom_op("warpspec::attention_varlen", _op_implementation,
                         schema="(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
-                               "int max_seq_q, bool causal, float scale) -> (Tensor, Tensor)")
+                               "int max_seq_q, int max_seq_k, bool causal, float scale, bool deterministic) -> "
+                               "(Tensor, Tensor)")
+        backward_op = _backward_op()
 
         def setup_context(ctx, inputs, output):
-            q, k, v, cu_q, cu_k, _, causal, scale = inputs
+            q, k, v, cu_q, cu_k, *ctx.arguments = inputs
             ctx.save_for_backward(q, k, v, cu_q, cu_k, *output)
-            ctx.causal, ctx.scale = causal, scale
             ctx.mark_non_differentiable(output[1])
 
         def backward(ctx, dout, _dlse):
             q, k, v, cu_q, cu_k, out, lse2 = ctx.saved_tensors
-            grads = sequence_gradients(q, k, v, cu_q, cu_k, out, dout.contiguous(), lse2, ctx.causal, ctx.scale)
-            return (*grads, None, None, None, None, None)
+            grads = backward_op(q, k, v, out, dout.contiguous(), lse2, cu_q, cu_k, *ctx.arguments)
+            return (*grads, None, None, None, None, None, None, None)
 
         torch.library.register_autograd("warpspec::attention_varlen", backward, setup_context=setup_context)
     return _op
 
 
-def _op_implementation(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seq_q, causal, scale):
+def _op_implementation(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seq_q, max_seq_k, causal, scale, deterministic):
     """The op's real and fake implementation: allocate, then launch (nothing runs on fake or meta tensors). The
     caller validated the arguments."""
     import torch
@@ -207,33 +231,79 @@ def _op_implementation(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seq_q, causal, s
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse2 = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
     if not runtime.shape_only((q, k, v)):
-        dtype = dtype_of(q)
-        assert dtype is not None
-        problem = VarlenProblem(int(cu_seqlens_q.shape[0]) - 1, int(q.shape[1]), int(k.shape[1]), int(q.shape[2]),
-                                dtype, causal, scale, max_seq_q)
-        launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse2, problem)
+        launch(q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse2,
+               _problem(q, k, cu_seqlens_q, max_seq_q, max_seq_k, causal, scale))
     return out, lse2
 
 
-def sequence_gradients(q, k, v, cu_q, cu_k, out, dout, lse2, causal, scale):
-    """(dq, dk, dv) of the packed forward, one ``attention_backward`` per sequence (its rows as [1, H, S, D] and
-    its log-sum-exp row); a sequence without queries or keys has zero gradients."""
+def _problem(q, k, cu_seqlens_q, max_seq_q, max_seq_k, causal, scale) -> VarlenProblem:
+    """The ``VarlenProblem`` of the ops' validated tensors and arguments."""
+    dtype = dtype_of(q)
+    assert dtype is not None
+    return VarlenProblem(int(cu_seqlens_q.shape[0]) - 1, int(q.shape[1]), int(k.shape[1]), int(q.shape[2]), dtype,
+                         causal, scale, max_seq_q, max_seq_k)
+
+
+_backward = None
+
+
+def _backward_op():
+    """The custom op ``warpspec::attention_varlen_backward(q, k, v, out, dout, lse2, cu_seqlens_q, cu_seqlens_k,
+    max_seq_q, max_seq_k, causal, scale, deterministic) -> (dq, dk, dv)``: the packed backward kernels, one launch
+    each (``launch_backward``). Registered with the forward op."""
+    global _backward
+    if _backward is None:
+        from warpspec.torch_ops import custom_op
+
+        _backward = custom_op("warpspec::attention_varlen_backward", _backward_implementation,
+                              schema="(Tensor q, Tensor k, Tensor v, Tensor out, Tensor dout, Tensor lse2, "
+                                     "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seq_q, int max_seq_k, "
+                                     "bool causal, float scale, bool deterministic) -> (Tensor, Tensor, Tensor)")
+    return _backward
+
+
+def _backward_implementation(q, k, v, out, dout, lse2, cu_seqlens_q, cu_seqlens_k, max_seq_q, max_seq_k, causal,
+                             scale, deterministic):
+    """The backward op's real and fake implementation: check the head dim, allocate the gradients, D's workspace
+    and (accumulating) the zeroed float32 dQ accumulator, launch (nothing runs on fake or meta tensors)."""
     import torch
 
-    from warpspec.ops.attention_backward import torch_backward_op
-
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    starts_q, starts_k = cu_q.tolist(), cu_k.tolist()
-    for b in range(len(starts_q) - 1):
-        rows, keys = slice(starts_q[b], starts_q[b + 1]), slice(starts_k[b], starts_k[b + 1])
-        if rows.start == rows.stop or keys.start == keys.stop:
-            continue
-        grads = torch_backward_op()(heads_first(q[rows]), heads_first(k[keys]), heads_first(v[keys]),
-                                    heads_first(out[rows]), heads_first(dout[rows]),
-                                    lse2[:, rows].unsqueeze(0).contiguous(), causal, scale)
-        for total, part, span in zip((dq, dk, dv), grads, (rows, keys, keys)):
-            total[span] = part[0].transpose(0, 1)
+    if int(q.shape[2]) not in BACKWARD_HEAD_DIMS:
+        raise ArgumentError(f"head_dim (q.shape[2]) is {int(q.shape[2])}; the backward of attention_varlen supports "
+                            f"{', '.join(map(str, BACKWARD_HEAD_DIMS))}")
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    if not runtime.shape_only((q, k, v, out, dout, lse2)):
+        dd = torch.empty(lse2.shape, dtype=torch.float32, device=q.device)
+        dq_accum = None if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        launch_backward(q, k, v, out, dout, lse2, cu_seqlens_q, cu_seqlens_k, dq, dk, dv, dd,
+                        _problem(q, k, cu_seqlens_q, max_seq_q, max_seq_k, causal, scale), dq_accum)
     return dq, dk, dv
+
+
+def launch_backward(q, k, v, out, dout, lse2, cu_seqlens_q, cu_seqlens_k, dq, dk, dv, dd, problem: VarlenProblem,
+                    dq_accum=None) -> list:
+    """Run the packed backward kernels on validated operands on the selected back end: D = rowsum(dO ∘ O) over
+    every packed row into ``dd`` (float32 [H, total_q]), then with ``dq_accum`` (a zeroed float32 array of q's
+    shape) the accumulating path, without it the deterministic one; each one launch over every sequence. Returns
+    the (Script, arguments) of each launch."""
+    total_q, total_k = int(q.shape[0]), int(k.shape[0])
+    dot, kv, last = backward_kernels(problem, deterministic=dq_accum is None, packed=True)
+    sizes = (total_q, total_k, problem.heads, problem.heads // problem.kv_heads, problem.scale,
+             problem.scale * LOG2_E, cu_seqlens_q, cu_seqlens_k, q, k, v, dout, lse2, dd)
+    launches: list = [(dot, (total_q, problem.heads, out, dout, dd))]
+    if problem.max_seq_k > 0:
+        dk_args = (dk, dv) if dq_accum is None else (dk, dv, dq_accum)
+        launches.append((kv, (problem.batch, problem.max_seq_k, *sizes, *dk_args)))
+    else:  # unchecked lengths that claim no keys anywhere: no dK/dV block
+        dk[...] = 0
+        dv[...] = 0
+    if dq_accum is None:
+        launches.append((last, (problem.batch, problem.max_seq_q, *sizes, dq)))
+    else:
+        launches.append((last, (total_q * problem.heads, problem.scale, dq_accum, dq)))
+    for script, args in launches:
+        script(*args)
+    return launches
 
 
 if "torch" in sys.modules:

@@ -14,7 +14,8 @@ end (a TMA box would also write the next sequence's rows); O of whole warpgroup 
 the dense kernel.
 
 Causal masks are aligned at the bottom right of each sequence (query i of a sequence sees its keys
-j <= i + S_k - S_q), as ``ops.attention`` aligns them.
+j <= i + S_k - S_q), as ``ops.attention`` aligns them. ``PackedRows`` (the views, the bounds and the stores that stop
+at a sequence's end) is shared with the packed backward kernels of ``attention_backward_kernel``.
 """
 
 from __future__ import annotations
@@ -25,57 +26,80 @@ from warpspec.ops.attention_kernel import BLOCK_M, WARPS, Attention, _schedules
 from warpspec.ops.naming import typed_kernel_name
 
 
-class _AttentionVarlen(Attention):
+class PackedRows:
+    """The packed mode's shared pieces, for the forward kernel here and the backward kernels
+    (``attention_backward_kernel``): the head-major views over packed rows, a block's sequence bounds read from
+    ``cu_seqlens`` and the store of a warpgroup's 64 finished rows that stops at the sequence's end. Mixed into
+    Scripts that have ``head_dim``, ``dtype`` and a ``store_output(buffer, view, tile, head, row)`` (the TMA store
+    of a [1, 64, D] shared buffer)."""
+
+    varlen = True
+
+    def head_rows(self, ptr, heads, rows):
+        """The packed [rows, H, D] array at ``ptr`` seen as [H, rows, D] (strides [D, H·D, 1]): a TMA box [1, n, D]
+        at (h, r) is head h's rows r ... r + n - 1."""
+        d = self.head_dim
+        return self.global_view(ptr, dtype=self.dtype, shape=[heads, rows, d], strides=[d, heads * d, 1])
+
+    def output_views(self, o_ptr, heads, rows):
+        """An output [rows, H, D] twice: as rows of H·D elements (``store_global`` clips them at a sequence's end)
+        and head-major (``head_rows``) for TMA stores."""
+        return (self.global_view(o_ptr, dtype=self.dtype, shape=[rows, heads * self.head_dim]),
+                self.head_rows(o_ptr, heads, rows))
+
+    def sequence_bounds(self, batch, total_q, total_k, cu_q_ptr, cu_k_ptr):
+        """(first query row, first key row, query rows, key rows) of sequence ``blockIdx.z``, read from the
+        cumulative lengths and clamped into [0, total] in order: unchecked lengths (``check=False``) never reach past
+        the views."""
+        cu_q = self.global_view(cu_q_ptr, dtype=int32, shape=[batch + 1])
+        cu_k = self.global_view(cu_k_ptr, dtype=int32, shape=[batch + 1])
+        sequence: int32 = self.blockIdx.z
+        q_start = min(max(self.load_scalar(cu_q, [sequence]), 0), total_q)
+        k_start = min(max(self.load_scalar(cu_k, [sequence]), 0), total_k)
+        seq_q: int32 = min(max(self.load_scalar(cu_q, [sequence + 1]), q_start), total_q) - q_start
+        seq_k: int32 = min(max(self.load_scalar(cu_k, [sequence + 1]), k_start), total_k) - k_start
+        return q_start, k_start, seq_q, seq_k
+
+    def store_rows(self, buffer, views, tile, head, rows_from, start, count):
+        """A warpgroup's 64 finished rows ``tile`` (in the kernel's dtype): rows ``rows_from ...`` of head ``head`` of
+        the sequence whose ``count`` rows start at view row ``start`` (``views``: ``output_views``). Through the
+        warpgroup's shared ``buffer`` and one TMA store when all 64 lie in the sequence; else from registers up to
+        its end (a TMA box would write the next sequence's rows too)."""
+        rows_view, heads_view = views
+        row = start + rows_from
+        if rows_from + 64 <= count:
+            self.store_output(buffer, heads_view, tile, head, row)
+        else:
+            self.store_global(rows_view, tile, offsets=[row, head * self.head_dim], row_end=start + count)
+
+
+class _AttentionVarlen(PackedRows, Attention):
     """The packed mode: per-sequence bounds read in the kernel; ``AttentionVarlen`` and ``AttentionPaged`` give
     the kernels' parameters."""
 
-    varlen = True
     tune_key = ("max_seq_q", "total_k", "heads")
 
     def attention_varlen(self, batch, max_seq_q, total_q, total_k, heads, group, scale_log2, cu_q_ptr, cu_k_ptr,
                          q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr):
         """The kernel: query tile ``blockIdx.x`` of head ``blockIdx.y`` of sequence ``blockIdx.z``."""
-        d, dtype = self.head_dim, self.dtype
         kv_heads = heads // group
         self.attrs.blocks = [cdiv(max_seq_q, BLOCK_M), heads, batch]
         self.attrs.warps = WARPS
-        gq = self.global_view(q_ptr, dtype=dtype, shape=[heads, total_q, d], strides=[d, heads * d, 1])
-        gk = self.global_view(k_ptr, dtype=dtype, shape=[kv_heads, total_k, d], strides=[d, kv_heads * d, 1])
-        gv = self.global_view(v_ptr, dtype=dtype, shape=[kv_heads, total_k, d], strides=[d, kv_heads * d, 1])
+        gq = self.head_rows(q_ptr, heads, total_q)
+        gk = self.head_rows(k_ptr, kv_heads, total_k)
+        gv = self.head_rows(v_ptr, kv_heads, total_k)
         go = self.output_views(o_ptr, heads, total_q)
         # lse [H, total_q] seen as [total_q, H], as the dense kernel sees its [B·H, S_q].
         glse = self.global_view(lse_ptr, dtype=float32, shape=[total_q, heads], strides=[1, total_q])
-        cu_q = self.global_view(cu_q_ptr, dtype=int32, shape=[batch + 1])
-        cu_k = self.global_view(cu_k_ptr, dtype=int32, shape=[batch + 1])
-        sequence: int32 = self.blockIdx.z
-        # Clamped into [0, total] in order: unchecked lengths (``check=False``) never reach past the views.
-        q_start = min(max(self.load_scalar(cu_q, [sequence]), 0), total_q)
-        k_start = min(max(self.load_scalar(cu_k, [sequence]), 0), total_k)
-        seq_q: int32 = min(max(self.load_scalar(cu_q, [sequence + 1]), q_start), total_q) - q_start
-        seq_k: int32 = min(max(self.load_scalar(cu_k, [sequence + 1]), k_start), total_k) - k_start
+        q_start, k_start, seq_q, seq_k = self.sequence_bounds(batch, total_q, total_k, cu_q_ptr, cu_k_ptr)
         head: int32 = self.blockIdx.y
         self.attend(gq, gk, gv, go, glse, seq_q, seq_k, scale_log2, head, head // group, q_start, k_start)
 
-    def output_views(self, o_ptr, heads, rows):
-        """O [rows, H, D] twice: as rows of H·D elements (``store_global`` clips them at a sequence's end) and
-        head-major ([H, rows, D], strides [D, H·D, 1]) for TMA stores, as Q is loaded."""
-        d = self.head_dim
-        return (self.global_view(o_ptr, dtype=self.dtype, shape=[rows, heads * d]),
-                self.global_view(o_ptr, dtype=self.dtype, shape=[heads, rows, d], strides=[d, heads * d, 1]))
-
     def store_result(self, sq, go, glse, out, lse, bh, rows_from, q_start, seq_q):
-        """A warpgroup's 64 rows of O and of the log-sum-exp (``go``: ``output_views``). O leaves as the dense
-        kernel's does, through the warpgroup's Q buffer and one TMA store, when all 64 rows lie in the sequence;
-        else from registers up to the sequence's end (a TMA box would write the next sequence's rows too)."""
-        go_rows, go_heads = go
-        row = q_start + rows_from
-        row_end = q_start + seq_q
-        self.store_global(glse, lse, offsets=[row, bh], row_end=row_end)
-        result = self.cast(out, self.dtype)
-        if rows_from + 64 <= seq_q:
-            self.store_output(sq, go_heads, result, bh, row)
-        else:
-            self.store_global(go_rows, result, offsets=[row, bh * self.head_dim], row_end=row_end)
+        """A warpgroup's 64 rows of O and of the log-sum-exp (``go``: ``output_views``): the log-sum-exp from
+        registers up to the sequence's end, O by ``store_rows``."""
+        self.store_global(glse, lse, offsets=[q_start + rows_from, bh], row_end=q_start + seq_q)
+        self.store_rows(sq, go, self.cast(out, self.dtype), bh, rows_from, q_start, seq_q)
 
 
 @_schedules
