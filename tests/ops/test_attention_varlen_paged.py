@@ -54,6 +54,19 @@ def test_varlen_matches_each_sequence_dense(causal):
         assert np.abs(out[rows].astype(np.float32) - want.transpose(1, 0, 2)).max() < 2e-3
 
 
+def test_varlen_with_an_empty_batch_is_an_empty_result():
+    """No sequences (cu_seqlens [0]): the longest sequence's length was the max() of no lengths, a raw
+    ValueError."""
+    q, k, v, _, _ = packed([4], [4])
+    none = np.zeros(1, np.int32)
+    assert attention_varlen(q[:0], k[:0], v[:0], none, none).shape == (0,) + q.shape[1:]
+    tq = torch.from_numpy(q[:0]).requires_grad_()
+    out = attention_varlen(tq, torch.from_numpy(k[:0]), torch.from_numpy(v[:0]), torch.from_numpy(none),
+                           torch.from_numpy(none))
+    out.float().sum().backward()
+    assert tq.grad.shape == tq.shape
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_varlen_random_lengths_run_in_one_launch(causal, monkeypatch):
     """Six sequences of random lengths 1-200 (S_q and S_k drawn apart), fp16 and grouped-query heads: one launch

@@ -147,7 +147,7 @@ def longest(name: str, starts: list[int], given, what: str) -> int:
     """The longest sequence's rows from checked cumulative lengths ``starts``; ``given`` (the caller's
     ``max_seqlen_q`` or ``max_seqlen_k``, or None) must not be below it."""
     lengths = [b - a for a, b in zip(starts, starts[1:])]
-    found = max(lengths)
+    found = max(lengths, default=0)  # an empty batch has no rows
     if given is not None and given < found:
         raise ArgumentError(f"{name} is {given}, but sequence {lengths.index(found)} has {found} {what}")
     return found
