@@ -350,7 +350,7 @@ class RuntimePhase(warpspec.Script):
         self.mbarrier.wait(b[0], phase=phase)
 
 
-class DividesByZero(warpspec.Script):
+class Divides(warpspec.Script):
     """x[0] = n // d at run time."""
 
     def __call__(self, n: int32, d: int32, x_ptr: ~int32):
@@ -359,6 +359,31 @@ class DividesByZero(warpspec.Script):
         x = self.global_view(x_ptr, dtype=int32, shape=[1])
         q = self.register_tensor(dtype=int32, shape=[1], init=0)
         q[0] = n // d
+        self.store_global(x, q, offsets=[0])
+
+
+class Shifts(warpspec.Script):
+    """x[0] = n << d at run time."""
+
+    def __call__(self, n: int32, d: int32, x_ptr: ~int32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        x = self.global_view(x_ptr, dtype=int32, shape=[1])
+        q = self.register_tensor(dtype=int32, shape=[1], init=0)
+        q[0] = n << d
+        self.store_global(x, q, offsets=[0])
+
+
+class CountsUpTo(warpspec.Script):
+    """A runtime loop from ``start`` to ``stop`` in steps of 64, counting its trips into x[0]."""
+
+    def __call__(self, start: int32, stop: int32, x_ptr: ~int32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 1
+        x = self.global_view(x_ptr, dtype=int32, shape=[1])
+        q = self.register_tensor(dtype=int32, shape=[1], init=0)
+        for _ in self.range(start, stop, 64):
+            q[0] = q[0] + 1
         self.store_global(x, q, offsets=[0])
 
 
@@ -466,7 +491,10 @@ EMULATOR_CHECKS = {
     "mma-without-fence": multiplied(MultiplyWithoutFence),
     "mma-never-committed": multiplied(MultiplyNeverCommitted),
     "store-never-committed": staged(StoreNeverCommitted),
-    "divides-by-zero": lambda: DividesByZero()(1, 0, np.zeros(1, np.int32)),
+    "divides-by-zero": lambda: Divides()(1, 0, np.zeros(1, np.int32)),
+    "divides-smallest-by-minus-one": lambda: Divides()(-2**31, -1, np.zeros(1, np.int32)),
+    "shifts-by-a-negative-amount": lambda: Shifts()(1, -1, np.zeros(1, np.int32)),
+    "loop-wraps-its-counter": lambda: CountsUpTo()(2**31 - 100, 2**31 - 1, np.zeros(1, np.int32)),
     "blocks-overlap": lambda: gk.MoveRows()(32, 16, 16, 0, *overlapping_rows()),
     "tma-store-read-back": lambda: gk.StoreThenRead(wait=False, tma_reader=False)(
         *[np.zeros((64, 64), np.float16) for _ in range(3)]),
