@@ -15,8 +15,10 @@
 # grouped-tests (ops.grouped_matmul's GPU tests), grouped (benchmarks/grouped.py), grouped-sweep (the same, every
 # schedule of the grouped kernel timed too), decode (benchmarks/attention_decode.py at batch 1 and 32), decode-tests
 # (the split-KV and bound-launch GPU tests), timeline-tests (the timeline's GPU tests), paged (paged decode at pages 16
-# and 64, checked and not, beside dense decode and SDPA), paged-tests (ops.attention_paged's GPU tests), varlen
-# (benchmarks/attention_varlen.py).
+# and 64, checked and not, beside dense decode and SDPA), paged-tests (ops.attention_paged's and ops.attention_varlen's
+# GPU tests, its packed backward's too), varlen (benchmarks/attention_varlen.py), varlen-backward (the same, forward +
+# backward: the packed backward against the dense one), batched-tests (batched ops.matmul's GPU tests), batched
+# (benchmarks/batched.py: its one launch against torch.bmm and the per-batch loop).
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-h200-logs}"
@@ -97,12 +99,16 @@ for step in "${steps[@]}"; do
     paged) cmd=(python3 benchmarks/attention_decode.py --batches 1,32 --seq-ks 8192,32768,131072 --seq-qs 1
                 --pages 16,64 --kernels --max-gb 10 --warmup 10 --rep 40 --json "$out/paged.json") ;;
     paged-tests) cmd=(python3 -m pytest -q -m gpu tests/ops/test_attention_paged_decode.py
-                      tests/ops/test_attention_varlen_paged.py -p no:cacheprovider) ;;
+                      tests/ops/test_attention_varlen_paged.py tests/ops/test_attention_varlen_backward_gpu.py
+                      -p no:cacheprovider) ;;
     varlen) cmd=(python3 benchmarks/attention_varlen.py --json "$out/varlen.json") ;;
+    varlen-backward) cmd=(python3 benchmarks/attention_varlen.py --backward --json "$out/varlen_backward.json") ;;
     timeline-tests) cmd=(python3 -m pytest -q -m gpu tests/timeline -p no:cacheprovider) ;;
     grouped-tests) cmd=(python3 -m pytest -q -m gpu tests/ops/test_grouped_matmul_gpu.py -p no:cacheprovider) ;;
     grouped) cmd=(python3 benchmarks/grouped.py --json "$out/grouped.json") ;;
     grouped-sweep) cmd=(python3 benchmarks/grouped.py --sweep --json "$out/grouped_sweep.json") ;;
+    batched-tests) cmd=(python3 -m pytest -q -m gpu tests/ops/test_matmul_batched_gpu.py -p no:cacheprovider) ;;
+    batched) cmd=(python3 benchmarks/batched.py --json "$out/batched.json") ;;
     schedules) cmd=(python3 benchmarks/v3_schedules.py --json "$out/v3_8192.json") ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac

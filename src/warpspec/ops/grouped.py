@@ -20,6 +20,10 @@ and such a call cannot be captured in a CUDA graph).
 The op is differentiable: dA = dC · B[g]ᵀ is one grouped launch on B's other layout (``b.transpose(1, 2)``, no
 copy), and dB[g] = A[g]ᵀ · dC[g] one ``ops.matmul`` per non-empty group (a GEMM whose inner dimension is the
 group's rows).
+
+``batched_matmul`` is ``ops.matmul``'s batched form (``a`` [B, M, K] @ ``b`` [B, K, N], no epilogue) as the same
+launch over B groups of M rows, on ends made from the shapes, so neither its forward nor its backward reads them
+from the device.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from warpspec.dtypes import DType, bfloat16, float16
 from warpspec.errors import ArgumentError
 from warpspec.ops.grouped_kernel import GroupedGemm, grouped_schedule, grouped_workspace
 from warpspec.ops.frame import Signatures, address, describe, plain_cuda, sm_count
-from warpspec.ops.matmul import (MAX_EXTENT, TMA_ALIGNMENT, _out_dtype, _torch_dtype, matmul, span,
+from warpspec.ops.matmul import (MAX_EXTENT, TMA_ALIGNMENT, _out_dtype, _overlap, _torch_dtype, matmul, span,
                                  strides_of)
 from warpspec.ops.operands import dtype_of, kind_of, same_device, same_kind
 from warpspec.ops.workspace import placeholders_like, stream_workspace, workspace_like
@@ -196,12 +200,12 @@ def _launcher(problem: GroupedProblem, a, b, offs, out) -> _Launcher | None:
     """The ``_Launcher`` of calls with these sizes and pitches on the selected back end and device, made at the
     first one; None where a pitch sends them to the per-group path."""
     backend = runtime.get_backend()
-    key = (problem, strides_of(a), strides_of(b), strides_of(out), backend,
-           runtime.current_device() if backend == "cuda" else None)
+    a_strides, b_strides, out_strides = strides_of(a), strides_of(b), strides_of(out)
+    key = (problem, a_strides, b_strides, out_strides, backend, runtime.current_device() if backend == "cuda" else None)
     found = _launchers.get(key, _MISSING)
     if found is _MISSING:
         found = None
-        if _tma_pitches(problem, a, b, out):
+        if _tma_pitches(problem, a_strides[0], b_strides, out_strides[0]):
             found = _Launcher(problem, script_for(problem, kernel_arguments(problem, a, b, offs, out,
                                                                             placeholders_like(out))))
         _launchers.remember(key, found)
@@ -215,7 +219,7 @@ def kernel_arguments(problem: GroupedProblem, a, b, offs, out, workspace: tuple)
     stored = b.swapaxes(1, 2) if problem.b_k_major else b
     group_pitch, pitch, _ = strides_of(stored)
     return (problem.groups, problem.total, problem.n, problem.k, strides_of(a)[0], pitch, group_pitch,
-            strides_of(out)[0], offs, span(a), span(stored), out, *workspace, sm_count())
+            strides_of(out)[0], offs, span(a), span(stored), span(out), *workspace, sm_count())
 
 
 def readable(value, k_major: bool = False):
@@ -231,13 +235,12 @@ def readable(value, k_major: bool = False):
     return copy.swapaxes(1, 2) if k_major else copy
 
 
-def _tma_pitches(problem: GroupedProblem, a, b, out) -> bool:
-    """Whether every pitch the kernel's views step by is a multiple of TMA's 16 bytes."""
+def _tma_pitches(problem: GroupedProblem, a_pitch: int, b_strides: tuple[int, ...], out_pitch: int) -> bool:
+    """Whether every pitch the kernel's views step by (``a``'s and ``out``'s row pitches, ``b``'s strides, all in
+    elements) is a multiple of TMA's 16 bytes."""
     size = problem.in_dtype.nbytes
-    b_strides = strides_of(b)
-    pitches = [strides_of(a)[0] * size, b_strides[0] * size,
-               (b_strides[2] if problem.b_k_major else b_strides[1]) * size,
-               strides_of(out)[0] * problem.out_dtype.nbytes]
+    pitches = [a_pitch * size, b_strides[0] * size, (b_strides[2] if problem.b_k_major else b_strides[1]) * size,
+               out_pitch * problem.out_dtype.nbytes]
     return all(p % TMA_ALIGNMENT == 0 for p in pitches)
 
 
@@ -269,6 +272,140 @@ def script_for(problem: GroupedProblem, args: tuple):
     return tuned.instantiate(schedule)
 
 
+# --------------------------------------------------------------------------------------------- batched
+
+
+@dataclass
+class _Batch:
+    """A batched description the grouped kernel runs as it is: B groups of M rows each, their problem and, once a
+    call launched with plain CUDA tensors (on the description's device), its ``_Launcher``, which later such calls
+    take without ``write``'s checks (the description's made them)."""
+
+    batches: int
+    rows: int
+    problem: GroupedProblem
+    launcher: _Launcher | None = None
+
+
+_batches = Signatures()  # what a batched call's description is -> its _Batch, or None for the caller's loop
+_offsets = Signatures()  # (B, M, device, stream; None for numpy) -> the ends [M, 2M, ..., B·M] there
+#: id(offsets) -> (offsets, their ends as Python ints): what the backward of a batched call knows without reading
+#: the device. The offsets are kept alive with their ends, so an id here is never one of another tensor.
+_known_ends = Signatures()
+
+
+def batched_matmul(a, b, out, out_dtype):
+    """``a`` [B, M, K] @ ``b`` [B, K, N] (``ops.matmul``'s batched form without an epilogue) in one launch of the
+    grouped kernel: B groups of M rows, ``a`` read as its [B·M, K] rows (a view), the ends [M, 2M, ..., B·M] made
+    from the shapes (never read back: no host synchronisation) and kept per (B, M, device), the result's rows
+    [B·M, N] viewed as [B, M, N]; ``out`` [B, M, N], when given, written through its rows.
+
+    Returns None where the one launch does not apply, and the caller runs its loop of one GEMM per batch, which
+    gives that call's result or error: operands the grouped kernel does not read as they are (dtypes other than
+    float16 and bfloat16, an ``a`` whose rows do not flatten into one pitch, a ``b`` with no contiguous axis or
+    broadcast over the batch, a negative stride, a pitch TMA cannot describe, an empty M, N or K), an ``out`` that
+    does not flatten or shares memory with an input, misaligned CUDA addresses, a gradient with ``out=`` (which has
+    none), fake or meta tensors and ``torch.compile`` (whose traced loop differentiates as it is)."""
+    try:
+        key = (describe(a), describe(b), describe(out), out_dtype)
+        batch = _batches.get(key, _MISSING)
+    except (TypeError, AttributeError):  # an out that is no array, or an unhashable out_dtype: the loop says so
+        return None
+    if batch is _MISSING:
+        batch = _batches.remember(key, _batch_of(a, b, out, out_dtype))
+    if batch is None or (out is not None and (_overlap(out, a) or _overlap(out, b))):
+        return None
+    problem = batch.problem
+    shape = (batch.batches, batch.rows, problem.n)
+    if isinstance(a, np.ndarray):
+        result = np.empty(shape, problem.out_dtype.numpy) if out is None else out
+        with runtime.use_backend("emulator"):
+            write(problem, a.reshape(problem.total, problem.k), b, _batch_offsets(batch, None),
+                  result.reshape(problem.total, problem.n))
+        return result
+    torch = sys.modules["torch"]
+    if torch.compiler.is_compiling():
+        return None
+    if out is not None and torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or out.requires_grad):
+        return None
+    # torch_ops imports torch, so it is imported here, not with this module; the lookup is cheaper per call.
+    support = sys.modules.get("warpspec.torch_ops") or importlib.import_module("warpspec.torch_ops")
+    plain = support.dispatch_is_plain(a, b, out)
+    if plain and (address(a) | address(b) | (0 if out is None else address(out))) % TMA_ALIGNMENT:
+        return None  # the grouped op's own fallback would read the ends on the host
+    if not plain and runtime.shape_only((a, b)):  # a trace (fake or meta tensors): no ends to make or keep
+        return None
+    offs = _batch_offsets(batch, a.device)
+    a_rows = a.view(problem.total, problem.k)
+    if not plain:  # through the op: modes, the profiler and autograd see it
+        result = _torch_op()(a_rows, b, offs, _torch_dtype(problem.out_dtype)).view(shape)
+        return result if out is None else out.copy_(result)
+    result = torch.empty(shape, dtype=_torch_dtype(problem.out_dtype), device=a.device) if out is None else out
+    if problem.total:  # B = 0 has nothing to launch
+        rows = result.view(problem.total, problem.n)
+        if batch.launcher is None:
+            batch.launcher = _launcher(problem, a_rows, b, offs, rows)
+        batch.launcher.launch(a_rows, b, offs, rows)
+    if out is not None:  # as an in-place op's: autograd refuses a backward through the values overwritten
+        torch.autograd.graph.increment_version(out)
+    return result
+
+
+def _batch_of(a, b, out, out_dtype) -> _Batch | None:
+    """The ``_Batch`` of a batched description (``a`` [B, M, K], ``b`` [B, K', N] and ``out`` [B, M, N] or None,
+    the ranks, B and out's shape checked by ``ops.matmul``), or None where the grouped kernel does not read its
+    operands as they are (``batched_matmul``). An ``out_dtype`` or ``out`` dtype ``ops.matmul`` does not take is
+    its ``ArgumentError``, with its message."""
+    batches, m, k = (int(s) for s in a.shape)
+    _, k_b, n = (int(s) for s in b.shape)
+    in_dtype = dtype_of(a)
+    if (k_b != k or 0 in (m, n, k) or batches * m > MAX_EXTENT or in_dtype not in (float16, bfloat16)
+            or dtype_of(b) != in_dtype):
+        return None
+    operands = (a, b) if out is None else (a, b, out)
+    if out is not None and (isinstance(out, np.ndarray) != isinstance(a, np.ndarray)
+                            or (isinstance(out, np.ndarray) and not out.flags.writeable)):
+        return None
+    if not isinstance(a, np.ndarray) and any(x.device != a.device for x in operands):
+        return None
+
+    def flattens(value) -> bool:  # [B, M, C] -> [B·M, C] as a view of unit column stride
+        batch_stride, row_stride, column_stride = strides_of(value)
+        return column_stride == 1 and row_stride > 0 and (batches <= 1 or batch_stride == m * row_stride)
+
+    # No batches: nothing is read or written, whatever the strides (numpy gives an empty array strides of 0).
+    if batches and (any(stride < 0 for x in operands for stride in strides_of(x)) or readable(b) is not b
+                    or not flattens(a) or (out is not None and not flattens(out))):
+        return None
+    problem = GroupedProblem(batches, batches * m, k, n, in_dtype, _out_dtype(in_dtype, out, out_dtype), _k_major(b))
+    out_pitch = n if out is None else strides_of(out)[1]
+    if batches and not _tma_pitches(problem, strides_of(a)[1], strides_of(b), out_pitch):
+        return None
+    return _Batch(batches, m, problem)
+
+
+def _batch_offsets(batch: _Batch, device):
+    """The int32 ends [M, 2M, ..., B·M] of ``batch``'s groups on ``device`` (None: a numpy array), made at the
+    first call of (B, M, device) and kept; on a GPU per stream too, made on the stream that reads them, so that no
+    launch reads them before they are written. Inside CUDA graph capture they are made by a node of the graph and
+    not kept: their memory is the graph's."""
+    torch = sys.modules.get("torch")
+    stream = torch._C._cuda_getCurrentRawStream(device.index) if device is not None and device.type == "cuda" else None
+    key = (batch.batches, batch.rows, device, stream)
+    offs = _offsets.get(key)
+    if offs is None:
+        stop = (batch.batches + 1) * batch.rows
+        if device is None:
+            offs = np.arange(batch.rows, stop, batch.rows, dtype=np.int32)
+        else:
+            offs = torch.arange(batch.rows, stop, batch.rows, dtype=torch.int32, device=device)
+            if stream is not None and torch.cuda.is_current_stream_capturing():
+                return offs
+            _known_ends.remember(id(offs), (offs, list(range(batch.rows, stop, batch.rows))))
+        _offsets.remember(key, offs)
+    return offs
+
+
 # --------------------------------------------------------------------------------------------- torch op
 
 _op = None
@@ -289,6 +426,8 @@ def _torch_op():
         def setup_context(ctx, inputs, output):
             a, b, offs, _ = inputs
             ctx.save_for_backward(a, b, offs)
+            known = _known_ends.get(id(offs))
+            ctx.ends = known[1] if known is not None and known[0] is offs else None  # a batched call's
 
         def backward(ctx, grad):
             a, b, offs = ctx.saved_tensors
@@ -298,10 +437,11 @@ def _torch_op():
             grad = grad.to(a.dtype).contiguous()
             grad_a = _torch_op()(grad, b.transpose(1, 2), offs, a.dtype) if need_a else None
             grad_b = None
-            if need_b:  # the ends on the host (a CUDA offs waits for the device): one GEMM per group
+            if need_b:  # one GEMM per group, on the ends of a batched call or read (a CUDA offs waits for the device)
                 grad_b = torch.zeros_like(b)
                 start = 0
-                for group, end in enumerate(_clamped(offs.tolist(), int(a.shape[0]))):
+                ends = ctx.ends if ctx.ends is not None else _clamped(offs.tolist(), int(a.shape[0]))
+                for group, end in enumerate(ends):
                     if end > start:
                         grad_b[group] = matmul(a[start:end].T, grad[start:end])
                     start = end

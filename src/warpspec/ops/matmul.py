@@ -101,7 +101,7 @@ def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_
       float8 ``a`` must be row-major and ``b`` ``w.T``, as ``torch._scaled_mm`` requires. An operand whose row
       pitch is not a multiple of 16 bytes (TMA's) is multiplied from an aligned copy; base addresses must be
       16-byte aligned. ``a`` [..., M, K] with a 2-D ``b`` multiplies ``a``'s rows; ``a`` [B, M, K] with ``b``
-      [B, K, N] each batch.
+      [B, K, N] each batch (in one launch where there is no epilogue: docs/ops.md).
     * torch tensors that require a gradient (in grad mode) give a differentiable result
       (``warpspec.ops.matmul_grad``), or an ``ArgumentError`` where there is no backward (float8, ``out=``).
     * ``scale_a``, ``scale_b``: per-tensor scales, required for float8 inputs and refused otherwise: Python
@@ -136,8 +136,10 @@ def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_
 def _leading_dims(a, b, out, **epilogue):
     """``matmul`` of operands with more than two dimensions, as ``torch.matmul`` takes them: ``a`` [..., M, K] by a
     2-D ``b`` [K, N] is one GEMM of ``a``'s rows (``reshape``: a view, no copy, when ``a``'s leading dimensions are
-    contiguous); ``a`` [B, M, K] by ``b`` [B, K, N] is one GEMM per batch (a launch each), into ``out`` [B, M, N]
-    or a new stacked result."""
+    contiguous); ``a`` [B, M, K] by ``b`` [B, K, N] without an epilogue is one launch of the grouped kernel over B
+    groups of M rows where it reads the operands as they are (``warpspec.ops.grouped.batched_matmul``), else (a
+    bias, an activation, float8, layouts it does not read) one GEMM per batch, a launch each, into ``out``
+    [B, M, N] or a new stacked result."""
     kind = same_kind("a", a, b=b)
     if len(b.shape) == 2:
         k = a.shape[-1]
@@ -163,13 +165,22 @@ def _leading_dims(a, b, out, **epilogue):
     if len(a.shape) != 3 or len(b.shape) != 3 or a.shape[0] != b.shape[0]:
         raise ArgumentError(f"batched ops.matmul takes a [B, M, K] and b [B, K, N] with one B (or a 2-D b), got "
                             f"shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    if out is not None and tuple(out.shape) != (a.shape[0], a.shape[1], b.shape[2]):
+        raise ArgumentError(f"out must have shape {(a.shape[0], a.shape[1], b.shape[2])}, got {tuple(out.shape)}")
+    if all(value is None for name, value in epilogue.items() if name != "out_dtype"):
+        # grouped imports this module, so it is imported here, not with it; the lookup is cheaper per call.
+        grouped = sys.modules.get("warpspec.ops.grouped") or importlib.import_module("warpspec.ops.grouped")
+        result = grouped.batched_matmul(a, b, out, epilogue["out_dtype"])
+        if result is not None:
+            return result
     if out is not None:
-        if tuple(out.shape) != (a.shape[0], a.shape[1], b.shape[2]):
-            raise ArgumentError(f"out must have shape {(a.shape[0], a.shape[1], b.shape[2])}, got "
-                                f"{tuple(out.shape)}")
         for index in range(a.shape[0]):
             matmul(a[index], b[index], out=out[index], **epilogue)
         return out
+    if a.shape[0] == 0:  # no batch to stack: one product of no rows, for the checks and the result's dtype
+        k, n = b.shape[1], b.shape[2]
+        weights = np.zeros((k, n), b.dtype) if kind == "numpy" else b.new_zeros((k, n))
+        return matmul(a.reshape(0, k), weights, **epilogue).reshape(0, a.shape[1], n)
     results = [matmul(a[index], b[index], **epilogue) for index in range(a.shape[0])]
     return np.stack(results) if kind == "numpy" else sys.modules["torch"].stack(results)
 
