@@ -181,6 +181,34 @@ def test_a_store_past_its_group_is_caught():
     assert "which block (0, 0, 0) also wrote (tma.shared_to_global of gc" in str(caught.value)
 
 
+#: Equal groups (a batched product): 3 groups of 70 rows, so a 64- or 128-row band crosses into the next group.
+UNIFORM = [70, 70, 70]
+
+
+@pytest.mark.parametrize("b_k_major", [False, True], ids=["b-row-major", "b-expert-weights"])
+@pytest.mark.parametrize("schedule", [s for s in SCHEDULES if fits(s, float16)],
+                         ids=lambda s: "{block_m}x{block_n}-{num_stages}-split{max_split}".format(**s))
+def test_equal_groups_walk_without_reading_their_ends(schedule, b_k_major):
+    """``uniform``: every tile's group comes from its index, so ends the kernel would read wrongly (all 0) change
+    nothing, and the result is each group's product, stored up to its end."""
+    a, b, stored, ends = operands(np.float16, b_k_major, sizes=UNIFORM, tail=0)
+    out = np.full((a.shape[0], N), np.nan, np.float16)
+    script = GroupedGemm(float16, float16, b_k_major, uniform=True).instantiate(schedule)
+    assert script.kernel_name() == "GroupedGemmUniformF16"
+    run(script, a, stored, np.zeros_like(ends), out)
+    np.testing.assert_allclose(out.astype(np.float32), expected_of(a, b, ends), rtol=2e-3, atol=2e-2)
+
+
+def test_equal_groups_of_few_tiles_are_split_by_k():
+    """One group of 20 rows (B = 1): two tiles on up to four blocks, each split between two."""
+    a, b, stored, ends = operands(np.float16, False, sizes=[20], tail=0, k=9 * 64)
+    out = np.full((a.shape[0], N), np.nan, np.float16)
+    partials, flags = run(GroupedGemm(float16, float16, False, uniform=True).instantiate(SPLIT), a, stored,
+                          np.zeros_like(ends), out, num_sms=6)
+    np.testing.assert_allclose(out.astype(np.float32), expected_of(a, b, ends), rtol=2e-3, atol=5e-2)
+    assert partials.any() and not flags.any()
+
+
 @pytest.mark.parametrize("out_dtype, schedule", [
     (bfloat16, {"block_m": 128, "block_n": 256, "num_stages": 3, "max_split": 1}),
     (float32, {"block_m": 128, "block_n": 128, "num_stages": 5, "max_split": 1}),
@@ -188,16 +216,18 @@ def test_a_store_past_its_group_is_caught():
     (bfloat16, {"block_m": 64, "block_n": 128, "num_stages": 5, "max_split": 8}),
     (float32, {"block_m": 128, "block_n": 128, "num_stages": 5, "max_split": 8})],
     ids=["bf16-128x256", "f32-128x128", "bf16-64x256", "bf16-64x128-split", "f32-128x128-split"])
-def test_nvrtc_builds_without_spills(out_dtype, schedule):
+@pytest.mark.parametrize("uniform", [False, True], ids=["ragged", "uniform"])
+def test_nvrtc_builds_without_spills(out_dtype, schedule, uniform):
     """No spills, no stack, no ptxas advisory, and the WGMMAs of one K-tile per stage: 4 (16 of K each) per
     warpgroup's 64 rows, unrolled once per stage, in the walk's main loop and, where tiles may split, the split
-    part's."""
+    part's; for ragged groups and for equal ones."""
     from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.runtime import kernel_for
 
-    kernel = GroupedGemm(bfloat16, out_dtype, True, **schedule)
-    assert kernel.kernel_name() == ("GroupedGemmBF16" if out_dtype == bfloat16 else "GroupedGemmBF16F32")
+    kernel = GroupedGemm(bfloat16, out_dtype, True, uniform=uniform, **schedule)
+    stem = "GroupedGemmUniform" if uniform else "GroupedGemm"
+    assert kernel.kernel_name() == stem + ("BF16" if out_dtype == bfloat16 else "BF16F32")
     built = compile_kernel(kernel_for(kernel, {}))
     (report,) = parse_ptxas_log(built.module.log).values()
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())

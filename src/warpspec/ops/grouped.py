@@ -56,6 +56,9 @@ class GroupedProblem:
     in_dtype: DType
     out_dtype: DType
     b_k_major: bool
+    #: Every group has total / groups rows (a batched product, whose ends the host made): the kernel computes each
+    #: tile's group instead of reading the ends (``GroupedGemm``'s ``uniform``).
+    uniform: bool = False
 
 
 def grouped_matmul(a, b, offs, *, out_dtype=None):
@@ -258,10 +261,11 @@ _tuned: dict = {}  # (dtypes, B layout) -> the autotuned Script
 
 def script_for(problem: GroupedProblem, args: tuple):
     """The pinned Script for ``problem``: a stored tuning winner on the GPU, else the size rule's schedule."""
-    key = (problem.in_dtype.name, problem.out_dtype.name, problem.b_k_major)
+    key = (problem.in_dtype.name, problem.out_dtype.name, problem.b_k_major, problem.uniform)
     tuned = _tuned.get(key)
     if tuned is None:
-        tuned = _tuned[key] = GroupedGemm(problem.in_dtype, problem.out_dtype, problem.b_k_major)
+        tuned = _tuned[key] = GroupedGemm(problem.in_dtype, problem.out_dtype, problem.b_k_major,
+                                          uniform=problem.uniform)
     schedule = None
     if runtime.get_backend() == "cuda":
         from warpspec.tune.tuner import stored_schedule
@@ -377,7 +381,8 @@ def _batch_of(a, b, out, out_dtype) -> _Batch | None:
     if batches and (any(stride < 0 for x in operands for stride in strides_of(x)) or readable(b) is not b
                     or not flattens(a) or (out is not None and not flattens(out))):
         return None
-    problem = GroupedProblem(batches, batches * m, k, n, in_dtype, _out_dtype(in_dtype, out, out_dtype), _k_major(b))
+    problem = GroupedProblem(batches, batches * m, k, n, in_dtype, _out_dtype(in_dtype, out, out_dtype), _k_major(b),
+                             uniform=True)
     out_pitch = n if out is None else strides_of(out)[1]
     if batches and not _tma_pitches(problem, strides_of(a)[1], strides_of(b), out_pitch):
         return None
@@ -469,8 +474,9 @@ def _op_implementation(a, b, offs, out_dtype):
     if not runtime.shape_only((a, b, offs)):
         in_dtype, resolved = dtype_of(a), dtype_of(out)
         assert in_dtype is not None and resolved is not None
+        known = _known_ends.get(id(offs))  # the ends a batched call made: equal groups
         problem = GroupedProblem(int(b.shape[0]), int(a.shape[0]), int(b.shape[1]), int(b.shape[2]), in_dtype,
-                                 resolved, _k_major(b))
+                                 resolved, _k_major(b), uniform=known is not None and known[0] is offs)
         write(problem, a, b, offs, out)
     return out
 
