@@ -32,21 +32,22 @@ def _int32(value: int) -> int:
 
 
 def _on_device(arrays, device):
-    """``arrays`` as torch tensors on ``device`` (uint32 as int32 bits), or as they are for the emulator."""
+    """``arrays`` as torch tensors on ``device`` (torch.uint32 for uint32: a ~uint32 parameter takes no other), or as
+    they are for the emulator."""
     if device is None:
         return list(arrays)
     torch = pytest.importorskip("torch")
-    return [torch.from_numpy(a.view(np.int32) if a.dtype == np.uint32 else a).to(device) for a in arrays]
+    return [torch.from_numpy(a).to(device) for a in arrays]
 
 
-def _to_host(tensors, like, device):
-    """The results of a launch as numpy arrays of ``like``'s dtypes."""
+def _to_host(tensors, device):
+    """The results of a launch as numpy arrays."""
     if device is None:
         return list(tensors)
     import torch
 
     torch.cuda.synchronize()
-    return [t.cpu().numpy().view(a.dtype) for t, a in zip(tensors, like)]
+    return [t.cpu().numpy() for t in tensors]
 
 
 # ---------------------------------------------------------------------------------------------- integer scalars
@@ -108,7 +109,7 @@ def _run_integer_edges(backend, args, device=None):
     tensors = _on_device([dst, udst], device)
     with warpspec.use_backend(backend):
         IntegerEdges()(*tensors, *args)
-    dst, udst = _to_host(tensors, [dst, udst], device)
+    dst, udst = _to_host(tensors, device)
     return [int(x) for x in dst], [int(x) for x in udst]
 
 
@@ -171,7 +172,7 @@ def _run_int64_extremes(backend, m, device=None):
     tensors = _on_device([dst], device)
     with warpspec.use_backend(backend):
         Int64Extremes()(*tensors, m)
-    return [int(x) for x in _to_host(tensors, [dst], device)[0]]
+    return [int(x) for x in _to_host(tensors, device)[0]]
 
 
 def test_the_smallest_int64_constant_is_an_int64():
@@ -207,7 +208,7 @@ def _run_flag_add(backend, start, v, device=None):
     tensors = _on_device([flags], device)
     with warpspec.use_backend(backend):
         FlagAdd()(*tensors, v)
-    return int(_to_host(tensors, [flags], device)[0][0])
+    return int(_to_host(tensors, device)[0][0])
 
 
 def test_flag_add_wraps_as_red_add_does():
@@ -244,7 +245,7 @@ def _run_count_trips(backend, start, stop, device=None):
     tensors = _on_device([dst], device)
     with warpspec.use_backend(backend):
         CountTrips()(*tensors, start, stop)
-    return int(_to_host(tensors, [dst], device)[0][0])
+    return int(_to_host(tensors, device)[0][0])
 
 
 #: Loops ending just short of INT_MAX: the generated loop's last ``+= 64`` still fits.
@@ -292,7 +293,7 @@ def _run_integer_tiles(backend, n, device=None):
     tensors = _on_device([INTEGER_TILE, dst], device)
     with warpspec.use_backend(backend):
         IntegerTiles()(*tensors, n)
-    return _to_host(tensors[1:], [dst], device)[0]
+    return _to_host(tensors[1:], device)[0]
 
 
 def test_signed_tile_arithmetic_wraps_as_numpy_does():
@@ -352,7 +353,7 @@ def _run_negative_offsets(backend, shifts, device=None):
     tensors = _on_device([a, b, c, h], device)
     with warpspec.use_backend(backend):
         AccumulatorAtNegativeOffsets()(128, 64, 64, *tensors, *shifts)
-    return _to_host(tensors[2:], [c, h], device)
+    return _to_host(tensors[2:], device)
 
 
 @pytest.mark.filterwarnings("ignore::warpspec.UnwrittenOutputWarning")  # the clipped part, by design
@@ -419,7 +420,7 @@ def _run_float_scalars(backend, args, device=None):
     tensors = _on_device([src, dst], device)
     with warpspec.use_backend(backend):
         FloatScalars()(*tensors, *args)
-    return _to_host(tensors[1:], [dst], device)[0]
+    return _to_host(tensors[1:], device)[0]
 
 
 _TENTH = np.float32(0.1)
@@ -465,7 +466,7 @@ def _run_unary(function, values, backend, device=None):
     tensors = _on_device([x, out], device)
     with warpspec.use_backend(backend):
         mk.Unary(function)(16, *tensors)
-    return _to_host(tensors[1:], [out], device)[0][0, :len(values)]
+    return _to_host(tensors[1:], device)[0][0, :len(values)]
 
 
 @pytest.mark.parametrize("function", sorted(SUBNORMAL_CASES))

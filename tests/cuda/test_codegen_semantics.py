@@ -167,12 +167,13 @@ def _run_integer_kernel(kernel, backend, ints, args, device=None):
     dst, udst = np.zeros(ints, np.int32), np.zeros(1, np.uint32)
     if device is not None:
         torch = pytest.importorskip("torch")
-        dst, udst = torch.from_numpy(dst).to(device), torch.from_numpy(udst.view(np.int32)).to(device)
+        # torch.uint32 for the ~uint32 parameter, which takes no other element type
+        dst, udst = torch.from_numpy(dst).to(device), torch.from_numpy(udst).to(device)
     with warpspec.use_backend(backend):
         kernel(dst, udst, *args)
     if device is not None:
         torch.cuda.synchronize()
-        dst, udst = dst.cpu().numpy(), udst.cpu().numpy().view(np.uint32)
+        dst, udst = dst.cpu().numpy(), udst.cpu().numpy()
     return tuple(int(x) for x in dst) + (int(udst[0]),)
 
 
