@@ -234,9 +234,9 @@ def test_planted_bug_a_tma_store_past_the_sequence_end_is_a_race_at_its_line():
         StoresPastTheSequenceEnd(float16, head_dim=64, causal=False, block_m=64, num_stages=3)(*kv_args, dk, dv)
     assert "tma.shared_to_global in block (0, 0, 1) writes dk_ptr[0, 70, 0] (argument 'dk_ptr'), which block " \
            "(0, 0, 0) also wrote" in str(raised.value)
-    lines, first = inspect.getsourcelines(bwk._RowBlocks.store_output)
+    lines, first = inspect.getsourcelines(bwk.RowTileStore.store_output)
     (store,) = [first + n for n, line in enumerate(lines) if "self.tma.shared_to_global(" in line]
-    assert raised.value.location.rsplit(" at ", 1)[-1] == f"{bwk.__file__}:{store}"
+    assert raised.value.location.rsplit(" at ", 1)[-1] == f"{inspect.getsourcefile(bwk.RowTileStore)}:{store}"
     planted = inspect.getsourcelines(StoresPastTheSequenceEnd.store_rows)[1] + 1
     assert f"StoresPastTheSequenceEnd.store_rows at {__file__}:{planted}" in raised.value.location
 

@@ -3,8 +3,6 @@ of the grouped kernel for both layouts of ``b`` at shapes models call, ``out=``,
 synchronisation (``torch.cuda.set_sync_debug_mode("error")`` makes one an error), a CUDA graph capture replayed on
 new operands, and the per-batch loop's cases."""
 
-import importlib
-
 import pytest
 
 import warpspec
@@ -12,9 +10,8 @@ import warpspec
 torch = pytest.importorskip("torch")
 
 from warpspec import ArgumentError, ops  # noqa: E402
-from warpspec.ops import grouped  # noqa: E402
+from tests.ops.test_matmul_batched import launches  # noqa: E402,F401  (the fixture: launch counts)
 
-ops_matmul = importlib.import_module("warpspec.ops.matmul")
 pytestmark = pytest.mark.gpu
 
 
@@ -22,27 +19,6 @@ pytestmark = pytest.mark.gpu
 def cuda():
     with warpspec.use_backend("cuda"):
         yield
-
-
-@pytest.fixture
-def launches(monkeypatch):
-    """Counts of the grouped kernel's launches and of ``ops.matmul``'s 2-D calls (the per-batch loop's, the grouped
-    backward's dB)."""
-    counts = {"grouped": 0, "per_batch": 0}
-    launch, per_batch = grouped._Launcher.launch, ops_matmul.matmul
-
-    def counted_launch(self, *args):
-        counts["grouped"] += 1
-        return launch(self, *args)
-
-    def counted_matmul(*args, **kwargs):
-        counts["per_batch"] += 1
-        return per_batch(*args, **kwargs)
-
-    monkeypatch.setattr(grouped._Launcher, "launch", counted_launch)
-    monkeypatch.setattr(ops_matmul, "matmul", counted_matmul)
-    monkeypatch.setattr(grouped, "matmul", counted_matmul)
-    return counts
 
 
 @pytest.fixture

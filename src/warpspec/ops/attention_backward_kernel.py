@@ -43,7 +43,7 @@ from warpspec.dtypes import float32, int32
 from warpspec.errors import ArgumentError
 from warpspec.frontend.interpreter import cdiv
 from warpspec.ops.attention_kernel import (CONSUMER_REGISTERS, CONSUMER_THREADS, HEAD_DIMS, PRODUCER_REGISTERS,
-                                           WARPGROUP, element_dtype)
+                                           WARPGROUP, RowTileStore, element_dtype)
 from warpspec.ops.attention_varlen_kernel import PackedRows
 from warpspec.ops.naming import typed_kernel_name
 from warpspec.pipeline import Pipeline
@@ -110,7 +110,7 @@ class Dot(Script):
         return self.global_view(ptr, dtype=self.dtype, shape=[heads, rows, self.head_dim])
 
 
-class _RowBlocks(Script):
+class _RowBlocks(RowTileStore, Script):
     """What the dK/dV and dQ kernels share: the stores of a warpgroup's 64 finished rows in the dense mode (the
     packed mode's ``store_rows`` is ``PackedRows``')."""
 
@@ -122,16 +122,6 @@ class _RowBlocks(Script):
         3-D view clips rows past the head's length (``start`` and ``count`` serve the packed mode)."""
         self.store_output(buffer, view, tile, head, rows_from)
 
-    def store_output(self, buffer, view, tile, head, row):
-        """``tile`` -> the warpgroup's shared ``buffer`` [1, 64, D] (its last reader is done) -> one TMA store into
-        the 3-D view at row ``row``."""
-        self.store_shared(buffer[0], tile)
-        self.fence_proxy_async()  # the ordinary stores become visible to the TMA store's async-proxy read
-        self.sync()
-        with self.single_thread():
-            self.tma.shared_to_global(src=buffer, dst=view, offsets=[head, row, 0])
-            self.tma.commit_group()
-            self.tma.wait_group(0)  # the shared source must stay valid until the copy has read it
 
 
 class BackwardKV(_RowBlocks):

@@ -92,8 +92,25 @@ def kernel_head_dim(head_dim: int) -> int:
     return head_dim
 
 
+class RowTileStore:
+    """The TMA store of a warpgroup's 64 finished rows, shared by the attention kernels, forward and backward (mixed
+    into their Scripts)."""
+
+    def store_output(self, buffer, view, tile, head, row):
+        """``tile`` (a warpgroup's 64 rows in the kernel's dtype) -> the warpgroup's shared ``buffer`` [1, 64, D],
+        whose last reader is done (the forward's Q buffer, after its last QKᵀ) -> one TMA store into the 3-D ``view``
+        at (``head``, ``row``), which clips rows past the view's."""
+        self.store_shared(buffer[0], tile)
+        self.fence_proxy_async()  # the ordinary stores become visible to the TMA store's async-proxy read
+        self.sync()
+        with self.single_thread():
+            self.tma.shared_to_global(src=buffer, dst=view, offsets=[head, row, 0])
+            self.tma.commit_group()
+            self.tma.wait_group(0)  # the shared source must stay valid until the copy has read it
+
+
 @_schedules
-class Attention(Script):
+class Attention(RowTileStore, Script):
     """The forward kernel of ``dtype`` (float16 or bfloat16) Q, K, V and O; the pointer annotations
     ``~self.dtype`` take the constructor's element type."""
 
@@ -386,13 +403,3 @@ class Attention(Script):
             subtrahend = self.where(new_max == float("-inf"), 0.0, new_max)
         return self.exp2(acc_s * scale_log2 - subtrahend), new_max, subtrahend
 
-    def store_output(self, sq, go, out, bh, rows_from):
-        """``out`` -> this warpgroup's Q buffer (its last reader, QKᵀ, is done) -> one TMA store into the 3-D view,
-        which clips rows past seq_q."""
-        self.store_shared(sq[0], out)
-        self.fence_proxy_async()  # the ordinary stores become visible to the TMA store's async-proxy read
-        self.sync()
-        with self.single_thread():
-            self.tma.shared_to_global(src=sq, dst=go, offsets=[bh, rows_from, 0])
-            self.tma.commit_group()
-            self.tma.wait_group(0)  # the shared source must stay valid until the copy has read it
