@@ -71,6 +71,9 @@ def test_every_group_empty():
     (lambda a, b, o: ops.grouped_matmul(a, b[0], o), "b must be 3-D [G, K, N]"),
     (lambda a, b, o: ops.grouped_matmul(a[None], b, o), "a must be 2-D [total_M, K]"),
     (lambda a, b, o: ops.grouped_matmul(a[:, :32], b, o), "b has K = 64 (b.shape[1]) but a has 32 columns"),
+    # a reversed a raised a raw ValueError, a reversed b an error about the kernel's view of b_ptr
+    (lambda a, b, o: ops.grouped_matmul(a[::-1], b, o), "a has strides (-64, 1): a negative stride"),
+    (lambda a, b, o: ops.grouped_matmul(a, b[:, ::-1], o), "b has strides (1024, -16, 1): a negative stride"),
 ])
 def test_argument_errors(call, fragment):
     a = np.zeros((32, 64), np.float16)

@@ -135,6 +135,11 @@ def _validate(a, b, offs, out_dtype) -> GroupedProblem:
     if tuple(offs.shape) != (groups,) or str(offs.dtype).rpartition(".")[2] != "int32":
         raise ArgumentError(f"offs must be int32 of shape ({groups},) (one cumulative row end per group), got "
                             f"{offs.dtype} of shape {tuple(offs.shape)}")
+    for name, value in (("a", a), ("b", b)):
+        if any(stride < 0 for stride in strides_of(value)):
+            raise ArgumentError(f"{name} has strides {strides_of(value)}: a negative stride (a reversed view such as "
+                                f"x[::-1]) cannot be read by TMA; pass a copy (np.ascontiguousarray(x), "
+                                f"x.contiguous())")
     total = int(a.shape[0])
     if max(total, k, n, groups) > MAX_EXTENT:
         raise ArgumentError(f"a or b has an extent above {MAX_EXTENT}, which the kernel's int32 sizes cannot hold")
