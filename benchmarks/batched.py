@@ -13,8 +13,8 @@ bounds an eager call at small shapes), and the host time of one eager call of ou
     python benchmarks/batched.py [--shapes BxMxNxK:layout,...] [--json out.json] [--dry-run]
 
 A table is printed last: TFLOP/s, the ratio to torch.bmm (its time / ours), eager and replayed, and to the loop, the
-host times; then the geometric mean and the lowest ratio to each. ``--dry-run`` needs no GPU: it lists the shapes and checks stand-ins
-(at most 4 batches, each size divided by 32 and rounded up to 16) on the emulator.
+host times; then the geometric mean and the lowest ratio to each. ``--dry-run`` needs no GPU: it lists the shapes and
+checks stand-ins (at most 4 batches, each size divided by 32 and rounded up to 16) on the emulator.
 """
 
 from __future__ import annotations

@@ -250,7 +250,8 @@ def test_a_grid_stride_loop_evaluates_its_step_once_and_compiles():
     source = compile_kernel(kernel).generated.source
     (header,) = [line.strip() for line in source.splitlines() if line.strip().startswith("for (int tile")]
     assert re.fullmatch(r"for \(int tile = static_cast<int>\(blockIdx\.x\), loop_stop = .+, loop_step = "
-                        r"mul_wrap\(static_cast<int>\(gridDim\.x\), step_scale\); tile < loop_stop; tile \+= loop_step\) \{",
+                        r"mul_wrap\(static_cast<int>\(gridDim\.x\), step_scale\); tile < loop_stop; "
+                        r"tile \+= loop_step\) \{",
                         header), header
 
 

@@ -123,7 +123,6 @@ class _RowBlocks(RowTileStore, Script):
         self.store_output(buffer, view, tile, head, rows_from)
 
 
-
 class BackwardKV(_RowBlocks):
     """dK and dV of 128 keys of one K/V head, summed over the query heads of its group; ``dtype`` operands and
     gradients."""
