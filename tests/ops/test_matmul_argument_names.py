@@ -22,6 +22,19 @@ def test_a_read_only_out_is_named_out():
     assert not out.any()
 
 
+def test_a_read_only_out_is_named_out_after_a_writeable_one_of_its_description():
+    """The first call's checks are kept per description of the operands: a read-only out of the same shape, dtype
+    and strides as an earlier writeable one must still be refused by its own name."""
+    a, b = operands()
+    ops.matmul(a, b, out=np.zeros((64, 48), np.float16))
+    out = np.zeros((64, 48), np.float16)
+    out.flags.writeable = False
+    with pytest.raises(ArgumentError) as caught:
+        ops.matmul(a, b, out=out)
+    assert str(caught.value).startswith("out is read-only, and ops.matmul writes the result into it")
+    assert not out.any()
+
+
 @pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
 @pytest.mark.parametrize("name", ["a", "b", "out"])
 def test_an_ndarray_subclass_is_named_by_its_argument(name):

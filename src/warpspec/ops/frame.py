@@ -37,13 +37,14 @@ class Signatures(dict):
 
 
 def describe(value):
-    """What validation reads of an array or tensor: kind, dtype, shape, strides and, for a tensor, its device
-    (None stays None). Raises TypeError or AttributeError for what is neither (the op's checks then say what is
-    wrong)."""
+    """What validation reads of an array or tensor: class, dtype, shape, strides and, for an array, whether it is
+    writeable, for a tensor its device (None stays None): two values of one description pass the same checks, so
+    a subclass such as numpy.matrix or a read-only out never takes a plain array's cached signature. Raises
+    TypeError or AttributeError for what is neither (the op's checks then say what is wrong)."""
     if value is None:
         return None
     if isinstance(value, np.ndarray):
-        return (np.ndarray, value.dtype, value.shape, value.strides)
+        return (type(value), value.dtype, value.shape, value.strides, value.flags.writeable)
     return (type(value), value.dtype, value.shape, value.stride(), value.device)
 
 
