@@ -245,3 +245,12 @@ def test_gradients_of_batched_and_leading_dimension_operands():
                            (w, torch.ones(40, 96) @ x.detach().float().reshape(96, 64))):
         error = (leaf.grad.float() - expected).abs().max() / expected.abs().max()
         assert leaf.grad.shape == leaf.shape and error <= TOLERANCE[torch.float16]
+
+
+@pytest.mark.parametrize("name, value", [("in_features", "4"), ("in_features", -1), ("out_features", 2.0),
+                                         ("out_features", True)])
+def test_linear_refuses_sizes_that_are_not_non_negative_ints(name, value):
+    sizes = {"in_features": 16, "out_features": 8, name: value}
+    with pytest.raises(ArgumentError) as caught:
+        ops.Linear(**sizes)
+    assert str(caught.value) == f"{name} must be a non-negative int, got {value!r}"

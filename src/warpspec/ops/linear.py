@@ -22,6 +22,9 @@ class Linear(torch.nn.Linear):
                  device=None, dtype=None):
         if activation not in ACTIVATIONS:
             raise ArgumentError(f"activation must be one of None, 'relu', 'gelu', 'silu'; got {activation!r}")
+        for name, value in (("in_features", in_features), ("out_features", out_features)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ArgumentError(f"{name} must be a non-negative int, got {value!r}")
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.activation = activation
 
