@@ -164,25 +164,30 @@ def test_each_planted_hand_off_mistake_is_caught_at_its_line(cls, line, fragment
     assert fragment in str(caught.value)
 
 
+#: Equal groups (a batched product): 3 groups of 70 rows, so a 64- or 128-row band crosses into the next group.
+UNIFORM = [70, 70, 70]
+
+
 class StoresPastItsGroup(GroupedGemm):
     """Planted: every tile leaves through the TMA store, whose box also writes the rows after its group's end."""
 
-    def store_tile(self, result, sc, gc, row, offset_n, end):
+    def store_tile(self, result, sc, gc, row, offset_n, end, inside):
         self.store_through_shared(result, sc, gc, row, offset_n)
 
 
-def test_a_store_past_its_group_is_caught():
-    a, _, stored, ends = operands(np.float16, False)
-    kernel = StoresPastItsGroup(float16, float16, False, num_stages=3, block_m=64, block_n=128, max_split=1)
+@pytest.mark.parametrize("uniform", [False, True], ids=["ragged", "uniform"])
+def test_a_store_past_its_group_is_caught(uniform):
+    """Ragged groups, and equal ones of 70 rows, whose second 64-row band crosses into the next group: on 4
+    blocks, so that another block stores the next group's first band (on 3, the block that overwrites it would)."""
+    sizes, tail, blocks = (UNIFORM, 0, 4) if uniform else (SIZES, TAIL, NUM_SMS)
+    a, _, stored, ends = operands(np.float16, False, sizes=sizes, tail=tail)
+    kernel = StoresPastItsGroup(float16, float16, False, num_stages=3, block_m=64, block_n=128, max_split=1,
+                                uniform=uniform)
     with pytest.raises(RaceError) as caught:
-        run(kernel, a, stored, ends, np.zeros((a.shape[0], N), np.float16))
+        run(kernel, a, stored, ends, np.zeros((a.shape[0], N), np.float16), num_sms=blocks)
     line = inspect.getsourcelines(StoresPastItsGroup.store_tile)[1] + 1
     assert f"test_grouped_kernel.py:{line}" in str(caught.value)
     assert "which block (0, 0, 0) also wrote (tma.shared_to_global of gc" in str(caught.value)
-
-
-#: Equal groups (a batched product): 3 groups of 70 rows, so a 64- or 128-row band crosses into the next group.
-UNIFORM = [70, 70, 70]
 
 
 @pytest.mark.parametrize("b_k_major", [False, True], ids=["b-row-major", "b-expert-weights"])
