@@ -157,14 +157,19 @@ class _GroupedGemm(_Gemm):
             return filled
         before: int32 = 0  # the tiles of the groups walked so far
         start: int32 = 0  # the group's first row
+        # This block's next tile in the walk's numbering: a group without one costs a comparison, not the two
+        # modulos of the grid's size that finding the block's first tile of it takes.
+        mine: int32 = self.blockIdx.x
         for group in self.range(groups):
             end = self.group_end(ends, groups, group, start, total_m)
             tiles_m = cdiv(end - start, self.block_m)
             count = tiles_m * tiles_n
-            for tile in self.range(self.first_tile(before), count, self.gridDim.x):
-                offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
-                filled = filled + k_tiles
-                self.produce(pipe, ga, gb, sa, sb, start + offset_m, offset_n, 0, k_size, group=group)
+            if mine < before + count:
+                for tile in self.range(mine - before, count, self.gridDim.x):
+                    offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
+                    filled = filled + k_tiles
+                    self.produce(pipe, ga, gb, sa, sb, start + offset_m, offset_n, 0, k_size, group=group)
+                mine = mine + cdiv(before + count - mine, self.gridDim.x) * self.gridDim.x
             before = before + count
             start = end
         return filled
@@ -185,15 +190,19 @@ class _GroupedGemm(_Gemm):
             return
         before: int32 = 0
         start: int32 = 0
+        mine: int32 = self.blockIdx.x
         for group in self.range(groups):
             end = self.group_end(ends, groups, group, start, total_m)
             tiles_m = cdiv(end - start, self.block_m)
             count = tiles_m * tiles_n
-            for tile in self.range(self.first_tile(before), count, self.gridDim.x):
-                offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
-                acc = self.consume(pipe, sa, sb, 0, k_size)
-                result = self.epilogue(acc, total_m, n_size, None, None, start + offset_m, offset_n)
-                self.store_tile(result, sc, gc, start + offset_m, offset_n, end, start + offset_m + self.block_m <= end)
+            if mine < before + count:
+                for tile in self.range(mine - before, count, self.gridDim.x):
+                    offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
+                    acc = self.consume(pipe, sa, sb, 0, k_size)
+                    result = self.epilogue(acc, total_m, n_size, None, None, start + offset_m, offset_n)
+                    self.store_tile(result, sc, gc, start + offset_m, offset_n, end,
+                                    start + offset_m + self.block_m <= end)
+                mine = mine + cdiv(before + count - mine, self.gridDim.x) * self.gridDim.x
             before = before + count
             start = end
         self.zero_tail(gc, start, before, total_m, tiles_n)
