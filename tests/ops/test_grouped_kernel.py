@@ -190,6 +190,19 @@ def test_a_store_past_its_group_is_caught(uniform):
     assert "which block (0, 0, 0) also wrote (tma.shared_to_global of gc" in str(caught.value)
 
 
+@pytest.mark.parametrize("num_sms", [2, 5, 7])
+def test_a_walk_over_many_groups_skips_those_without_a_block_s_tiles(num_sms):
+    """Twenty groups of 0 to 70 rows (every fourth empty) on 2, 5 and 7 blocks: each block walks every group and
+    works only on its own tiles, several in some groups and none in most; every row is its group's product."""
+    sizes = [0 if g % 4 == 3 else (g * 37) % 71 for g in range(20)]
+    a, b, stored, ends = operands(np.float16, True, sizes=sizes, tail=5)
+    out = np.full((a.shape[0], N), np.nan, np.float16)
+    run(GroupedGemm(float16, float16, True, num_stages=3, block_m=64, block_n=128, max_split=1), a, stored, ends,
+        out, num_sms=num_sms)
+    expected = expected_of(a, b, ends)
+    np.testing.assert_allclose(out.astype(np.float32), expected, rtol=2e-3, atol=5e-2)
+
+
 @pytest.mark.parametrize("b_k_major", [False, True], ids=["b-row-major", "b-expert-weights"])
 @pytest.mark.parametrize("schedule", [s for s in SCHEDULES if fits(s, float16)],
                          ids=lambda s: "{block_m}x{block_n}-{num_stages}-split{max_split}".format(**s))
