@@ -7,6 +7,9 @@ import warpspec
 from warpspec import ArgumentError
 
 SCHEDULE = dict(num_stages=2, block_m=128, block_n=64, block_k=64)
+#: A grid of no blocks, named with the line of the example that sets self.attrs.blocks.
+GRID_AT_ZERO = (r"the kernel's grid is \[0, 1, 1\] \(self.attrs.blocks at \S+matmul_v3.py:39\): blocks.x must be "
+                r"positive")
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +38,7 @@ def test_an_array_smaller_than_its_view_is_refused():
 @pytest.mark.parametrize("m_size, message", [(2**31, "argument 'm_size': 2147483648 does not fit in int32"),
                                              (True, "argument 'm_size': expected a int32 integer, got True"),
                                              (1.5, "argument 'm_size': expected a int32 integer, got 1.5"),
-                                             (0, r"the kernel's grid is \[0, 1, 1\]: blocks.x must be positive")])
+                                             (0, GRID_AT_ZERO)])
 def test_scalars_and_the_grid_are_checked(m_size, message):
     with pytest.raises(ArgumentError, match=message):
         _matmul()(m_size, 64, 64, *_arrays(128, 64, 64))
@@ -47,7 +50,7 @@ def test_numpy_integers_are_accepted():
 
 @pytest.mark.parametrize("m_size, message", [(2**31, "argument 'm_size': 2147483648 does not fit in int32"),
                                              (True, "argument 'm_size': expected a int32 integer, got True"),
-                                             (0, r"the kernel's grid is \[0, 1, 1\]: blocks.x must be positive"),
+                                             (0, GRID_AT_ZERO),
                                              (200, r"argument 'a_ptr' holds 8192 elements but the kernel views it "
                                                    r"as ga of shape \[200, 64\] \(line \d+\), which needs 12800")])
 def test_the_cuda_back_end_refuses_scalars_grids_and_views_alike(monkeypatch, m_size, message):

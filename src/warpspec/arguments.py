@@ -45,10 +45,10 @@ def launch_grid(kernel: ir.Kernel, env: dict) -> tuple[int, int, int]:
     exprs = ExprCompiler({})
     sizes = [exprs(e)(env) for e in kernel.grid] + [1] * (3 - len(kernel.grid))
     for axis, size in zip("xyz", sizes):
-        if size <= 0:
-            raise ArgumentError(f"the kernel's grid is {sizes}: blocks.{axis} must be positive for these arguments")
-        if size >= 2**31:
-            raise ArgumentError(f"the kernel's grid is {sizes}: blocks.{axis} is too large")
+        if size <= 0 or size >= 2**31:
+            where = f" (self.attrs.blocks at {kernel.grid_loc})" if kernel.grid_loc else ""
+            problem = "must be positive" if size <= 0 else "is too large"
+            raise ArgumentError(f"the kernel's grid is {sizes}{where}: blocks.{axis} {problem} for these arguments")
     for axis, (size, cluster) in enumerate(zip(sizes, kernel.cluster)):
         if size % cluster:
             raise ArgumentError(f"grid {sizes} is not a multiple of the cluster shape {list(kernel.cluster)} in "

@@ -60,6 +60,7 @@ def _line_of(text: str) -> int:
 
 SRC_LINE = _line_of("src = self.global_view(")  # where the two views are declared, as errors name them
 DST_LINE = _line_of("dst = self.global_view(")
+BLOCKS_LINE = _line_of("self.attrs.blocks = [")  # where the grid is set, as an error about it names it
 BASE = 0x7F0000000000
 
 
@@ -234,7 +235,8 @@ OLD_MESSAGES = {
     "3-D too small": (dict(dst_ptr=array((2, 8, 64), pointer=BASE + 2**20)),
                       f"argument 'dst_ptr' holds 1024 elements but the kernel views it as dst of shape [128, 64] "
                       f"(line {DST_LINE}), which needs 8192"),
-    "m_size=0": (dict(m_size=0), "the kernel's grid is [0, 1, 1]: blocks.x must be positive for these arguments"),
+    "m_size=0": (dict(m_size=0), f"the kernel's grid is [0, 1, 1] (self.attrs.blocks at {__file__}:{BLOCKS_LINE}): "
+                                 f"blocks.x must be positive for these arguments"),
     "m_size=-5": (dict(m_size=-5), "argument 'src_ptr': view src has negative shape [-5, 64]"),
     "misaligned": (dict(src_ptr=array((128, 64), pointer=BASE + 8)),
                    "argument 'src_ptr' (view src): tensor map: global_address 0x7f0000000008 must be a non-null "

@@ -184,7 +184,7 @@ def build_kernel(script, compile_time: dict) -> ir.Kernel:
                            str(attrs.set_at.get("warps", loc)))
     constants = tuple(sorted(compile_time.items())) + tuple(sorted(script.schedule().items()))
     kernel = ir.Kernel(script.kernel_name(), tuple(params), attrs.blocks, attrs.warps, attrs.cluster_blocks,
-                       body, constants, loc)
+                       body, constants, loc, grid_loc=attrs.set_at["blocks"])
     return analyse(kernel, builder.target)
 
 

@@ -325,6 +325,8 @@ class Kernel:
     #: What the analysis passes found (``warpspec.passes.KernelFacts``): register layouts and the shared-memory
     #: plan, shared by both back ends. None until ``passes.analyse`` ran.
     facts: object = field(default=None, compare=False, repr=False)
+    #: The line that set ``self.attrs.blocks``, which a launch's error about the grid names.
+    grid_loc: Loc | None = field(default=None, compare=False, repr=False)
 
     @property
     def num_threads(self) -> int:
