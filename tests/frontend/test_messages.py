@@ -121,3 +121,39 @@ def test_missing_warps_are_named_at_the_blocks_line():
         NoWarps()(64, np.zeros(64, np.float32))
     assert str(caught.value) == (f"{line_of(NoWarps, '# blocks')}: the kernel never sets self.attrs.warps (the "
                                  f"threads of a block: 32 per warp); set it beside self.attrs.blocks")
+
+
+class TensorConditions(_Rows):
+    """A tensor where a condition goes: Python's truth value of it would take the branch whatever it holds."""
+
+    def __init__(self, form):
+        super().__init__()
+        self.form = form
+
+    def __call__(self, x_ptr: ~float32, out_ptr: ~float32):
+        x, out = self.rows(x_ptr, out_ptr)
+        tile = self.load_global(x, offsets=[0, 0], shape=[64, 64])
+        if self.form == "if":
+            if tile > 0.0:  # condition: if
+                self.store_global(out, tile, offsets=[0, 0])
+        elif self.form == "ifexp":
+            kept = tile if tile > 0.0 else tile * 0.0  # condition: ifexp
+            self.store_global(out, kept, offsets=[0, 0])
+        elif self.form == "and":
+            if True and tile > 0.0:  # condition: and
+                self.store_global(out, tile, offsets=[0, 0])
+        else:
+            assert tile  # condition: assert
+
+
+@pytest.mark.parametrize("form, where", [("if", "if"), ("ifexp", "a conditional expression"), ("and", "'and'"),
+                                         ("assert", "assert")])
+def test_a_tensor_as_a_condition_is_refused_at_its_line(form, where):
+    x = np.ones((64, 64), np.float32)
+    with pytest.raises(CompileError) as caught:
+        with warpspec.use_backend("emulator"):
+            TensorConditions(form)(x, np.zeros_like(x))
+    assert caught.value.location == line_of(TensorConditions, f"# condition: {form}")
+    assert f"{where} needs a scalar condition, got register tensor " in str(caught.value)
+    assert "has no single truth value; choose element by element with self.where(condition, a, b)" in \
+        str(caught.value)

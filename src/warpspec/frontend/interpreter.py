@@ -297,7 +297,7 @@ class Interpreter(KernelContext):
         raise _Return(self._eval_as(self._returning, node.value) if node.value is not None else None)
 
     def stmt_Assert(self, node: ast.Assert) -> None:
-        test = self.eval(node.test)
+        test = self.condition(self.eval(node.test), "assert")
         if isinstance(test, ir.Expr):
             raise self.error("assert needs a compile-time condition")
         if not test:
@@ -402,8 +402,16 @@ class Interpreter(KernelContext):
             raise self.error(f"cannot set attribute {name!r} of {describe(obj)}")
         setter(name, value)
 
+    def condition(self, value, where: str):
+        """``value`` as the condition of ``where`` (an ``if``, a conditional expression, ``and``/``or``, an
+        ``assert``): a tensor has no single truth value, and Python's would be True whatever it holds."""
+        if isinstance(value, TensorValue):
+            raise self.error(f"{where} needs a scalar condition, got {describe(value)} {list(value.shape)}: a tensor "
+                             f"has no single truth value; choose element by element with self.where(condition, a, b)")
+        return value
+
     def stmt_If(self, node: ast.If) -> None:
-        cond = self.eval(node.test)
+        cond = self.condition(self.eval(node.test), "if")
         if not isinstance(cond, ir.Expr):
             self.exec_body(node.body if cond else node.orelse)
             return
@@ -665,15 +673,15 @@ class Interpreter(KernelContext):
 
     def expr_BoolOp(self, node: ast.BoolOp):
         symbol = "and" if isinstance(node.op, ast.And) else "or"
-        result = self.eval(node.values[0])
+        result = self.condition(self.eval(node.values[0]), f"'{symbol}'")
         for value_node in node.values[1:]:
             if not isinstance(result, ir.Expr):
                 # Python short-circuit on a compile-time left side
                 if (symbol == "and" and not result) or (symbol == "or" and result):
                     return result
-                result = self.eval(value_node)
+                result = self.condition(self.eval(value_node), f"'{symbol}'")
                 continue
-            result = self.scalar_binary(symbol, result, self.eval(value_node))
+            result = self.scalar_binary(symbol, result, self.condition(self.eval(value_node), f"'{symbol}'"))
         return result
 
     def expr_Compare(self, node: ast.Compare):
@@ -703,7 +711,7 @@ class Interpreter(KernelContext):
         return self.scalar_binary("and", a, b)
 
     def expr_IfExp(self, node: ast.IfExp):
-        cond = self.eval(node.test)
+        cond = self.condition(self.eval(node.test), "a conditional expression")
         if not isinstance(cond, ir.Expr):
             return self.eval(node.body if cond else node.orelse)
         a, b = self.eval(node.body), self.eval(node.orelse)
