@@ -157,3 +157,38 @@ def test_a_tensor_as_a_condition_is_refused_at_its_line(form, where):
     assert f"{where} needs a scalar condition, got register tensor " in str(caught.value)
     assert "has no single truth value; choose element by element with self.where(condition, a, b)" in \
         str(caught.value)
+
+
+class OddOperands(warpspec.Script):
+    """Operands no rule takes: errors raised by the type rules, away from the statement being built, and Python's
+    own error of a compile-time unary operator."""
+
+    def __init__(self, form):
+        super().__init__()
+        self.form = form
+
+    def __call__(self, n: int32, x_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        if self.form == "list":
+            k = n + [1]  # odd: list
+        elif self.form == "none":
+            k = max(n, None)  # odd: none
+        elif self.form == "unary":
+            k = -"a" if self.form == "unary" else 1  # odd: unary
+        else:
+            x = self.global_view(x_ptr, dtype=float32, shape=[64, 64])
+            t = self.load_global(x, offsets=[0, 0], shape=[64, 64])
+            self.store_global(x, abs(t), offsets=[0, 0])  # odd: abs
+
+
+@pytest.mark.parametrize("form, fragment", [
+    ("list", "expected a scalar, got list [1]"), ("none", "expected a scalar, got NoneType"),
+    ("unary", "- 'a': bad operand type for unary -: 'str'"),
+    ("abs", "abs() takes a scalar, got register tensor t; for a tensor write self.where(t < 0.0, -t, t)")])
+def test_operands_no_rule_takes_are_refused_at_their_line(form, fragment):
+    with pytest.raises(CompileError) as caught:
+        with warpspec.use_backend("emulator"):
+            OddOperands(form)(4, np.zeros((64, 64), np.float32))
+    assert caught.value.location == line_of(OddOperands, f"# odd: {form}")
+    assert str(caught.value) == f"{caught.value.location}: {fragment}"

@@ -275,11 +275,18 @@ class Interpreter(KernelContext):
             self.exec_stmt(stmt)
 
     def exec_stmt(self, node: ast.stmt) -> None:
-        self.loc = ir.Loc(self.file, node.lineno, self.call_site, self.function_name)
+        self.loc = loc = ir.Loc(self.file, node.lineno, self.call_site, self.function_name)
         method = getattr(self, "stmt_" + type(node).__name__, None)
         if method is None:
             raise self.error(f"{type(node).__name__} statements are not part of the kernel language")
-        method(node)
+        try:
+            method(node)
+        except CompileError as error:
+            if error.location is not None:
+                raise
+            # A check made away from the builder (a type rule, a layout) names no line: the statement's is the
+            # author's.
+            raise CompileError(str(error), str(loc)) from None
 
     def stmt_Expr(self, node: ast.Expr) -> None:
         self.eval(node.value)
@@ -664,7 +671,10 @@ class Interpreter(KernelContext):
                 raise self.error(f"unary {symbol!r} on tensors is not supported")
             return elementwise.negate(self, value)
         if not isinstance(value, ir.Expr):
-            return {"-": operator.neg, "+": operator.pos, "~": operator.invert, "not": operator.not_}[symbol](value)
+            try:
+                return {"-": operator.neg, "+": operator.pos, "~": operator.invert, "not": operator.not_}[symbol](value)
+            except Exception as error:  # a compile-time Python error in the kernel's own arithmetic
+                raise self.error(f"{symbol} {value!r}: {error}") from None
         if symbol == "+":
             return value
         if symbol == "not":
@@ -824,6 +834,9 @@ def _runtime_convert(dtype):
 
 
 def _runtime_abs(builder: Interpreter, value):
+    if isinstance(value, TensorValue):
+        raise builder.error(f"abs() takes a scalar, got {describe(value)}; for a tensor write "
+                            f"self.where({value.name} < 0.0, -{value.name}, {value.name})")
     value = builder.widened(value)
     return ir.Select(builder.scalar_binary("<", value, 0), ir.Unary("-", value), value)
 
