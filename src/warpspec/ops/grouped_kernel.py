@@ -53,9 +53,10 @@ ZERO_COLUMNS = 16
 #: The fewest K-tiles of each part of a split tile.
 MIN_PART_K_TILES = 4
 #: The loops that only count or search the groups are unrolled so that several groups' ends are loaded at once (the
-#: walks hold each group's main loops, which unrolling would copy): 16, so that 64 experts cost four round trips to
-#: memory per scan, not sixteen (a block of a split tile scans twice before its first load).
-GROUP_UNROLL = 16
+#: walks hold each group's main loops, which unrolling would copy). 16 instead of 4 was no faster on the H200
+#: (2026-12-05: 64 experts at 16 tokens of width 1536, whose few tiles split, 32.7-34.9 µs against 31.2-32.7 the
+#: day before), so the scans' loads are not what those shapes wait for.
+GROUP_UNROLL = 4
 
 
 class _GroupedGemm(_Gemm):
