@@ -18,7 +18,8 @@
 # and 64, checked and not, beside dense decode and SDPA), paged-tests (ops.attention_paged's and ops.attention_varlen's
 # GPU tests, its packed backward's too), varlen (benchmarks/attention_varlen.py), varlen-backward (the same, forward +
 # backward: the packed backward against the dense one), batched-tests (batched ops.matmul's GPU tests), batched
-# (benchmarks/batched.py: its one launch against torch.bmm and the per-batch loop).
+# (benchmarks/batched.py: its one launch against torch.bmm and the per-batch loop), decode-fold
+# (benchmarks/decode_fold.py: split-KV decode's kernel time with and without its fold, graphed, SDPA beside).
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-h200-logs}"
@@ -109,6 +110,7 @@ for step in "${steps[@]}"; do
     grouped-sweep) cmd=(python3 benchmarks/grouped.py --sweep --json "$out/grouped_sweep.json") ;;
     batched-tests) cmd=(python3 -m pytest -q -m gpu tests/ops/test_matmul_batched_gpu.py -p no:cacheprovider) ;;
     batched) cmd=(python3 benchmarks/batched.py --json "$out/batched.json") ;;
+    decode-fold) cmd=(python3 benchmarks/decode_fold.py --fold-widths 4,8,16) ;;
     schedules) cmd=(python3 benchmarks/v3_schedules.py --json "$out/v3_8192.json") ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac

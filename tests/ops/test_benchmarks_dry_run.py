@@ -63,3 +63,10 @@ def test_attention_varlen_checks_every_sequence_of_the_packed_call():
     rows = [line for line in found.stdout.splitlines() if line.startswith("{")]
     assert [row.split(",")[0] for row in rows] == ["{'causal': False", "{'causal': True"]
     assert all(float(row.split("'error': ")[1].rstrip("}")) < 4e-2 for row in rows)
+
+
+def test_decode_fold_runs_every_variant_and_the_emulator_reports_the_unordered_one():
+    found = dry_run("decode_fold.py")
+    assert found.returncode == 0, found.stderr[-2000:]
+    assert found.stdout.splitlines() == ["dry run: 4 variants ran on the emulator (no-count's unordered reads reported "
+                                         "as a race), the kernel's output checked"]
