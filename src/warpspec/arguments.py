@@ -44,15 +44,15 @@ def launch_grid(kernel: ir.Kernel, env: dict) -> tuple[int, int, int]:
     multiple of the cluster shape."""
     exprs = ExprCompiler({})
     sizes = [exprs(e)(env) for e in kernel.grid] + [1] * (3 - len(kernel.grid))
+    where = f" (self.attrs.blocks at {kernel.grid_loc})" if kernel.grid_loc else ""
     for axis, size in zip("xyz", sizes):
         if size <= 0 or size >= 2**31:
-            where = f" (self.attrs.blocks at {kernel.grid_loc})" if kernel.grid_loc else ""
             problem = "must be positive" if size <= 0 else "is too large"
             raise ArgumentError(f"the kernel's grid is {sizes}{where}: blocks.{axis} {problem} for these arguments")
     for axis, (size, cluster) in enumerate(zip(sizes, kernel.cluster)):
         if size % cluster:
-            raise ArgumentError(f"grid {sizes} is not a multiple of the cluster shape {list(kernel.cluster)} in "
-                                f"dimension {'xyz'[axis]}")
+            raise ArgumentError(f"grid {sizes}{where} is not a multiple of the cluster shape {list(kernel.cluster)} "
+                                f"in dimension {'xyz'[axis]}")
     return tuple(sizes)
 
 

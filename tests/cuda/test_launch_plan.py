@@ -275,7 +275,8 @@ def test_a_grid_that_is_no_multiple_of_the_cluster_is_refused(side):
     for _ in range(2):
         with pytest.raises(ArgumentError) as raised:
             kernel(*good(m_size=64).values())
-        assert str(raised.value) == "grid [1, 1, 1] is not a multiple of the cluster shape [2, 1, 1] in dimension x"
+        assert str(raised.value) == (f"grid [1, 1, 1] (self.attrs.blocks at {__file__}:{BLOCKS_LINE}) is not a "
+                                     f"multiple of the cluster shape [2, 1, 1] in dimension x")
     assert len(side.launches) == 1
 
 

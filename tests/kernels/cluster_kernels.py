@@ -25,7 +25,7 @@ class ClusterStream(Script):
         self.empty_arrivals = 2  # the consumers of both blocks release each buffer
 
     def __call__(self, m_size: int32, n_size: int32, x_ptr: ~float16, y0_ptr: ~float16, y1_ptr: ~float16):
-        self.attrs.blocks = [self.grid_x(m_size)]
+        self.attrs.blocks = [self.grid_x(m_size)]  # <<< grid
         self.attrs.cluster_blocks = [2]
         self.attrs.warps = 2
         tile_m, tile_n, num_buffers = self.tile_m, self.tile_n, self.num_buffers
