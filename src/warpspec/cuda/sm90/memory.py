@@ -7,13 +7,13 @@ from __future__ import annotations
 import math
 
 from warpspec.cuda.contracts import CodeGenerator
-from warpspec.cuda.cxx import C_TYPES
+from warpspec.cuda.cxx import C_TYPES, thread_prelude
 from warpspec.cuda.sm90 import epilogue
 from warpspec.dtypes import float32
 from warpspec.isa.memory import (AllocRegister, AllocShared, GlobalView, LoadGlobal, LoadScalar, LoadShared,
                                  StoreElement, StoreGlobal, StoreShared)
 from warpspec.ir import nodes as ir
-from warpspec.layout.registers import Accumulator, Replicated, packed
+from warpspec.layout.registers import Accumulator, Blocked, Replicated, layout_begin, packed
 from warpspec.isa.registry import emits
 from warpspec.target import SM90A
 
@@ -92,8 +92,31 @@ def _global_address(gen: CodeGenerator, view: str, rank: int, offsets, row: str,
             f"static_cast<long long>({r}) * {view}_stride0 + static_cast<long long>({c}) * {view}_stride1")
 
 
+def _contiguous_runs(layout, shape) -> list[int]:
+    """The lengths of the runs a thread's registers of ``layout`` (over a 2-D ``shape``) come in, in register
+    order: registers of one run hold consecutive columns of one row, the first at a column that is a multiple of
+    the run's length. A blocked layout's chunks, when no chunk crosses a row; otherwise single registers. (An
+    accumulator's column pairs stay single: a second path of 8-byte loads beside the element-by-element one made
+    ptxas spill the stream-K consumer, which adds a partial tile to its accumulator.)"""
+    if len(shape) == 2 and isinstance(layout, Blocked) and layout.vector > 1 and shape[1] % layout.vector == 0:
+        return [layout.vector] * (layout.registers // layout.vector)
+    return [1] * layout.registers
+
+
+def _vector_bytes(run: int, nbytes: int) -> int:
+    """The bytes one vector load of a run takes (0: the run loads element by element): 8 or 16 for 4-byte
+    elements, 4, 8 or 16 for 16-bit ones (two to a register), the run split into pieces of at most 16 bytes."""
+    if nbytes not in (2, 4) or run * nbytes < (4 if nbytes == 2 else 8):
+        return 0
+    return min(16, run * nbytes)
+
+
 @emits(LoadGlobal, TARGET)
 def _emit_LoadGlobal(gen: CodeGenerator, s: LoadGlobal) -> None:
+    """Each thread loads its registers. Where the view's rows are contiguous, its base, row pitch and column offset
+    aligned to the vector, and the whole tile inside the view (one test for the block, so no load waits on a branch
+    of its own), a run of consecutive columns (a blocked chunk) is one vector load of up to 16 bytes; otherwise
+    every element is loaded alone, zero outside the view. The same values either way."""
     decl = s.decl
     layout = gen.reg_layouts[decl.uid]
     gen.declare_registers(decl)
@@ -101,8 +124,9 @@ def _emit_LoadGlobal(gen: CodeGenerator, s: LoadGlobal) -> None:
     offsets = [gen.cexpr(o) for o in s.offsets]
     ctype = C_TYPES[decl.dtype.name]
     nbytes = decl.dtype.nbytes
+    name = gen.tensor_name(decl)
 
-    def body(i, row, col, valid):
+    def element(i, row, col, valid):
         inside, offset = _global_address(gen, view, len(decl.shape), offsets, row, col)
         if valid:
             inside = f"{valid} && {inside}"
@@ -110,7 +134,50 @@ def _emit_LoadGlobal(gen: CodeGenerator, s: LoadGlobal) -> None:
                  f"{view}_base) + ({offset}) * {nbytes}) : static_cast<{ctype}>(0))")
         gen.line(gen.set_element(decl, i, value))
 
-    gen.element_loop(layout, body)
+    runs = _contiguous_runs(layout, decl.shape)
+    widths = {_vector_bytes(run, nbytes) for run in runs}
+    if len(widths) != 1 or widths == {0}:
+        gen.element_loop(layout, element)
+        return
+    (width,) = widths
+    per_load = width // nbytes
+    rows, cols = decl.shape
+    gen.line("{")
+    gen.indent += 1
+    gen.line(thread_prelude(layout_begin(layout)))
+    # A run starts at a column that is a multiple of its length, so the base, the row pitch and the column offset
+    # decide every run's alignment.
+    gen.line(f"if (({view}_stride1 == 1) && (({view}_base & {width - 1}) == 0) && ((({view}_stride0 * {nbytes}) & "
+             f"{width - 1}) == 0) && ((({offsets[1]}) * {nbytes} & {width - 1}) == 0) && ({offsets[0]}) >= 0 && "
+             f"({offsets[0]}) + {rows} <= {view}_size0 && ({offsets[1]}) >= 0 && ({offsets[1]}) + {cols} <= "
+             f"{view}_size1) {{")
+    gen.indent += 1
+    word = {4: "unsigned", 8: "uint2", 16: "uint4"}[width]
+    parts = ["loaded_"] if width == 4 else ["loaded_.x", "loaded_.y", "loaded_.z", "loaded_.w"][:width // 4]
+    as_value = "__uint_as_float" if decl.dtype is float32 else f"static_cast<{ctype}>"
+    for piece in range(0, layout.registers, per_load):
+        row, col = layout.coords(piece)
+        valid = layout.valid(piece)  # a blocked chunk lies wholly inside the tile or wholly past it
+        address = (f"reinterpret_cast<const {word} *>(reinterpret_cast<const unsigned char *>({view}_base) + "
+                   f"(static_cast<long long>({offsets[0]} + {row}) * {view}_stride0 + static_cast<long long>("
+                   f"{offsets[1]} + {col})) * {nbytes})")
+        load = f"*{address}" if valid is None else f"({valid}) ? *{address} : {word}{{}}"
+        gen.line(f"{{ const {word} loaded_ = {load};")
+        if packed(decl):  # a run starts at an even register: its words are the tensor's words
+            assigns = [f"{name}[{piece // 2 + k}] = {part};" for k, part in enumerate(parts)]
+        else:
+            assigns = [f"{name}[{piece + k}] = {as_value}({part});" for k, part in enumerate(parts)]
+        gen.line("  " + " ".join(assigns) + " }")
+    gen.indent -= 1
+    gen.line("} else {")
+    gen.indent += 1
+    for i in range(layout.registers):
+        row, col = layout.coords(i)
+        element(i, row, col, layout.valid(i))
+    gen.indent -= 1
+    gen.line("}")
+    gen.indent -= 1
+    gen.line("}")
 
 
 @emits(LoadScalar, TARGET)
