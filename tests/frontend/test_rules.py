@@ -83,6 +83,19 @@ def test_a_helper_rebinding_its_parameter_leaves_the_caller_s_tensor_alone(where
     np.testing.assert_array_equal(other, 2 * x)
 
 
+@pytest.mark.parametrize("mode, grown", [("add", lambda x, n: x + n), ("read-first", lambda x, n: x + n),
+                                         ("nested", lambda x, n: x * 4.0 ** n), ("moved", lambda x, n: x + n)])
+def test_a_helper_updating_its_parameter_in_a_runtime_loop_carries_it_from_iteration_to_iteration(mode, grown):
+    """``def grown(self, t, n): for _ in self.range(n): t = t + 1.0`` returns x + n (each iteration adds to the
+    last one's value, not to the caller's tensor again) and leaves the caller's tensor as it was."""
+    x = np.arange(8, dtype=np.float32) - 2
+    for n in (0, 1, 3):
+        out, other = np.zeros(8, np.float32), np.zeros(8, np.float32)
+        fk.UpdatesAParameterInALoop(mode)(n, x, out, other)
+        np.testing.assert_array_equal(out, x)
+        np.testing.assert_array_equal(other, grown(x, n).astype(np.float32))
+
+
 def _casts(script):
     from warpspec.frontend.kernel import bind_arguments
     from warpspec.isa.elementwise import Cast

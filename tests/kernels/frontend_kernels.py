@@ -56,6 +56,45 @@ class Float16Scalar(warpspec.Script):
 marker_line = markers_of(__file__)
 
 
+class UpdatesAParameterInALoop(warpspec.Script):
+    """A helper updates its parameter inside a runtime loop and returns it; ``other`` gets what it returns, ``out``
+    the caller's tensor. ``mode``: ``"add"`` (``t = t + 1.0`` n times: x + n), ``"read-first"`` (the loop reads t
+    into another name before the update: x + n), ``"nested"`` (``t = t * 2.0`` in a compile-time loop of 2 inside
+    the runtime loop: x · 4ⁿ), ``"moved"`` (``a = self.grown(a, n)``: the helper computes into a's registers, and
+    ``out`` reads the input again)."""
+
+    def __init__(self, mode):
+        super().__init__()
+        self.mode = mode
+
+    def grown(self, t, n):
+        for _ in self.range(n):
+            if self.mode == "read-first":
+                s = t + 0.5
+                t = s + 0.5
+            elif self.mode == "nested":
+                for _ in range(2):
+                    t = t * 2.0
+            else:
+                t = t + 1.0
+        return t
+
+    def __call__(self, n: int32, x_ptr: ~float32, out_ptr: ~float32, other_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        x = self.global_view(x_ptr, dtype=float32, shape=[8])
+        out = self.global_view(out_ptr, dtype=float32, shape=[8])
+        other = self.global_view(other_ptr, dtype=float32, shape=[8])
+        a = self.load_global(x, offsets=[0], shape=[8])
+        if self.mode == "moved":
+            a = self.grown(a, n)
+            self.store_global(other, a, offsets=[0])
+            self.store_global(out, self.load_global(x, offsets=[0], shape=[8]), offsets=[0])
+        else:
+            self.store_global(other, self.grown(a, n), offsets=[0])
+            self.store_global(out, a, offsets=[0])
+
+
 class RebindsACopyOfAName(warpspec.Script):
     """``b = a`` then a new value for b: out holds a, unchanged (``alias_in_loop``: b updated inside a runtime
     loop instead, which would change a too, and is refused). ``element_in_loop``: inside a runtime loop,

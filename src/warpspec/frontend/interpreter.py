@@ -29,6 +29,7 @@ from warpspec.isa import elementwise
 from warpspec.isa.memory import StoreElement
 from warpspec.isa.values import RuntimeRange, TensorValue, describe
 from warpspec.ir import nodes as ir
+from warpspec.ir.rewrite import replace_tensor
 
 _PY_BINOPS = {
     ast.Add: ("+", operator.add), ast.Sub: ("-", operator.sub), ast.Mult: ("*", operator.mul),
@@ -177,6 +178,12 @@ class Interpreter(KernelContext):
         decl = ir.TensorDecl(name, ir.REGISTER, tensor.dtype, tuple(tensor.shape), self.loc)
         binding.block.append(elementwise.Cast(self.loc, decl, tensor.ref))  # a copy: the same type
         binding.value, binding.borrowed = TensorValue(ir.TensorRef(decl)), False
+        # What the loops and branches around this update already read of the parameter (``acc = acc + x``: its
+        # right side, built before this rebinding) reads the copy, the value the name carries from one iteration
+        # to the next; read from the caller's tensor, every iteration would start again from the first value.
+        start = next(i for i, block in enumerate(self._blocks) if block is binding.block)
+        for block in self._blocks[start + 1:]:
+            block[:] = [replace_tensor(stmt, tensor.ref.decl, decl) for stmt in block]
 
     def _alias_of(self, name: str, tensor: TensorValue) -> str | None:
         """Another name of this function's scopes bound to ``tensor``'s registers (``b = a``), or an element of a

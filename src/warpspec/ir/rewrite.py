@@ -41,3 +41,36 @@ def rewrite_stmt(stmt: ir.Stmt, expr_function, block_function) -> ir.Stmt:
         if new is not old:
             changes[f.name] = new
     return replace(stmt, **changes) if changes else stmt
+
+
+
+def replace_tensor(stmt: ir.Stmt, old: ir.TensorDecl, new: ir.TensorDecl) -> ir.Stmt:
+    """``stmt`` with every use of tensor ``old`` (a TensorRef of it, in any field, expression or nested statement
+    list) made a use of ``new``; ``stmt`` itself when it uses no ``old``."""
+
+    def value_of(value):
+        if isinstance(value, ir.TensorRef):
+            index = value_of(value.index)
+            if value.decl is old:
+                return replace(value, decl=new, index=index)
+            return value if index is value.index else replace(value, index=index)
+        if isinstance(value, ir.Expr):
+            changes = {f.name: value_of(getattr(value, f.name)) for f in fields(value)}
+            changes = {key: item for key, item in changes.items() if item is not getattr(value, key)}
+            return replace(value, **changes) if changes else value
+        if isinstance(value, tuple):
+            items = tuple(value_of(item) for item in value)
+            return value if all(a is b for a, b in zip(items, value)) else items
+        return value
+
+    changes = {}
+    for f in fields(stmt):
+        before = getattr(stmt, f.name)
+        if f.name in type(stmt).blocks:
+            after = tuple(replace_tensor(s, old, new) for s in before)
+            after = before if all(a is b for a, b in zip(after, before)) else after
+        else:
+            after = value_of(before)
+        if after is not before:
+            changes[f.name] = after
+    return replace(stmt, **changes) if changes else stmt
