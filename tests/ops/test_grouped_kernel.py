@@ -18,8 +18,7 @@ from warpspec.ops import grouped_kernel
 from warpspec.ops.grouped_kernel import GroupedGemm, grouped_schedule, grouped_workspace
 
 from tests.ops.test_grouped_matmul import expected_of
-from tests.ops.test_split_gemm import HAND_OFF_MISTAKES
-from tests.ops.test_stream_k import FinishesWithoutWaiting, KeepsFlagsSet, line_of
+from tests.ops.test_stream_k import HAND_OFF_MISTAKES, FinishesWithoutWaiting, KeepsFlagsSet, line_of
 from tests.support.example_checks import emulator  # noqa: F401  (autouse: the emulator, its deterministic schedule)
 
 #: Group sizes: a 64-row tile of group 3 reaches into group 4, a 128-row one past it; 8 rows follow the last group.

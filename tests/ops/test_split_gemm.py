@@ -13,13 +13,13 @@ import importlib
 import numpy as np
 import pytest
 
-from warpspec import RaceError, ops
+from warpspec import DeadlockError, RaceError, ops
 from warpspec.errors import CompileError
 from warpspec.dtypes import BY_NAME, bfloat16, float8_e4m3, float16, float32
 from warpspec.ops import kernels
 
 from tests.ops.test_matmul import BF16, E4M3, OUTPUTS, assert_close, operands, reference
-from tests.ops.test_stream_k import FinishesWithoutWaiting, KeepsFlagsSet, line_of
+from tests.support.markers import marker_line
 from tests.support.example_checks import emulator  # noqa: F401  (autouse: the emulator, its deterministic schedule)
 
 ops_matmul = importlib.import_module("warpspec.ops.matmul")
@@ -171,37 +171,51 @@ def test_persistent_or_stream_k_schedules_cannot_swap_or_split():
 # ------------------------------------------------------------------------------------------ planted mistakes
 
 
-class SplitFinishesWithoutWaiting(kernels.SplitFamily, FinishesWithoutWaiting):
-    """stream-K's planted mistake in a split-K schedule: reads a partial without waiting for its flag."""
+class SplitSumsWithoutWaiting(kernels.SplitFamily, kernels.Gemm):
+    """Adds the other parts' partials without waiting for their count."""
+
+    def add_parts(self, acc, ws, flags, tile, first, end):
+        self.sync()
+        for contributor in self.range(first, end):
+            acc = acc + self.load_global(ws, offsets=[contributor * self.block_m, 0],  # <<< sums-without-waiting
+                                         shape=[self.block_m, self.block_n])
+        return acc
 
 
-class SplitKeepsFlagsSet(kernels.SplitFamily, KeepsFlagsSet):
-    """Never gives a flag back its 0."""
+class SplitKeepsCountSet(kernels.SplitFamily, kernels.Gemm):
+    """Never gives the tile's count back its 0, so the next launch finds it counted."""
+
+    def add_parts(self, acc, ws, flags, tile, first, end):
+        with self.single_thread():
+            self.flag.wait(flags, tile, end - first)  # <<< keeps-count-set
+        self.sync()
+        for contributor in self.range(first, end):
+            acc = acc + self.load_global(ws, offsets=[contributor * self.block_m, 0], shape=[self.block_m, self.block_n])
+        return acc
 
 
-#: stream-K's planted hand-off mistakes, the line each is caught at and a fragment of its message: what every kernel
-#: that splits tiles through the workspace is checked against (here, and in test_grouped_kernel.py).
-HAND_OFF_MISTAKES = [
-    pytest.param(FinishesWithoutWaiting, "return acc + self.load_global", "(to hand data from one block to a later "
-                 "one, use self.flag.signal and self.flag.wait)", id="reads-without-waiting"),
-    pytest.param(KeepsFlagsSet, "self.flag.wait(flags, contributor, 1)", "already held 1 when the launch began",
-                 id="keeps-flags-set")]
+#: split-K's planted hand-off mistakes, the error each is, the line it is caught at and a fragment of its message.
+#: A count left set makes the next launch's count pass the value waited for: the last part waits for ever.
+SPLIT_HAND_OFF_MISTAKES = [
+    pytest.param(SplitSumsWithoutWaiting, RaceError, "sums-without-waiting", "(to hand data from one block to a "
+                 "later one, use self.flag.signal and self.flag.wait)", id="reads-without-waiting"),
+    pytest.param(SplitKeepsCountSet, DeadlockError, "keeps-count-set", "flag.wait until flags[0] == 3 (it holds 6",
+                 id="keeps-count-set")]
 
 
-@pytest.mark.parametrize("cls, line, fragment", HAND_OFF_MISTAKES)
-def test_each_planted_hand_off_mistake_is_caught_at_its_line(cls, line, fragment):
-    planted = {FinishesWithoutWaiting: SplitFinishesWithoutWaiting, KeepsFlagsSet: SplitKeepsFlagsSet}[cls]
+@pytest.mark.parametrize("planted, error, marker, fragment", SPLIT_HAND_OFF_MISTAKES)
+def test_each_planted_hand_off_mistake_is_caught_at_its_line(planted, error, marker, fragment):
     a, w = operands(M, N, K, np.float16)
     problem = ops_matmul.validate(a, w.T, None, None, None, None)
     kernel = planted(float16, float16, b_k_major=True, has_bias=False, activation=None, **SWAP)
     elements, flag_count = ops_matmul.workspace_sizes(M, N, kernels.NUM_SMS, SWAP)
     workspace = (np.zeros(elements, np.float32), np.zeros(flag_count, np.int32))
-    with pytest.raises(RaceError) as caught:
-        for _ in range(2):  # flags left set show in the second launch
+    with pytest.raises(error) as caught:
+        for _ in range(2):  # a count left set shows in the second launch
             out = np.zeros((M, N), np.float16)
             kernel(*ops_matmul.Layout.of(a, w.T, out, problem).arguments(a, w.T, out, None, None, workspace,
                                                                             kernels.NUM_SMS))
-    assert caught.value.location.endswith(line_of(cls, line)), caught.value.location
+    assert caught.value.location.endswith(f"{__file__}:{marker_line(__file__, marker)}"), caught.value.location
     assert fragment in str(caught.value)
 
 

@@ -173,6 +173,15 @@ def line_of(cls, text: str) -> str:
     return f"{__file__}:{first + next(i for i, line in enumerate(lines) if text in line)}"
 
 
+#: stream-K's planted hand-off mistakes, the line each is caught at and a fragment of its message: what every kernel
+#: that hands partial tiles on through stream-K's flags is checked against (here, and in test_grouped_kernel.py).
+HAND_OFF_MISTAKES = [
+    pytest.param(FinishesWithoutWaiting, "return acc + self.load_global", "(to hand data from one block to a later "
+                 "one, use self.flag.signal and self.flag.wait)", id="reads-without-waiting"),
+    pytest.param(KeepsFlagsSet, "self.flag.wait(flags, contributor, 1)", "already held 1 when the launch began",
+                 id="keeps-flags-set")]
+
+
 PLANTED = [
     pytest.param(FinishesWithoutWaiting, RaceError, "return acc + self.load_global",
                  ["load_global in block (", "reads ws[", "which block (", "wrote (store_global of ws",

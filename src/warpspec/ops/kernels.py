@@ -26,7 +26,8 @@ works on the float32 accumulators in registers. What V5 fixes, this kernel takes
   ``warpspec.ops.workspace``);
 * for few output tiles, the split family (``SplitGemm``, ``ScaledSplitGemm``: ``SPLIT_TILES``, ``SPLITS``,
   ``SPLIT_STAGES``): one block per tile part, each tile's K range split between ``split_k`` consecutive blocks that
-  hand their partial sums on through the same workspace, and with ``swap_ab`` the product computed transposed
+  leave their partial sums in the same workspace and count them on the tile's flag, the last part waiting once for
+  the count and adding them, and with ``swap_ab`` the product computed transposed
   (Cᵀ = Bᵀ·Aᵀ, stored through a view of C with strides (1, ldc)), so a small M is WGMMA's narrow N side.
 
 Runtime scalars are the sizes and the row pitches (in elements) of A, B and C, so strided views of larger tensors
@@ -79,6 +80,8 @@ MAX_LEFT_PERCENT = 60
 SPLIT_TILES = ((False, 64, 64), (False, 64, 128), (False, 128, 64), (False, 128, 128),
                (True, 64, 8), (True, 128, 8), (True, 128, 16), (True, 128, 32), (True, 128, 64))
 SPLITS = (1, 2, 4, 8)
+#: Split-K's fold: registers a thread may give to the partial tiles it loads at once (``parts_at_once``).
+PARTIAL_REGISTERS = 32
 SPLIT_STAGES = (3, 4, 6, 8)
 
 
@@ -256,11 +259,10 @@ class _Gemm(Script):
                 acc = self.consume(pipe, sa, sb, k_begin, k_end)
                 part = self.blockIdx.x % splits
                 if part < splits - 1:
-                    self.leave_partial(acc, ws, flags)
+                    self.count_part(acc, ws, flags, tile)
                 else:  # the tile's last part adds the others' sums, in the order of their blocks
-                    for contributor in self.range(self.blockIdx.x - part, self.blockIdx.x):
-                        acc = self.add_partial(acc, ws, flags, contributor)
-                    self.finish_tile(acc, sc, gc, m_size, n_size, bias_ptr, scale_ptr, offset_m, offset_n)
+                    total = self.add_parts(acc, ws, flags, tile, self.blockIdx.x - part, self.blockIdx.x)
+                    self.finish_tile(total, sc, gc, m_size, n_size, bias_ptr, scale_ptr, offset_m, offset_n)
             else:
                 for tile in self.range(self.blockIdx.x, whole_tiles, self.gridDim.x):
                     offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
@@ -357,6 +359,37 @@ class _Gemm(Script):
         self.sync()  # every consumer's stores are ordered before the signal
         with self.single_thread():
             self.flag.signal(flags, self.blockIdx.x, 1)
+
+    def count_part(self, acc, ws, flags, tile):
+        """Split-K: this block's sum over its part of the tile's K range goes to its workspace slot, and the tile's
+        flag counts it (``flag.add``) for the tile's last part."""
+        self.store_global(ws, acc, offsets=[self.blockIdx.x * self.block_m, 0])
+        self.sync()  # every consumer's stores are ordered before the count
+        with self.single_thread():
+            self.flag.add(flags, tile, 1)
+
+    def parts_at_once(self) -> int:
+        """Split-K: the partial tiles ``add_parts`` loads at once, as many (up to 4) as ``PARTIAL_REGISTERS``
+        registers a thread hold."""
+        per_thread = self.block_m * self.block_n // self.consumer_threads
+        return max(1, min(4, PARTIAL_REGISTERS // per_thread))
+
+    def add_parts(self, acc, ws, flags, tile, first, end):
+        """Split-K: ``acc`` plus the partial sums blocks ``first ... end - 1`` (the tile's other parts) left. One
+        wait for their count (given back, 0, for the next launch), then ``parts_at_once()`` partials loaded at
+        once, so that the parts cost one round trip to memory per group, not a wait and a load each."""
+        with self.single_thread():
+            self.flag.wait(flags, tile, end - first)
+            self.flag.signal(flags, tile, 0)
+        self.sync()  # the other consumers' loads come after the wait
+        width, block_m, block_n = self.parts_at_once(), self.block_m, self.block_n
+        for step in self.range(cdiv(end - first, width)):
+            for lane in range(width):  # unrolled: the loads do not wait on each other's sums
+                contributor: int32 = first + step * width + lane
+                # Past the last contributor, its slot is read again and left out of the sum.
+                part = self.load_global(ws, offsets=[min(contributor, end - 1) * block_m, 0], shape=[block_m, block_n])
+                acc = acc + self.where(self.col_index(part) + contributor * block_n < end * block_n, part, 0.0)
+        return acc
 
     def add_partial(self, acc, ws, flags, contributor):
         """Stream-K: ``acc`` plus the partial sum block ``contributor`` (an earlier one) left for this tile."""
