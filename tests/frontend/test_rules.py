@@ -96,6 +96,25 @@ def test_a_helper_updating_its_parameter_in_a_runtime_loop_carries_it_from_itera
         np.testing.assert_array_equal(other, grown(x, n).astype(np.float32))
 
 
+@pytest.mark.parametrize("mode, expected", [
+    ("fibonacci", lambda n: ([0, 1, 1, 2, 3, 5, 8][n], [1, 1, 2, 3, 5, 8, 13][n])),
+    ("pair", lambda n: (n, 2 * n)),
+    ("branch", lambda n: (3 if n > 2 else 0, n + 1))])
+def test_names_rebound_in_a_runtime_loop_to_other_tensors_take_their_values(mode, expected):
+    """``a, b = b, a + b`` inside a runtime loop is Python's: each name gets the value its right side had (a copy into
+    the loop's tensor where the value is not the statement just built), also under a runtime branch."""
+    for n in (0, 1, 2, 3, 5):
+        out, other = np.full(8, np.nan, np.float32), np.full(8, np.nan, np.float32)
+        fk.RebindsToOtherTensorsInALoop(mode)(n, out, other)
+        np.testing.assert_array_equal((out, other), np.broadcast_to(np.float32(expected(n))[:, None], (2, 8)))
+
+
+def test_rebinding_an_item_of_a_list_is_refused_at_its_line():
+    _raises_at("list-item", "cannot assign to an element of a list of 2 items: a kernel's lists and tuples are "
+               "compile-time values", lambda: fk.RebindsToOtherTensorsInALoop("list")(3, np.zeros(8, np.float32),
+                                                                                     np.zeros(8, np.float32)))
+
+
 def _casts(script):
     from warpspec.frontend.kernel import bind_arguments
     from warpspec.isa.elementwise import Cast

@@ -56,6 +56,39 @@ class Float16Scalar(warpspec.Script):
 marker_line = markers_of(__file__)
 
 
+class RebindsToOtherTensorsInALoop(warpspec.Script):
+    """Names bound before a runtime loop of n iterations, rebound inside it to tensors that are not the statement
+    just built. ``mode``: ``"fibonacci"`` (``a, b = b, a + b``: a = F(n), b = F(n + 1)), ``"pair"`` (``x, y = x +
+    1.0, y + 2.0``: n, 2n), ``"branch"`` (``if i == 2: a = b`` then b grows: a = 3 if n > 2, else 0; b = n + 1),
+    ``"list"`` (an item of a list rebound: refused at the line)."""
+
+    def __init__(self, mode):
+        super().__init__()
+        self.mode = mode
+
+    def __call__(self, n: int32, out_ptr: ~float32, other_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        out = self.global_view(out_ptr, dtype=float32, shape=[8])
+        other = self.global_view(other_ptr, dtype=float32, shape=[8])
+        a = self.register_tensor(dtype=float32, shape=[8], init=0.0)
+        b = self.register_tensor(dtype=float32, shape=[8], init=1.0 if self.mode != "pair" else 0.0)
+        parts = [a + 0.0, b + 0.0] if self.mode == "list" else []
+        for i in self.range(n):
+            if self.mode == "fibonacci":
+                a, b = b, a + b
+            elif self.mode == "pair":
+                a, b = a + 1.0, b + 2.0
+            elif self.mode == "branch":
+                if i == 2:
+                    a = b
+                b = b + 1.0
+            else:
+                parts[0] = parts[0] + 1.0  # <<< list-item
+        self.store_global(out, a, offsets=[0])
+        self.store_global(other, b, offsets=[0])
+
+
 class UpdatesAParameterInALoop(warpspec.Script):
     """A helper updates its parameter inside a runtime loop and returns it; ``other`` gets what it returns, ``out``
     the caller's tensor. ``mode``: ``"add"`` (``t = t + 1.0`` n times: x + n), ``"read-first"`` (the loop reads t

@@ -151,12 +151,14 @@ class Interpreter(KernelContext):
                     raise self.error(f"{name!r} and {alias!r} are one tensor ({name} = {alias} bound the same "
                                      f"registers): updating {name!r} inside this runtime loop or branch would "
                                      f"change {alias!r} too; bind a copy before it ({name} = {alias} + 0.0)")
-                if self._assign_in_place(existing.value, value):
+                if self._assign_in_place(existing.value, value) or self._copy_into(existing.value, value):
                     return
             elif existing.value is value or _same_constant(existing.value, value):
                 return
             raise self.error(f"{name!r} was bound outside this runtime loop or branch and cannot be rebound inside "
-                             f"it to a different compile-time value or tensor")
+                             f"it to a different compile-time value or tensor"
+                             + (f" ({describe(value)} has another shape, dtype or kind than {describe(existing.value)})"
+                                if isinstance(value, TensorValue) and isinstance(existing.value, TensorValue) else ""))
         if isinstance(value, TensorValue) and existing is not None and isinstance(existing.value, TensorValue):
             # A name that shares its tensor with another (b = a, or a helper's parameter and its caller's argument)
             # is rebound, as Python does, not computed into it.
@@ -225,6 +227,16 @@ class Interpreter(KernelContext):
                 and not target.ref.index and target.shape == value.shape and target.dtype == value.dtype):
             return False
         self._blocks[-1][-1] = replace(last, decl=target.ref.decl)
+        return True
+
+    def _copy_into(self, target: TensorValue, value: TensorValue) -> bool:
+        """``a, b = b, a + b`` inside a runtime loop: a new value that is not the statement just built (another
+        name's tensor, or one computed before the last) is copied into the loop's tensor, which then holds it as
+        Python's rebinding would (later updates of either tensor leave the other alone)."""
+        if not (target.kind == ir.REGISTER and value.kind == ir.REGISTER and not target.ref.index
+                and not value.ref.transposed and target.shape == value.shape and target.dtype == value.dtype):
+            return False
+        self.emit(elementwise.Cast(self.loc, target.ref.decl, value.ref))  # a copy: the same type
         return True
 
     # -------------------------------------------------------------------------------------------------------- inlining
@@ -396,6 +408,10 @@ class Interpreter(KernelContext):
             raise self.error(f"cannot assign to {type(target).__name__}")
 
     def assign_element(self, container, index, value) -> None:
+        if isinstance(container, (list, tuple)):
+            raise self.error(f"cannot assign to an element of a {type(container).__name__} of {len(container)} "
+                             f"items: a kernel's lists and tuples are compile-time values whose items are not "
+                             f"rebound; keep a tensor that changes in a name of its own (part0 = part0 + x)")
         if not isinstance(container, TensorValue):
             raise self.error(f"cannot assign to an element of {describe(container)}")
         if container.kind != ir.REGISTER:
