@@ -115,6 +115,31 @@ def test_rebinding_an_item_of_a_list_is_refused_at_its_line():
                                                                                      np.zeros(8, np.float32)))
 
 
+@pytest.mark.parametrize("mode, expected", [("top", lambda n: [10 * n, 10 * n + 1]),
+                                            ("loop", lambda n: [10 * n, 11 * n]),
+                                            ("loop-variable", lambda n: [n, 2 * (n - 1) if n else 0]),
+                                            ("loop-body", lambda n: [n, 2 * (n - 1) if n else 0])])
+def test_a_helper_assigning_its_scalar_parameter_leaves_the_caller_s_variable_alone(mode, expected):
+    """``def counted(self, k, n): k = k + 1; return k`` returns k + 1 and the caller's k keeps its value (Python's
+    meaning), in a runtime loop of the helper too; a loop variable given a new value, in a helper or in the loop's
+    body, still counts the loop's iterations, and in the IR no statement of a runtime loop assigns its counter (the
+    GPU's C++ loop would take the new value as its next iteration's start)."""
+    from warpspec.frontend.kernel import bind_arguments
+    from warpspec.ir import nodes as ir
+    from warpspec.runtime import kernel_for
+
+    for n in (0, 1, 3):
+        out = np.full(2, -1, np.int32)
+        fk.AssignsAScalarParameter(mode)(n, out)
+        np.testing.assert_array_equal(out, expected(n))
+    script = fk.AssignsAScalarParameter(mode)
+    _, compile_time = bind_arguments(type(script), (3, np.zeros(2, np.int32)), {})
+    loops = [s for s in ir.walk(kernel_for(script, compile_time).body) if isinstance(s, ir.For)]
+    assert loops or mode == "top"
+    for loop in loops:
+        assert not any(isinstance(s, ir.Assign) and s.var is loop.var for s in ir.walk(loop.body))
+
+
 def _casts(script):
     from warpspec.frontend.kernel import bind_arguments
     from warpspec.isa.elementwise import Cast

@@ -56,6 +56,54 @@ class Float16Scalar(warpspec.Script):
 marker_line = markers_of(__file__)
 
 
+class AssignsAScalarParameter(warpspec.Script):
+    """A helper assigns its runtime scalar parameter; ``out`` gets [the caller's variable after the call, what the
+    helper returned]. ``mode``: ``"top"`` (``k = k + 1``: [10n, 10n + 1]), ``"loop"`` (``k = k + 1`` in a runtime loop
+    of n iterations: [10n, 11n]), ``"loop-variable"`` (the caller's loop variable i passed in and doubled, the loop
+    counting its iterations: [n, 2(n - 1)] for n > 0), ``"loop-body"`` (the loop variable doubled in the loop's own
+    body: the same)."""
+
+    def __init__(self, mode):
+        super().__init__()
+        self.mode = mode
+
+    def counted(self, k, n):
+        if self.mode == "top":
+            k = k + 1
+        else:
+            for _ in self.range(n):
+                k = k + 1
+        return k
+
+    def doubled(self, i):
+        i = i * 2
+        return i
+
+    def __call__(self, n: int32, out_ptr: ~int32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        out = self.global_view(out_ptr, dtype=int32, shape=[2])
+        result = self.register_tensor(dtype=int32, shape=[2], init=0)
+        if self.mode in ("loop-variable", "loop-body"):
+            count: int32 = 0
+            last: int32 = 0
+            for i in self.range(n):
+                if self.mode == "loop-body":
+                    i = i * 2
+                    last = i
+                else:
+                    last = self.doubled(i)
+                count = count + 1
+            result[0] = count
+            result[1] = last
+        else:
+            k: int32 = n * 10
+            r = self.counted(k, n)
+            result[0] = k
+            result[1] = r
+        self.store_global(out, result, offsets=[0])
+
+
 class RebindsToOtherTensorsInALoop(warpspec.Script):
     """Names bound before a runtime loop of n iterations, rebound inside it to tensors that are not the statement
     just built. ``mode``: ``"fibonacci"`` (``a, b = b, a + b``: a = F(n), b = F(n + 1)), ``"pair"`` (``x, y = x +

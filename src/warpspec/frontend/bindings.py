@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 class Binding:
     """A name's value and the runtime nesting depth at which it was bound (compile-time values bound outside a
     runtime loop or branch cannot change inside it). ``borrowed``: a helper's parameter bound to its caller's
-    register tensor, whose registers a new value of the parameter must never be computed into (Python rebinds the
-    parameter; the caller's tensor keeps its value), with ``block``, the statements being built where it was
-    bound (where a copy of its own is made if it must be updated in place inside a runtime loop or branch)."""
+    register tensor or runtime variable, or a runtime loop's variable, which a new value of the name must never be
+    computed or assigned into (Python rebinds the name; the caller's tensor or variable, and the loop's counter,
+    keep their values), with ``block``, the statements being built where it was bound (where a copy of its own is
+    made when the name is given a new value)."""
 
     value: object
     depth: int

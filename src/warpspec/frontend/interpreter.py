@@ -29,7 +29,7 @@ from warpspec.isa import elementwise
 from warpspec.isa.memory import StoreElement
 from warpspec.isa.values import RuntimeRange, TensorValue, describe
 from warpspec.ir import nodes as ir
-from warpspec.ir.rewrite import replace_tensor
+from warpspec.ir.rewrite import map_exprs, replace_uses
 
 _PY_BINOPS = {
     ast.Add: ("+", operator.add), ast.Sub: ("-", operator.sub), ast.Mult: ("*", operator.mul),
@@ -120,6 +120,12 @@ class Interpreter(KernelContext):
         if name == "_":  # a throwaway: every binding is new
             existing = None
         scalar = isinstance(value, (ir.Expr, int, float, bool))
+        if existing is not None and existing.borrowed and isinstance(existing.value, ir.Var) \
+                and (scalar or annotation is not None):
+            caller = existing.value
+            own = self._own_variable(name, existing)
+            if isinstance(value, ir.Expr):  # k = k + 1: the right side reads the helper's own k too
+                value = map_exprs(value, lambda e: own if e is caller else e)
         if existing is not None and isinstance(existing.value, ir.Var) and annotation is None and not scalar:
             # A name that held a runtime scalar now names a tensor, a tuple, an object...: a new binding.
             if existing.depth < self.depth:
@@ -183,9 +189,30 @@ class Interpreter(KernelContext):
         # What the loops and branches around this update already read of the parameter (``acc = acc + x``: its
         # right side, built before this rebinding) reads the copy, the value the name carries from one iteration
         # to the next; read from the caller's tensor, every iteration would start again from the first value.
+        self._rewrite_open_blocks(binding, lambda stmt: replace_uses(stmt, tensor.ref.decl, decl))
+
+    def _own_variable(self, name: str, binding: Binding) -> ir.Var:
+        """A helper's parameter bound to its caller's runtime variable, or a runtime loop's variable, given a new
+        value: the name gets a variable of its own, declared with the old value where the name was bound (where the
+        helper was called; at the top of the loop's body), so the assignment leaves the caller's variable and the
+        loop's counter alone, as Python's rebinding does. Before, ``k = k + 1`` in a helper changed the caller's
+        ``k``, and on the GPU a loop variable given a new value changed the loop's iterations (not on the
+        emulator). What the loops and branches around the assignment already read of the name reads the new
+        variable, as for a tensor's copy."""
+        caller = binding.value
+        own = ir.Var(name, caller.type)
+        binding.block.append(ir.Declare(self.loc, own, caller))
+        self._track_host_value(own, caller)
+        binding.value, binding.borrowed = own, False
+        self._rewrite_open_blocks(binding, lambda stmt: replace_uses(stmt, caller, own))
+        return own
+
+    def _rewrite_open_blocks(self, binding: Binding, rewrite) -> None:
+        """Apply ``rewrite`` to every statement already built in the blocks opened inside ``binding``'s block (the
+        runtime loops and branches around the statement being built)."""
         start = next(i for i, block in enumerate(self._blocks) if block is binding.block)
         for block in self._blocks[start + 1:]:
-            block[:] = [replace_tensor(stmt, tensor.ref.decl, decl) for stmt in block]
+            block[:] = [rewrite(stmt) for stmt in block]
 
     def _alias_of(self, name: str, tensor: TensorValue) -> str | None:
         """Another name of this function's scopes bound to ``tensor``'s registers (``b = a``), or an element of a
@@ -260,7 +287,8 @@ class Interpreter(KernelContext):
         # Only the statement's own call moves its arguments; calls inside the helper start afresh.
         moving, self._moving = self._moving, frozenset()
         self._scopes = [{name: Binding(value, self.depth, block=self._blocks[-1],
-                                       borrowed=_register_tensor(value) and value.ref.decl not in moving)
+                                       borrowed=(_register_tensor(value) and value.ref.decl not in moving)
+                                       or isinstance(value, ir.Var))
                          for name, value in bound.arguments.items()}]
         self.globals = function.__globals__
         self.file = path
@@ -472,7 +500,9 @@ class Interpreter(KernelContext):
             var = ir.Var(node.target.id, iterable.start.dtype)
 
             def body():
-                self._scopes[-1][node.target.id] = Binding(var, self.depth)
+                # Borrowed: a new value for the name is a variable of its own, as Python rebinds it, never the
+                # counter (the emulator's next iteration takes the counter's next value; C++'s would take the new).
+                self._scopes[-1][node.target.id] = Binding(var, self.depth, borrowed=True, block=self._blocks[-1])
                 self.exec_body(node.body)
 
             stmts = self.runtime_block(body)

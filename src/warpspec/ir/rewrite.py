@@ -44,11 +44,15 @@ def rewrite_stmt(stmt: ir.Stmt, expr_function, block_function) -> ir.Stmt:
 
 
 
-def replace_tensor(stmt: ir.Stmt, old: ir.TensorDecl, new: ir.TensorDecl) -> ir.Stmt:
-    """``stmt`` with every use of tensor ``old`` (a TensorRef of it, in any field, expression or nested statement
-    list) made a use of ``new``; ``stmt`` itself when it uses no ``old``."""
+
+def replace_uses(stmt: ir.Stmt, old, new) -> ir.Stmt:
+    """``stmt`` with every use of ``old`` made a use of ``new``: a tensor (``old`` a TensorDecl: its TensorRefs, in
+    any field) or a runtime variable (``old`` an ir.Var: the expressions it appears in), in nested statement lists
+    too; ``stmt`` itself when it uses no ``old``."""
 
     def value_of(value):
+        if value is old:
+            return new
         if isinstance(value, ir.TensorRef):
             index = value_of(value.index)
             if value.decl is old:
@@ -67,7 +71,7 @@ def replace_tensor(stmt: ir.Stmt, old: ir.TensorDecl, new: ir.TensorDecl) -> ir.
     for f in fields(stmt):
         before = getattr(stmt, f.name)
         if f.name in type(stmt).blocks:
-            after = tuple(replace_tensor(s, old, new) for s in before)
+            after = tuple(replace_uses(s, old, new) for s in before)
             after = before if all(a is b for a, b in zip(after, before)) else after
         else:
             after = value_of(before)
