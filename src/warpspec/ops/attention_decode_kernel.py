@@ -22,10 +22,10 @@ the last split of a pack then counts it on the pack's flag (``flag.add``). The l
 others of its pack (blockIdx.x is the fastest index), waits once for the count of all of them, gives the flag back
 (0, for the next launch) and folds the pack's partials: with m the largest lse, O = Σ 2^(lse_s - m)·O_s /
 Σ 2^(lse_s - m), lse = m + log2 of that sum. The fold is spread over the whole warpgroup (4 elements of O per
-thread, ``FOLD_ELEMENTS / D`` query rows at a time) in two passes, m first, then the sums, each loading
-``FOLD_WIDTH`` partials at once, so that 16 splits cost four round trips to memory a pass, not sixteen, and no
-partial's exponential waits on the one before: in the accumulator's layout only the 16 threads holding the pack's
-real rows would work, one partial after another. It stores O (cast, clipped at the pack's last row) and the row's
+thread, each partial's 4 one 16-byte load, ``FOLD_ELEMENTS / D`` query rows at a time) and loads ``FOLD_WIDTH``
+partials at once: in the accumulator's layout only the 16 threads holding the pack's real rows would work, one
+partial after another. On the H200 the fold still costs about 0.28 µs per partial (batch 1, 2026-12-06), whatever
+``FOLD_WIDTH`` is (1, 4 and 16 alike), and two passes (the maximum first, then the sums) cost more (0.48). It stores O (cast, clipped at the pack's last row) and the row's
 log-sum-exp (+inf for a row that sees no key, as the forward kernel stores it).
 """
 
@@ -302,10 +302,9 @@ class Decode(Script):
         ``n_splits`` partials of the pack's ``rows`` query rows and store O and its log-sum-exp.
 
         The fold is spread over the whole warpgroup in a blocked layout (``fold_rows()`` rows at a time, 4
-        elements per thread, each partial's 4 one vector load) and takes two passes over the partials, each
-        loading ``FOLD_WIDTH`` of them at once: the first finds m, the largest lse of each row; the second sums
-        the weights 2^(lse_s - m) and the weighted O_s. So no step waits on the step before it (an online
-        rescale by the running maximum would chain every partial's exponentials on the last); at the end
+        elements per thread, one vector load of a partial's 4) and loads ``FOLD_WIDTH`` partials at once: with m
+        the largest lse of the partials so far, the sum of
+        weights and the weighted O are rescaled by 2^(m - m') per step and gain Σ 2^(lse_s - m')·O_s; at the end
         O = weighted O / sum and lse = m + log2(sum)."""
         d, fold = self.head_dim, self.fold_rows()
         first: int32 = pb * n_splits  # the pack's first slot
@@ -314,28 +313,29 @@ class Decode(Script):
         for block in self.range(cdiv(rows, fold)):
             row: int32 = block * fold
             top = self.register_tensor(dtype=float32, shape=[fold, 1], init=float("-inf"))
-            for step in self.range(cdiv(n_splits, FOLD_WIDTH)):
-                for lane in range(FOLD_WIDTH):  # unrolled: the loads are all issued at once
-                    # Past the pack's last split, read its slot again: the maximum is the same.
-                    slot: int32 = first + min(step * FOLD_WIDTH + lane, last)
-                    top = max(top, self.load_global(ws_lse, offsets=[row, slot], shape=[fold, 1]))
-            # Rows where no split saw a key subtract 0, never -inf - -inf; their weights are 0.
-            base = self.where(top == float("-inf"), 0.0, top)
             total = self.register_tensor(dtype=float32, shape=[fold, 1], init=0.0)
             acc = self.register_tensor(dtype=float32, shape=[fold, d], init=0.0)
             for step in self.range(cdiv(n_splits, FOLD_WIDTH)):
+                # Unrolled: the loads do not depend on each other's folding, so they are all issued at once.
                 for lane in range(FOLD_WIDTH):
                     split: int32 = step * FOLD_WIDTH + lane
                     # Past the pack's last split, read its slot again with weight 0: its values are finite.
                     slot: int32 = first + min(split, last)
                     other_lse = self.load_global(ws_lse, offsets=[row, slot], shape=[fold, 1])
                     other_lse = self.where(self.col_index(other_lse) + split <= last, other_lse, float("-inf"))
-                    weight = self.exp2(other_lse - base)
-                    total = total + weight
-                    acc = acc + self.load_global(ws_o, offsets=[row, slot * d], shape=[fold, d]) * weight
+                    other_o = self.load_global(ws_o, offsets=[row, slot * d], shape=[fold, d])
+                    new_top = max(top, other_lse)
+                    # Rows where no split saw a key yet subtract 0, never -inf - -inf; their weights are 0.
+                    subtrahend = self.where(new_top == float("-inf"), 0.0, new_top)
+                    rescale = self.exp2(top - subtrahend)
+                    theirs = self.exp2(other_lse - subtrahend)
+                    total = total * rescale + theirs
+                    acc = acc * rescale + other_o * theirs
+                    top = max(top, other_lse)  # updated in place (new_top is a tensor of its own)
+            final = self.where(top == float("-inf"), 0.0, top)
             out = acc / self.where(total == 0.0, 1.0, total)
             # +inf for a row that sees no key, as the forward kernel stores it.
-            lse = self.where(total == 0.0, float("inf"), base + self.log2(total))
+            lse = self.where(total == 0.0, float("inf"), final + self.log2(total))
             self.store_global(go, self.cast(out, self.dtype), offsets=[pb * rows + row, 0], row_end=pb * rows + rows)
             self.store_global(glse, lse, offsets=[pb * rows + row, 0], row_end=pb * rows + rows)
 
