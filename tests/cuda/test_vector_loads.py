@@ -56,6 +56,37 @@ class Int32Copy(_TileCopy):
 
 KERNELS = [Float32Copy, BFloat16Copy, Int32Copy]
 
+
+class ColumnScale(warpspec.Script):
+    """out = x · s + s for an [8, 64] tile x and a column vector s [8, 1] broadcast along its rows: the column vector
+    of a blocked tile holds one register per chunk (a chunk lies in one row), each combined with the chunk's 4
+    elements."""
+
+    def __call__(self, x_ptr: ~float32, s_ptr: ~float32, out_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        x = self.load_global(self.global_view(x_ptr, dtype=float32, shape=list(TILE)), offsets=[0, 0],
+                             shape=list(TILE))
+        s = self.load_global(self.global_view(s_ptr, dtype=float32, shape=[TILE[0], 1]), offsets=[0, 0],
+                             shape=[TILE[0], 1])
+        self.store_global(self.global_view(out_ptr, dtype=float32, shape=list(TILE)), x * s + s, offsets=[0, 0])
+
+
+def _column_scale(backend, device=None):
+    x = np.arange(TILE[0] * TILE[1], dtype=np.float32).reshape(TILE) / 7
+    s = np.arange(1, TILE[0] + 1, dtype=np.float32).reshape(TILE[0], 1) * 3
+    out = np.zeros(TILE, np.float32)
+    if device is not None:
+        torch = pytest.importorskip("torch")
+        xs, ss, outs = (torch.from_numpy(a).to(device) for a in (x, s, out))
+        with warpspec.use_backend(backend):
+            ColumnScale()(xs, ss, outs)
+        torch.cuda.synchronize()
+        return outs.cpu().numpy(), x * s + s
+    with warpspec.use_backend(backend):
+        ColumnScale()(x, s, out)
+    return out, x * s + s
+
 #: (rows, cols, pitch, row, col): aligned inside; a column offset of 1 (misaligned); the right edge inside a run;
 #: negative offsets; an odd pitch (rows misaligned).
 CASES = [(32, 128, 128, 3, 64), (32, 128, 128, 3, 1), (16, 100, 104, 2, 40), (16, 128, 128, -2, -4),
@@ -118,6 +149,19 @@ def test_runs_of_columns_become_vector_loads(kernel_class):
     assert "if ((src_stride1 == 1) && ((src_base & 15) == 0)" in source
     assert "const uint4 loaded_" in source
     assert count_instructions(disassemble(built.module.cubin), ["LDG.E.128"])["LDG.E.128"] == 1
+
+
+def test_a_column_vector_of_a_blocked_tile_holds_one_register_per_chunk():
+    got, expected = _column_scale("emulator")
+    np.testing.assert_array_equal(got, expected)
+    source = compile_kernel(kernel_for(ColumnScale(), {})).generated.source
+    assert "float s[1];" in source and "float x[4];" in source
+
+
+@pytest.mark.gpu
+def test_gpu_broadcasts_a_column_vector_of_a_blocked_tile_as_the_emulator_does():
+    got, expected = _column_scale("cuda", device="cuda")
+    np.testing.assert_array_equal(got, expected)
 
 
 @pytest.mark.gpu

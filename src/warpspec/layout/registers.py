@@ -156,7 +156,8 @@ class Slice:
     """The vector a 2-D ``parent`` layout broadcasts along ``axis`` (0: a row vector [1, N], one value per column;
     1: a column vector [M, 1], one value per row): each thread holds the columns (rows) it holds of the parent.
     Against accumulator fragments a thread holds each of its distinct columns (rows) once: n/4 columns, or 2 rows
-    per m64 block; against other layouts one register per parent register (the parent's column or row)."""
+    per m64 block; a column vector against a blocked layout whose chunks each lie in one row, one register per
+    chunk; against other layouts one register per parent register (the parent's column or row)."""
 
     parent: object
     axis: int
@@ -170,11 +171,21 @@ class Slice:
         return layout_begin(self.parent)
 
     @property
+    def per_chunk(self) -> int:
+        """Parent registers per register of a column vector against a blocked layout whose chunks lie in one row
+        each (its ``vector``: one row value serves the chunk's elements), else 1."""
+        parent = self.parent
+        if (self.axis == 1 and isinstance(parent, Blocked) and len(parent.shape) == 2 and parent.vector > 1
+                and parent.shape[-1] % parent.vector == 0):
+            return parent.vector
+        return 1
+
+    @property
     def registers(self) -> int:
         if isinstance(self.parent, Accumulator):
             acc = self.parent.layout
             return acc.n // 4 if self.axis == 0 else acc.m_blocks * 2
-        return self.parent.registers
+        return self.parent.registers // self.per_chunk
 
     def coords(self, i: int) -> tuple[str, str]:
         if isinstance(self.parent, Accumulator):
@@ -184,16 +195,16 @@ class Slice:
                 return "0", f"{ni * acc.instr_n + 8 * (r >> 1) + (r & 1)} + 2 * (lane_ & 3)"
             mb, h = divmod(i, 2)
             return f"g_ * {acc.m // acc.warpgroups} + {mb * 64 + 8 * h} + 16 * w_ + (lane_ >> 2)", "0"
-        row, col = self.parent.coords(i)
+        row, col = self.parent.coords(i * self.per_chunk)
         return ("0", col) if self.axis == 0 else (row, "0")
 
     def valid(self, i: int) -> str | None:
-        return None if isinstance(self.parent, Accumulator) else self.parent.valid(i)
+        return None if isinstance(self.parent, Accumulator) else self.parent.valid(i * self.per_chunk)
 
     def parent_register(self, i: int) -> int:
         """The register of this vector that parent register ``i``'s element is combined with."""
         if not isinstance(self.parent, Accumulator):
-            return i
+            return i // self.per_chunk
         acc = self.parent.layout
         block, ii = divmod(i, acc.instr_n // 2)
         mb, ni = divmod(block, acc.n_instructions)
