@@ -99,8 +99,8 @@ def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_
     * ``a``, ``b``: float16, bfloat16 or float8_e4m3 (the same for both); each row-major or column-major (``b``
       as the transposed view of an [N, K] tensor: a linear layer's ``w.T``; ``a`` as ``x.T``), read as stored;
       float8 ``a`` must be row-major and ``b`` ``w.T``, as ``torch._scaled_mm`` requires. An operand whose row
-      pitch is not a multiple of 16 bytes (TMA's) is multiplied from an aligned copy; base addresses must be
-      16-byte aligned. ``a`` [..., M, K] with a 2-D ``b`` multiplies ``a``'s rows; ``a`` [B, M, K] with ``b``
+      pitch is not a multiple of 16 bytes (TMA's), or whose strides are neither form (a strided, broadcast or
+      reversed view), is multiplied from an aligned row-major copy; base addresses must be 16-byte aligned. ``a`` [..., M, K] with a 2-D ``b`` multiplies ``a``'s rows; ``a`` [B, M, K] with ``b``
       [B, K, N] each batch (in one launch where there is no epilogue: docs/ops.md).
     * torch tensors that require a gradient (in grad mode) give a differentiable result
       (``warpspec.ops.matmul_grad``), or an ``ArgumentError`` where there is no backward (float8, ``out=``).
@@ -291,10 +291,16 @@ def strides_of(value) -> tuple[int, ...]:
 
 
 def _fits_tma(view, dtype: DType) -> bool:
-    """Whether the row-major view of an operand (``a``, or ``a.T`` when column-major; ``b`` or ``b.T``) has a row
-    pitch of a multiple of 16 bytes, as TMA needs (a single row has none to check). The start address is checked
-    per call (``run``): it is not part of a signature."""
-    return view.shape[0] <= 1 or (strides_of(view)[0] * dtype.nbytes) % TMA_ALIGNMENT == 0
+    """Whether the row-major view of an operand (``a``, or ``a.T`` when column-major; ``b`` or ``b.T``) is what a
+    tensor map describes: each row's elements adjacent, and a positive row pitch of a multiple of 16 bytes (a single
+    row has none to check). Anything else (a padded pitch, a strided or broadcast view) is multiplied from an
+    aligned copy (``staged_copy``). The start address is checked per call (``run``): it is not part of a
+    signature."""
+    rows, columns = (int(n) for n in view.shape)
+    row_stride, column_stride = strides_of(view)
+    if columns > 1 and column_stride != 1:
+        return False
+    return rows <= 1 or (row_stride > 0 and (row_stride * dtype.nbytes) % TMA_ALIGNMENT == 0)
 
 
 def staged(found: Signature, a, b) -> tuple:
@@ -439,29 +445,29 @@ def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
     if m == 0 or n == 0 or k == 0:
         return Problem(m, n, k, in_dtype, result_dtype, False, bias is not None, activation)
     a_strides, b_strides = strides_of(a), strides_of(b)
-    for name, value in (("a", a), ("b", b), ("out", out)):
-        if value is not None and any(stride < 0 for stride in strides_of(value)):
-            raise ArgumentError(f"{name} has strides {strides_of(value)}: a negative stride (a reversed view such as "
-                                f"x[::-1]) cannot be read by TMA; pass a copy (np.ascontiguousarray(x), x.contiguous())")
-    if a_strides[1] == 1 or k == 1:
+    if out is not None and any(stride < 0 for stride in strides_of(out)):
+        raise ArgumentError(f"out has strides {strides_of(out)}: a negative stride (a reversed view such as x[::-1]) "
+                            f"cannot be written by the kernel; pass a row-major out")
+    # Each operand is read as stored where it is row-major or the transposed view of a row-major tensor; other
+    # strides (a strided or broadcast view, a reversed numpy view) are read from a row-major copy (``_fits_tma``
+    # marks it for staging), in the form float8 needs for b.
+    if a_strides[1] == 1 and (a_strides[0] > 0 or m == 1) or k == 1:
         a_k_major = True
-    elif a_strides[0] == 1 or m == 1:
+    elif a_strides[0] == 1 and (a_strides[1] > 0 or k == 1) or m == 1:
         a_k_major = False
     else:
-        raise ArgumentError(f"a must be row-major [M, K] or the transposed view of a row-major [K, M] tensor "
-                            f"(x.T), got strides {a_strides}")
+        a_k_major = True
     if in_dtype == float8_e4m3 and not a_k_major:
         raise ArgumentError("a: float8 a must be row-major [M, K] (K-major), as torch._scaled_mm requires; a "
                             "column-major a (x.T) is supported for float16 and bfloat16 only")
     if n == 1:  # one column: w.T of a one-row w (unit row stride) is the K-major form, anything else row-major
         b_k_major = b_strides[0] == 1 and k > 1
-    elif b_strides[1] == 1:
+    elif b_strides[1] == 1 and (b_strides[0] > 0 or k == 1):
         b_k_major = False
-    elif b_strides[0] == 1 or k == 1:
+    elif b_strides[0] == 1 and (b_strides[1] > 0 or n == 1) or k == 1:
         b_k_major = True
     else:
-        raise ArgumentError(f"b must be row-major [K, N] or the transposed view of a row-major [N, K] tensor "
-                            f"(w.T), got strides {b_strides}")
+        b_k_major = in_dtype == float8_e4m3
     if in_dtype == float8_e4m3 and not b_k_major:
         raise ArgumentError("b: float8 b must be the transposed view of a K-major [N, K] tensor (w.T), as "
                             "torch._scaled_mm requires; a row-major [K, N] b is not supported for float8")
