@@ -72,8 +72,9 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     """Attention forward: ``softmax(scale · q @ kᵀ) @ v`` per batch and head, computed in float32 with an online
     softmax, returned in q's dtype and kind.
 
-    * ``q`` [B, H, S_q, D], ``k`` and ``v`` [B, H_kv, S_k, D]: float16 or bfloat16 (one dtype), contiguous, D in
-      {64, 128, 256}; H a multiple of H_kv (grouped-query attention: query head h reads K/V head
+    * ``q`` [B, H, S_q, D], ``k`` and ``v`` [B, H_kv, S_k, D]: float16 or bfloat16 (one dtype), D in {64, 128,
+      256}; any strides (an operand that is not contiguous, such as ``x.transpose(1, 2)`` of a [B, S, H, D] tensor
+      or a slice of the sequence, is read from a contiguous copy: one more read and write of it); H a multiple of H_kv (grouped-query attention: query head h reads K/V head
       h // (H / H_kv)); any S_q >= 0 and S_k >= 1.
     * ``causal``: query i sees keys j <= i + S_k - S_q (aligned at the bottom right, as FlashAttention does; for
       S_q = S_k the usual lower triangle). A query row that sees no key (S_q > S_k) is 0.
@@ -89,6 +90,7 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     """
     if not isinstance(return_lse, bool):
         raise ArgumentError(f"return_lse must be True or False, got {return_lse!r}")
+    q, k, v = _contiguous_copy(q), _contiguous_copy(k), _contiguous_copy(v)
     found = call_for(q, k, v, causal, scale)
     if found.kind == "torch":
         torch = sys.modules["torch"]
@@ -191,6 +193,16 @@ def call_for(q, k, v, causal, scale) -> Call:
             same_device("q", q, k=k, v=v)
         found = _calls.remember(key, Call(kind, problem))
     return found
+
+
+def _contiguous_copy(value):
+    """``value`` itself when it is contiguous or no array at all (the checks name what it is); else a contiguous
+    copy (a slice such as ``q[:, :, -1:]``, a transposed [B, S, H, D] view, a broadcast one): the kernels read dense
+    [batch · heads, seq, head_dim] rows with TMA. torch's copy is differentiable, so gradients reach the view."""
+    if isinstance(value, np.ndarray):
+        return value if value.flags.c_contiguous else np.ascontiguousarray(value)
+    contiguous = getattr(value, "is_contiguous", None)
+    return value if contiguous is None or contiguous() else value.contiguous()
 
 
 def _contiguous(value) -> bool:
