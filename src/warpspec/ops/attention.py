@@ -90,7 +90,7 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     """
     if not isinstance(return_lse, bool):
         raise ArgumentError(f"return_lse must be True or False, got {return_lse!r}")
-    q, k, v = _contiguous_copy(q), _contiguous_copy(k), _contiguous_copy(v)
+    q, k, v = contiguous_copy(q), contiguous_copy(k), contiguous_copy(v)
     found = call_for(q, k, v, causal, scale)
     if found.kind == "torch":
         torch = sys.modules["torch"]
@@ -195,7 +195,7 @@ def call_for(q, k, v, causal, scale) -> Call:
     return found
 
 
-def _contiguous_copy(value):
+def contiguous_copy(value):
     """``value`` itself when it is contiguous or no array at all (the checks name what it is); else a contiguous
     copy (a slice such as ``q[:, :, -1:]``, a transposed [B, S, H, D] view, a broadcast one): the kernels read dense
     [batch · heads, seq, head_dim] rows with TMA. torch's copy is differentiable, so gradients reach the view."""

@@ -21,7 +21,7 @@ import numpy as np
 
 from warpspec import runtime
 from warpspec.errors import ArgumentError
-from warpspec.ops.attention import Problem, _contiguous, validate
+from warpspec.ops.attention import Problem, _contiguous, contiguous_copy, validate
 from warpspec.ops.attention_backward_kernel import (BACKWARD_HEAD_DIMS, BackwardKV, BackwardKVDQ,
                                                     BackwardKVDQVarlen, BackwardKVVarlen, BackwardQ,
                                                     BackwardQVarlen, ConvertDQ, Dot, DotVarlen)
@@ -77,13 +77,15 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, det
     output gradient ``dout``, from ``out`` and ``lse`` as ``ops.attention(..., return_lse=True)`` returned them.
 
     * ``q``, ``k``, ``v``, ``causal``, ``scale``: as ``ops.attention`` takes them; D 64 or 128;
-    * ``out``, ``dout``: q's shape and dtype, contiguous; ``lse``: float32 [B, H, S_q], contiguous;
+    * ``out``, ``dout``: q's shape and dtype; ``lse``: float32 [B, H, S_q]; any of the six that is not contiguous
+      is read from a contiguous copy, as ``ops.attention`` does;
     * ``deterministic``: True (default) computes dQ in a kernel per query block that recomputes S and dP (two more
       GEMMs), bit-identical from run to run; False accumulates dQ in the dK/dV kernel with float32 reduce-adds,
       whose order varies from run to run (so may dQ's last bits; dK and dV never vary).
 
     dq has q's shape, dk and dv k's (summed over the query heads sharing a K/V head), all in q's dtype and kind.
     """
+    q, k, v, out, dout, lse = (contiguous_copy(x) for x in (q, k, v, out, dout, lse))
     kind = same_kind("q", q, k=k, v=v, out=out, dout=dout, lse=lse)
     problem = validate_backward(q, k, v, out, dout, lse, causal, scale, deterministic)
     if kind == "torch":
