@@ -84,10 +84,12 @@ def test_a_helper_rebinding_its_parameter_leaves_the_caller_s_tensor_alone(where
 
 
 @pytest.mark.parametrize("mode, grown", [("add", lambda x, n: x + n), ("read-first", lambda x, n: x + n),
-                                         ("nested", lambda x, n: x * 4.0 ** n), ("moved", lambda x, n: x + n)])
+                                         ("nested", lambda x, n: x * 4.0 ** n), ("moved", lambda x, n: x + n),
+                                         ("alias-read", lambda x, n: x * (n + 1))])
 def test_a_helper_updating_its_parameter_in_a_runtime_loop_carries_it_from_iteration_to_iteration(mode, grown):
     """``def grown(self, t, n): for _ in self.range(n): t = t + 1.0`` returns x + n (each iteration adds to the
-    last one's value, not to the caller's tensor again) and leaves the caller's tensor as it was."""
+    last one's value, not to the caller's tensor again) and leaves the caller's tensor as it was; ``u = t`` before
+    the loop keeps the first value (``t = t + u``: x · (n + 1))."""
     x = np.arange(8, dtype=np.float32) - 2
     for n in (0, 1, 3):
         out, other = np.zeros(8, np.float32), np.zeros(8, np.float32)

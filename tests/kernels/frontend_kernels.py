@@ -142,15 +142,18 @@ class UpdatesAParameterInALoop(warpspec.Script):
     the caller's tensor. ``mode``: ``"add"`` (``t = t + 1.0`` n times: x + n), ``"read-first"`` (the loop reads t
     into another name before the update: x + n), ``"nested"`` (``t = t * 2.0`` in a compile-time loop of 2 inside
     the runtime loop: x · 4ⁿ), ``"moved"`` (``a = self.grown(a, n)``: the helper computes into a's registers, and
-    ``out`` reads the input again)."""
+    ``out`` reads the input again), ``"alias-read"`` (``u = t`` before the loop, ``t = t + u`` in it: x · (n + 1))."""
 
     def __init__(self, mode):
         super().__init__()
         self.mode = mode
 
     def grown(self, t, n):
+        u = t if self.mode == "alias-read" else None
         for _ in self.range(n):
-            if self.mode == "read-first":
+            if self.mode == "alias-read":
+                t = t + u
+            elif self.mode == "read-first":
                 s = t + 0.5
                 t = s + 0.5
             elif self.mode == "nested":

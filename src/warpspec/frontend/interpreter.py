@@ -72,6 +72,22 @@ def _parse_function(function) -> tuple[ast.FunctionDef, str]:
     return node, path
 
 
+def _assigned_names(body: list[ast.stmt]) -> set[str]:
+    """The names ``body`` binds anywhere in it (assignments, loop targets, ``with ... as``), not counting those of
+    nested functions, lambdas and comprehensions, which have scopes of their own."""
+    names: set[str] = set()
+    pending: list[ast.AST] = list(body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.ListComp,
+                             ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        pending.extend(ast.iter_child_nodes(node))
+    return names
+
+
 class Interpreter(KernelContext):
     """Builds one ``ir.Kernel`` from a Script instance and its compile-time arguments by walking its Python AST;
     the families it calls see it as their build context."""
@@ -174,10 +190,12 @@ class Interpreter(KernelContext):
         create(Binding(value, self.depth))
 
     def _copy_of_own(self, name: str, binding: Binding) -> None:
-        """A helper's parameter updated inside a runtime loop or branch: the update must go into registers that
-        live across it, and never into the caller's tensor, so the parameter gets a copy of its own, made where it
-        was bound (before the loop or branch, whose statement is emitted once its body is built), and is rebound
-        to it there."""
+        """A helper's parameter that a runtime loop or branch assigns (``_copy_updated_parameters``, at the loop's
+        or branch's start): the update must go into registers that live across it, and never into the caller's
+        tensor, so the parameter gets a copy of its own, made where it was bound, and is rebound to it there. The
+        body is built after the copy, so every read of the name in it reads the copy (the value the name carries
+        from one iteration to the next), and another name bound to the caller's tensor before (``u = t``) still
+        reads the caller's."""
         tensor = binding.value
         if not tensor.dtype.is_float:
             raise self.error(f"{name!r} is a parameter bound to the caller's {tensor.dtype.name} tensor: updating it "
@@ -186,10 +204,17 @@ class Interpreter(KernelContext):
         decl = ir.TensorDecl(name, ir.REGISTER, tensor.dtype, tuple(tensor.shape), self.loc)
         binding.block.append(elementwise.Cast(self.loc, decl, tensor.ref))  # a copy: the same type
         binding.value, binding.borrowed = TensorValue(ir.TensorRef(decl)), False
-        # What the loops and branches around this update already read of the parameter (``acc = acc + x``: its
-        # right side, built before this rebinding) reads the copy, the value the name carries from one iteration
-        # to the next; read from the caller's tensor, every iteration would start again from the first value.
-        self._rewrite_open_blocks(binding, lambda stmt: replace_uses(stmt, tensor.ref.decl, decl))
+
+    def _copy_updated_parameters(self, body: list[ast.stmt]) -> None:
+        """Before a runtime loop or branch is built: each helper parameter bound to its caller's float tensor that
+        ``body`` assigns (anywhere in it, nested loops and branches included) gets its copy of its own now. Made
+        at the assignment instead, the copy would come after the body's earlier reads of the parameter, which
+        would then read the caller's tensor in every iteration (``t = t + 1.0`` in a loop of n gave t + 1)."""
+        for name in _assigned_names(body):
+            binding = self._find_binding(name)
+            if binding is not None and binding.borrowed and isinstance(binding.value, TensorValue) \
+                    and binding.value.dtype.is_float:
+                self._copy_of_own(name, binding)
 
     def _own_variable(self, name: str, binding: Binding) -> ir.Var:
         """A helper's parameter bound to its caller's runtime variable, or a runtime loop's variable, given a new
@@ -475,6 +500,7 @@ class Interpreter(KernelContext):
             return
         cond = self.to_expr(cond, boolean) if cond.dtype != boolean else cond
         loc = self.loc
+        self._copy_updated_parameters(node.body + node.orelse)
         then = self.runtime_block(lambda: self.exec_body(node.body))
         orelse = self.runtime_block(lambda: self.exec_body(node.orelse))
         self.emit(ir.If(loc, cond, then, orelse))
@@ -498,6 +524,7 @@ class Interpreter(KernelContext):
                 raise self.error("a runtime loop needs a single loop variable")
             loc = self.loc
             var = ir.Var(node.target.id, iterable.start.dtype)
+            self._copy_updated_parameters(node.body)
 
             def body():
                 # Borrowed: a new value for the name is a variable of its own, as Python rebinds it, never the
