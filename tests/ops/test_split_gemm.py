@@ -190,7 +190,8 @@ class SplitKeepsCountSet(kernels.SplitFamily, kernels.Gemm):
             self.flag.wait(flags, tile, end - first)  # <<< keeps-count-set
         self.sync()
         for contributor in self.range(first, end):
-            acc = acc + self.load_global(ws, offsets=[contributor * self.block_m, 0], shape=[self.block_m, self.block_n])
+            acc = acc + self.load_global(ws, offsets=[contributor * self.block_m, 0],
+                                         shape=[self.block_m, self.block_n])
         return acc
 
 

@@ -74,8 +74,8 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False):
 
     * ``q`` [B, H, S_q, D], ``k`` and ``v`` [B, H_kv, S_k, D]: float16 or bfloat16 (one dtype), D in {64, 128,
       256}; any strides (an operand that is not contiguous, such as ``x.transpose(1, 2)`` of a [B, S, H, D] tensor
-      or a slice of the sequence, is read from a contiguous copy: one more read and write of it); H a multiple of H_kv (grouped-query attention: query head h reads K/V head
-      h // (H / H_kv)); any S_q >= 0 and S_k >= 1.
+      or a slice of the sequence, is read from a contiguous copy: one more read and write of it); H a multiple of
+      H_kv (grouped-query attention: query head h reads K/V head h // (H / H_kv)); any S_q >= 0 and S_k >= 1.
     * ``causal``: query i sees keys j <= i + S_k - S_q (aligned at the bottom right, as FlashAttention does; for
       S_q = S_k the usual lower triangle). A query row that sees no key (S_q > S_k) is 0.
     * ``scale``: the logits' factor (positive), D ** -0.5 by default.
@@ -199,10 +199,9 @@ def contiguous_copy(value):
     """``value`` itself when it is contiguous or no array at all (the checks name what it is); else a contiguous
     copy (a slice such as ``q[:, :, -1:]``, a transposed [B, S, H, D] view, a broadcast one): the kernels read dense
     [batch · heads, seq, head_dim] rows with TMA. torch's copy is differentiable, so gradients reach the view."""
-    if isinstance(value, np.ndarray):
-        return value if value.flags.c_contiguous else np.ascontiguousarray(value)
-    contiguous = getattr(value, "is_contiguous", None)
-    return value if contiguous is None or contiguous() else value.contiguous()
+    if not isinstance(value, np.ndarray) and not hasattr(value, "is_contiguous") or _contiguous(value):
+        return value
+    return np.ascontiguousarray(value) if isinstance(value, np.ndarray) else value.contiguous()
 
 
 def _contiguous(value) -> bool:

@@ -25,8 +25,9 @@ others of its pack (blockIdx.x is the fastest index), waits once for the count o
 thread, each partial's 4 one 16-byte load, ``FOLD_ELEMENTS / D`` query rows at a time) and loads ``FOLD_WIDTH``
 partials at once: in the accumulator's layout only the 16 threads holding the pack's real rows would work, one
 partial after another. On the H200 the fold still costs about 0.28 µs per partial (batch 1, 2026-12-06), whatever
-``FOLD_WIDTH`` is (1, 4 and 16 alike), and two passes (the maximum first, then the sums) cost more (0.48). It stores O (cast, clipped at the pack's last row) and the row's
-log-sum-exp (+inf for a row that sees no key, as the forward kernel stores it).
+``FOLD_WIDTH`` is (1, 4 and 16 alike), and two passes (the maximum first, then the sums) cost more (0.48). It stores
+O (cast, clipped at the pack's last row) and the row's log-sum-exp (+inf for a row that sees no key, as the forward
+kernel stores it).
 """
 
 from __future__ import annotations
@@ -303,9 +304,8 @@ class Decode(Script):
 
         The fold is spread over the whole warpgroup in a blocked layout (``fold_rows()`` rows at a time, 4
         elements per thread, one vector load of a partial's 4) and loads ``FOLD_WIDTH`` partials at once: with m
-        the largest lse of the partials so far, the sum of
-        weights and the weighted O are rescaled by 2^(m - m') per step and gain Σ 2^(lse_s - m')·O_s; at the end
-        O = weighted O / sum and lse = m + log2(sum)."""
+        the largest lse of the partials so far, the sum of weights and the weighted O are rescaled by 2^(m - m') per
+        step and gain Σ 2^(lse_s - m')·O_s; at the end O = weighted O / sum and lse = m + log2(sum)."""
         d, fold = self.head_dim, self.fold_rows()
         first: int32 = pb * n_splits  # the pack's first slot
         last: int32 = n_splits - 1

@@ -387,7 +387,8 @@ class _Gemm(Script):
             for lane in range(width):  # unrolled: the loads do not wait on each other's sums
                 contributor: int32 = first + step * width + lane
                 # Past the last contributor, its slot is read again and left out of the sum.
-                part = self.load_global(ws, offsets=[min(contributor, end - 1) * block_m, 0], shape=[block_m, block_n])
+                part = self.load_global(ws, offsets=[min(contributor, end - 1) * block_m, 0],
+                                        shape=[block_m, block_n])
                 acc = acc + self.where(self.col_index(part) + contributor * block_n < end * block_n, part, 0.0)
         return acc
 

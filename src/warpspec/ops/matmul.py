@@ -100,8 +100,9 @@ def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_
       as the transposed view of an [N, K] tensor: a linear layer's ``w.T``; ``a`` as ``x.T``), read as stored;
       float8 ``a`` must be row-major and ``b`` ``w.T``, as ``torch._scaled_mm`` requires. An operand whose row
       pitch is not a multiple of 16 bytes (TMA's), or whose strides are neither form (a strided, broadcast or
-      reversed view), is multiplied from an aligned row-major copy; base addresses must be 16-byte aligned. ``a`` [..., M, K] with a 2-D ``b`` multiplies ``a``'s rows; ``a`` [B, M, K] with ``b``
-      [B, K, N] each batch (in one launch where there is no epilogue: docs/ops.md).
+      reversed view), is multiplied from an aligned row-major copy; base addresses must be 16-byte aligned.
+      ``a`` [..., M, K] with a 2-D ``b`` multiplies ``a``'s rows; ``a`` [B, M, K] with ``b`` [B, K, N] each batch
+      (in one launch where there is no epilogue: docs/ops.md).
     * torch tensors that require a gradient (in grad mode) give a differentiable result
       (``warpspec.ops.matmul_grad``), or an ``ArgumentError`` where there is no backward (float8, ``out=``).
     * ``scale_a``, ``scale_b``: per-tensor scales, required for float8 inputs and refused otherwise: Python

@@ -92,15 +92,14 @@ def _global_address(gen: CodeGenerator, view: str, rank: int, offsets, row: str,
             f"static_cast<long long>({r}) * {view}_stride0 + static_cast<long long>({c}) * {view}_stride1")
 
 
-def _contiguous_runs(layout, shape) -> list[int]:
-    """The lengths of the runs a thread's registers of ``layout`` (over a 2-D ``shape``) come in, in register
-    order: registers of one run hold consecutive columns of one row, the first at a column that is a multiple of
-    the run's length. A blocked layout's chunks, when no chunk crosses a row; otherwise single registers. (An
-    accumulator's column pairs stay single: a second path of 8-byte loads beside the element-by-element one made
-    ptxas spill the stream-K consumer, which adds a partial tile to its accumulator.)"""
+def _run_length(layout, shape) -> int:
+    """How many of a thread's registers of ``layout`` (over a 2-D ``shape``) in a row hold consecutive columns of one
+    row, the first at a column that is a multiple of that length: a blocked layout's chunk, when no chunk crosses a
+    row; otherwise 1. (An accumulator's column pairs stay 1: a second path of 8-byte loads beside the
+    element-by-element one made ptxas spill the stream-K consumer, which adds a partial tile to its accumulator.)"""
     if len(shape) == 2 and isinstance(layout, Blocked) and layout.vector > 1 and shape[1] % layout.vector == 0:
-        return [layout.vector] * (layout.registers // layout.vector)
-    return [1] * layout.registers
+        return layout.vector
+    return 1
 
 
 def _vector_bytes(run: int, nbytes: int) -> int:
@@ -134,12 +133,10 @@ def _emit_LoadGlobal(gen: CodeGenerator, s: LoadGlobal) -> None:
                  f"{view}_base) + ({offset}) * {nbytes}) : static_cast<{ctype}>(0))")
         gen.line(gen.set_element(decl, i, value))
 
-    runs = _contiguous_runs(layout, decl.shape)
-    widths = {_vector_bytes(run, nbytes) for run in runs}
-    if len(widths) != 1 or widths == {0}:
+    width = _vector_bytes(_run_length(layout, decl.shape), nbytes)
+    if not width:
         gen.element_loop(layout, element)
         return
-    (width,) = widths
     per_load = width // nbytes
     rows, cols = decl.shape
     gen.line("{")
