@@ -147,6 +147,28 @@ def test_varlen_gradients_with_cpu_tensors():
         assert ((got.float() - want.grad).abs().max() / want.grad.abs().max()).item() < 4e-3
 
 
+def test_varlen_takes_slices_of_a_packed_projection():
+    """q, k and v as slices of one [total, 3, H, D] projection (strided rows) give what their contiguous copies
+    give, and the gradients reach the projection (before, an ArgumentError asked for contiguous tensors)."""
+    lengths = [40, 9, 70]
+    q, k, v, cu_q, cu_k = packed(lengths, lengths, heads=2, kv_heads=2, seed=2)
+    qkv = np.stack([q, k, v], axis=1)  # [total, 3, H, D]
+    strided = attention_varlen(qkv[:, 0], qkv[:, 1], qkv[:, 2], cu_q, cu_k, causal=True)
+    assert not qkv[:, 0].flags.c_contiguous
+    assert np.array_equal(strided, attention_varlen(q, k, v, cu_q, cu_k, causal=True))
+
+    projection = torch.from_numpy(qkv).requires_grad_()
+    weights = torch.randn(q.shape, generator=torch.Generator().manual_seed(1))
+    tq, tk, tv = projection.unbind(1)
+    (attention_varlen(tq, tk, tv, torch.from_numpy(cu_q), torch.from_numpy(cu_k), causal=True).float()
+     * weights).sum().backward()
+    leaves = [torch.from_numpy(x).requires_grad_() for x in (q, k, v)]
+    (attention_varlen(*leaves, torch.from_numpy(cu_q), torch.from_numpy(cu_k), causal=True).float()
+     * weights).sum().backward()
+    for index, leaf in enumerate(leaves):
+        assert torch.equal(projection.grad[:, index], leaf.grad)
+
+
 def paged_operands(seq_lens, seq_q, page_size, heads=4, kv_heads=2, head_dim=64, seed=0):
     """A cache with each sequence's pages scattered in a random order, and the dense keys they hold."""
     rng = np.random.default_rng(seed)

@@ -19,7 +19,8 @@ import numpy as np
 from warpspec import runtime
 from warpspec.dtypes import DType
 from warpspec.errors import ArgumentError
-from warpspec.ops.attention import DEFAULT_SCHEDULES, MAX_GRID_Y, MAX_INT32, _contiguous, validate
+from warpspec.ops.attention import (DEFAULT_SCHEDULES, MAX_GRID_Y, MAX_INT32, _contiguous, contiguous_copy,
+                                    validate)
 from warpspec.ops.attention_backward import backward_kernels
 from warpspec.ops.attention_backward_kernel import BACKWARD_HEAD_DIMS
 from warpspec.ops.attention_kernel import LOG2_E
@@ -44,7 +45,9 @@ class VarlenProblem:
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, scale=None, max_seqlen_q=None,
                      max_seqlen_k=None, check=True, deterministic=True):
-    """Attention per packed sequence: ``q`` [total_q, H, D], ``k`` and ``v`` [total_k, H_kv, D], ``cu_seqlens_q``
+    """Attention per packed sequence: ``q`` [total_q, H, D], ``k`` and ``v`` [total_k, H_kv, D] (any strides: a
+    tensor that is not contiguous, such as a slice of a packed [total, 3, H, D] projection, is read from a contiguous
+    copy), ``cu_seqlens_q``
     and ``cu_seqlens_k`` int32 [B + 1] (sequence b is rows ``cu_seqlens[b]:cu_seqlens[b + 1]``; they start at 0,
     never decrease and end at the total). ``causal`` and ``scale`` as ``ops.attention`` takes them (causal aligned
     at the bottom right of each sequence). Returns [total_q, H, D] in q's dtype and kind; rows of a sequence
@@ -85,10 +88,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, scale
             raise ArgumentError(f"{name} must be 3-D [total_tokens, heads, head_dim], got shape {tuple(value.shape)}")
     if tuple(v.shape) != tuple(k.shape):
         raise ArgumentError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
-    for name, value in (("q", q), ("k", k), ("v", v)):
-        if not _contiguous(value):
-            raise ArgumentError(f"{name} must be contiguous [total_tokens, heads, head_dim]; make a contiguous copy "
-                                f"first")
+    # Any strides (a packed [total, 3, H, D] projection's q, k and v slices): read from contiguous copies, whose
+    # gradients reach the views.
+    q, k, v = contiguous_copy(q), contiguous_copy(k), contiguous_copy(v)
     if int(k.shape[0]) > 0:
         # ops.attention's checks (dtypes, head dim, head counts, causal, scale) on one row of each, up front.
         row = validate(heads_first(q[:1]), heads_first(k[:1]), heads_first(v[:1]), causal, scale)
