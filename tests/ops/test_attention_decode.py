@@ -124,3 +124,21 @@ def test_nvrtc_builds_the_decode_kernel_without_spills(head_dim, pack):
     assert report.registers <= 65536 // (2 * threads) // 8 * 8 == 200
     counts = count_instructions(disassemble(built.module.cubin), ["HGMMA", "LDL", "STL"])
     assert counts["HGMMA"] > 0 and counts["LDL"] == counts["STL"] == 0
+
+
+def test_the_fold_issues_a_steps_loads_before_it_folds_any():
+    """In the SASS after the last split gives the pack's flag back (its one strong store), every one of a fold
+    step's ``FOLD_WIDTH`` 16-byte partial loads comes before the step's first exponential. Folding each partial as
+    it arrived (its value used between two loads, behind the vector load's alignment branch) made each partial a
+    round trip to memory of its own."""
+    from warpspec.cuda.launch import compile_kernel
+    from warpspec.cuda.sass import disassemble
+    from warpspec.ops.attention_decode_kernel import FOLD_WIDTH
+    from warpspec.runtime import kernel_for
+
+    kernel = Decode(bfloat16, head_dim=128, causal=True, pack=4, **decode.DEFAULT_DECODE_SCHEDULES[128])
+    sass = disassemble(compile_kernel(kernel_for(kernel, {})).module.cubin).splitlines()
+    flag_given_back = max(i for i, line in enumerate(sass) if "STG.E.STRONG.GPU" in line)
+    fold = sass[flag_given_back:]
+    first_exponential = next(i for i, line in enumerate(fold) if "MUFU.EX2" in line)
+    assert sum("LDG.E.128" in line for line in fold[:first_exponential]) == FOLD_WIDTH > 1

@@ -23,9 +23,10 @@ others of its pack (blockIdx.x is the fastest index), waits once for the count o
 (0, for the next launch) and folds the pack's partials: with m the largest lse, O = Σ 2^(lse_s - m)·O_s /
 Σ 2^(lse_s - m), lse = m + log2 of that sum. The fold is spread over the whole warpgroup (4 elements of O per
 thread, each partial's 4 one 16-byte load, ``FOLD_ELEMENTS / D`` query rows at a time) and loads ``FOLD_WIDTH``
-partials at once: in the accumulator's layout only the 16 threads holding the pack's real rows would work, one
-partial after another. On the H200 the fold still costs about 0.28 µs per partial (batch 1, 2026-12-06), whatever
-``FOLD_WIDTH`` is (1, 4 and 16 alike), and two passes (the maximum first, then the sums) cost more (0.48). It stores
+partials at once, all of their loads issued before the first is folded: in the accumulator's layout only the 16
+threads holding the pack's real rows would work, one partial after another. Folding each partial as it arrived
+cost a round trip per partial (0.28 µs each on the H200, whatever ``FOLD_WIDTH`` was); two passes (the maximum
+first, then the sums) cost more (0.48). It stores
 O (cast, clipped at the pack's last row) and the row's log-sum-exp (+inf for a row that sees no key, as the forward
 kernel stores it).
 """
@@ -42,10 +43,10 @@ from warpspec.script import Script
 
 #: The decode kernel's query rows per block: one m64 WGMMA row block.
 DECODE_ROWS = 64
-#: The partials the fold loads at once (one round trip to memory for all of them). On the H200 (2026-12-04) wider
-#: folds were no faster at batch 1 (within 0.5 µs at S_k 4096-131072), and their registers (180 and 255 a thread
-#: for 8 and 16, against 126-154 for 4) slowed batch 32 by 9-11%.
-FOLD_WIDTH = 4
+#: The partials the fold loads at once (one round trip to memory for all of them: every load is issued before any
+#: of their values is used). On an H100 (2026-12-06) 4, 8 and 16 gave 15.5, 15.2 and 15.4 µs at batch 1 × 8192
+#: keys in 16 splits and 17.1, 16.8 and 16.2 in 32; at batch 32 (2 splits) 4 and 16 were within 0.3%.
+FOLD_WIDTH = 8
 #: Elements of O the fold takes per step: 4 for each thread of the warpgroup.
 FOLD_ELEMENTS = 4 * WARPGROUP
 #: Keys of one load of the paged decode kernel: every page size is a multiple, so a load lies in one page.
@@ -316,21 +317,24 @@ class Decode(Script):
             total = self.register_tensor(dtype=float32, shape=[fold, 1], init=0.0)
             acc = self.register_tensor(dtype=float32, shape=[fold, d], init=0.0)
             for step in self.range(cdiv(n_splits, FOLD_WIDTH)):
-                # Unrolled: the loads do not depend on each other's folding, so they are all issued at once.
+                # Unrolled, every load before any arithmetic: a load's value is waited for where it is first used,
+                # so folding a partial between two loads would make each partial a round trip to memory of its
+                # own (the vector load's alignment test is a branch the compiler does not move loads across).
+                # Past the pack's last split, its slot is read again and given weight 0: its values are finite.
+                lses = [self.load_global(ws_lse, offsets=[row, first + min(step * FOLD_WIDTH + lane, last)],
+                                         shape=[fold, 1]) for lane in range(FOLD_WIDTH)]
+                parts = [self.load_global(ws_o, offsets=[row, (first + min(step * FOLD_WIDTH + lane, last)) * d],
+                                          shape=[fold, d]) for lane in range(FOLD_WIDTH)]
                 for lane in range(FOLD_WIDTH):
                     split: int32 = step * FOLD_WIDTH + lane
-                    # Past the pack's last split, read its slot again with weight 0: its values are finite.
-                    slot: int32 = first + min(split, last)
-                    other_lse = self.load_global(ws_lse, offsets=[row, slot], shape=[fold, 1])
-                    other_lse = self.where(self.col_index(other_lse) + split <= last, other_lse, float("-inf"))
-                    other_o = self.load_global(ws_o, offsets=[row, slot * d], shape=[fold, d])
+                    other_lse = self.where(self.col_index(lses[lane]) + split <= last, lses[lane], float("-inf"))
                     new_top = max(top, other_lse)
                     # Rows where no split saw a key yet subtract 0, never -inf - -inf; their weights are 0.
                     subtrahend = self.where(new_top == float("-inf"), 0.0, new_top)
                     rescale = self.exp2(top - subtrahend)
                     theirs = self.exp2(other_lse - subtrahend)
                     total = total * rescale + theirs
-                    acc = acc * rescale + other_o * theirs
+                    acc = acc * rescale + parts[lane] * theirs
                     top = max(top, other_lse)  # updated in place (new_top is a tensor of its own)
             final = self.where(top == float("-inf"), 0.0, top)
             out = acc / self.where(total == 0.0, 1.0, total)
