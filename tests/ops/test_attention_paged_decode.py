@@ -168,8 +168,9 @@ def test_gpu_paged_decode_against_a_float32_reference(seq_q, page_size):
 
 
 @pytest.mark.gpu
-def test_gpu_unchecked_decode_binds_its_launch_and_is_captured_in_a_cuda_graph(monkeypatch):
-    """``check=False`` at S_q = 1: the second call of a description takes its bound launch (the general launch is
+@pytest.mark.parametrize("seq_q", [1, 4])
+def test_gpu_unchecked_decode_binds_its_launch_and_is_captured_in_a_cuda_graph(seq_q, monkeypatch):
+    """``check=False`` at S_q = 1 and 4 (q and the output copied head-major around the bound launch): the second call of a description takes its bound launch (the general launch is
     made to fail, and the result is still right for new q values); a CUDA graph captures the call and its
     replays follow new contents of q, the table and the lengths; ``check=True`` inside capture is refused, naming
     check=False, before anything is captured."""
@@ -177,11 +178,12 @@ def test_gpu_unchecked_decode_binds_its_launch_and_is_captured_in_a_cuda_graph(m
     from tests.ops.test_attention_gpu import TOLERANCE, reference
 
     module = importlib.import_module("warpspec.ops.attention_paged")
-    arrays = cache([3000, 1, 700], 1, 16, 32, 8, 128, spare_pages=4, seed=3)
+    arrays = cache([3000, 4, 700], seq_q, 16, 32, 8, 128, spare_pages=4, seed=3)
     q, k_cache, v_cache = (torch.from_numpy(x).cuda().to(torch.bfloat16) for x in arrays[:3])
     table, seq_lens = (torch.from_numpy(x).cuda() for x in arrays[3:])
 
     def check(out):
+        assert out.shape == q.shape and out.is_contiguous()
         for b, length in enumerate(seq_lens.tolist()):
             keys, values = (x[table[b].long()].reshape(-1, 8, 128)[:length].transpose(0, 1)[None]
                             for x in (k_cache, v_cache))
@@ -205,39 +207,57 @@ def test_gpu_unchecked_decode_binds_its_launch_and_is_captured_in_a_cuda_graph(m
     torch.cuda.current_stream().wait_stream(stream)
     for step in range(2):
         q.copy_(torch.randn_like(q))
-        seq_lens.copy_(torch.tensor([2000 + step, 2 + step, 701], dtype=torch.int32))
+        seq_lens.copy_(torch.tensor([2000 + step, 4 + step, 701], dtype=torch.int32))
         table.copy_(table[torch.tensor([2, 0, 1], device="cuda")] if step else table)
         graph.replay()
         torch.cuda.synchronize()
         check(out)
 
 
-def test_the_bound_decode_launch_passes_what_the_general_launch_passed(monkeypatch):
+@pytest.mark.parametrize("seq_q", [1, 2])
+def test_the_bound_decode_launch_passes_what_the_general_launch_passed(seq_q, monkeypatch):
     """``PagedCall.bind`` (CPU tensors, the bound launch faked): a later call passes the table, lengths, q, caches
-    and its new output at their addresses, and the workspace's O and log-sum-exp partials at the offsets the general
-    launch gave them (O first, the log-sum-exp right after it), with its flags."""
+    and its new output at their addresses (at S_q = 2, head-major copies of q and of the output, which the result
+    is the transpose of), and the workspace's O and log-sum-exp partials at the offsets the general launch gave
+    them (O first, the log-sum-exp right after it), with its flags."""
     torch = pytest.importorskip("torch")
     module = importlib.import_module("warpspec.ops.attention_paged")
-    arrays = [torch.from_numpy(x) for x in cache([70, 33], 1, 16, 8, 2, 64)]
+    arrays = [torch.from_numpy(x) for x in cache([70, 33], seq_q, 16, 8, 2, 64)]
     q, k_cache, v_cache, table, seq_lens = arrays
     found = module.call_for(q, k_cache, v_cache, table, seq_lens, True, None)
     out = torch.empty_like(q)
     with warpspec.use_backend("emulator"):
         script, args = module.launch(q, k_cache, v_cache, table, seq_lens, out, True, found.row.scale)
     ws_o, ws_lse, flags = args[-3:]
-    calls = []
-    monkeypatch.setattr(module, "bound_launcher", lambda launched: (
-        lambda *addresses, stream: calls.append(addresses), lambda: False, lambda index: 0, torch.empty))
+    calls, allocated = [], []
+
+    def empty(*args, **kwargs):  # torch.empty, keeping what direct allocates
+        allocated.append(torch.empty(*args, **kwargs))
+        return allocated[-1]
+
+    def bound(*addresses, stream):  # the kernel's effect on a head-major output: its address read back
+        calls.append(addresses)
+        heads_out = next(t for t in allocated if t.data_ptr() == addresses[5])
+        heads_out.copy_(torch.arange(heads_out.numel()).reshape(heads_out.shape))
+
+    monkeypatch.setattr(module, "bound_launcher", lambda launched: (bound, lambda: False, lambda index: 0, empty))
     workspace = (torch.zeros(ws_o.numel() + ws_lse.numel() + 100), torch.zeros(flags.numel(), dtype=torch.int32))
     monkeypatch.setattr(module, "stream_workspace", lambda *args: workspace)
     found.bind(out, (script, args))
     result = found.direct(q, k_cache, v_cache, table, seq_lens)
     (addresses,) = calls
     base = workspace[0].data_ptr()
-    assert addresses[:6] == (table.data_ptr(), seq_lens.data_ptr(), q.data_ptr(), k_cache.data_ptr(),
-                             v_cache.data_ptr(), result.data_ptr())
+    assert addresses[:2] + addresses[3:5] == (table.data_ptr(), seq_lens.data_ptr(), k_cache.data_ptr(),
+                                              v_cache.data_ptr())
     assert addresses[7:] == (base, base + 4 * ws_o.numel(), workspace[1].data_ptr())
-    assert ws_lse.numel() == ws_o.numel() // 64 and result.shape == q.shape
+    assert ws_lse.numel() == ws_o.numel() // 64 and result.shape == q.shape and result.is_contiguous()
+    heads_shape = (q.shape[0], q.shape[2], seq_q, q.shape[3])
+    written = torch.arange(q.numel()).reshape(heads_shape).transpose(1, 2).to(result.dtype)
+    assert torch.equal(result, written)  # the head-major output, transposed back
+    if seq_q == 1:  # q's and the output's own memory
+        assert (addresses[2], addresses[5]) == (q.data_ptr(), result.data_ptr())
+    else:  # a head-major copy of q (the GPU twin checks what it holds)
+        assert addresses[2] != q.data_ptr()
 
 
 def _planted_decode(kernel_class):

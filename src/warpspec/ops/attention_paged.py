@@ -121,7 +121,7 @@ class PagedCall:
         self.seq_q = seq_q
         self.num_pages = num_pages
         self.page_size = page_size
-        #: Once a decode launch (S_q = 1) ran on plain CUDA tensors: ``direct(q, k_cache, v_cache, block_table,
+        #: Once a decode launch (S_q <= 16) ran on plain CUDA tensors: ``direct(q, k_cache, v_cache, block_table,
         #: seq_lens) -> out``, the launch later calls of the description take (a new output, the stream's
         #: workspace, the bound launch; inside CUDA-graph capture the general launch, whose workspace is the
         #: graph's).
@@ -129,30 +129,35 @@ class PagedCall:
 
     def bind(self, out, launched) -> None:
         """Make ``direct`` from the first decode launch on plain CUDA tensors (``launched``: (Script, arguments)
-        of ``launch_decode_paged`` at S_q = 1, whose q and out are the call's own)."""
+        of ``launch_decode_paged``, whose q and out are the call's own at S_q = 1, and above it head-major copies,
+        [B, H, S_q, D], which ``direct`` makes the same way)."""
         found = bound_launcher(launched)
         if found is None:
             return
         bound, capturing, current_stream, empty = found
         float32 = sys.modules["torch"].float32
         device, index, dtype, shape, row = out.device, out.device.index, out.dtype, tuple(out.shape), self.row
-        batch_heads = shape[0] * shape[2]
+        batch, seq_q, heads, head_dim = shape
+        heads_shape = (batch, heads, seq_q, head_dim)
         ws_o, ws_lse, ws_flags = launched[1][-3:]  # the workspace's O and log-sum-exp partials and its flags
         elements, flag_count, lse_offset = ws_o.numel() + ws_lse.numel(), ws_flags.numel(), ws_o.numel() * 4
 
         def direct(q, k_cache, v_cache, block_table, seq_lens):
-            out = empty(shape, dtype=dtype, device=device)
             if capturing():
+                out = empty(shape, dtype=dtype, device=device)
                 launch(q, k_cache, v_cache, block_table, seq_lens, out, row.causal, row.scale)
                 return out
+            # The kernel reads Q and writes O head-major: q's and out's own memory at S_q = 1, copies above it.
+            q_heads = q if seq_q == 1 else q.transpose(1, 2).contiguous()
+            out_heads = empty(shape if seq_q == 1 else heads_shape, dtype=dtype, device=device)
             stream = current_stream(index)
             partials, flags = stream_workspace(device, stream, elements, flag_count)
-            lse2 = empty((batch_heads,), dtype=float32, device=device)
+            lse2 = empty((batch * heads * seq_q,), dtype=float32, device=device)
             base = partials.data_ptr()
-            bound(block_table.data_ptr(), seq_lens.data_ptr(), q.data_ptr(), k_cache.data_ptr(),
-                  v_cache.data_ptr(), out.data_ptr(), lse2.data_ptr(), base, base + lse_offset, flags.data_ptr(),
-                  stream=stream)
-            return out
+            bound(block_table.data_ptr(), seq_lens.data_ptr(), q_heads.data_ptr(), k_cache.data_ptr(),
+                  v_cache.data_ptr(), out_heads.data_ptr(), lse2.data_ptr(), base, base + lse_offset,
+                  flags.data_ptr(), stream=stream)
+            return out_heads if seq_q == 1 else out_heads.transpose(1, 2).contiguous()
 
         self.direct = direct
 
@@ -322,7 +327,7 @@ def _allocate_and_run(q, k_cache, v_cache, block_table, seq_lens, found: PagedCa
     ``found.direct``."""
     out = sys.modules["torch"].empty(q.shape, dtype=q.dtype, device=q.device)
     launched = launch(q, k_cache, v_cache, block_table, seq_lens, out, found.row.causal, found.row.scale)
-    if launched is not None and found.direct is None and found.seq_q == 1:
+    if launched is not None and found.direct is None:
         found.bind(out, launched)
     return out
 
