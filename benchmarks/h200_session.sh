@@ -19,7 +19,8 @@
 # GPU tests, its packed backward's too), varlen (benchmarks/attention_varlen.py), varlen-backward (the same, forward +
 # backward: the packed backward against the dense one), batched-tests (batched ops.matmul's GPU tests), batched
 # (benchmarks/batched.py: its one launch against torch.bmm and the per-batch loop), decode-fold
-# (benchmarks/decode_fold.py: split-KV decode's kernel time with and without its fold, graphed, SDPA beside).
+# (benchmarks/decode_fold.py: split-KV decode's kernel time with and without its fold, graphed, SDPA beside),
+# attention-timeline (benchmarks/attention_timeline.py: GPU timelines of the persistent kernel at seq 512).
 set -u
 cd "$(dirname "$0")/.."
 out="${OUT:-h200-logs}"
@@ -111,6 +112,7 @@ for step in "${steps[@]}"; do
     batched-tests) cmd=(python3 -m pytest -q -m gpu tests/ops/test_matmul_batched_gpu.py -p no:cacheprovider) ;;
     batched) cmd=(python3 benchmarks/batched.py --json "$out/batched.json") ;;
     decode-fold) cmd=(python3 benchmarks/decode_fold.py --fold-widths 4,8,16) ;;
+    attention-timeline) cmd=(python3 benchmarks/attention_timeline.py --out "$out/attention-timeline") ;;
     schedules) cmd=(python3 benchmarks/v3_schedules.py --json "$out/v3_8192.json") ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac

@@ -2,8 +2,9 @@
 lists the done-when shapes and checks ops.matmul (ops.grouped_matmul) at a stand-in of each on the emulator,
 benchmarks/gemm_families.py checks both of ops.matmul's kernel families at stand-ins of its shapes,
 grouped.py's ``--sweep`` runs every schedule of the grouped kernel there, and benchmarks/attention_decode.py checks
-ops.attention and ops.attention_paged (``--pages``) at its tiny shapes, and benchmarks/attention_varlen.py checks every
-sequence of a packed call."""
+ops.attention and ops.attention_paged (``--pages``) at its tiny shapes, benchmarks/attention_varlen.py checks every
+sequence of a packed call, and benchmarks/attention_timeline.py checks and records the persistent attention kernel
+on the CPU timing model."""
 
 import os
 import subprocess
@@ -70,3 +71,14 @@ def test_decode_fold_runs_every_variant_and_the_emulator_reports_the_unordered_o
     assert found.returncode == 0, found.stderr[-2000:]
     assert found.stdout.splitlines() == ["dry run: 4 variants ran on the emulator (no-count's unordered reads reported "
                                          "as a race), the kernel's output checked"]
+
+
+def test_attention_timeline_checks_and_records_both_causal_modes(tmp_path):
+    found = dry_run("attention_timeline.py", "--out", str(tmp_path))
+    assert found.returncode == 0, found.stderr[-2000:]
+    headers = [line for line in found.stdout.splitlines() if line.startswith("===")]
+    assert [header.split(", ")[4] for header in headers] == ["causal=True", "causal=False"]
+    for causal in (True, False):
+        summary = (tmp_path / f"causal-{causal}" / "summary.txt").read_text()
+        assert summary.startswith("AttentionPersistentF16") and "tensor cores busy:" in summary
+        assert (tmp_path / f"causal-{causal}" / "timeline.png").stat().st_size > 0
