@@ -380,6 +380,8 @@ def _paged_cases():
                           "block_table must be contiguous (the kernel reads it as a dense array)"),
         "lens-strided": ((q, k_cache, v_cache, table, np.repeat(seq_lens, 2)[::2]), {},
                          "seq_lens must be contiguous (the kernel reads it as a dense array)"),
+        "cache-strided": ((q, k_cache, np.repeat(v_cache, 2, axis=3)[..., ::2], table, seq_lens), {},
+                          "v_cache must be contiguous (a copy per call would be the whole cache)"),
         "table-dtype": ((q, k_cache, v_cache, table.astype(np.int64), seq_lens), {},
                         "block_table must be a 2-D int32 array"),
         "batch": ((q, k_cache, v_cache, table[:1], seq_lens), {}, "block_table has 1 rows and seq_lens 2 entries"),
@@ -400,6 +402,16 @@ def test_paged_argument_errors(case, monkeypatch):
     with pytest.raises(ArgumentError) as raised:
         attention_paged(*args, **kwargs)
     assert message in str(raised.value)
+
+
+def test_paged_takes_a_strided_q_from_a_contiguous_copy():
+    """A q that is a slice of wider rows (as of a fused projection) gives what its contiguous copy gives; before,
+    an ArgumentError asked for a contiguous q."""
+    q, k_cache, v_cache, table, seq_lens = paged_operands([37, 50], 2, page_size=16)
+    wide = np.concatenate([q, q], axis=3)[..., :q.shape[3]]
+    assert not wide.flags.c_contiguous
+    assert np.array_equal(attention_paged(wide, k_cache, v_cache, table, seq_lens),
+                          attention_paged(q, k_cache, v_cache, table, seq_lens))
 
 
 @pytest.mark.parametrize("seq_q", [1, 3])

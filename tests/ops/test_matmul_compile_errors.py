@@ -3,7 +3,6 @@ mistake the op's checks find on the fake tensors is the ArgumentError itself, na
 "from user code" lines, the caller's line; not a TorchRuntimeError quoting it under a long internal traceback.
 Without ``fullgraph`` the call breaks the graph, runs eagerly and raises the plain ArgumentError."""
 
-import importlib
 import inspect
 import traceback
 
@@ -24,9 +23,6 @@ USER_LINE = inspect.getsourcelines(product)[1] + 1
 
 @pytest.fixture(autouse=True)
 def fresh_dynamo():
-    # The custom op is registered when warpspec.ops is imported after torch; an earlier test of this process may
-    # have imported it first, so register it as a first eager call would.
-    importlib.import_module("warpspec.ops.matmul")._torch_op()
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()

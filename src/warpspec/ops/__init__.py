@@ -5,10 +5,15 @@ tensors) and ``tune_matmul`` (tune its kernel ahead of time for a list of shapes
 pass, differentiable for torch tensors), ``attention_backward`` (its gradients), ``attention_paged`` (a paged KV
 cache) and ``attention_varlen`` (packed sequences of different lengths), described in docs/attention.md.
 
-``import warpspec.ops`` needs no PyTorch; torch tensors passed to ``matmul`` go through the custom op
-``warpspec::matmul``, registered at the first such call.
+``import warpspec.ops`` needs no PyTorch; torch tensors go through the custom ops (``warpspec::matmul``, ...),
+registered with PyTorch when this package is imported after torch, or as soon as torch is imported after it, so
+that torch.compile finds them from the first call it traces.
 """
 
+import importlib
+import sys
+
+from warpspec.imports import after_import
 from warpspec.ops.attention import attention
 from warpspec.ops.attention_backward import attention_backward
 from warpspec.ops.attention_paged import attention_paged
@@ -28,3 +33,16 @@ def __getattr__(name: str):
 
         return Linear
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _register_with_torch() -> None:
+    """Register every op's custom op with PyTorch (a registration cannot be traced by torch.compile), and the
+    differentiable matmul's (``warpspec.ops.matmul_grad``)."""
+    for module, register in (("attention", "_torch_op"), ("attention_backward", "torch_backward_op"),
+                             ("attention_paged", "_torch_op"), ("attention_varlen", "_torch_op"),
+                             ("grouped", "_torch_op"), ("matmul", "_torch_op")):
+        getattr(sys.modules[f"warpspec.ops.{module}"], register)()
+    importlib.import_module("warpspec.ops.matmul_grad")
+
+
+after_import("torch", _register_with_torch)

@@ -241,6 +241,3 @@ def _op_implementation(q, k, v, out, dout, lse2, causal, scale, deterministic=Tr
             found.bind(q, k, launches)
     return dq, dk, dv
 
-
-if "torch" in sys.modules:
-    torch_backward_op()

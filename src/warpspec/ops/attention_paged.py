@@ -14,6 +14,7 @@ cache, then ``ops.attention`` on them (one launch per sequence).
 from __future__ import annotations
 
 import importlib
+import math
 import sys
 
 import numpy as np
@@ -22,7 +23,7 @@ from warpspec import runtime
 from warpspec.errors import ArgumentError
 from warpspec.frontend.interpreter import cdiv
 from warpspec.ops.attention import (DEFAULT_SCHEDULES, MAX_GRID_Y, MAX_INT32, Problem, _contiguous, attention,
-                                    validate)
+                                    contiguous_copy, validate)
 from warpspec.ops.attention_decode import launch_decode_paged, uses_paged_decode
 from warpspec.ops.attention_kernel import LOG2_E
 from warpspec.ops.attention_paged_kernel import AttentionPaged
@@ -37,8 +38,9 @@ PAGE_MULTIPLE = 16
 
 
 def attention_paged(q, k_cache, v_cache, block_table, seq_lens, *, causal=True, scale=None, check=True):
-    """Attention for ``q`` [B, S_q, H, D] (the newest S_q tokens of each sequence: decode or chunked prefill)
-    against ``k_cache`` and ``v_cache`` [num_pages, page_size, H_kv, D] (page_size 16-256), ``block_table`` int32
+    """Attention for ``q`` [B, S_q, H, D] (the newest S_q tokens of each sequence: decode or chunked prefill; any
+    strides: a q that is not contiguous is read from a contiguous copy) against ``k_cache`` and ``v_cache``
+    [num_pages, page_size, H_kv, D] (page_size 16-256, contiguous), ``block_table`` int32
     [B, max_pages] (sequence b's pages, in order) and ``seq_lens`` int32 [B] (its keys, the new tokens included).
     ``causal`` aligns at the bottom right: query i of sequence b sees keys j <= i + seq_lens[b] - S_q. Returns
     [B, S_q, H, D] in q's dtype and kind. Every check is an ``ArgumentError`` naming the argument, before anything
@@ -54,6 +56,7 @@ def attention_paged(q, k_cache, v_cache, block_table, seq_lens, *, causal=True, 
     them."""
     if not isinstance(check, bool):
         raise ArgumentError(f"check must be True or False, got {check!r}")
+    q = contiguous_copy(q)  # any strides (a slice of a projection): the caches, too large to copy, may not
     found = call_for(q, k_cache, v_cache, block_table, seq_lens, causal, scale)
     row = found.row
     if int(q.shape[0]) == 0:  # an empty batch: nothing to read or check (q · 0 keeps autograd's graph)
@@ -200,9 +203,10 @@ def validate_paged(q, k_cache, v_cache, block_table, seq_lens, causal, scale) ->
     if not PAGE_SIZES[0] <= page_size <= PAGE_SIZES[1] or page_size % PAGE_MULTIPLE:
         raise ArgumentError(f"page_size (k_cache.shape[1]) is {page_size}; attention_paged takes "
                             f"{PAGE_SIZES[0]} to {PAGE_SIZES[1]}, a multiple of {PAGE_MULTIPLE}")
-    for name, value in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+    for name, value in (("k_cache", k_cache), ("v_cache", v_cache)):  # q: attention_paged copied it
         if not _contiguous(value):
-            raise ArgumentError(f"{name} must be contiguous; make a contiguous copy first")
+            raise ArgumentError(f"{name} must be contiguous (a copy per call would be the whole cache); make a "
+                                f"contiguous cache")
     if int(k_cache.shape[0]) == 0:
         raise ArgumentError("k_cache has no pages (k_cache.shape[0] is 0): a sequence's keys live in pages")
     # ops.attention's checks (dtypes, head dims, head counts, causal, scale) on one token of each (of q: none for an
@@ -221,7 +225,8 @@ def validate_paged(q, k_cache, v_cache, block_table, seq_lens, causal, scale) ->
                             f"entries; q has batch {batch}")
     if batch > MAX_GRID_Y:
         raise ArgumentError(f"q has batch {batch}; at most {MAX_GRID_Y} (the grid's z extent)")
-    if max(int(np.prod(q.shape)), int(np.prod(k_cache.shape))) > MAX_INT32:
+    # math.prod of the sizes: torch.compile traces np.prod as a tensor op, whose int() it cannot guard on.
+    if max(math.prod(q.shape), math.prod(k_cache.shape)) > MAX_INT32:
         raise ArgumentError("q or the caches have more than 2**31 - 1 elements, which the kernel's int32 offsets "
                             "cannot address")
     return row
@@ -331,6 +336,3 @@ def _allocate_and_run(q, k_cache, v_cache, block_table, seq_lens, found: PagedCa
         found.bind(out, launched)
     return out
 
-
-if "torch" in sys.modules:
-    _torch_op()

@@ -307,6 +307,3 @@ def launch_backward(q, k, v, out, dout, lse2, cu_seqlens_q, cu_seqlens_k, dq, dk
         script(*args)
     return launches
 
-
-if "torch" in sys.modules:
-    _torch_op()

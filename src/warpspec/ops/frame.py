@@ -55,6 +55,17 @@ def plain_cuda(*values) -> bool:
     return torch is not None and all(v is None or (type(v) is torch.Tensor and v.is_cuda) for v in values)
 
 
+def has_memory(value) -> bool:
+    """Whether a numpy array's or torch tensor's elements lie at an address: not for torch.compile's fake tensors
+    or meta tensors, whose ``data_ptr()`` is no address (and is deprecated for fake tensors)."""
+    if isinstance(value, np.ndarray):
+        return True
+    if value.is_meta:
+        return False
+    fake = sys.modules.get("torch._subclasses.fake_tensor")
+    return fake is None or not fake.is_fake(value)
+
+
 def address(value) -> int:
     """The address of the first element of a numpy array or a torch tensor."""
     if isinstance(value, np.ndarray):

@@ -485,6 +485,3 @@ def _op_implementation(a, b, offs, out_dtype):
         write(problem, a, b, offs, out)
     return out
 
-
-if "torch" in sys.modules:
-    _torch_op()

@@ -34,7 +34,7 @@ from warpspec import dtypes, runtime
 from warpspec.dtypes import DType, bfloat16, float8_e4m3, float16, float32
 from warpspec.errors import ArgumentError, CompileError, DefaultsFileError
 from warpspec.files import exclusive, replace_file
-from warpspec.ops.frame import Signatures, address, describe, plain_cuda, sm_count
+from warpspec.ops.frame import Signatures, address, describe, has_memory, plain_cuda, sm_count
 from warpspec.ops.kernels import ACTIVATIONS, GELU_SCALE, NUM_SMS, block_k_for, gemm_class
 from warpspec.ops.operands import dtype_of, kind_of, same_device, same_kind
 from warpspec.ops.workspace import placeholders_like, stream_workspace, workspace_like, workspace_sizes
@@ -244,10 +244,10 @@ def _traced_matmul(torch, a, b, bias, activation, out, out_dtype, scale_a, scale
     fake implementation validates."""
     same_device("a", a, b=b, bias=bias, out=out, scale_a=scale_a, scale_b=scale_b)
     if _op is None:
-        raise ArgumentError("ops.matmul's custom op warpspec::matmul is registered at the first eager call with "
-                            "torch tensors (or when warpspec.ops is imported after torch), which torch.compile "
-                            "cannot trace: import torch before warpspec.ops, or call ops.matmul once eagerly "
-                            "before compiling")
+        # Registered when torch is imported (warpspec.ops), so only a failed registration leaves it missing.
+        raise ArgumentError("ops.matmul's custom op warpspec::matmul is not registered, and torch.compile cannot "
+                            "trace its registration: call ops.matmul once eagerly before compiling (its error, if "
+                            "registering fails, says why)")
     for name, value in (("a", a), ("b", b)):
         if value.dim() != 2:
             raise ArgumentError(f"{name} must be 2-D, got shape {tuple(value.shape)}")
@@ -760,12 +760,9 @@ def _overlap(first, second) -> bool:
 
     if 0 in tuple(first.shape) or 0 in tuple(second.shape):
         return False
-    try:
-        (low, high), (start, end) = bounds(first), bounds(second)
-    except RuntimeError:  # tensors without memory (torch.compile's fake tensors): checked when the op runs
+    if not (has_memory(first) and has_memory(second)):  # traced by torch.compile: checked when the op runs
         return False
-    if low == 0 or start == 0:  # fake tensors outside torch.compile have address 0: no memory to compare
-        return False
+    (low, high), (start, end) = bounds(first), bounds(second)
     return start < high and low < end
 
 
@@ -1117,7 +1114,3 @@ def write_defaults(table: dict, path: pathlib.Path = DEFAULTS_FILE) -> None:
         replace_file(path, (json.dumps(current, indent=1, sort_keys=True) + "\n").encode("utf-8"), mode)
     _defaults = None
 
-
-if "torch" in sys.modules:
-    _torch_op()
-    import warpspec.ops.matmul_grad  # noqa: E402,F401  (registers warpspec::matmul_grad before any compile)
