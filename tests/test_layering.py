@@ -10,7 +10,7 @@ ROOT = Path(warpspec.__file__).parent
 
 #: Lowest first. A module may import modules of its own package or of lower layers.
 LAYERS = [
-    ("warpspec.errors", "warpspec.dtypes", "warpspec.environment"),
+    ("warpspec.errors", "warpspec.dtypes", "warpspec.environment", "warpspec.imports"),
     ("warpspec.files", "warpspec.target"),
     ("warpspec.ir",),
     ("warpspec.layout",),

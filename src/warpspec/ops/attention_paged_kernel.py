@@ -44,7 +44,7 @@ class _AttentionPaged(_AttentionVarlen):
         """The kernel: query tile ``blockIdx.x`` of head ``blockIdx.y`` of sequence ``blockIdx.z``."""
         d, dtype = self.head_dim, self.dtype
         kv_heads = heads // group
-        rows_q, rows_k = batch * seq_q, num_pages * self.page_size
+        rows_q = batch * seq_q
         self.attrs.blocks = [cdiv(seq_q, BLOCK_M), heads, batch]
         self.attrs.warps = WARPS
         gq = self.global_view(q_ptr, dtype=dtype, shape=[heads, rows_q, d], strides=[d, heads * d, 1])
