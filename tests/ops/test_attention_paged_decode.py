@@ -170,8 +170,9 @@ def test_gpu_paged_decode_against_a_float32_reference(seq_q, page_size):
 @pytest.mark.gpu
 @pytest.mark.parametrize("seq_q", [1, 4])
 def test_gpu_unchecked_decode_binds_its_launch_and_is_captured_in_a_cuda_graph(seq_q, monkeypatch):
-    """``check=False`` at S_q = 1 and 4 (q and the output copied head-major around the bound launch): the second call of a description takes its bound launch (the general launch is
-    made to fail, and the result is still right for new q values); a CUDA graph captures the call and its
+    """``check=False`` at S_q = 1 and 4 (q and the output copied head-major around the bound launch): the second
+    call of a description takes its bound launch (the general launch is made to fail, and the result is still
+    right for new q values); a CUDA graph captures the call and its
     replays follow new contents of q, the table and the lengths; ``check=True`` inside capture is refused, naming
     check=False, before anything is captured."""
     torch = pytest.importorskip("torch")

@@ -122,8 +122,10 @@ def test_torch_imported_after_warpspec_ops_registers_the_ops_for_a_first_compile
         a, w = torch.randn(64, 32).half(), torch.randn(2, 48, 32).half()
         ends, cu = torch.tensor([20, 64], dtype=torch.int32), torch.tensor([0, 20, 64], dtype=torch.int32)
         q = torch.randn(1, 2, 64, 64).half()
-        kc, table, lens = torch.randn(4, 16, 2, 64).half(), torch.tensor([[2, 0]], dtype=torch.int32), torch.tensor([20], dtype=torch.int32)
-        calls = {{"matmul": lambda: ops.matmul(a, w[0].T), "grouped_matmul": lambda: ops.grouped_matmul(a, w.transpose(1, 2), ends),
+        kc = torch.randn(4, 16, 2, 64).half()
+        table, lens = torch.tensor([[2, 0]], dtype=torch.int32), torch.tensor([20], dtype=torch.int32)
+        calls = {{"matmul": lambda: ops.matmul(a, w[0].T),
+                 "grouped_matmul": lambda: ops.grouped_matmul(a, w.transpose(1, 2), ends),
                  "attention": lambda: ops.attention(q, q, q, causal=True),
                  "attention_varlen": lambda: ops.attention_varlen(q[0].transpose(0, 1), q[0].transpose(0, 1),
                                                                  q[0].transpose(0, 1), cu, cu, check=False,
