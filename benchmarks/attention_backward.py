@@ -14,6 +14,11 @@ Before timing, the output and the three gradients are checked against SDPA's (ma
     python benchmarks/attention_backward.py --accumulating      # dQ reduce-added in the dK/dV kernel instead
     python benchmarks/attention_backward.py --dry-run           # CPU: tiny shapes on the emulator, checks only
 
+``--kernels`` also times the parts, each with do_bench: our forward alone and each backward kernel alone (the
+pinned Scripts called with the arrays of one checked backward: ``Dot``, the dK/dV kernel and the dQ kernel, or
+on ``--accumulating`` the dK/dV kernel with dQ shares, its zeroing and ``ConvertDQ``), and cuDNN's forward alone
+(its backward is the step's time less the forward's).
+
 ``--dry-run`` runs the same checks on CPU tensors at batch 1, 2 heads, seq 96 (the emulator; SDPA on CPU in
 float32 as the reference) and times nothing. Prints one line per config; ``--json`` writes every number.
 """
@@ -46,6 +51,7 @@ def main(argv=None) -> int:
     parser.add_argument("--accumulating", action="store_true",
                         help="time attention_backward(..., deterministic=False) (dQ reduce-added in the dK/dV "
                              "kernel) instead of the default path ops.attention's autograd takes")
+    parser.add_argument("--kernels", action="store_true", help="also time the forward and each backward kernel")
     parser.add_argument("--dry-run", action="store_true", help="CPU tensors on the emulator, tiny shapes, no timing")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -136,12 +142,45 @@ def main(argv=None) -> int:
                                     forward_backward(attend, q, k, v, dout), torch.cuda.synchronize, calls=10,
                                     repeats=5)
                             row["vs_cudnn"] = row["cudnn_ms"] / row["warpspec_ms"]
+                            if args.kernels:
+                                row.update(part_times(torch, triton, q, k, v, dout, causal, args))
                         print(row, flush=True)
                         results["rows"].append(row)
     if args.json:
         with open(args.json, "w") as file:
             json.dump(results, file, indent=1)
     return 1 if failures else 0
+
+
+def part_times(torch, triton, q, k, v, dout, causal, args) -> dict:
+    """ms of our forward and of each backward kernel alone, and of cuDNN's forward (``--kernels``)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from warpspec.ops import attention
+    from warpspec.ops.attention import LOG2_E
+    from warpspec.ops.attention_backward import launch_backward, validate_backward
+
+    def bench(fn) -> float:
+        return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median")
+
+    q, k, v = q.detach(), k.detach(), v.detach()
+    times = {"fwd_ms": bench(lambda: attention(q, k, v, causal=causal))}
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        times["cudnn_fwd_ms"] = bench(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v,
+                                                                                               is_causal=causal))
+    out, lse = attention(q, k, v, causal=causal, return_lse=True)
+    deterministic = not args.accumulating
+    problem = validate_backward(q, k, v, out, dout, lse, causal, None, deterministic)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dq_accum = None if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dd = torch.empty(lse.shape, dtype=torch.float32, device=q.device)
+    launches = launch_backward(q, k, v, out, dout, (lse * LOG2_E).contiguous(), dq, dk, dv, problem, dd, dq_accum)
+    for script, arguments in launches:
+        name = type(script).__name__
+        times[f"{name}_ms"] = bench(lambda: script(*arguments))
+    if dq_accum is not None:
+        times["zero_dq_accum_ms"] = bench(dq_accum.zero_)
+    return times
 
 
 if __name__ == "__main__":

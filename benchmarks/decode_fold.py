@@ -12,10 +12,12 @@ kernel but whose outputs are not the attention:
 
 The kernel's own output is checked against a float32 SDPA reference (relative Frobenius error below 1e-2) at each
 split count before it is timed. ``--fold-widths`` also times the kernel built with other ``FOLD_WIDTH`` values (the
-partials the fold loads at once).
+partials the fold loads at once), ``--schedules`` with other key tiles and ring depths (``block_n:num_stages``; the
+variants always run the shipped schedule).
 
     python benchmarks/decode_fold.py                       # batch 1, S_k 8192, splits 4-64
     python benchmarks/decode_fold.py --batch 32 --splits 2 --fold-widths 4,8,16
+    python benchmarks/decode_fold.py --splits 16 --schedules 64:2,64:4,64:6,128:2
     python benchmarks/decode_fold.py --dry-run             # CPU: every variant once on the emulator, tiny shapes
 """
 
@@ -83,6 +85,9 @@ def main() -> None:
     parser.add_argument("--heads", default="32/8", help="query heads / key-value heads")
     parser.add_argument("--splits", default="4,8,16,32,64")
     parser.add_argument("--fold-widths", default="", help="also time the kernel built with these FOLD_WIDTHs")
+    parser.add_argument("--schedules", default="", metavar="N:S,...",
+                        help="also time the kernel with these key tiles (block_n) and ring depths (num_stages)")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="which variants to time at each split")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args()
 
@@ -109,7 +114,7 @@ def main() -> None:
     reference = torch.nn.functional.scaled_dot_product_attention(*(x.float() for x in as_4d), enable_gqa=True)
     packs = batch * heads // pack
 
-    def launch(cls, splits):
+    def launch(cls, splits, schedule=schedule):
         """(the kernel call, its output) of variant ``cls`` at ``splits`` key splits."""
         chunk = math.ceil(seq_k / splits / schedule["block_n"]) * schedule["block_n"]
         n_splits = math.ceil(seq_k / chunk)
@@ -150,20 +155,31 @@ def main() -> None:
                 call()
                 if cls is Decode:
                     checked(call, out)
+            schedules = [t for t in args.schedules.split(",") if t]
+            for text in schedules:
+                block_n, num_stages = (int(x) for x in text.split(":"))
+                checked(*launch(Decode, 2, {"block_n": block_n, "num_stages": num_stages}))
         print(f"dry run: {len(VARIANTS)} variants ran on the emulator (no-count's unordered reads reported as a race), "
-              f"the kernel's output checked")
+              f"the kernel's output checked" + (f" at {len(schedules)} more schedules" if schedules else ""))
         return
 
+    variants = {name: VARIANTS[name] for name in args.variants.split(",") if name}
     print(f"batch {batch}, {heads}/{kv_heads} heads, S_k {seq_k}, D {head_dim}, bf16; kernel µs (CUDA graph)")
     for splits in (int(s) for s in args.splits.split(",")):
         times = {}
-        for name, cls in VARIANTS.items():
+        for name, cls in variants.items():
             call, out = launch(cls, splits)
             if cls is Decode:
                 checked(call, out)
             times[name] = graphed_us(torch, call)
-        print(f"splits {splits:3d}: " + ", ".join(f"{name} {us:7.2f}" for name, us in times.items())
-              + f"; fold {times['kernel'] - times['wait-only']:.2f}")
+        fold = f"; fold {times['kernel'] - times['wait-only']:.2f}" if {"kernel", "wait-only"} <= set(times) else ""
+        print(f"splits {splits:3d}: " + ", ".join(f"{name} {us:7.2f}" for name, us in times.items()) + fold)
+    for text in (t for t in args.schedules.split(",") if t):
+        block_n, num_stages = (int(x) for x in text.split(":"))
+        for splits in (int(s) for s in args.splits.split(",")):
+            call, out = launch(Decode, splits, {"block_n": block_n, "num_stages": num_stages})
+            checked(call, out)
+            print(f"block_n {block_n:3d}, {num_stages} stages, splits {splits:3d}: kernel {graphed_us(torch, call):7.2f}")
     shipped = attention_decode_kernel.FOLD_WIDTH
     for width in (int(w) for w in args.fold_widths.split(",") if w):
         attention_decode_kernel.FOLD_WIDTH = width  # read when a new kernel instance is traced

@@ -73,6 +73,12 @@ def test_decode_fold_runs_every_variant_and_the_emulator_reports_the_unordered_o
                                          "as a race), the kernel's output checked"]
 
 
+def test_decode_fold_checks_the_kernel_at_each_other_schedule():
+    found = dry_run("decode_fold.py", "--schedules", "64:4,128:2")
+    assert found.returncode == 0, found.stderr[-2000:]
+    assert found.stdout.splitlines()[-1].endswith("the kernel's output checked at 2 more schedules")
+
+
 def test_attention_timeline_checks_and_records_both_causal_modes(tmp_path):
     found = dry_run("attention_timeline.py", "--out", str(tmp_path))
     assert found.returncode == 0, found.stderr[-2000:]
