@@ -76,6 +76,26 @@ def test_matches_numpy_at_ragged_grouped_query_shapes(dtype, causal, seq_q, seq_
     assert error < TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("scale", [-0.2, 0.0, -0.0], ids=["negative", "zero", "negative-zero"])
+def test_a_negative_or_zero_scale_is_taken_as_torch_takes_it(scale, causal):
+    """Any finite scale, as SDPA takes it: the logits' maximum is not the raw logits' maximum times a negative
+    scale, so the call runs on -q (0 · q for zero); zero makes every key a row sees equally likely."""
+    q, k, v = operands(1, 4, 2, 40, 72, 64, np.float16)
+    out = attention(q, k, v, causal=causal, scale=scale)
+    assert np.abs(out.astype(np.float32) - expected(q, k, v, causal, scale)).max() < TOLERANCE[np.float16]
+    if scale == 0 and not causal:  # each row is the mean of V's rows of its K/V head
+        mean = v.astype(np.float32).mean(axis=2, keepdims=True).repeat(2, axis=1)
+        assert np.abs(out.astype(np.float32) - mean).max() < TOLERANCE[np.float16]
+
+
+def test_a_scale_below_zero_never_reaches_the_kernels_checks():
+    """validate, under the entry points, refuses what they fold first: its message names the fold."""
+    q, k, v = operands(1, 2, 2, 8, 8, 64, np.float16)
+    with pytest.raises(ArgumentError, match="scale must be positive here, got -1.0: fold its sign into q first"):
+        validate(q, k, v, False, -1.0)
+
+
 def test_operands_that_are_not_contiguous_are_read_from_copies():
     """A [B, S, H, D] projection's transpose, a strided head dim and the sequence's last rows, as SDPA takes them:
     each is copied to a contiguous array first, and the result is the contiguous operands' result."""
@@ -205,8 +225,8 @@ def _cases():
         "v-shape": ((q, k, v[:, :, :8]), {}, "v must have k's shape (1, 2, 16, 64), got (1, 2, 8, 64)"),
         "batch": ((q, k.repeat(2, 0), v.repeat(2, 0)), {}, "k has batch 2 but q has 1"),
         "no-keys": ((q, k[:, :, :0], v[:, :, :0]), {}, "k and v have no keys"),
-        "scale": ((q, k, v), {"scale": "big"}, "scale must be a positive finite number"),
-        "negative-scale": ((q, k, v), {"scale": -0.5}, "positive finite number (None: head_dim ** -0.5), got -0.5"),
+        "scale": ((q, k, v), {"scale": "big"}, "scale must be a finite number (None: head_dim ** -0.5), got 'big'"),
+        "infinite-scale": ((q, k, v), {"scale": float("-inf")}, "scale must be a finite number"),
         "causal": ((q, k, v), {"causal": 1}, "causal must be True or False, got 1"),
         "kind": ((q.tolist(), k, v), {}, "q must be a numpy array or a torch tensor, got list"),
     }
@@ -226,7 +246,7 @@ def test_a_seen_description_is_looked_up_and_a_changed_argument_is_checked_again
     q, k, v = operands(1, 4, 2, 16, 16, 64, np.float16)
     attention(q, k, v, causal=False, scale=1)
     assert ops_attention.call_for(q, k, v, False, 1) is ops_attention.call_for(q.copy(), k, v, False, 1)
-    with pytest.raises(ArgumentError, match="scale must be a positive finite number .*, got True"):
+    with pytest.raises(ArgumentError, match="scale must be a finite number .*, got True"):
         attention(q, k, v, causal=False, scale=True)
     with pytest.raises(ArgumentError, match="causal must be True or False, got 0"):
         attention(q, k, v, causal=0, scale=1)

@@ -2,6 +2,8 @@
 log-sum-exp output, mixed devices refused, and a small transformer block that trains to the same losses as the
 same block on torch's attention."""
 
+from math import inf
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -35,6 +37,21 @@ def test_backward_through_the_op_matches_sdpa(dtype, tolerance, causal):
     for got, want in zip((q.grad, k.grad, v.grad), (x.grad for x in leaves)):
         assert got.dtype == dtype
         assert ((got.float() - want).abs().max() / want.abs().max()).item() < tolerance
+
+
+@pytest.mark.parametrize("scale", [-0.2, 0.0], ids=["negative", "zero"])
+def test_autograd_carries_a_non_positive_scale_s_sign_into_dq(scale):
+    """The call runs on sign · q (``fold_scale_sign``); autograd gives q its true gradient: negated, or 0. The
+    reference is written out in float32 (SDPA's CPU kernel returns NaN for a causal mask under a negative scale)."""
+    generator = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 40, 64, generator=generator).half().requires_grad_() for _ in range(3))
+    weights = torch.randn(1, 2, 40, 64, generator=generator)
+    (attention(q, k, v, causal=True, scale=scale).float() * weights).sum().backward()
+    leaves = [x.detach().float().requires_grad_() for x in (q, k, v)]
+    logits = (leaves[0] @ leaves[1].transpose(-1, -2) * scale).masked_fill(~torch.ones(40, 40).bool().tril(), -inf)
+    (torch.softmax(logits, -1) @ leaves[2] * weights).sum().backward()
+    for got, want in zip((q.grad, k.grad, v.grad), (x.grad for x in leaves)):
+        assert ((got.float() - want).abs().max() / want.abs().max().clamp_min(1e-30)).item() < 4e-3
 
 
 def test_return_lse_and_the_functional_backward_on_tensors():

@@ -77,6 +77,30 @@ def test_head_dim_128_and_a_custom_scale(causal):
         assert relative_error(got, want) < GRADIENT_TOLERANCE[np.float16]
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "accumulating"])
+def test_a_negative_scale_s_gradients_match_torch(deterministic, causal):
+    """The forward runs -q at the scale's magnitude; the backward's dQ is the negated gradient of that q."""
+    q, k, v, dout = operands(1, 4, 2, 70, 90, 64, np.float16, seed=2)
+    out, lse = attention(q, k, v, causal=causal, scale=-0.15, return_lse=True)
+    grads = attention_backward(q, k, v, out, dout, lse, causal=causal, scale=-0.15, deterministic=deterministic)
+    want_out, want_lse, *expected = reference(q, k, v, dout, causal, scale=-0.15)
+    assert np.abs(lse - want_lse).max() < 1e-2
+    for got, want in zip(grads, expected):
+        assert relative_error(got, want) < GRADIENT_TOLERANCE[np.float16]
+
+
+def test_a_zero_scale_gives_q_and_k_no_gradient():
+    """Zero scale: every key equally likely, so only V has a gradient; dQ and dK are exactly zero."""
+    q, k, v, dout = operands(1, 4, 2, 48, 64, 64, np.float16, seed=3)
+    out, lse = attention(q, k, v, scale=0.0, return_lse=True)
+    dq, dk, dv = attention_backward(q, k, v, out, dout, lse, scale=0.0)
+    _, want_lse, _, _, want_dv = reference(q, k, v, dout, False, scale=0.0)
+    assert np.abs(lse - want_lse).max() < 1e-3  # log(64) in every row
+    assert not dq.any() and not dk.any()
+    assert relative_error(dv, want_dv) < GRADIENT_TOLERANCE[np.float16]
+
+
 def test_lse_is_the_log_sum_exp_and_inf_where_a_row_sees_no_key():
     """Causal with S_q = 3 S_k: the first 2 S_k rows see no key; their lse is +inf (the backward's P is 0 there)."""
     q, k, v, dout = operands(1, 2, 2, 90, 30, 64, np.float16, seed=2)

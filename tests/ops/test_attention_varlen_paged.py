@@ -54,6 +54,25 @@ def test_varlen_matches_each_sequence_dense(causal):
         assert np.abs(out[rows].astype(np.float32) - want.transpose(1, 0, 2)).max() < 2e-3
 
 
+@pytest.mark.parametrize("scale", [-0.3, 0.0], ids=["negative", "zero"])
+def test_varlen_and_paged_take_a_negative_or_zero_scale(scale):
+    """As ops.attention takes it (``fold_scale_sign``): each sequence's result is the dense one at that scale."""
+    lengths = [40, 3, 70]
+    q, k, v, cu_q, cu_k = packed(lengths, lengths)
+    out = attention_varlen(q, k, v, cu_q, cu_k, causal=True, scale=scale)
+    for b in range(3):
+        rows = slice(cu_q[b], cu_q[b + 1])
+        want = expected(heads_first(q[rows]), heads_first(k[rows]), heads_first(v[rows]), True, scale)[0]
+        assert np.abs(out[rows].astype(np.float32) - want.transpose(1, 0, 2)).max() < 2e-3
+    q, k_cache, v_cache, table, seq_lens = paged_operands([37, 50], 2, page_size=16)
+    out = attention_paged(q, k_cache, v_cache, table, seq_lens, scale=scale)
+    for b, length in enumerate(seq_lens):
+        keys = k_cache[table[b]].reshape(-1, 2, 64)[:length]
+        values = v_cache[table[b]].reshape(-1, 2, 64)[:length]
+        want = expected(heads_first(q[b]), heads_first(keys), heads_first(values), True, scale)[0]
+        assert np.abs(out[b].astype(np.float32) - want.transpose(1, 0, 2)).max() < 2e-3
+
+
 def test_varlen_with_an_empty_batch_is_an_empty_result():
     """No sequences (cu_seqlens [0]): the longest sequence's length was the max() of no lengths, a raw
     ValueError."""

@@ -78,7 +78,8 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False):
       H_kv (grouped-query attention: query head h reads K/V head h // (H / H_kv)); any S_q >= 0 and S_k >= 1.
     * ``causal``: query i sees keys j <= i + S_k - S_q (aligned at the bottom right, as FlashAttention does; for
       S_q = S_k the usual lower triangle). A query row that sees no key (S_q > S_k) is 0.
-    * ``scale``: the logits' factor (positive), D ** -0.5 by default.
+    * ``scale``: the logits' factor, D ** -0.5 by default; any finite number, as torch's SDPA takes it (zero: every
+      key a row sees equally likely).
 
     numpy arrays (ml_dtypes.bfloat16 for bfloat16) run on the emulator; torch tensors through the custom op
     ``warpspec::attention``: CUDA tensors on the GPU, CPU tensors on the emulator; torch tensors are
@@ -90,6 +91,7 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False):
     """
     if not isinstance(return_lse, bool):
         raise ArgumentError(f"return_lse must be True or False, got {return_lse!r}")
+    q, scale, _ = fold_scale_sign(q, scale)
     q, k, v = contiguous_copy(q), contiguous_copy(k), contiguous_copy(v)
     found = call_for(q, k, v, causal, scale)
     if found.kind == "torch":
@@ -195,6 +197,20 @@ def call_for(q, k, v, causal, scale) -> Call:
     return found
 
 
+def fold_scale_sign(q, scale):
+    """``(q, scale, sign)`` with ``scale`` as the kernels take it. The kernels scale each row's maximum of the raw
+    logits, which is the maximum of the scaled ones only for a positive scale; torch's SDPA takes any finite scale,
+    so a negative one runs as ``-q`` with ``-scale`` and zero as ``0 · q`` with 1: the same logits exactly (a
+    negation and a zero are exact), the same log-sum-exp, and, for torch tensors, autograd carries ``sign`` into
+    q's gradient. ``sign`` is -1, 0, or 1 where ``q`` and ``scale`` pass through (a positive scale, None, or
+    anything else, which the checks then refuse, or a q that is no array, which they name)."""
+    if (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale <= 0 or not math.isfinite(scale)
+            or not (isinstance(q, np.ndarray) or hasattr(q, "requires_grad"))):
+        return q, scale, 1
+    sign = -1 if scale < 0 else 0
+    return q * sign, (-float(scale) if sign else 1.0), sign
+
+
 def contiguous_copy(value):
     """``value`` itself when it is contiguous or no array at all (the checks name what it is); else a contiguous
     copy (a slice such as ``q[:, :, -1:]``, a transposed [B, S, H, D] view, a broadcast one): the kernels read dense
@@ -256,9 +272,11 @@ def validate(q, k, v, causal, scale) -> Problem:
         raise ArgumentError(f"causal must be True or False, got {causal!r}")
     if scale is None:
         scale = head_dim ** -0.5
-    elif isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
-        # Positive: the kernel scales the row maximum of the raw logits, max(s) · scale = max(s · scale).
-        raise ArgumentError(f"scale must be a positive finite number (None: head_dim ** -0.5), got {scale!r}")
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise ArgumentError(f"scale must be a finite number (None: head_dim ** -0.5), got {scale!r}")
+    elif scale <= 0:  # the entry points fold a non-positive scale's sign into q first (fold_scale_sign)
+        raise ArgumentError(f"scale must be positive here, got {scale!r}: fold its sign into q first "
+                            f"(fold_scale_sign)")
     return Problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, float(scale))
 
 

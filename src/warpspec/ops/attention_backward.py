@@ -21,7 +21,7 @@ import numpy as np
 
 from warpspec import runtime
 from warpspec.errors import ArgumentError
-from warpspec.ops.attention import Problem, _contiguous, contiguous_copy, validate
+from warpspec.ops.attention import Problem, _contiguous, contiguous_copy, fold_scale_sign, validate
 from warpspec.ops.attention_backward_kernel import (BACKWARD_HEAD_DIMS, BackwardKV, BackwardKVDQ,
                                                     BackwardKVDQVarlen, BackwardKVVarlen, BackwardQ,
                                                     BackwardQVarlen, ConvertDQ, Dot, DotVarlen)
@@ -85,18 +85,22 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, det
 
     dq has q's shape, dk and dv k's (summed over the query heads sharing a K/V head), all in q's dtype and kind.
     """
+    # A zero or negative scale runs as the forward ran it: on sign · q, whose gradient is sign times q's.
+    q, scale, sign = fold_scale_sign(q, scale)
     q, k, v, out, dout, lse = (contiguous_copy(x) for x in (q, k, v, out, dout, lse))
     kind = same_kind("q", q, k=k, v=v, out=out, dout=dout, lse=lse)
     problem = validate_backward(q, k, v, out, dout, lse, causal, scale, deterministic)
     if kind == "torch":
         same_device("q", q, k=k, v=v, out=out, dout=dout, lse=lse)
-        return torch_backward_op()(q, k, v, out, dout, lse * LOG2_E, problem.causal, problem.scale, deterministic)
-    dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
-    dq_accum = None if deterministic else np.zeros(q.shape, np.float32)
-    with runtime.use_backend("emulator"):
-        launch_backward(q, k, v, out, dout, (lse * np.float32(LOG2_E)).astype(np.float32), dq, dk, dv, problem,
-                        np.empty(lse.shape, np.float32), dq_accum)
-    return dq, dk, dv
+        dq, dk, dv = torch_backward_op()(q, k, v, out, dout, lse * LOG2_E, problem.causal, problem.scale,
+                                         deterministic)
+    else:
+        dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
+        dq_accum = None if deterministic else np.zeros(q.shape, np.float32)
+        with runtime.use_backend("emulator"):
+            launch_backward(q, k, v, out, dout, (lse * np.float32(LOG2_E)).astype(np.float32), dq, dk, dv,
+                            problem, np.empty(lse.shape, np.float32), dq_accum)
+    return (dq if sign == 1 else dq * sign), dk, dv
 
 
 def validate_backward(q, k, v, out, dout, lse, causal, scale, deterministic=True) -> Problem:

@@ -23,7 +23,7 @@ from warpspec import runtime
 from warpspec.errors import ArgumentError
 from warpspec.frontend.interpreter import cdiv
 from warpspec.ops.attention import (DEFAULT_SCHEDULES, MAX_GRID_Y, MAX_INT32, Problem, _contiguous, attention,
-                                    contiguous_copy, validate)
+                                    contiguous_copy, fold_scale_sign, validate)
 from warpspec.ops.attention_decode import launch_decode_paged, uses_paged_decode
 from warpspec.ops.attention_kernel import LOG2_E
 from warpspec.ops.attention_paged_kernel import AttentionPaged
@@ -56,6 +56,7 @@ def attention_paged(q, k_cache, v_cache, block_table, seq_lens, *, causal=True, 
     them."""
     if not isinstance(check, bool):
         raise ArgumentError(f"check must be True or False, got {check!r}")
+    q, scale, _ = fold_scale_sign(q, scale)
     q = contiguous_copy(q)  # any strides (a slice of a projection): the caches, too large to copy, may not
     found = call_for(q, k_cache, v_cache, block_table, seq_lens, causal, scale)
     row = found.row

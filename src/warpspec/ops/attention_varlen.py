@@ -20,7 +20,7 @@ from warpspec import runtime
 from warpspec.dtypes import DType
 from warpspec.errors import ArgumentError
 from warpspec.ops.attention import (DEFAULT_SCHEDULES, MAX_GRID_Y, MAX_INT32, _contiguous, contiguous_copy,
-                                    validate)
+                                    fold_scale_sign, validate)
 from warpspec.ops.attention_backward import backward_kernels
 from warpspec.ops.attention_backward_kernel import BACKWARD_HEAD_DIMS
 from warpspec.ops.attention_kernel import LOG2_E
@@ -90,6 +90,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, scale
         raise ArgumentError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
     # Any strides (a packed [total, 3, H, D] projection's q, k and v slices): read from contiguous copies, whose
     # gradients reach the views.
+    q, scale, _ = fold_scale_sign(q, scale)
     q, k, v = contiguous_copy(q), contiguous_copy(k), contiguous_copy(v)
     if int(k.shape[0]) > 0:
         # ops.attention's checks (dtypes, head dim, head counts, causal, scale) on one row of each, up front.
