@@ -35,12 +35,15 @@ def test_decode_packs_the_heads_of_a_group_and_splits_to_fill_the_gpu():
         problem = validate(q, k, v, False, None)
         return decode.uses_decode(problem), decode.pack_size(problem), decode.split_count(problem)
 
-    assert plan(1, 32, 1, 8192) == (True, 4, 16)  # 8 packs; ceil(264 / 8) splits, at most 16
+    assert plan(1, 32, 1, 8192) == (True, 4, 16)  # 8 packs; 264 // 8 splits, at most 16
     assert plan(1, 32, 16, 8192) == (True, 4, 16)  # 4 heads of 16 rows fill the block's 64
     assert plan(1, 64, 16, 8192) == (True, 4, 16)  # a group of 8: the largest divisor that fits, 4
     assert plan(1, 24, 3, 8192, kv_heads=2) == (True, 12, 16)  # 12 heads of 3 rows: 36 of 64
     assert plan(1, 32, 17, 8192)[0] is False  # more rows: the forward kernel
-    assert plan(32, 32, 1, 8192) == (True, 4, 2)  # 256 packs already nearly fill two waves
+    assert plan(32, 32, 1, 8192) == (True, 4, 1)  # 256 packs: a second split would not fit the 264 at once
+    assert plan(16, 32, 1, 8192) == (True, 4, 2)  # 128 packs: two splits fit, three would not
+    assert plan(8, 32, 1, 8192) == (True, 4, 4)  # 64 packs: four
+    assert plan(64, 32, 1, 8192) == (True, 4, 1)  # more packs than the blocks that run at once
     assert plan(1, 8, 1, 100) == (True, 1, 2)  # no grouping; never more splits than 64-key tiles
     assert plan(1, 8, 1, 4096, head_dim=256) == (True, 1, 16)  # D 256 too, in 32-key tiles
 

@@ -17,7 +17,11 @@ from warpspec.ops.kernels import NUM_SMS
 from warpspec.ops.workspace import workspace_like
 
 MAX_DECODE_QUERIES = 16
-#: Blocks to aim for: two waves of the SMs (one block per SM leaves the memory system idle between tiles).
+#: Blocks that run at once: two per SM (80 KB of shared memory each at D 128). The splits are as many as keep the
+#: packs' blocks within them (one block per SM leaves the memory system idle between tiles), never past them: a
+#: block past them waits for a whole chunk's time. On the H100 (2026-12-06, 32/8 heads, D 128, S_k 8192, kernel
+#: µs under CUDA graphs) 4 splits at batch 8 took 93.8 against 104.6 for 5, 2 at batch 16 179.4 against 183.6 for
+#: 3, and 1 at batch 32 344.7 against 349.7 for 2 (1343.4 against 1351.5 at S_k 32768).
 TARGET_BLOCKS = 2 * NUM_SMS
 #: At most this many splits: more were slower at batch 1 on the H200 (2026-12-04, 32/8 heads, D 128: 24 and 32
 #: splits 148-150 µs against 145 at S_k 131072, 30-33 against 27 at 8192): the partials' traffic and the fold grow,
@@ -48,13 +52,14 @@ def pack_size(problem) -> int:
 
 
 def split_count(problem) -> int:
-    """The number of key splits per pack of query heads for ``problem`` (1 when it does not run on the decode
-    kernel, or when its packs fill the GPU by themselves)."""
+    """The number of key splits per pack of query heads for ``problem``: the most whose blocks all run at once
+    (``TARGET_BLOCKS``), at most ``MAX_SPLITS`` and the key tiles; 1 when it does not run on the decode kernel, or
+    when its packs fill the GPU by themselves."""
     if not uses_decode(problem):
         return 1
     packs = problem.batch * problem.heads // pack_size(problem)
     block_n = DEFAULT_DECODE_SCHEDULES[problem.head_dim]["block_n"]
-    return max(1, min(cdiv(TARGET_BLOCKS, packs), MAX_SPLITS, cdiv(problem.seq_k, block_n)))
+    return max(1, min(TARGET_BLOCKS // packs, MAX_SPLITS, cdiv(problem.seq_k, block_n)))
 
 
 def decode_kernel(problem):
