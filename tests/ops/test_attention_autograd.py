@@ -151,3 +151,27 @@ def test_torch_compile_does_not_trace_an_eager_call_s_bound_launch(monkeypatch):
     compiled = torch.compile(lambda q, k, v: attention(q, k, v, causal=True) * 2, fullgraph=True,
                              backend="aot_eager")
     assert torch.equal(compiled(q, k, v), expected * 2)
+
+
+def test_the_backward_makes_no_zeros_for_the_log_sum_exp_s_gradient():
+    """The log-sum-exp output is not differentiable and its gradient is never read: autograd is told not to
+    materialise it (a zeros kernel per training step on the GPU otherwise)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Filled(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.filled = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.__name__.split(".")[0] in ("zeros", "zeros_like", "new_zeros", "zero_", "fill_"):
+                self.filled.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    generator = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 24, 64, generator=generator).half().requires_grad_() for _ in range(3))
+    out = attention(q, k, v)
+    with Filled() as mode:
+        out.backward(torch.ones_like(out))
+    assert mode.filled == []
+    assert q.grad is not None and k.grad is not None and v.grad is not None

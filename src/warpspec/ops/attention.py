@@ -437,6 +437,9 @@ def _torch_op():
             ctx.save_for_backward(q, k, v, *output)
             ctx.causal, ctx.scale = causal, scale
             ctx.mark_non_differentiable(output[1])  # the log-sum-exp is saved for the backward, not differentiated
+            # No zeros made for the log-sum-exp's gradient, never read (a kernel launch a step otherwise); O's is
+            # always given, as the node runs only when O is differentiated (the log-sum-exp is not differentiable).
+            ctx.set_materialize_grads(False)
 
         def backward(ctx, dout, _dlse):
             q, k, v, out, lse2 = ctx.saved_tensors

@@ -216,6 +216,7 @@ def _torch_op():
             q, k, v, cu_q, cu_k, *ctx.arguments = inputs
             ctx.save_for_backward(q, k, v, cu_q, cu_k, *output)
             ctx.mark_non_differentiable(output[1])
+            ctx.set_materialize_grads(False)  # no zeros for the log-sum-exp's gradient, never read
 
         def backward(ctx, dout, _dlse):
             q, k, v, cu_q, cu_k, out, lse2 = ctx.saved_tensors
