@@ -58,6 +58,25 @@ def test_against_sdpa_at_equal_lengths(head_dim, causal):
     assert (out.float() - expected.float()).abs().max().item() < 2e-2
 
 
+@pytest.mark.parametrize("scale", [-0.1, 0.0], ids=["negative", "zero"])
+@pytest.mark.parametrize("seq_q", [1, 700], ids=["decode", "forward"])
+def test_a_negative_or_zero_scale_and_its_gradients_on_the_gpu(scale, seq_q):
+    """The decode and the forward kernel on sign · q (``fold_scale_sign``), eager twice (the second call's bound
+    launch) and differentiated: gradients against float32 autograd through the reference."""
+    q, k, v = operands(2, 8, 2, seq_q, 900, 128, torch.bfloat16)
+    for _ in range(2):
+        out = warpspec.ops.attention(q, k, v, causal=True, scale=scale)
+        assert (out.float() - reference(q, k, v, True, scale)).abs().max().item() < TOLERANCE[torch.bfloat16]
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    weights = torch.randn(q.shape, device="cuda")
+    (warpspec.ops.attention(*leaves, causal=True, scale=scale).float() * weights).sum().backward()
+    floats = [x.float().requires_grad_() for x in (q, k, v)]
+    (reference(*floats, True, scale) * weights).sum().backward()
+    for got, want in zip(leaves, floats):
+        error = (got.grad.float() - want.grad).abs().max() / want.grad.abs().max().clamp_min(1e-30)
+        assert error.item() < 3e-2
+
+
 def _schedules() -> list[dict]:
     from warpspec.dtypes import float16
     from warpspec.ops.attention_kernel import Attention
