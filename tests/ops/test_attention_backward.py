@@ -216,6 +216,24 @@ def test_nvrtc_builds_the_backward_kernels_without_spills(head_dim, deterministi
         assert (counts["UTMAREDG"] > 0) == (name == "BackwardKVDQ"), name
 
 
+@pytest.mark.parametrize("head_dim, num_stages", [(128, 2), (64, 3)])
+def test_the_dkdv_kernel_loads_a_tile_s_lse_and_d_before_its_first_exponential(head_dim, num_stages):
+    """In the SASS from the first WGMMA to the first exponential, both of the tile's per-column vectors are
+    loaded: lse and D, block_m / 4 = 16 float32 loads each per thread (its columns in WGMMA's accumulator layout).
+    D used to be loaded after dV's issue, and its round trip stalled dSᵀ (16 loads here)."""
+    from warpspec.cuda.launch import compile_kernel
+    from warpspec.cuda.sass import disassemble
+    from warpspec.dtypes import bfloat16
+    from warpspec.ops.attention_backward_kernel import BackwardKV
+    from warpspec.runtime import kernel_for
+
+    kernel = BackwardKV(bfloat16, head_dim=head_dim, causal=False, block_m=64, num_stages=num_stages)
+    sass = disassemble(compile_kernel(kernel_for(kernel, {})).module.cubin).splitlines()
+    first_wgmma = next(i for i, line in enumerate(sass) if "HGMMA" in line)
+    first_exponential = next(i for i, line in enumerate(sass) if "MUFU.EX2" in line and i > first_wgmma)
+    assert sum("LDG.E " in line for line in sass[first_wgmma:first_exponential]) == 2 * 64 // 4
+
+
 def test_planted_bug_q_stage_released_before_the_dk_wgmma_completes():
     """The dK/dV kernel hands a (Q, dO) stage back before dK += dSᵀ·Q has read it: a RaceError at the producer's
     TMA load that overwrites it."""
