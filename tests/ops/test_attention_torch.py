@@ -57,3 +57,45 @@ def test_the_eager_fast_path_skips_the_op_but_never_autograd(monkeypatch):
     monkeypatch.setattr(attention_module, "_torch_op", real_op)
     with warpspec.use_backend("emulator"):
         assert attention(q.requires_grad_(), k, v, causal=True).grad_fn is not None
+
+
+def test_a_differentiated_eager_call_of_a_bound_description_skips_the_op(monkeypatch):
+    """With a bound launch (``Call.direct``: faked here for CPU tensors, the emulator behind it) and nothing
+    watching the dispatcher, a call that needs a gradient takes ``EagerAttention``: the bound forward once, no call
+    of the custom op, and the op's gradients exactly."""
+    import sys
+
+    import warpspec
+    import warpspec.torch_ops
+
+    module = sys.modules["warpspec.ops.attention"]
+    generator = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, h, s, 64, generator=generator).half().requires_grad_()
+               for h, s in ((4, 40), (2, 56), (2, 56)))
+    weights = torch.randn(1, 4, 40, 64, generator=generator)
+    with warpspec.use_backend("emulator"):
+        (attention(q, k, v, causal=True).float() * weights).sum().backward()
+    expected = [x.grad for x in (q, k, v)]
+    for x in (q, k, v):
+        x.grad = None
+    found = module.call_for(q, k, v, True, None)
+    launches = []
+
+    def direct(q, k, v):
+        launches.append(tuple(q.shape))
+        out, lse2 = torch.empty_like(q), torch.empty(q.shape[:3])
+        module.run(q, k, v, out, lse2, found.problem)
+        return out, lse2
+
+    monkeypatch.setattr(found, "direct", direct)
+    monkeypatch.setattr(warpspec.torch_ops, "dispatcher_idle", lambda device: True)
+    monkeypatch.setattr(module.runtime, "direct_launches", lambda: True)
+    op = module._torch_op()
+    monkeypatch.setattr(module, "_torch_op", lambda: lambda *args: pytest.fail("the eager path called the op"))
+    with warpspec.use_backend("emulator"):
+        out = attention(q, k, v, causal=True)
+        assert type(out.grad_fn).__name__ == "EagerAttentionBackward"
+        (out.float() * weights).sum().backward()
+    assert launches == [(1, 4, 40, 64)] and op is not None
+    for x, want in zip((q, k, v), expected):
+        assert torch.equal(x.grad, want)

@@ -99,11 +99,15 @@ def attention(q, k, v, *, causal=False, scale=None, return_lse=False):
         # The op is registered by the first call even when that call takes a bound launch: a later call traced by
         # torch.compile must find it registered, since dynamo cannot trace a registration.
         op = _torch_op()
-        # Traced by torch.compile (the graph holds the op; an eager call's bound launch must not be traced into
-        # it), or differentiated: the op.
-        if torch.compiler.is_compiling() or (torch.is_grad_enabled()
-                                             and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        # Traced by torch.compile: the op (an eager call's bound launch must not be traced into the graph).
+        if torch.compiler.is_compiling():
             out, lse2 = op(q, k, v, found.problem.causal, found.problem.scale)
+        elif torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            if (found.direct is not None and _support().dispatcher_idle(q.get_device())
+                    and runtime.direct_launches()):
+                out, lse2 = _eager.apply(q, k, v, found)  # the op's autograd, without the op's dispatch
+            else:
+                out, lse2 = op(q, k, v, found.problem.causal, found.problem.scale)
         elif found.direct is not None and _support().dispatcher_idle(q.get_device()) and runtime.direct_launches():
             out, lse2 = found.direct(q, k, v)  # a call like an earlier one: its bound launch alone
         elif _support().dispatch_is_plain(q, k, v):
@@ -413,6 +417,8 @@ def tune_attention(shapes, dtype="float16", *, causal=False, progress=None) -> d
 # --------------------------------------------------------------------------------------------- torch op
 
 _op = None
+#: The ``torch.autograd.Function`` an eager differentiated call of a bound description takes (made with the op).
+_eager = None
 
 
 def _torch_op():
@@ -420,39 +426,68 @@ def _torch_op():
     log-sum-exp), differentiable through ``torch.library.register_autograd``: registered when this module is
     imported after torch, else at the first call with torch tensors (torch stays optional). Registering cannot be
     traced by ``torch.compile``: import torch before warpspec.ops, or call once eagerly, before compiling."""
-    global _op
+    global _op, _eager
     if _op is None:
         import torch
+        from torch.autograd.function import once_differentiable
 
-        from warpspec.ops.attention_backward import _op_implementation as backward_implementation
         from warpspec.ops.attention_backward import torch_backward_op
         from warpspec.torch_ops import custom_op
 
         _op = custom_op("warpspec::attention", _op_implementation,
                         schema="(Tensor q, Tensor k, Tensor v, bool causal, float scale) -> (Tensor, Tensor)")
-        backward_op = torch_backward_op()
+        torch_backward_op()  # registered with the forward: the gradients may take it
 
         def setup_context(ctx, inputs, output):
             q, k, v, causal, scale = inputs
-            ctx.save_for_backward(q, k, v, *output)
-            ctx.causal, ctx.scale = causal, scale
-            ctx.mark_non_differentiable(output[1])  # the log-sum-exp is saved for the backward, not differentiated
-            # No zeros made for the log-sum-exp's gradient, never read (a kernel launch a step otherwise); O's is
-            # always given, as the node runs only when O is differentiated (the log-sum-exp is not differentiable).
-            ctx.set_materialize_grads(False)
+            _save_for_backward(ctx, q, k, v, output, causal, scale)
 
         def backward(ctx, dout, _dlse):
-            q, k, v, out, lse2 = ctx.saved_tensors
-            dout = dout.contiguous()
-            # Where the dispatcher would do nothing but call it (no double backward, no mode), the op's
-            # implementation itself: a training step's backward is otherwise bound by host time at short lengths.
-            run_backward = backward_implementation if _support().dispatch_is_plain(q, k, v, out, dout, lse2) \
-                else backward_op
-            dq, dk, dv = run_backward(q, k, v, out, dout, lse2, ctx.causal, ctx.scale)
-            return dq, dk, dv, None, None
+            return (*_gradients(ctx, dout), None, None)
 
         torch.library.register_autograd("warpspec::attention", backward, setup_context=setup_context)
+
+        class EagerAttention(torch.autograd.Function):
+            """The op's autograd for an eager call of a description with a bound launch (``Call.direct``) that
+            no torch mode, transform or profiler watches: the same kernels, saved tensors and gradients, without
+            the dispatcher's passes through the custom op and its autograd wrapper (about 50 µs of host time a
+            training step's forward on the H100, where a step at seq 2048 is near host-bound)."""
+
+            @staticmethod
+            def forward(ctx, q, k, v, found):
+                out, lse2 = found.direct(q, k, v)
+                _save_for_backward(ctx, q, k, v, (out, lse2), found.problem.causal, found.problem.scale)
+                return out, lse2
+
+            @staticmethod
+            @once_differentiable
+            def backward(ctx, dout, _dlse):
+                return (*_gradients(ctx, dout), None)
+
+        _eager = EagerAttention
     return _op
+
+
+def _save_for_backward(ctx, q, k, v, output, causal, scale) -> None:
+    """What the backward reads, saved on the autograd context (the op's or ``EagerAttention``'s)."""
+    ctx.save_for_backward(q, k, v, *output)
+    ctx.causal, ctx.scale = causal, scale
+    ctx.mark_non_differentiable(output[1])  # the log-sum-exp is saved for the backward, not differentiated
+    # No zeros made for the log-sum-exp's gradient, never read (a kernel launch a step otherwise); O's is always
+    # given, as the node runs only when O is differentiated (the log-sum-exp is not differentiable).
+    ctx.set_materialize_grads(False)
+
+
+def _gradients(ctx, dout) -> tuple:
+    """(dq, dk, dv) from the saved tensors and O's gradient: where the dispatcher would do nothing but call it (no
+    double backward, no mode), the backward op's implementation itself (a training step's backward is otherwise
+    bound by host time at short lengths), else the op."""
+    backward = sys.modules["warpspec.ops.attention_backward"]  # imported with the op (_torch_op)
+    q, k, v, out, lse2 = ctx.saved_tensors
+    dout = dout.contiguous()
+    run_backward = backward._op_implementation if _support().dispatch_is_plain(q, k, v, out, dout, lse2) \
+        else backward.torch_backward_op()
+    return run_backward(q, k, v, out, dout, lse2, ctx.causal, ctx.scale)
 
 
 def _op_implementation(q, k, v, causal, scale):
