@@ -84,7 +84,8 @@ def test_both_dq_paths_at_seq_2048(deterministic, dtype, head_dim, causal):
 
 def test_a_repeated_training_step_launches_with_the_arrays_addresses_alone(monkeypatch):
     """After a description's first forward and backward, later ones take the bound launches (neither the forward's
-    ``run`` nor ``launch_backward`` is reached) with new data, and the gradients are still right."""
+    ``run`` nor ``launch_backward`` is reached), the forward through ``EagerAttention``, with new data, and the
+    gradients are still right."""
     import importlib
 
     ops_attention = importlib.import_module("warpspec.ops.attention")
@@ -97,6 +98,8 @@ def test_a_repeated_training_step_launches_with_the_arrays_addresses_alone(monke
     for _ in range(2):
         q2, k2, v2 = (torch.randn_like(x).requires_grad_() for x in (q, k, v))
         dout = torch.randn_like(q2)
-        warpspec.ops.attention(q2, k2, v2, causal=True).backward(dout)
+        out = warpspec.ops.attention(q2, k2, v2, causal=True)
+        assert type(out.grad_fn).__name__ == "EagerAttentionBackward"  # the op's autograd, not its dispatch
+        out.backward(dout)
         for got, want in zip((q2.grad, k2.grad, v2.grad), reference_gradients(q2, k2, v2, dout, True)):
             assert ((got.float() - want).abs().max() / want.abs().max()).item() < TOLERANCE[torch.bfloat16]
