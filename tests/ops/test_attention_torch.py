@@ -59,10 +59,10 @@ def test_the_eager_fast_path_skips_the_op_but_never_autograd(monkeypatch):
         assert attention(q.requires_grad_(), k, v, causal=True).grad_fn is not None
 
 
-def test_a_differentiated_eager_call_of_a_bound_description_skips_the_op(monkeypatch):
-    """With a bound launch (``Call.direct``: faked here for CPU tensors, the emulator behind it) and nothing
-    watching the dispatcher, a call that needs a gradient takes ``EagerAttention``: the bound forward once, no call
-    of the custom op, and the op's gradients exactly."""
+def test_a_differentiated_eager_call_skips_the_op(monkeypatch):
+    """With plain CUDA tensors (faked here for CPU tensors) and nothing watching the dispatcher, a call that needs
+    a gradient takes ``EagerAttention``: its forward the description's bound launch (``Call.direct``, faked with
+    the emulator behind it) once, no call of the custom op, and the op's gradients exactly."""
     import sys
 
     import warpspec
@@ -88,6 +88,7 @@ def test_a_differentiated_eager_call_of_a_bound_description_skips_the_op(monkeyp
         return out, lse2
 
     monkeypatch.setattr(found, "direct", direct)
+    monkeypatch.setattr(module, "plain_cuda", lambda *tensors: True)
     monkeypatch.setattr(warpspec.torch_ops, "dispatcher_idle", lambda device: True)
     monkeypatch.setattr(module.runtime, "direct_launches", lambda: True)
     op = module._torch_op()
