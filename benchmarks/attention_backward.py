@@ -17,7 +17,9 @@ Before timing, the output and the three gradients are checked against SDPA's (ma
 ``--kernels`` also times the parts, each with do_bench: our forward alone and each backward kernel alone (the
 pinned Scripts called with the arrays of one checked backward: ``Dot``, the dK/dV kernel and the dQ kernel, or
 on ``--accumulating`` the dK/dV kernel with dQ shares, its zeroing and ``ConvertDQ``), and cuDNN's forward alone
-(its backward is the step's time less the forward's).
+(its backward is the step's time less the forward's). The parts run after each config's end-to-end timing, and
+on an H100 (2026-12-06) later short configs' end-to-end figures in the same process read slower after them (host-
+bound steps): take the ratios from a run without ``--kernels``.
 
 ``--dry-run`` runs the same checks on CPU tensors at batch 1, 2 heads, seq 96 (the emulator; SDPA on CPU in
 float32 as the reference) and times nothing. Prints one line per config; ``--json`` writes every number.

@@ -416,7 +416,7 @@ def tune_attention(shapes, dtype="float16", *, causal=False, progress=None) -> d
 # --------------------------------------------------------------------------------------------- torch op
 
 _op = None
-#: The ``torch.autograd.Function`` an eager differentiated call of a bound description takes (made with the op).
+#: The ``torch.autograd.Function`` an eager differentiated call on plain CUDA tensors takes (made with the op).
 _eager = None
 
 
