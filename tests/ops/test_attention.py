@@ -89,7 +89,7 @@ def test_a_negative_or_zero_scale_is_taken_as_torch_takes_it(scale, causal):
         assert np.abs(out.astype(np.float32) - mean).max() < TOLERANCE[np.float16]
 
 
-def test_a_scale_below_zero_never_reaches_the_kernels_checks():
+def test_validate_refuses_a_scale_the_entry_points_fold_first():
     """validate, under the entry points, refuses what they fold first: its message names the fold."""
     q, k, v = operands(1, 2, 2, 8, 8, 64, np.float16)
     with pytest.raises(ArgumentError, match="scale must be positive here, got -1.0: fold its sign into q first"):

@@ -88,9 +88,9 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, *, causal=False, scale
             raise ArgumentError(f"{name} must be 3-D [total_tokens, heads, head_dim], got shape {tuple(value.shape)}")
     if tuple(v.shape) != tuple(k.shape):
         raise ArgumentError(f"v must have k's shape {tuple(k.shape)}, got {tuple(v.shape)}")
+    q, scale, _ = fold_scale_sign(q, scale)
     # Any strides (a packed [total, 3, H, D] projection's q, k and v slices): read from contiguous copies, whose
     # gradients reach the views.
-    q, scale, _ = fold_scale_sign(q, scale)
     q, k, v = contiguous_copy(q), contiguous_copy(k), contiguous_copy(v)
     if int(k.shape[0]) > 0:
         # ops.attention's checks (dtypes, head dim, head counts, causal, scale) on one row of each, up front.
