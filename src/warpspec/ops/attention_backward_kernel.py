@@ -278,7 +278,7 @@ class BackwardKV(_RowBlocks):
                 acc_s, acc_dp = self.scores(sk, sv, sq, sdo, stage)
                 # The tile's lse and D (a value per query column) loaded together under the Sᵀ and dPᵀ GEMMs: D's
                 # round trip to memory used to start after dV's issue and stall dSᵀ (on the H100, 2026-12-06, this
-                # kernel took 3.66 ms instead of 4.06 at seq 8192, D 128). lse before the stage's wait was slower
+                # kernel took 3.67 ms instead of 3.99 at seq 8192, D 128). lse before the stage's wait was slower
                 # (3.79: it then stays in registers across the wait); both there made ptxas inject WGMMA waits.
                 lse = self.load_global(glse, offsets=[bh, q_start + offset_m], shape=[1, block_m])
                 dd = self.load_global(gdd, offsets=[bh, q_start + offset_m], shape=[1, block_m])
