@@ -98,6 +98,8 @@ def main() -> None:
     from warpspec.dtypes import bfloat16
     from warpspec.ops import attention_decode, attention_decode_kernel
 
+    schedules = [{"block_n": int(n), "num_stages": int(stages)}
+                 for n, stages in (text.split(":") for text in args.schedules.split(",") if text)]
     heads, kv_heads = (int(h) for h in args.heads.split("/"))
     batch, seq_k, head_dim, pack = args.batch, args.seq_k, 128, heads // kv_heads
     device = "cpu" if args.dry_run else "cuda"
@@ -155,10 +157,8 @@ def main() -> None:
                 call()
                 if cls is Decode:
                     checked(call, out)
-            schedules = [t for t in args.schedules.split(",") if t]
-            for text in schedules:
-                block_n, num_stages = (int(x) for x in text.split(":"))
-                checked(*launch(Decode, 2, {"block_n": block_n, "num_stages": num_stages}))
+            for other in schedules:
+                checked(*launch(Decode, 2, other))
         print(f"dry run: {len(VARIANTS)} variants ran on the emulator (no-count's unordered reads reported as a race), "
               f"the kernel's output checked" + (f" at {len(schedules)} more schedules" if schedules else ""))
         return
@@ -174,12 +174,12 @@ def main() -> None:
             times[name] = graphed_us(torch, call)
         fold = f"; fold {times['kernel'] - times['wait-only']:.2f}" if {"kernel", "wait-only"} <= set(times) else ""
         print(f"splits {splits:3d}: " + ", ".join(f"{name} {us:7.2f}" for name, us in times.items()) + fold)
-    for text in (t for t in args.schedules.split(",") if t):
-        block_n, num_stages = (int(x) for x in text.split(":"))
+    for other in schedules:
         for splits in (int(s) for s in args.splits.split(",")):
-            call, out = launch(Decode, splits, {"block_n": block_n, "num_stages": num_stages})
+            call, out = launch(Decode, splits, other)
             checked(call, out)
-            print(f"block_n {block_n:3d}, {num_stages} stages, splits {splits:3d}: kernel {graphed_us(torch, call):7.2f}")
+            print(f"block_n {other['block_n']:3d}, {other['num_stages']} stages, splits {splits:3d}: kernel "
+                  f"{graphed_us(torch, call):7.2f}")
     shipped = attention_decode_kernel.FOLD_WIDTH
     for width in (int(w) for w in args.fold_widths.split(",") if w):
         attention_decode_kernel.FOLD_WIDTH = width  # read when a new kernel instance is traced

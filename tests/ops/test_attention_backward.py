@@ -84,7 +84,7 @@ def test_a_negative_scale_s_gradients_match_torch(deterministic, causal):
     q, k, v, dout = operands(1, 4, 2, 70, 90, 64, np.float16, seed=2)
     out, lse = attention(q, k, v, causal=causal, scale=-0.15, return_lse=True)
     grads = attention_backward(q, k, v, out, dout, lse, causal=causal, scale=-0.15, deterministic=deterministic)
-    want_out, want_lse, *expected = reference(q, k, v, dout, causal, scale=-0.15)
+    _, want_lse, *expected = reference(q, k, v, dout, causal, scale=-0.15)
     assert np.abs(lse - want_lse).max() < 1e-2
     for got, want in zip(grads, expected):
         assert relative_error(got, want) < GRADIENT_TOLERANCE[np.float16]
