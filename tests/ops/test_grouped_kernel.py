@@ -131,6 +131,21 @@ def test_few_tiles_are_split_by_k(b_k_major, block_m):
     assert partials.any() and not flags.any()  # the first parts' sums went through the workspace; flags given back
 
 
+def test_few_tiles_past_the_first_batch_of_ends_are_split():
+    """The scans that count the tiles and find a part's tile load the ends a batch at a time
+    (``GROUP_BATCH``): tiles in the second batch's groups, one of whose ends the host did not check (below its
+    predecessor's: clamped to an empty group), and a last batch that is not full."""
+    sizes = [0] * grouped_kernel.GROUP_BATCH + [0, 5, 0, 3]
+    a, b, stored, ends = operands(np.float16, True, sizes=sizes, k=9 * 64)
+    ends[grouped_kernel.GROUP_BATCH + 2] = 1  # below group 17's end: read as that end, an empty group
+    out = np.full((a.shape[0], N), np.nan, np.float16)
+    partials, flags = run(GroupedGemm(float16, float16, True).instantiate(SPLIT), a, stored, ends, out, num_sms=8)
+    expected = expected_of(a, b, np.maximum.accumulate(ends))
+    np.testing.assert_allclose(out.astype(np.float32), expected, rtol=2e-3, atol=5e-2)
+    assert not out[int(ends[-1]):].any()
+    assert partials.any() and not flags.any()  # 4 tiles on 8 blocks: each split in two
+
+
 def test_tiles_that_fill_the_grid_are_not_split():
     a, b, stored, ends = operands(np.float16, False, sizes=[40, 40, 40], k=9 * 64)  # 6 tiles on 6 blocks
     out = np.full((a.shape[0], N), np.nan, np.float16)
@@ -250,3 +265,19 @@ def test_nvrtc_builds_without_spills(out_dtype, schedule, uniform):
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
     count = count_instructions(disassemble(built.module.cubin), ["HGMMA"])["HGMMA"]
     assert count == 4 * schedule["num_stages"] * (2 if schedule["max_split"] > 1 else 1), count
+
+
+def test_the_scans_load_a_batch_of_ends_before_any_branch():
+    """The split kernel's first global loads (the producer's count of the groups' tiles) are a batch of
+    ``GROUP_BATCH`` ends issued together: all but one before any branch (ptxas places one after the batch's first
+    bound check, which a loop trip always meets). Each copy of an ``unroll=`` loop loaded behind its own bound check,
+    one load before the first branch, so the scans' round trips were serial."""
+    from warpspec.cuda.launch import compile_kernel
+    from warpspec.cuda.sass import disassemble
+    from warpspec.runtime import kernel_for
+
+    kernel = GroupedGemm(bfloat16, bfloat16, True, block_m=64, block_n=128, num_stages=5, max_split=8)
+    lines = disassemble(compile_kernel(kernel_for(kernel, {})).module.cubin).splitlines()
+    first = next(i for i, line in enumerate(lines) if "LDG.E " in line)
+    run_end = next(i for i in range(first, len(lines)) if " BRA " in lines[i])
+    assert sum("LDG.E " in line for line in lines[first:run_end]) >= grouped_kernel.GROUP_BATCH - 1

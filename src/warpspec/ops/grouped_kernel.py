@@ -52,11 +52,11 @@ GROUPED_STAGES = (3, 4, 5)
 ZERO_COLUMNS = 16
 #: The fewest K-tiles of each part of a split tile.
 MIN_PART_K_TILES = 4
-#: The loops that only count or search the groups are unrolled so that several groups' ends are loaded at once (the
-#: walks hold each group's main loops, which unrolling would copy). 16 instead of 4 was no faster on the H200
-#: (2026-12-05: 64 experts at 16 tokens of width 1536, whose few tiles split, 32.7-34.9 µs against 31.2-32.7 the
-#: day before), so the scans' loads are not what those shapes wait for.
-GROUP_UNROLL = 4
+#: The loops that only count or search the groups load this many groups' ends at once, each batch before any of
+#: them is used. (The loop unrolled by ``self.range(..., unroll=k)`` puts each copy's load behind its copy's bound
+#: check, so the loads went out one at a time: 2 · 64 dependent round trips before a split tile's first load at 64
+#: experts; the walks hold each group's main loops, which a batch would copy, and keep one load per group.)
+GROUP_BATCH = 16
 
 
 class _GroupedGemm(_Gemm):
@@ -215,10 +215,13 @@ class _GroupedGemm(_Gemm):
             return groups * per_group, groups * rows
         before: int32 = 0
         start: int32 = 0
-        for group in self.range(groups, unroll=GROUP_UNROLL):
-            end = self.group_end(ends, groups, group, start, total_m)
-            before = before + cdiv(end - start, self.block_m) * tiles_n
-            start = end
+        for first in self.range(0, groups, GROUP_BATCH):
+            loaded = self.batch_of_ends(ends, groups, first)
+            for j in range(GROUP_BATCH):
+                if first + j < groups:
+                    end = self.clamped_end(loaded[j], start, total_m)
+                    before = before + cdiv(end - start, self.block_m) * tiles_n
+                    start = end
         return before, start
 
     def splits_for(self, tiles, k_tiles):
@@ -242,18 +245,21 @@ class _GroupedGemm(_Gemm):
         found_bands: int32 = 1
         before: int32 = 0
         start: int32 = 0
-        for group in self.range(groups, unroll=GROUP_UNROLL):
-            end = self.group_end(ends, groups, group, start, total_m)
-            bands = cdiv(end - start, self.block_m)
-            if wanted >= before:
-                if wanted < before + bands * tiles_n:
-                    found_group = group
-                    found_start = start
-                    found_end = end
-                    found_tile = wanted - before
-                    found_bands = bands
-            before = before + bands * tiles_n
-            start = end
+        for first in self.range(0, groups, GROUP_BATCH):
+            loaded = self.batch_of_ends(ends, groups, first)
+            for j in range(GROUP_BATCH):
+                if first + j < groups:
+                    end = self.clamped_end(loaded[j], start, total_m)
+                    bands = cdiv(end - start, self.block_m)
+                    if wanted >= before:
+                        if wanted < before + bands * tiles_n:
+                            found_group = first + j
+                            found_start = start
+                            found_end = end
+                            found_tile = wanted - before
+                            found_bands = bands
+                    before = before + bands * tiles_n
+                    start = end
         return found_group, found_start, found_end, found_tile, found_bands
 
     def produce_part(self, pipe, ga, gb, sa, sb, ends, groups, total_m, tiles_n, k_tiles, tiles, splits):
@@ -319,10 +325,20 @@ class _GroupedGemm(_Gemm):
         tiles_m = cdiv(rows, self.block_m)
         return rows, tiles_m, tiles_m * tiles_n
 
+    def batch_of_ends(self, ends, groups, first):
+        """The raw ends of groups ``first`` … ``first + GROUP_BATCH - 1`` (a list of scalars), loaded together:
+        every load is made, an index past the last group reading the last group's end (its value is not used), so
+        that none waits behind another's bound check. The caller clamps each (``clamped_end``)."""
+        return [self.load_scalar(ends, [min(first + j, groups - 1)]) for j in range(GROUP_BATCH)]
+
     def group_end(self, ends, groups, group, start, total_m):
-        """Group ``group``'s end row, clamped to [``start``, total_M] (``start`` its first row): offsets the host did
-        not check (a CUDA tensor) can make groups empty but never reach outside A and C."""
-        return min(max(self.load_scalar(ends, [group]), start), total_m)
+        """Group ``group``'s end row, clamped (``clamped_end``)."""
+        return self.clamped_end(self.load_scalar(ends, [group]), start, total_m)
+
+    def clamped_end(self, value, start, total_m):
+        """A group's end row read as ``value``, clamped to [``start``, total_M] (``start`` its first row): offsets
+        the host did not check (a CUDA tensor) can make groups empty but never reach outside A and C."""
+        return min(max(value, start), total_m)
 
     def first_tile(self, before):
         """This block's first tile of a group whose tiles are numbered from ``before`` on: the walk gives block b
