@@ -206,8 +206,9 @@ def test_a_store_past_its_group_is_caught(uniform):
 
 @pytest.mark.parametrize("num_sms", [2, 5, 7])
 def test_a_walk_over_many_groups_skips_those_without_a_block_s_tiles(num_sms):
-    """Twenty groups of 0 to 70 rows (every fourth empty) on 2, 5 and 7 blocks: each block walks every group and
-    works only on its own tiles, several in some groups and none in most; every row is its group's product."""
+    """Twenty groups of 0 to 70 rows (every fourth empty) on 2, 5 and 7 blocks: each block walks every group (their
+    ends loaded ``WALK_BATCH`` at a time, the last batch not full) and works only on its own tiles, several in some
+    groups and none in most; every row is its group's product."""
     sizes = [0 if g % 4 == 3 else (g * 37) % 71 for g in range(20)]
     a, b, stored, ends = operands(np.float16, True, sizes=sizes, tail=5)
     out = np.full((a.shape[0], N), np.nan, np.float16)
@@ -267,17 +268,19 @@ def test_nvrtc_builds_without_spills(out_dtype, schedule, uniform):
     assert count == 4 * schedule["num_stages"] * (2 if schedule["max_split"] > 1 else 1), count
 
 
-def test_the_scans_load_a_batch_of_ends_before_any_branch():
-    """The split kernel's first global loads (the producer's count of the groups' tiles) are a batch of
-    ``GROUP_BATCH`` ends issued together: all but one before any branch (ptxas places one after the batch's first
-    bound check, which a loop trip always meets). Each copy of an ``unroll=`` loop loaded behind its own bound check,
-    one load before the first branch, so the scans' round trips were serial."""
+@pytest.mark.parametrize("max_split, batch", [(8, "GROUP_BATCH"), (1, "WALK_BATCH")], ids=["scan", "walk"])
+def test_the_groups_ends_load_a_batch_before_any_branch(max_split, batch):
+    """The kernel's first global loads (the producer's count of the groups' tiles where tiles may split, else its
+    walk) are a batch of ends issued together: all but at most one before any branch (ptxas may place one after
+    the batch's first bound check, which a loop trip always meets). Each copy of an ``unroll=`` loop loaded behind
+    its own bound check, and the walk one end per group: one load before the first branch, so every group was a
+    serial round trip."""
     from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import disassemble
     from warpspec.runtime import kernel_for
 
-    kernel = GroupedGemm(bfloat16, bfloat16, True, block_m=64, block_n=128, num_stages=5, max_split=8)
+    kernel = GroupedGemm(bfloat16, bfloat16, True, block_m=64, block_n=128, num_stages=5, max_split=max_split)
     lines = disassemble(compile_kernel(kernel_for(kernel, {})).module.cubin).splitlines()
     first = next(i for i, line in enumerate(lines) if "LDG.E " in line)
     run_end = next(i for i in range(first, len(lines)) if " BRA " in lines[i])
-    assert sum("LDG.E " in line for line in lines[first:run_end]) >= grouped_kernel.GROUP_BATCH - 1
+    assert sum("LDG.E " in line for line in lines[first:run_end]) >= getattr(grouped_kernel, batch) - 1

@@ -52,11 +52,14 @@ GROUPED_STAGES = (3, 4, 5)
 ZERO_COLUMNS = 16
 #: The fewest K-tiles of each part of a split tile.
 MIN_PART_K_TILES = 4
-#: The loops that only count or search the groups load this many groups' ends at once, each batch before any of
-#: them is used. (The loop unrolled by ``self.range(..., unroll=k)`` puts each copy's load behind its copy's bound
-#: check, so the loads went out one at a time: 2 · 64 dependent round trips before a split tile's first load at 64
-#: experts; the walks hold each group's main loops, which a batch would copy, and keep one load per group.)
+#: The scans that count the groups' tiles and find a split part's tile load this many groups' ends at once (the
+#: walks ``WALK_BATCH``), each batch before any of them is used; a walk takes each group's end from the batch's
+#: registers by a chain of selects (``pick``), so its main loops are not copied. Loading one end per group, or an
+#: ``unroll=`` copy's end behind that copy's bound check, made every group a serial round trip: at 64 experts 2 × 64
+#: of them before a split tile's first load, 64 in a walk.
 GROUP_BATCH = 16
+#: The walks' batch, smaller: it stays in registers beside a 64 × 256 tile's accumulator (16 ends spilled 12 bytes).
+WALK_BATCH = 8
 
 
 class _GroupedGemm(_Gemm):
@@ -161,18 +164,21 @@ class _GroupedGemm(_Gemm):
         # This block's next tile in the walk's numbering: a group without one costs a comparison, not the two
         # modulos of the grid's size that finding the block's first tile of it takes.
         mine: int32 = self.blockIdx.x
-        for group in self.range(groups):
-            end = self.group_end(ends, groups, group, start, total_m)
-            tiles_m = cdiv(end - start, self.block_m)
-            count = tiles_m * tiles_n
-            if mine < before + count:
-                for tile in self.range(mine - before, count, self.gridDim.x):
-                    offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
-                    filled = filled + k_tiles
-                    self.produce(pipe, ga, gb, sa, sb, start + offset_m, offset_n, 0, k_size, group=group)
-                mine = mine + cdiv(before + count - mine, self.gridDim.x) * self.gridDim.x
-            before = before + count
-            start = end
+        for first in self.range(0, groups, WALK_BATCH):
+            loaded = self.batch_of_ends(ends, groups, first, WALK_BATCH)
+            for in_batch in self.range(min(WALK_BATCH, groups - first)):
+                group = first + in_batch
+                end = self.clamped_end(self.pick(loaded, in_batch), start, total_m)
+                tiles_m = cdiv(end - start, self.block_m)
+                count = tiles_m * tiles_n
+                if mine < before + count:
+                    for tile in self.range(mine - before, count, self.gridDim.x):
+                        offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
+                        filled = filled + k_tiles
+                        self.produce(pipe, ga, gb, sa, sb, start + offset_m, offset_n, 0, k_size, group=group)
+                    mine = mine + cdiv(before + count - mine, self.gridDim.x) * self.gridDim.x
+                before = before + count
+                start = end
         return filled
 
     def consume_walk(self, pipe, sa, sb, sc, gc, ends, groups, total_m, n_size, k_size, tiles_n):
@@ -192,20 +198,22 @@ class _GroupedGemm(_Gemm):
         before: int32 = 0
         start: int32 = 0
         mine: int32 = self.blockIdx.x
-        for group in self.range(groups):
-            end = self.group_end(ends, groups, group, start, total_m)
-            tiles_m = cdiv(end - start, self.block_m)
-            count = tiles_m * tiles_n
-            if mine < before + count:
-                for tile in self.range(mine - before, count, self.gridDim.x):
-                    offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
-                    acc = self.consume(pipe, sa, sb, 0, k_size)
-                    result = self.epilogue(acc, total_m, n_size, None, None, start + offset_m, offset_n)
-                    self.store_tile(result, sc, gc, start + offset_m, offset_n, end,
-                                    start + offset_m + self.block_m <= end)
-                mine = mine + cdiv(before + count - mine, self.gridDim.x) * self.gridDim.x
-            before = before + count
-            start = end
+        for first in self.range(0, groups, WALK_BATCH):
+            loaded = self.batch_of_ends(ends, groups, first, WALK_BATCH)
+            for in_batch in self.range(min(WALK_BATCH, groups - first)):
+                end = self.clamped_end(self.pick(loaded, in_batch), start, total_m)
+                tiles_m = cdiv(end - start, self.block_m)
+                count = tiles_m * tiles_n
+                if mine < before + count:
+                    for tile in self.range(mine - before, count, self.gridDim.x):
+                        offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
+                        acc = self.consume(pipe, sa, sb, 0, k_size)
+                        result = self.epilogue(acc, total_m, n_size, None, None, start + offset_m, offset_n)
+                        self.store_tile(result, sc, gc, start + offset_m, offset_n, end,
+                                        start + offset_m + self.block_m <= end)
+                    mine = mine + cdiv(before + count - mine, self.gridDim.x) * self.gridDim.x
+                before = before + count
+                start = end
         self.zero_tail(gc, start, before, total_m, tiles_n)
 
     def count_tiles(self, ends, groups, total_m, tiles_n):
@@ -216,7 +224,7 @@ class _GroupedGemm(_Gemm):
         before: int32 = 0
         start: int32 = 0
         for first in self.range(0, groups, GROUP_BATCH):
-            loaded = self.batch_of_ends(ends, groups, first)
+            loaded = self.batch_of_ends(ends, groups, first, GROUP_BATCH)
             for j in range(GROUP_BATCH):
                 if first + j < groups:
                     end = self.clamped_end(loaded[j], start, total_m)
@@ -246,7 +254,7 @@ class _GroupedGemm(_Gemm):
         before: int32 = 0
         start: int32 = 0
         for first in self.range(0, groups, GROUP_BATCH):
-            loaded = self.batch_of_ends(ends, groups, first)
+            loaded = self.batch_of_ends(ends, groups, first, GROUP_BATCH)
             for j in range(GROUP_BATCH):
                 if first + j < groups:
                     end = self.clamped_end(loaded[j], start, total_m)
@@ -325,15 +333,19 @@ class _GroupedGemm(_Gemm):
         tiles_m = cdiv(rows, self.block_m)
         return rows, tiles_m, tiles_m * tiles_n
 
-    def batch_of_ends(self, ends, groups, first):
-        """The raw ends of groups ``first`` … ``first + GROUP_BATCH - 1`` (a list of scalars), loaded together:
+    def batch_of_ends(self, ends, groups, first, size):
+        """The raw ends of groups ``first`` … ``first + size - 1`` (a list of scalars), loaded together:
         every load is made, an index past the last group reading the last group's end (its value is not used), so
         that none waits behind another's bound check. The caller clamps each (``clamped_end``)."""
-        return [self.load_scalar(ends, [min(first + j, groups - 1)]) for j in range(GROUP_BATCH)]
+        return [self.load_scalar(ends, [min(first + j, groups - 1)]) for j in range(size)]
 
-    def group_end(self, ends, groups, group, start, total_m):
-        """Group ``group``'s end row, clamped (``clamped_end``)."""
-        return self.clamped_end(self.load_scalar(ends, [group]), start, total_m)
+    def pick(self, loaded, index):
+        """Item ``index`` (a runtime scalar below ``len(loaded)``) of a batch of ends: a chain of selects, which
+        keeps the batch in registers where indexing would not."""
+        value = loaded[0]
+        for j in range(1, len(loaded)):
+            value = loaded[j] if index == j else value
+        return value
 
     def clamped_end(self, value, start, total_m):
         """A group's end row read as ``value``, clamped to [``start``, total_M] (``start`` its first row): offsets
