@@ -163,3 +163,54 @@ def test_a_first_call_that_skips_the_dispatcher_still_registers_the_op_for_torch
     """)
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert found.stdout.split() == ["True"], found.stderr[-2000:]
+
+
+def test_a_call_like_an_earlier_one_takes_its_bound_launch_only_where_nothing_else_would_run(monkeypatch):
+    """ops.matmul's per-call path (``_bound_call``): once a signature has a bound launch (made for plain CUDA
+    tensors at their first launch; planted here on CPU tensors, with what the first launch sets), a call of its
+    description takes it, allocating or with ``out=``. A call under a compiler, one that asks for a gradient, one
+    the dispatcher would route (a mode, the profiler: ``dispatcher_idle``), one in debug mode (no direct launches)
+    and one of another description take the full path: a product on the emulator."""
+    import importlib
+
+    from warpspec import runtime
+
+    matmul_module = importlib.import_module("warpspec.ops.matmul")
+    a, w, _ = operands(64, 48, 32)
+    out = torch.empty(64, 48, dtype=torch.float16)
+    ops.matmul(a, w.T)  # the signatures of both calls, the allocated one the same as out='s
+    taken = []
+
+    def bound(a_, b_, out_, bias_):
+        taken.append("allocating" if out_ is None else "out")
+        return "bound"
+
+    allocated = matmul_module.signature(a, w.T, None, None, None, None).allocated
+    assert allocated is matmul_module.signature(a, w.T, None, None, out, None)
+    monkeypatch.setattr(allocated, "direct", bound)
+    idle, compiling = [True], [False]
+    calls = matmul_module._BoundCalls
+    monkeypatch.setattr(calls, "tensor", torch.Tensor)
+    # Set by the first bound launch, so not there before one (raising=False).
+    monkeypatch.setattr(calls, "grad_enabled", torch.is_grad_enabled, raising=False)
+    monkeypatch.setattr(calls, "compiling", lambda: compiling[0], raising=False)
+    monkeypatch.setattr(calls, "dispatcher_idle", lambda device: idle[0], raising=False)
+    assert ops.matmul(a, w.T) == "bound" and ops.matmul(a, w.T, out=out) == "bound"
+    assert taken == ["allocating", "out"]
+
+    expected = a.float() @ w.float().T
+    compiling[0] = True
+    torch.testing.assert_close(ops.matmul(a, w.T).float(), expected, rtol=2e-3, atol=2e-2)
+    compiling[0] = False
+    leaf = a.detach().requires_grad_()
+    product = ops.matmul(leaf, w.T)
+    assert product.grad_fn is not None
+    torch.testing.assert_close(product.detach().float(), expected, rtol=2e-3, atol=2e-2)
+    idle[0] = False
+    torch.testing.assert_close(ops.matmul(a, w.T).float(), expected, rtol=2e-3, atol=2e-2)
+    idle[0] = True
+    monkeypatch.setattr(runtime, "direct_launches", lambda: False)
+    torch.testing.assert_close(ops.matmul(a, w.T, out=out).float(), expected, rtol=2e-3, atol=2e-2)
+    monkeypatch.undo()  # the planted launch and state go; another description never met it anyway
+    torch.testing.assert_close(ops.matmul(a[:32], w.T).float(), expected[:32], rtol=2e-3, atol=2e-2)
+    assert taken == ["allocating", "out"]

@@ -116,6 +116,10 @@ def matmul(a, b, *, bias=None, activation=None, out=None, out_dtype=None, scale_
     ``warpspec::matmul``: CUDA tensors on the GPU, CPU tensors on the emulator. Returns ``out`` or a new array of
     the inputs' kind.
     """
+    if type(a) is _BoundCalls.tensor and scale_a is None and scale_b is None:
+        done = _bound_call(a, b, bias, activation, out, out_dtype)
+        if done is not None:
+            return done
     if len(getattr(a, "shape", ())) > 2 or len(getattr(b, "shape", ())) > 2:
         return _leading_dims(a, b, bias=bias, activation=activation, out=out, out_dtype=out_dtype, scale_a=scale_a,
                              scale_b=scale_b)
@@ -210,14 +214,8 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
     # Registered by the first call even where it runs the implementation or a bound launch: torch.compile, which
     # cannot trace a registration, must find the op there.
     op = _torch_op()
-    target = found if out is not None else found.allocated
     # torch_ops imports torch, so it is imported here, not with this module; the lookup is cheaper per call.
     support = sys.modules.get("warpspec.torch_ops") or importlib.import_module("warpspec.torch_ops")
-    # An out requiring a gradient goes through the op, whose autograd refuses writing into it (dispatch_is_plain).
-    if (target is not None and target.direct is not None and scale_a is None and scale_b is None
-            and support.dispatcher_idle(a.get_device()) and runtime.direct_launches()
-            and (out is None or not out.requires_grad)):
-        return target.direct(a, b, out, bias)
     problem = found.problem
     if scale_a is not None or scale_b is not None:
         same_device("a", a, scale_a=scale_a, scale_b=scale_b)
@@ -237,6 +235,41 @@ def _torch_matmul(a, b, bias, activation, out, out_dtype, scale_a, scale_b):
 def _any_requires_grad(*values) -> bool:
     """Whether a torch tensor among ``values`` (None and other values passed over) requires a gradient."""
     return any(getattr(value, "requires_grad", False) for value in values)
+
+
+class _BoundCalls:
+    """What ``_bound_call`` needs of torch, set when the first bound launch is made (``_direct_launch``): until
+    then ``tensor`` is None, which no operand's type is, so ``matmul`` never looks for one."""
+
+    tensor: type | None = None  # torch.Tensor: the plain class, which alone gets bound launches (``plain_cuda``)
+    grad_enabled: Callable[[], bool]
+    compiling: Callable[[], bool]
+    dispatcher_idle: Callable[[int], bool]
+
+
+def _bound_call(a, b, bias, activation, out, out_dtype):
+    """An eager call like an earlier one on plain CUDA tensors, through its signature's bound launch
+    (``Signature.direct``, which checks the addresses and returns the output): where no gradient is asked for, no
+    compiler traces, PyTorch's dispatcher would do nothing else (``warpspec.torch_ops.dispatcher_idle``) and
+    launches are direct (no debug mode, no profiler recording). None otherwise, for ``_torch_matmul``'s full path:
+    its checks, the op, autograd. This is the whole per-call path of a repeated small GEMM, so it reads the
+    operands' description once and nothing else (host time: docs/performance.md)."""
+    calls = _BoundCalls
+    if calls.compiling() or (calls.grad_enabled() and (a.requires_grad or b.requires_grad
+                                                       or (bias is not None and bias.requires_grad))):
+        return None  # first: a compiler tracing this must not trace the lookup
+    try:
+        found = _signatures.get(_key(a, b, bias, activation, out, out_dtype))
+    except (TypeError, AttributeError):  # what the full path's checks name
+        return None
+    if found is None:
+        return None
+    target = found if out is not None else found.allocated
+    # An out requiring a gradient goes through the op, whose autograd refuses writing into it (dispatch_is_plain).
+    if (target is None or target.direct is None or (out is not None and out.requires_grad)
+            or not calls.dispatcher_idle(a.get_device()) or not runtime.direct_launches()):
+        return None
+    return target.direct(a, b, out, bias)
 
 
 def _traced_matmul(torch, a, b, bias, activation, out, out_dtype, scale_a, scale_b):
@@ -398,7 +431,7 @@ def signature(a, b, bias, activation, out, out_dtype) -> Signature:
     """The operands' ``Signature``: made (``validate``'s checks) at the first call of a description, then looked
     up."""
     try:
-        key = (describe(a), describe(b), describe(bias), describe(out), activation, out_dtype)
+        key = _key(a, b, bias, activation, out, out_dtype)
         found = _signatures.get(key)
     except (TypeError, AttributeError):  # not arrays, an unhashable out_dtype or activation, symbolic sizes:
         # the checks say what is wrong, or the signature is made afresh and not kept
@@ -415,6 +448,12 @@ def signature(a, b, bias, activation, out, out_dtype) -> Signature:
     if ready:
         found.reaches = (_reach(a), _reach(b), _reach(out), 0 if bias is None else _reach(bias))
     return _signatures.remember(key, found)
+
+
+def _key(a, b, bias, activation, out, out_dtype) -> tuple:
+    """The operands' description, a signature's key (``describe``); raises TypeError or AttributeError for what is
+    no array, an unhashable value raising TypeError when it is looked up."""
+    return describe(a), describe(b), describe(bias), describe(out), activation, out_dtype
 
 
 def _validate(a, b, bias, activation, out, out_dtype) -> Problem:
@@ -653,15 +692,19 @@ def _shares_memory(name: str) -> ArgumentError:
 
 
 def _direct_launch(found: Signature, launch, out):
-    """The launch of ``found``'s later eager calls with plain CUDA tensors (``_torch_matmul`` takes it when
+    """The launch of ``found``'s later eager calls with plain CUDA tensors (``_bound_call`` takes it when
     ``warpspec.torch_ops.dispatcher_idle``): ``call(a, b, out, bias)`` allocates the output when ``out`` is None,
     checks the addresses, takes the stream's workspace and launches with the operands' addresses alone
-    (``launch``, ``runtime.pointer_launcher``'s), then advances ``out``'s version counter; it returns ``out``.
+    (``launch``, ``runtime.pointer_launcher``'s), then advances a given ``out``'s version counter; it returns ``out``.
     Inside CUDA graph capture it takes ``run`` instead, whose workspace is the graph's. None without a launch."""
     if launch is None:
         return None
     torch = sys.modules["torch"]
     C = torch._C
+    calls = _BoundCalls
+    calls.grad_enabled, calls.compiling = torch.is_grad_enabled, torch.compiler.is_compiling
+    calls.dispatcher_idle = sys.modules["warpspec.torch_ops"].dispatcher_idle
+    calls.tensor = torch.Tensor
     capturing, current_stream = C._cuda_isCurrentStreamCapturing, C._cuda_getCurrentRawStream
     bump, empty = torch.autograd.graph.increment_version, torch.empty_strided
     device, index, dtype = out.device, out.device.index, out.dtype
@@ -671,7 +714,8 @@ def _direct_launch(found: Signature, launch, out):
     reach_a, reach_b, reach_out, reach_bias = found.reaches
 
     def call(a, b, out, bias):
-        if out is None:
+        given = out is not None
+        if not given:
             out = empty(shape, strides, dtype=dtype, device=device)
         pa, pb, pc = a.data_ptr(), b.data_ptr(), out.data_ptr()
         pbias = pc if bias is None else bias.data_ptr()  # the kernel takes out for a missing bias, never reading it
@@ -689,7 +733,8 @@ def _direct_launch(found: Signature, launch, out):
             launch(pa, pb, pc, pbias, partials.data_ptr(), flags.data_ptr(), stream=stream)
         else:
             launch(pa, pb, pc, pbias, placeholder_partials, placeholder_flags, stream=stream)
-        bump(out)
+        if given:  # a new output has no earlier value for autograd to have saved
+            bump(out)
         return out
 
     return call
