@@ -17,8 +17,10 @@ from warpspec.errors import CompileError
 from warpspec.ops import grouped_kernel
 from warpspec.ops.grouped_kernel import GroupedGemm, grouped_schedule, grouped_workspace
 
+from tests.ops import test_split_gemm as split_tests
 from tests.ops.test_grouped_matmul import expected_of
-from tests.ops.test_stream_k import HAND_OFF_MISTAKES, FinishesWithoutWaiting, KeepsFlagsSet, line_of
+from tests.ops.test_split_gemm import SPLIT_HAND_OFF_MISTAKES, SplitKeepsCountSet, SplitSumsWithoutWaiting
+from tests.support.markers import marker_line
 from tests.support.example_checks import emulator  # noqa: F401  (autouse: the emulator, its deterministic schedule)
 
 #: Group sizes: a 64-row tile of group 3 reaches into group 4, a 128-row one past it; 8 rows follow the last group.
@@ -131,6 +133,18 @@ def test_few_tiles_are_split_by_k(b_k_major, block_m):
     assert partials.any() and not flags.any()  # the first parts' sums went through the workspace; flags given back
 
 
+def test_few_tiles_are_split_over_every_sm_the_launch_has():
+    """Where tiles may split, the grid is every SM, not the groups' bound on their tiles (here 8 blocks for two
+    tiles): one group's two tiles of 32 K-tiles on 16 SMs take eight parts each, every part but each tile's last
+    leaving its sum in its block's slot."""
+    a, b, stored, ends = operands(np.float16, True, sizes=FEW, k=32 * 64)
+    out = np.full((a.shape[0], N), np.nan, np.float16)
+    partials, flags = run(GroupedGemm(float16, float16, True).instantiate(SPLIT), a, stored, ends, out, num_sms=16)
+    np.testing.assert_allclose(out.astype(np.float32), expected_of(a, b, ends), rtol=2e-3, atol=5e-2)
+    written = [bool(slot.any()) for slot in partials.reshape(16, SPLIT["block_m"] * SPLIT["block_n"])]
+    assert written == [block % 8 != 7 for block in range(16)] and not flags.any()
+
+
 def test_few_tiles_past_the_first_batch_of_ends_are_split():
     """The scans that count the tiles and find a part's tile load the ends a batch at a time
     (``GROUP_BATCH``): tiles in the second batch's groups, one of whose ends the host did not check (below its
@@ -154,27 +168,38 @@ def test_tiles_that_fill_the_grid_are_not_split():
     assert not partials.any()
 
 
-class GroupedFinishesWithoutWaiting(GroupedGemm, FinishesWithoutWaiting):
-    """stream-K's planted mistake in the grouped kernel's split: reads a partial without waiting for its flag."""
+class GroupedSumsWithoutWaiting(GroupedGemm):
+    """split-K's planted mistake in the grouped kernel's split: adds the partials without waiting for their count
+    (the split-K test's method itself, so the error names its line there)."""
+
+    add_parts = SplitSumsWithoutWaiting.add_parts
 
 
-class GroupedKeepsFlagsSet(GroupedGemm, KeepsFlagsSet):
-    """Never gives a flag back its 0."""
+class GroupedKeepsCountSet(GroupedGemm):
+    """Never gives a tile's count back its 0."""
+
+    add_parts = SplitKeepsCountSet.add_parts
 
 
-@pytest.mark.parametrize("cls, line, fragment", HAND_OFF_MISTAKES)
-def test_each_planted_hand_off_mistake_is_caught_at_its_line(cls, line, fragment):
-    planted = {FinishesWithoutWaiting: GroupedFinishesWithoutWaiting, KeepsFlagsSet: GroupedKeepsFlagsSet}[cls]
+#: The count a kept count leaves: FEW's two tiles split in two on 6 blocks, each last part waiting for 1.
+KEPT_COUNT = "flag.wait until flags[0] == 1 (it holds 2"
+
+
+@pytest.mark.parametrize("cls, error, marker, fragment", SPLIT_HAND_OFF_MISTAKES)
+def test_each_planted_hand_off_mistake_is_caught_at_its_line(cls, error, marker, fragment):
+    planted = {SplitSumsWithoutWaiting: GroupedSumsWithoutWaiting, SplitKeepsCountSet: GroupedKeepsCountSet}[cls]
+    fragment = KEPT_COUNT if cls is SplitKeepsCountSet else fragment
     a, _, stored, ends = operands(np.float16, False, sizes=FEW, k=9 * 64)
     kernel = planted(float16, float16, False, **SPLIT)
     elements, flag_count = grouped_workspace(6, SPLIT)
     workspace = (np.zeros(elements, np.float32), np.zeros(flag_count, np.int32))
     group_pitch, pitch, _ = (s // stored.itemsize for s in stored.strides)
-    with pytest.raises(RaceError) as caught:
-        for _ in range(2):  # flags left set show in the second launch
+    with pytest.raises(error) as caught:
+        for _ in range(2):  # a count left set shows in the second launch
             kernel(len(ends), a.shape[0], N, a.shape[1], a.shape[1], pitch, group_pitch, N, ends, a, stored,
                    np.zeros((a.shape[0], N), np.float16), *workspace, num_sms=6)
-    assert caught.value.location.endswith(line_of(cls, line)), caught.value.location
+    where = split_tests.__file__
+    assert caught.value.location.endswith(f"{where}:{marker_line(where, marker)}"), caught.value.location
     assert fragment in str(caught.value)
 
 
