@@ -133,18 +133,6 @@ def test_few_tiles_are_split_by_k(b_k_major, block_m):
     assert partials.any() and not flags.any()  # the first parts' sums went through the workspace; flags given back
 
 
-def test_few_tiles_are_split_over_every_sm_the_launch_has():
-    """Where tiles may split, the grid is every SM, not the groups' bound on their tiles (here 8 blocks for two
-    tiles): one group's two tiles of 32 K-tiles on 16 SMs take eight parts each, every part but each tile's last
-    leaving its sum in its block's slot."""
-    a, b, stored, ends = operands(np.float16, True, sizes=FEW, k=32 * 64)
-    out = np.full((a.shape[0], N), np.nan, np.float16)
-    partials, flags = run(GroupedGemm(float16, float16, True).instantiate(SPLIT), a, stored, ends, out, num_sms=16)
-    np.testing.assert_allclose(out.astype(np.float32), expected_of(a, b, ends), rtol=2e-3, atol=5e-2)
-    written = [bool(slot.any()) for slot in partials.reshape(16, SPLIT["block_m"] * SPLIT["block_n"])]
-    assert written == [block % 8 != 7 for block in range(16)] and not flags.any()
-
-
 def test_few_tiles_past_the_first_batch_of_ends_are_split():
     """The scans that count the tiles and find a part's tile load the ends a batch at a time
     (``GROUP_BATCH``): tiles in the second batch's groups, one of whose ends the host did not check (below its
