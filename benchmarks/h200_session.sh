@@ -13,7 +13,8 @@
 # the stream-K schedules), stream-k (stream-K against whole tiles, cuBLAS beside), attention, attention-short
 # (FlashAttention-3's short sequences, the persistent kernel beside), attention-tests,
 # grouped-tests (ops.grouped_matmul's GPU tests), grouped (benchmarks/grouped.py), grouped-sweep (the same, every
-# schedule of the grouped kernel timed too), decode (benchmarks/attention_decode.py at batch 1 and 32), decode-tests
+# schedule of the grouped kernel timed too), grouped-experts (benchmarks/grouped_experts.py: one expert's product, dense
+# and grouped among 1, 8 and 64 experts, graphed too), decode (benchmarks/attention_decode.py at batch 1 and 32), decode-tests
 # (the split-KV and bound-launch GPU tests), timeline-tests (the timeline's GPU tests), paged (paged decode at pages 16
 # and 64, checked and not, beside dense decode and SDPA), paged-tests (ops.attention_paged's and ops.attention_varlen's
 # GPU tests, its packed backward's too), varlen (benchmarks/attention_varlen.py), varlen-backward (the same, forward +
@@ -109,6 +110,7 @@ for step in "${steps[@]}"; do
     grouped-tests) cmd=(python3 -m pytest -q -m gpu tests/ops/test_grouped_matmul_gpu.py -p no:cacheprovider) ;;
     grouped) cmd=(python3 benchmarks/grouped.py --json "$out/grouped.json") ;;
     grouped-sweep) cmd=(python3 benchmarks/grouped.py --sweep --json "$out/grouped_sweep.json") ;;
+    grouped-experts) cmd=(python3 benchmarks/grouped_experts.py --profile "$out/grouped-experts-timelines") ;;
     batched-tests) cmd=(python3 -m pytest -q -m gpu tests/ops/test_matmul_batched_gpu.py -p no:cacheprovider) ;;
     batched) cmd=(python3 benchmarks/batched.py --json "$out/batched.json") ;;
     decode-fold) cmd=(python3 benchmarks/decode_fold.py --fold-widths 4,8,16) ;;

@@ -1,7 +1,8 @@
 """The GPU benchmarks' plumbing without a GPU: ``--dry-run`` of benchmarks/llm_shapes.py and benchmarks/grouped.py
 lists the done-when shapes and checks ops.matmul (ops.grouped_matmul) at a stand-in of each on the emulator,
 benchmarks/gemm_families.py checks both of ops.matmul's kernel families at stand-ins of its shapes,
-grouped.py's ``--sweep`` runs every schedule of the grouped kernel there, and benchmarks/attention_decode.py checks
+grouped.py's ``--sweep`` runs every schedule of the grouped kernel there, benchmarks/grouped_experts.py checks its
+dense and grouped calls, and benchmarks/attention_decode.py checks
 ops.attention and ops.attention_paged (``--pages``) at its tiny shapes, benchmarks/attention_varlen.py checks every
 sequence of a packed call, and benchmarks/attention_timeline.py checks and records the persistent attention kernel
 on the CPU timing model."""
@@ -48,6 +49,12 @@ def test_grouped_sweep_checks_every_schedule_of_the_kernel():
     found = dry_run("grouped.py", "--experts", "8", "--tokens", "1024", "--sweep", "--json", os.devnull)
     assert found.returncode == 0, found.stderr[-2000:]
     assert found.stdout.splitlines() == ["4 shapes", "dry run: 4 stand-ins checked on the emulator"]
+
+
+def test_grouped_experts_checks_the_dense_and_grouped_calls():
+    found = dry_run("grouped_experts.py", "--experts", "1,8")
+    assert found.returncode == 0, found.stderr[-2000:]
+    assert found.stdout.splitlines() == ["dry run: 3 calls checked on the emulator"]
 
 
 def test_attention_decode_checks_dense_and_paged_decode():
