@@ -170,7 +170,8 @@ def test_a_call_like_an_earlier_one_takes_its_bound_launch_only_where_nothing_el
     tensors at their first launch; planted here on CPU tensors, with what the first launch sets), a call of its
     description takes it, allocating or with ``out=``. A call under a compiler, one that asks for a gradient, one
     the dispatcher would route (a mode, the profiler: ``dispatcher_idle``), one in debug mode (no direct launches)
-    and one of another description take the full path: a product on the emulator."""
+    and one of another description take the full path: a product on the emulator; operands that are no tensors
+    there get the full path's ArgumentError, not an AttributeError of the lookup."""
     import importlib
 
     from warpspec import runtime
@@ -211,6 +212,10 @@ def test_a_call_like_an_earlier_one_takes_its_bound_launch_only_where_nothing_el
     idle[0] = True
     monkeypatch.setattr(runtime, "direct_launches", lambda: False)
     torch.testing.assert_close(ops.matmul(a, w.T, out=out).float(), expected, rtol=2e-3, atol=2e-2)
+    with pytest.raises(ArgumentError, match="^b is a numpy array but a is a torch tensor"):
+        ops.matmul(a, w.T.numpy())  # the lookup meets an array without requires_grad: the full path's message
+    with pytest.raises(ArgumentError, match="bias"):
+        ops.matmul(a, w.T, bias=[0.0] * 48)
     monkeypatch.undo()  # the planted launch and state go; another description never met it anyway
     torch.testing.assert_close(ops.matmul(a[:32], w.T).float(), expected[:32], rtol=2e-3, atol=2e-2)
     assert taken == ["allocating", "out"]

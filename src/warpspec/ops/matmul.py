@@ -255,12 +255,13 @@ def _bound_call(a, b, bias, activation, out, out_dtype):
     its checks, the op, autograd. This is the whole per-call path of a repeated small GEMM, so it reads the
     operands' description once and nothing else (host time: docs/performance.md)."""
     calls = _BoundCalls
-    if calls.compiling() or (calls.grad_enabled() and (a.requires_grad or b.requires_grad
-                                                       or (bias is not None and bias.requires_grad))):
-        return None  # first: a compiler tracing this must not trace the lookup
+    if calls.compiling():  # first: a compiler tracing this must not trace the lookup
+        return None
     try:
+        if calls.grad_enabled() and (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)):
+            return None
         found = _signatures.get(_key(a, b, bias, activation, out, out_dtype))
-    except (TypeError, AttributeError):  # what the full path's checks name
+    except (TypeError, AttributeError):  # no tensor (a numpy b, a list), an unhashable value: the full path names it
         return None
     if found is None:
         return None
