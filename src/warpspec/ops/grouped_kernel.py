@@ -171,15 +171,13 @@ class _GroupedGemm(_Gemm):
             loaded = self.batch_of_ends(ends, groups, first, WALK_BATCH)
             for in_batch in self.range(min(WALK_BATCH, groups - first)):
                 group = first + in_batch
-                end = self.clamped_end(self.pick(loaded, in_batch), start, total_m)
-                tiles_m = cdiv(end - start, self.block_m)
-                count = tiles_m * tiles_n
+                end, tiles_m, count = self.walked_group(loaded, in_batch, start, total_m, tiles_n)
                 if mine < before + count:
                     for tile in self.range(mine - before, count, self.gridDim.x):
                         offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
                         filled = filled + k_tiles
                         self.produce(pipe, ga, gb, sa, sb, start + offset_m, offset_n, 0, k_size, group=group)
-                    mine = mine + cdiv(before + count - mine, self.gridDim.x) * self.gridDim.x
+                    mine = self.next_tile_after(mine, before + count)
                 before = before + count
                 start = end
         return filled
@@ -204,9 +202,7 @@ class _GroupedGemm(_Gemm):
         for first in self.range(0, groups, WALK_BATCH):
             loaded = self.batch_of_ends(ends, groups, first, WALK_BATCH)
             for in_batch in self.range(min(WALK_BATCH, groups - first)):
-                end = self.clamped_end(self.pick(loaded, in_batch), start, total_m)
-                tiles_m = cdiv(end - start, self.block_m)
-                count = tiles_m * tiles_n
+                end, tiles_m, count = self.walked_group(loaded, in_batch, start, total_m, tiles_n)
                 if mine < before + count:
                     for tile in self.range(mine - before, count, self.gridDim.x):
                         offset_m, offset_n = self.tile_offsets(tile, tiles_m, tiles_n)
@@ -214,7 +210,7 @@ class _GroupedGemm(_Gemm):
                         result = self.epilogue(acc, total_m, n_size, None, None, start + offset_m, offset_n)
                         self.store_tile(result, sc, gc, start + offset_m, offset_n, end,
                                         start + offset_m + self.block_m <= end)
-                    mine = mine + cdiv(before + count - mine, self.gridDim.x) * self.gridDim.x
+                    mine = self.next_tile_after(mine, before + count)
                 before = before + count
                 start = end
         self.zero_tail(gc, start, before, total_m, tiles_n)
@@ -342,6 +338,18 @@ class _GroupedGemm(_Gemm):
         every load is made, an index past the last group reading the last group's end (its value is not used), so
         that none waits behind another's bound check. The caller clamps each (``clamped_end``)."""
         return [self.load_scalar(ends, [min(first + j, groups - 1)]) for j in range(size)]
+
+    def walked_group(self, loaded, in_batch, start, total_m, tiles_n):
+        """(end row, row bands, tiles) of the walk's group ``in_batch`` of a batch of ends (``batch_of_ends``),
+        which starts at row ``start``."""
+        end = self.clamped_end(self.pick(loaded, in_batch), start, total_m)
+        tiles_m = cdiv(end - start, self.block_m)
+        return end, tiles_m, tiles_m * tiles_n
+
+    def next_tile_after(self, mine, end):
+        """This block's first tile at or past tile ``end`` of the walk's numbering, ``mine`` being one of its tiles
+        before it (block b takes the tiles congruent to b modulo the grid)."""
+        return mine + cdiv(end - mine, self.gridDim.x) * self.gridDim.x
 
     def pick(self, loaded, index):
         """Item ``index`` (a runtime scalar below ``len(loaded)``) of a batch of ends: a chain of selects, which
