@@ -1,10 +1,10 @@
 """The grouped GEMM kernel (``warpspec.ops.grouped_kernel.GroupedGemm``) on the emulator: every schedule of its
 space in both layouts of B against numpy, on ragged groups (empty ones first, in the middle and last, a group of one
 row, a group spanning several row bands) with rows past the last group, K and N no tile divides; tiles split by K
-when the groups' tiles are few (partials handed on through the workspace, flags given back); the clamping of
-offsets the host did not check; the size rule; planted mistakes (a store past its group, a partial read before its
-flag) caught at their line; NVRTC builds without spills. ``ops.grouped_matmul`` itself is tested in
-test_grouped_matmul.py."""
+when the groups' tiles are few (partials handed on through the workspace, counts given back), also past the first
+batch of group ends; the clamping of offsets the host did not check; the size rule; planted mistakes (a store past
+its group, partials summed before their count, a count kept) caught at their line; NVRTC builds without spills, and
+the group ends loaded a batch at a time. ``ops.grouped_matmul`` itself is tested in test_grouped_matmul.py."""
 
 import inspect
 
