@@ -133,19 +133,21 @@ def test_few_tiles_are_split_by_k(b_k_major, block_m):
     assert partials.any() and not flags.any()  # the first parts' sums went through the workspace; flags given back
 
 
-def test_few_tiles_past_the_first_batch_of_ends_are_split():
+@pytest.mark.parametrize("first", [0, 2], ids=["from-the-first-group", "from-group-2"])
+def test_few_tiles_past_the_first_batch_of_ends_are_split(first):
     """The scans that count the tiles and find a part's tile load the ends a batch at a time
-    (``GROUP_BATCH``): tiles in the second batch's groups, one of whose ends the host did not check (below its
-    predecessor's: clamped to an empty group), and a last batch that is not full."""
-    sizes = [0] * grouped_kernel.GROUP_BATCH + [0, 5, 0, 3]
+    (``GROUP_BATCH``), the search from the first group with rows: tiles in the second batch's groups, one of whose
+    ends the host did not check (below its predecessor's: clamped to an empty group), and a last batch that is not
+    full; with tiles in group 0 too, or none before group 2 (whose rows then start at 0)."""
+    sizes = [3 if first == 0 else 0, 0, 4] + [0] * (grouped_kernel.GROUP_BATCH - 3) + [0, 5, 0, 3]
     a, b, stored, ends = operands(np.float16, True, sizes=sizes, k=9 * 64)
-    ends[grouped_kernel.GROUP_BATCH + 2] = 1  # below group 17's end: read as that end, an empty group
+    ends[grouped_kernel.GROUP_BATCH + 2] = ends[grouped_kernel.GROUP_BATCH] - 1  # below group 17's end: empty
     out = np.full((a.shape[0], N), np.nan, np.float16)
-    partials, flags = run(GroupedGemm(float16, float16, True).instantiate(SPLIT), a, stored, ends, out, num_sms=8)
+    partials, flags = run(GroupedGemm(float16, float16, True).instantiate(SPLIT), a, stored, ends, out, num_sms=16)
     expected = expected_of(a, b, np.maximum.accumulate(ends))
     np.testing.assert_allclose(out.astype(np.float32), expected, rtol=2e-3, atol=5e-2)
     assert not out[int(ends[-1]):].any()
-    assert partials.any() and not flags.any()  # 4 tiles on 8 blocks: each split in two
+    assert partials.any() and not flags.any()  # 6 or 8 tiles on 16 blocks: each split in two
 
 
 def test_tiles_that_fill_the_grid_are_not_split():

@@ -121,11 +121,11 @@ class _GroupedGemm(_Gemm):
                                max_registers=PRODUCER_REGISTERS):
             filled: int32 = 0  # stages filled, to drain
             if self.max_split > 1:
-                tiles, _ = self.count_tiles(ends, groups, total_m, tiles_n)
+                tiles, _, occupied = self.count_tiles(ends, groups, total_m, tiles_n)
                 splits = self.splits_for(tiles, k_tiles)
                 if splits > 1:
                     filled = self.produce_part(pipe, ga, gb, sa, sb, ends, groups, total_m, tiles_n, k_tiles, tiles,
-                                               splits)
+                                               splits, occupied)
                 else:
                     filled = self.produce_walk(pipe, ga, gb, sa, sb, ends, groups, total_m, k_size, tiles_n, k_tiles)
             else:
@@ -138,11 +138,11 @@ class _GroupedGemm(_Gemm):
 
         with self.thread_group(thread_begin=0, num_threads=self.consumer_threads, max_registers=CONSUMER_REGISTERS):
             if self.max_split > 1:
-                tiles, last = self.count_tiles(ends, groups, total_m, tiles_n)
+                tiles, last, occupied = self.count_tiles(ends, groups, total_m, tiles_n)
                 splits = self.splits_for(tiles, k_tiles)
                 if splits > 1:
                     self.consume_part(pipe, sa, sb, gc, ws, flags, ends, groups, total_m, n_size, tiles_n, k_tiles,
-                                      tiles, splits)
+                                      tiles, splits, occupied)
                     self.zero_tail(gc, last, tiles, total_m, tiles_n)
                 else:
                     self.consume_walk(pipe, sa, sb, sc, gc, ends, groups, total_m, n_size, k_size, tiles_n)
@@ -216,20 +216,25 @@ class _GroupedGemm(_Gemm):
         self.zero_tail(gc, start, before, total_m, tiles_n)
 
     def count_tiles(self, ends, groups, total_m, tiles_n):
-        """(the tiles of every group, the last group's end row): what decides whether tiles are split."""
+        """(the tiles of every group, the last group's end row, the first group with rows, ``groups`` if none):
+        what decides whether tiles are split, and where ``find_tile`` starts."""
         if self.uniform:
             rows, _, per_group = self.uniform_sizes(groups, total_m, tiles_n)
-            return groups * per_group, groups * rows
+            return groups * per_group, groups * rows, 0
         before: int32 = 0
         start: int32 = 0
+        occupied: int32 = groups
         for first in self.range(0, groups, GROUP_BATCH):
             loaded = self.batch_of_ends(ends, groups, first, GROUP_BATCH)
             for j in range(GROUP_BATCH):
                 if first + j < groups:
                     end = self.clamped_end(loaded[j], start, total_m)
+                    if occupied == groups:
+                        if end > start:
+                            occupied = first + j
                     before = before + cdiv(end - start, self.block_m) * tiles_n
                     start = end
-        return before, start
+        return before, start, occupied
 
     def splits_for(self, tiles, k_tiles):
         """The blocks each tile's K range is split between: as many as leave every tile's parts a block of their
@@ -238,9 +243,11 @@ class _GroupedGemm(_Gemm):
         most = min(self.max_split, self.gridDim.x // max(tiles, 1), k_tiles // MIN_PART_K_TILES)
         return max(most, 1)
 
-    def find_tile(self, ends, groups, total_m, tiles_n, wanted):
+    def find_tile(self, ends, groups, total_m, tiles_n, wanted, occupied):
         """(group, its first row, its end row, the tile's index in the group, the group's row bands) of tile
-        ``wanted`` of the walk's numbering."""
+        ``wanted`` of the walk's numbering. The search starts at group ``occupied``, the first with rows
+        (``count_tiles``): every group before it is empty, so it starts at row 0 with no tiles before it (one
+        expert holding a decode step's tokens is found in one batch of ends, not after every empty one)."""
         if self.uniform:
             rows, tiles_m, per_group = self.uniform_sizes(groups, total_m, tiles_n)
             group = wanted // per_group
@@ -252,7 +259,7 @@ class _GroupedGemm(_Gemm):
         found_bands: int32 = 1
         before: int32 = 0
         start: int32 = 0
-        for first in self.range(0, groups, GROUP_BATCH):
+        for first in self.range(occupied, groups, GROUP_BATCH):
             loaded = self.batch_of_ends(ends, groups, first, GROUP_BATCH)
             for j in range(GROUP_BATCH):
                 if first + j < groups:
@@ -269,20 +276,20 @@ class _GroupedGemm(_Gemm):
                     start = end
         return found_group, found_start, found_end, found_tile, found_bands
 
-    def produce_part(self, pipe, ga, gb, sa, sb, ends, groups, total_m, tiles_n, k_tiles, tiles, splits):
+    def produce_part(self, pipe, ga, gb, sa, sb, ends, groups, total_m, tiles_n, k_tiles, tiles, splits, occupied):
         """Few tiles, split by K: the producer's loads of this block's part (block b: part b % splits of tile
         b // splits); returns the stages filled."""
         filled: int32 = 0
         if self.blockIdx.x < tiles * splits:
             wanted, k_begin, k_end = self.split_part(splits, k_tiles)
-            group, start, _, tile, bands = self.find_tile(ends, groups, total_m, tiles_n, wanted)
+            group, start, _, tile, bands = self.find_tile(ends, groups, total_m, tiles_n, wanted, occupied)
             offset_m, offset_n = self.tile_offsets(tile, bands, tiles_n)
             filled = (k_end - k_begin) // self.block_k
             self.produce(pipe, ga, gb, sa, sb, start + offset_m, offset_n, k_begin, k_end, group=group)
         return filled
 
     def consume_part(self, pipe, sa, sb, gc, ws, flags, ends, groups, total_m, n_size, tiles_n, k_tiles, tiles,
-                     splits):
+                     splits, occupied):
         """Few tiles, split by K: this block's part of its tile. Every part but the last leaves its sum in its
         block's workspace slot and counts it on the tile's flag (``count_part``); the last part (the tile's highest
         block) waits once for the count and adds the others' sums, several loaded at once, in the order of their
@@ -290,7 +297,7 @@ class _GroupedGemm(_Gemm):
         stores the tile from registers up to its group's end."""
         if self.blockIdx.x < tiles * splits:
             wanted, k_begin, k_end = self.split_part(splits, k_tiles)
-            _, start, end, tile, bands = self.find_tile(ends, groups, total_m, tiles_n, wanted)
+            _, start, end, tile, bands = self.find_tile(ends, groups, total_m, tiles_n, wanted, occupied)
             offset_m, offset_n = self.tile_offsets(tile, bands, tiles_n)
             acc = self.consume(pipe, sa, sb, k_begin, k_end)
             part = self.blockIdx.x % splits
