@@ -117,7 +117,9 @@ class Language(LanguageObject):
         ``unroll`` equal to a pipeline's stage count, stage indices become constants in each unrolled copy.
         ``step`` is a positive compile-time int, or, in a loop that is not unrolled, a runtime integer (a
         persistent kernel's ``self.range(self.blockIdx.x, num_tiles, self.gridDim.x)``), which must be positive
-        when the loop starts. ``stop`` and ``step`` are evaluated once, when the loop starts. Executed by the
+        when the loop starts. ``stop`` and ``step`` are evaluated once, when the loop starts. Each unrolled copy
+        runs behind its own bound check, so its loads are not issued before the previous copy's branch: unrolling
+        does not put a loop's loads in flight together (docs/cuda.md, ``warpspec.passes.unroll``). Executed by the
         threads of the enclosing group; no instruction of its own."""
         b = self.b
         if stop is None:
