@@ -11,6 +11,7 @@ blocks of SMs 1 and 2) under DIR.
     python benchmarks/grouped_experts.py                       # 16 tokens, 1536 wide, 1, 8 and 64 experts
     python benchmarks/grouped_experts.py --width 14336 --profile grouped-timelines
     python benchmarks/grouped_experts.py --dry-run             # CPU: each call once on the emulator, tiny shapes
+                                                               # (with --profile, the CPU timing model's timelines)
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ def main() -> None:
         checked(name, call())
     if args.dry_run:
         print(f"dry run: {len(calls)} calls checked on the emulator")
+        if args.profile:  # the timelines of the CPU timing model, which the same calls record on the emulator
+            profile(args.profile, a, weights, experts, tokens, ops)
         return
 
     import triton
@@ -84,7 +87,8 @@ def main() -> None:
 
 
 def profile(folder: str, a, weights, experts, tokens, ops) -> None:
-    """A GPU timeline of each grouped call (``warpspec.profile``), one folder per expert count and SM."""
+    """A timeline of each grouped call (``warpspec.profile``: on the GPU, or the CPU timing model on the emulator),
+    one folder per expert count and SM."""
     import torch
 
     import warpspec

@@ -2,7 +2,7 @@
 lists the done-when shapes and checks ops.matmul (ops.grouped_matmul) at a stand-in of each on the emulator,
 benchmarks/gemm_families.py checks both of ops.matmul's kernel families at stand-ins of its shapes,
 grouped.py's ``--sweep`` runs every schedule of the grouped kernel there, benchmarks/grouped_experts.py checks its
-dense and grouped calls, and benchmarks/attention_decode.py checks
+dense and grouped calls and writes their timelines, and benchmarks/attention_decode.py checks
 ops.attention and ops.attention_paged (``--pages``) at its tiny shapes, benchmarks/attention_varlen.py checks every
 sequence of a packed call, and benchmarks/attention_timeline.py checks and records the persistent attention kernel
 on the CPU timing model."""
@@ -51,10 +51,14 @@ def test_grouped_sweep_checks_every_schedule_of_the_kernel():
     assert found.stdout.splitlines() == ["4 shapes", "dry run: 4 stand-ins checked on the emulator"]
 
 
-def test_grouped_experts_checks_the_dense_and_grouped_calls():
-    found = dry_run("grouped_experts.py", "--experts", "1,8")
+def test_grouped_experts_checks_the_dense_and_grouped_calls_and_writes_their_timelines(tmp_path):
+    found = dry_run("grouped_experts.py", "--experts", "1,8", "--profile", str(tmp_path))
     assert found.returncode == 0, found.stderr[-2000:]
-    assert found.stdout.splitlines() == ["dry run: 3 calls checked on the emulator"]
+    lines = found.stdout.splitlines()
+    assert lines[0] == "dry run: 3 calls checked on the emulator"
+    assert len(lines) == 5 and all(line.startswith("timeline of ") for line in lines[1:])  # 2 expert counts x 2 SMs
+    summary = (tmp_path / "experts8_sm1" / "summary.txt").read_text()
+    assert summary.startswith("GroupedGemmBF16 ") and "(CPU timing model)" in summary
 
 
 def test_attention_decode_checks_dense_and_paged_decode():

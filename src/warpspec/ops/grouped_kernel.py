@@ -21,10 +21,10 @@ shared memory and a TMA store; the group's last tile, when it ends inside the gr
 groups are a 3-D view ([G, K, N] or [G, N, K] with the group pitch as its leading stride), so a box never reaches
 into the next group's matrix and K past the last K-tile reads as zeros.
 
-Few tiles (``max_split`` > 1): every block first counts the groups' tiles; where they fill at
-most half the grid, block b takes part b % s of tile b // s, its K range split between s blocks, and the tile's last
-block adds the others' partial sums (a workspace slot per block, a count per tile: ``ops.matmul``'s split-K hand-off)
-before storing it from registers.
+Few tiles (``max_split`` > 1): every block first counts the groups' tiles; where they fill at most half the grid,
+block b takes part b % s of tile b // s, its K range split between s blocks, and the tile's last block adds the
+others' partial sums (a workspace slot per block, a count per tile: ``ops.matmul``'s split-K hand-off) before
+storing it from registers.
 """
 
 from __future__ import annotations
