@@ -9,7 +9,8 @@
 # tune-defaults (tunes the suite's shapes and writes the shipped defaults), tune-small-m (the same for a linear
 # layer's small M), tune-large-m (the same for its M of 1024 to 8192, the tile walk), host-cost
 # (benchmarks/host_cost.py: an eager call's host time against torch's, with a profile), llm
-# (benchmarks/llm_shapes.py), families (benchmarks/gemm_families.py: the tile walk against the split family), split-tests (the split family's GPU tests), ops-tests, stream-k-tests (flags and
+# (benchmarks/llm_shapes.py), torch-kernels (benchmarks/torch_kernels.py: the kernels cuBLAS and cuDNN run at
+# llm_shapes' middle M and in attention's training step, beside ours), families (benchmarks/gemm_families.py: the tile walk against the split family), split-tests (the split family's GPU tests), ops-tests, stream-k-tests (flags and
 # the stream-K schedules), stream-k (stream-K against whole tiles, cuBLAS beside), attention, attention-short
 # (FlashAttention-3's short sequences, the persistent kernel beside), attention-tests,
 # grouped-tests (ops.grouped_matmul's GPU tests), grouped (benchmarks/grouped.py), grouped-sweep (the same, every
@@ -83,6 +84,7 @@ for step in "${steps[@]}"; do
     tune-large-m) tune_16_bit "$LARGE_M" ;;
     host-cost) cmd=(python3 benchmarks/host_cost.py --profile 2000 --json "$out/host_cost.json") ;;
     llm) cmd=(python3 benchmarks/llm_shapes.py --no-tune --json "$out/llm.json") ;;
+    torch-kernels) cmd=(python3 benchmarks/torch_kernels.py --attention --json "$out/torch_kernels.json") ;;
     families) cmd=(python3 benchmarks/gemm_families.py --json "$out/families.json") ;;
     split-tests) cmd=(python3 -m pytest -q -m gpu tests/ops/test_split_gemm_gpu.py -p no:cacheprovider)
                  python3 -c "import xdist" 2>/dev/null && cmd+=(-n 8) ;;

@@ -4,8 +4,8 @@ benchmarks/gemm_families.py checks both of ops.matmul's kernel families at stand
 grouped.py's ``--sweep`` runs every schedule of the grouped kernel there, benchmarks/grouped_experts.py checks its
 dense and grouped calls and writes their timelines, and benchmarks/attention_decode.py checks
 ops.attention and ops.attention_paged (``--pages``) at its tiny shapes, benchmarks/attention_varlen.py checks every
-sequence of a packed call, and benchmarks/attention_timeline.py checks and records the persistent attention kernel
-on the CPU timing model."""
+sequence of a packed call, benchmarks/attention_timeline.py checks and records the persistent attention kernel
+on the CPU timing model, and benchmarks/torch_kernels.py prints its table from made-up kernel events."""
 
 import os
 import subprocess
@@ -31,6 +31,18 @@ def test_llm_shapes_lists_the_shapes_and_checks_their_stand_ins():
     assert lines[0].startswith("80 shapes: bfloat16 M=1 4096x4096")  # 2 dtypes x 5 weights x 8 M values
     assert "bfloat16 M=1: geometric mean 1.000x, lowest 1.000x over 5 weights" in lines
     assert lines[-1] == "dry run: 80 stand-ins checked on the emulator (times are placeholders)"
+
+
+def test_torch_kernels_sums_each_sides_medians_into_its_table():
+    found = dry_run("torch_kernels.py", "--m", "32,64", "--weights", "1024x4096")
+    assert found.returncode == 0, found.stderr[-2000:]
+    lines = found.stdout.splitlines()
+    assert lines[0] == "2 linear shapes; attention: not asked"
+    # torch's one kernel ran at 1.0 and 1.1 µs (median 1.05), ours at 1.2 twice: 1.05 / 1.2 = 0.875
+    assert lines[1] == "M=32 1024x4096: torch 1.1 µs, ours 1.2 µs (torch / ours 0.875), read floor 0.5"
+    assert lines[2].split() == ["torch", "1.1", "µs", "×1", "gemm_kernel"]
+    assert lines[3].split() == ["ours", "1.2", "µs", "×1", "SplitGemm"]
+    assert lines[4].startswith("M=64 1024x4096: ")
 
 
 def test_gemm_families_checks_both_families_at_each_stand_in():

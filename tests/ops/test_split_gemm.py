@@ -51,7 +51,7 @@ SCHEDULES = kernels.SplitGemm._tune_space.schedules()
 
 
 def test_the_space_is_the_tiles_splits_and_stages():
-    assert len(SCHEDULES) == len(kernels.SPLIT_TILES) * len(kernels.SPLITS) * len(kernels.SPLIT_STAGES) == 144
+    assert len(SCHEDULES) == len(kernels.SPLIT_TILES) * len(kernels.SPLITS) * len(kernels.SPLIT_STAGES) == 192
     assert {(s["swap_ab"], s["block_m"], s["block_n"]) for s in SCHEDULES} == set(kernels.SPLIT_TILES)
 
 
@@ -71,8 +71,8 @@ def test_every_schedule_matches_numpy_and_gives_its_flags_back(schedule):
     assert partials.any() == (schedule["split_k"] > 1)  # partial sums went through the workspace only when split
 
 
-SWAP = {"swap_ab": True, "block_m": 128, "block_n": 8, "split_k": 4, "num_stages": 3}
-PLAIN = {"swap_ab": False, "block_m": 64, "block_n": 64, "split_k": 2, "num_stages": 3}
+SWAP = {"swap_ab": True, "block_m": 128, "block_n": 8, "split_k": 4, "num_stages": 6}
+PLAIN = {"swap_ab": False, "block_m": 64, "block_n": 64, "split_k": 2, "num_stages": 6}
 
 
 @pytest.mark.parametrize("schedule", [SWAP, PLAIN], ids=["swap", "plain"])
@@ -227,8 +227,11 @@ def test_each_planted_hand_off_mistake_is_caught_at_its_line(planted, error, mar
     ((bfloat16, bfloat16), {"swap_ab": True, "block_m": 128, "block_n": 8, "split_k": 4, "num_stages": 8}),
     ((float16, float32), {"swap_ab": True, "block_m": 128, "block_n": 64, "split_k": 2, "num_stages": 8}),
     ((float8_e4m3, bfloat16), {"swap_ab": True, "block_m": 128, "block_n": 16, "split_k": 8, "num_stages": 6}),
-    ((bfloat16, bfloat16), {"swap_ab": False, "block_m": 128, "block_n": 128, "split_k": 2, "num_stages": 4})],
-    ids=["bf16-swap-8", "f16-f32-swap-64", "e4m3-swap-16", "bf16-plain-128"])
+    ((bfloat16, bfloat16), {"swap_ab": False, "block_m": 128, "block_n": 128, "split_k": 2, "num_stages": 4}),
+    ((bfloat16, bfloat16), {"swap_ab": False, "block_m": 64, "block_n": 32, "split_k": 1, "num_stages": 16}),
+    ((float16, float16), {"swap_ab": False, "block_m": 128, "block_n": 96, "split_k": 1, "num_stages": 8})],
+    ids=["bf16-swap-8", "f16-f32-swap-64", "e4m3-swap-16", "bf16-plain-128", "bf16-plain-32-16-stages",
+         "f16-plain-96"])
 def test_nvrtc_builds_the_split_family_without_spills(dtypes, schedule):
     """The builds compile for sm_90a with no spills, no stack and no ptxas advisory (serialized WGMMAs), with their
     WGMMAs: one per 16 (float8: 32) of K per 64-row block of a warpgroup, unrolled once per stage."""

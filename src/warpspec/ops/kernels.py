@@ -76,13 +76,18 @@ MIN_SPLIT_K_TILES = 32
 MAX_LEFT_PERCENT = 60
 #: The split family (``SplitGemm``): its tiles as (swap_ab, block_m, block_n) — with swap_ab a tile's rows run over
 #: N and its 8 to 64 columns over M —, the blocks a tile's K range is split between, and its stage counts (deeper
-#: rings than the tile walk's: a block streams a weight whose every byte it reads once).
-SPLIT_TILES = ((False, 64, 64), (False, 64, 128), (False, 128, 64), (False, 128, 128),
-               (True, 64, 8), (True, 128, 8), (True, 128, 16), (True, 128, 32), (True, 128, 64))
+#: rings than the tile walk's: a block streams a weight whose every byte it reads once). The narrow tiles give a
+#: grid of about one block per SM without splitting K where wider ones need a split (64 × 32 over a 4096-row weight:
+#: 128 blocks), and a ring of 12 or 16 stages keeps 100–200 KB of it in flight per SM; a 96-column tile fills the
+#: SMs at M = 256 over 6144 rows. Each won its shapes on the H100 (docs/performance.md, twelfth session): 4096 × 4096
+#: at M = 64 22.6 µs against 25.1 for 64 × 64 split in two, 256 × 6144 × 4096 32.2 against 36.2.
+SPLIT_TILES = ((False, 64, 32), (False, 64, 64), (False, 64, 128), (False, 128, 64), (False, 128, 96),
+               (False, 128, 128), (True, 64, 8), (True, 64, 16), (True, 128, 8), (True, 128, 16), (True, 128, 32),
+               (True, 128, 64))
 SPLITS = (1, 2, 4, 8)
 #: Split-K's fold: registers a thread may give to the partial tiles it loads at once (``parts_at_once``).
 PARTIAL_REGISTERS = 32
-SPLIT_STAGES = (3, 4, 6, 8)
+SPLIT_STAGES = (6, 8, 12, 16)
 
 
 class StreamK(Class):
