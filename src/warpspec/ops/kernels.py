@@ -64,8 +64,12 @@ NUM_SMS = 132  # the H200's SMs: the default of the kernels' num_sms (ops.matmul
 #: The output types each input type gives (its own, float32, and for float8 either 16-bit type).
 OUTPUT_DTYPES = {float16: (float16, float32), bfloat16: (bfloat16, float32),
                  float8_e4m3: (bfloat16, float16, float32)}
-#: The output tiles (block_m, block_n) of the schedule space.
-TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
+#: The output tiles (block_m, block_n) of the schedule space. The 176- and 192-column tiles divide a weight's rows
+#: into a whole number of waves where 128 and 256 leave a partial one (1024 × 14336: 656 tiles of 128 × 176 are
+#: 4.97 waves of 132, 448 of 128 × 256 are 3.4), as cuBLAS's 176- and 192-row tiles do there; persistent, they took
+#: 1024 × 14336 × 4096 from 0.876× to 0.926× cuBLAS and 1024 × 6144 × 4096 from 0.899× to 0.958× on the H100
+#: (docs/performance.md, twelfth session).
+TILES = ((64, 64), (64, 128), (128, 64), (128, 128), (128, 176), (128, 192), (128, 256), (256, 128))
 #: Stream-K: the most blocks that share one tile of the last wave (its owner adds the others' partial sums one
 #: after another); the fewest K-tiles a tile must have to be split, and the largest share of the grid the left-over
 #: tiles may fill, in percent. A split costs each shared tile a partial tile's store and load and its blocks a
