@@ -60,13 +60,13 @@ def test_ops_matmul_at_a_linear_layers_small_m(m, n, k, dtype):
 
 
 def test_a_split_schedule_replays_from_a_cuda_graph():
-    """A decode step's split-K schedule captured on a side stream: the graph's own workspace, its flags zeroed by
-    the graph, serves every replay."""
-    a, w = operands(1, 4096, 4096, torch.bfloat16)
+    """A decode step's split-K schedule (the shipped one of a 1024 × 4096 weight splits K in four) captured on a
+    side stream: the graph's own workspace, its flags zeroed by the graph, serves every replay."""
+    a, w = operands(1, 1024, 4096, torch.bfloat16)
     ops.matmul(a, w.T)  # builds outside the capture
     problem = ops_matmul.validate(a, w.T, None, None, None, None)
     assert ops_matmul.chosen_schedule(problem)["split_k"] > 1
-    out = torch.empty(1, 4096, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(1, 1024, device="cuda", dtype=torch.bfloat16)
     graph = torch.cuda.CUDAGraph()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
