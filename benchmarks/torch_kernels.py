@@ -78,13 +78,13 @@ def main() -> None:
         floor = profiled(torch, flush, lambda: w.sum(dtype=torch.float32), args.calls, flush_names)
         rows.append({"what": f"M={m} {n}x{k}", "sides": sides, "calls": args.calls,
                      "floor_us": sum(statistics.median(t) for t in floor.values())})
-        print(report(rows[-1:], header=False), flush=True)
+        print(report(rows[-1:]), flush=True)
     if args.attention:
         for batch, heads, seq, dim in ATTENTION:
             for causal in (False, True):
                 rows.append(attention_row(torch, ops, dtype, flush, flush_names, args.calls, batch, heads, seq, dim,
                                           causal))
-                print(report(rows[-1:], header=False), flush=True)
+                print(report(rows[-1:]), flush=True)
     print(f"\n{torch.cuda.get_device_name()}; {args.dtype}; median device µs over {args.calls} calls, L2 flushed "
           f"before each")
     print(report(rows))
@@ -123,7 +123,8 @@ def attention_row(torch, ops, dtype, flush, flush_names, calls, batch, heads, se
 
 def profiled(torch, flush, fn, calls: int, skip=frozenset()) -> dict:
     """{kernel name: [device µs per launch]} of ``calls`` calls of ``fn``, each after ``flush``, under
-    torch.profiler; kernels named in ``skip`` (the flush's) left out. One warm-up call first, unprofiled."""
+    torch.profiler; kernels named in ``skip`` (the flush's), copies and memsets left out. One warm-up call first,
+    unprofiled."""
     from torch.profiler import ProfilerActivity, profile
 
     flush()
@@ -144,7 +145,7 @@ def profiled(torch, flush, fn, calls: int, skip=frozenset()) -> dict:
     return times
 
 
-def report(rows, header: bool = True) -> str:
+def report(rows) -> str:
     """Per row and side: each kernel's median µs and launches per call, then the sums; the weight's read floor."""
     lines = []
     for row in rows:
@@ -157,7 +158,7 @@ def report(rows, header: bool = True) -> str:
             for name, times in sorted(kernels.items(), key=lambda item: -statistics.median(item[1])):
                 lines.append(f"    {side:<5} {statistics.median(times):8.1f} µs ×{len(times) / row['calls']:g}  "
                              f"{name[:NAME_WIDTH]}")
-    return ("\n".join(lines) if header or lines else "")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
