@@ -13,6 +13,7 @@ import sys
 import textwrap
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -52,6 +53,15 @@ class FakeBench:
 
     def launch(self, script, args, kwargs):
         self.launched.append(script.schedule()[self.axis])
+
+
+class SeriesBench(FakeBench):
+    """``FakeBench`` whose kernel times are series: each timing of a schedule takes the next value of its list."""
+
+    def measure(self, kernel, runtime, built):
+        value = dict(kernel.constants)[self.axis]
+        self.timed.append(value)
+        return self.times[value][sum(1 for timed in self.timed if timed == value) - 1]
 
 
 @autotune("block_n", [64, 256, 512, 128, 32, 96])
@@ -355,3 +365,36 @@ def test_tuning_on_the_gpu(isolated):
         assert median_ms(clock, lambda: None, runs=3, warmup=0) >= 0
     finally:
         clock.close()
+
+
+def test_a_lucky_first_timing_loses_the_final_round(monkeypatch):
+    """Schedules within 3% of the fastest first timing are timed three more times, taking turns, and ranked by the
+    median of their four timings: 64's first 1.00 was luck (then 1.10 each time), 96 is steadily 1.02 and wins.
+    Schedules further off (128 at +10%, 32 at +5%) are timed once."""
+    tuned = NarrowV3()
+    fake_compiler(monkeypatch, tuned, {})
+    bench = SeriesBench("block_n", {64: [1.00, 1.10, 1.10, 1.10], 96: [1.02] * 4, 128: [1.10], 32: [1.05]})
+    tuner.configure(bench=bench)
+    with use_backend("cuda"):
+        tuned(*ARGS)
+    report = tuned.last_report
+    assert sorted(bench.timed[:4]) == [32, 64, 96, 128]
+    assert bench.timed[4:] == [64, 96, 64, 96, 64, 96]  # the finalists in turns, fastest first timing first
+    by_n = {f.schedule["block_n"]: f for f in report.fates}
+    assert report.winner is by_n[96] and bench.launched == [96]
+    assert (by_n[64].time_ms, by_n[96].time_ms, by_n[128].time_ms, by_n[32].time_ms) == (1.10, 1.02, 1.10, 1.05)
+
+
+def test_the_final_round_takes_at_most_four_finalists():
+    """Six schedules within 3%: the four fastest first timings are timed again, the other two are not."""
+    candidates = [SimpleNamespace(name=name, fate=SimpleNamespace(time_ms=t))
+                  for name, t in zip("abcdef", (1.0, 1.029, 1.01, 1.02, 1.025, 1.5))]
+    timed = []
+
+    def measure(candidate):
+        timed.append(candidate.name)
+        return 2.0
+
+    tuner.final_round(candidates, measure)
+    assert timed == ["a", "c", "d", "e"] * 3
+    assert [c.fate.time_ms for c in candidates] == [2.0, 1.029, 2.0, 2.0, 2.0, 1.5]  # medians of 1 + 3 timings
