@@ -5,7 +5,9 @@ grouped.py's ``--sweep`` runs every schedule of the grouped kernel there, benchm
 dense and grouped calls and writes their timelines, and benchmarks/attention_decode.py checks
 ops.attention and ops.attention_paged (``--pages``) at its tiny shapes, benchmarks/attention_varlen.py checks every
 sequence of a packed call, benchmarks/attention_timeline.py checks and records the persistent attention kernel
-on the CPU timing model, and benchmarks/torch_kernels.py prints its table from made-up kernel events."""
+on the CPU timing model, benchmarks/torch_kernels.py prints its table from made-up kernel events, and
+benchmarks/pinned_schedules.py checks pinned schedules of both ops.matmul families (or says why one does not
+build)."""
 
 import os
 import subprocess
@@ -43,6 +45,22 @@ def test_torch_kernels_sums_each_sides_medians_into_its_table():
     assert lines[2].split() == ["torch", "1.1", "µs", "×1", "gemm_kernel"]
     assert lines[3].split() == ["ours", "1.2", "µs", "×1", "SplitGemm"]
     assert lines[4].startswith("M=64 1024x4096: ")
+
+
+def test_pinned_schedules_checks_each_schedule_or_says_why_it_does_not_build():
+    found = dry_run("pinned_schedules.py", "--shapes", "64x4096x4096",
+                    "--schedule", "swap_ab=0,block_m=64,block_n=32,split_k=2,num_stages=16",
+                    "--schedule", "block_m=128,block_n=176,num_stages=3,persistent=1,stream_k=1",
+                    "--schedule", "block_m=128,block_n=224,num_stages=4,persistent=1,stream_k=0")
+    assert found.returncode == 0, found.stderr[-2000:]
+    lines = found.stdout.splitlines()
+    assert lines[0].startswith("64x4096x4096 swap_ab=0,block_m=64,block_n=32,split_k=2,num_stages=16: checked at "
+                               "1x64x512 (error ")
+    assert lines[1].startswith("64x4096x4096 block_m=128,block_n=176,num_stages=3,persistent=1,stream_k=1: checked ")
+    assert lines[2].startswith("64x4096x4096 block_m=128,block_n=224,num_stages=4,persistent=1,stream_k=0: does not "
+                               "build: ") and "at most 231424 fit in a block on sm90a" in lines[2]
+    bad = dry_run("pinned_schedules.py", "--shapes", "64x64x64", "--schedule", "block_m=64,split_k=2")
+    assert bad.returncode == 2 and "give exactly block_m, block_n, num_stages, split_k, swap_ab" in bad.stderr
 
 
 def test_gemm_families_checks_both_families_at_each_stand_in():
