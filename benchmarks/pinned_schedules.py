@@ -104,6 +104,7 @@ def main() -> None:
     shapes = [tuple(int(x) for x in part.lower().split("x")) for part in args.shapes.split(",")]
 
     import torch
+    from llm_shapes import operands  # the linear layers' operands: x [M, K] and a weight [N, K]
 
     import warpspec
     from warpspec.dtypes import BY_NAME
@@ -191,12 +192,6 @@ def describe(entry: dict, cublas: float) -> str:
         return f"WRONG (relative error {entry['error']:.2e}), not timed"
     return f"{entry['us']:.1f} ({cublas / entry['us']:.3f})"
 
-
-def operands(torch, dtype, m, n, k, device):
-    generator = torch.Generator(device=device).manual_seed(0)
-    x = torch.randn(m, k, device=device, generator=generator).to(dtype)
-    w = torch.randn(n, k, device=device, generator=generator).to(dtype)
-    return x, w
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ WEIGHTS = "4096x4096,14336x4096,4096x14336,6144x4096,1024x4096"
 M_VALUES = "32,64,256,1024"
 #: Attention's training step: batch, heads, seq, head dim (heads × D = 2048, as benchmarks/attention_backward.py).
 ATTENTION = [(2, 32, 8192, 64), (2, 16, 8192, 128), (2, 32, 2048, 64), (2, 16, 2048, 128)]
-FLUSH_BYTES = 256 * 1024 * 1024
 TOLERANCE = 1e-2  # relative Frobenius error against the float32 reference
 ATTENTION_TOLERANCE = 2e-2  # between two bf16 gradients, each within about 1e-2 of float32's
 NAME_WIDTH = 90
@@ -52,11 +51,13 @@ def main() -> None:
         return
 
     import torch
+    from llm_shapes import operands  # the linear layers' operands: x [M, K] and a weight [N, K]
 
     from warpspec import ops
+    from warpspec.tune.bench import L2_FLUSH_BYTES
 
     dtype = getattr(torch, args.dtype)
-    flush_buffer = torch.empty(FLUSH_BYTES, dtype=torch.int8, device="cuda")
+    flush_buffer = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device="cuda")
 
     def flush():
         flush_buffer.zero_()
@@ -64,9 +65,7 @@ def main() -> None:
     flush_names = set(profiled(torch, flush, lambda: None, 3))
     rows = []
     for m, n, k in shapes:
-        generator = torch.Generator(device="cuda").manual_seed(0)
-        x = torch.randn(m, k, device="cuda", generator=generator).to(dtype)
-        w = torch.randn(n, k, device="cuda", generator=generator).to(dtype)
+        x, w = operands(torch, dtype, m, n, k, "cuda")
         out = torch.empty(m, n, device="cuda", dtype=dtype)
         ops.matmul(x, w.T, out=out)
         expected = x.float() @ w.float().T
