@@ -13,6 +13,11 @@ Before timing, the output and the three gradients are checked against SDPA's (ma
     python benchmarks/attention_backward.py --head-dims 128 --seqs 4096 --causal yes --dtypes bf16
     python benchmarks/attention_backward.py --accumulating      # dQ reduce-added in the dK/dV kernel instead
     python benchmarks/attention_backward.py --dry-run           # CPU: tiny shapes on the emulator, checks only
+    python benchmarks/attention_backward.py --schedule 128:kv.num_stages=3 --schedule 64:q.block_n=128
+
+``--schedule D:KERNEL.PARAM=VALUE`` (repeatable) replaces one entry of the shipped backward schedules
+(``DEFAULT_BACKWARD_SCHEDULES``: KERNEL is kv, kvdq or q) for this run, to time a schedule before shipping it; each
+row records the schedule of its head dim.
 
 ``--kernels`` also times the parts, each with do_bench: our forward alone and each backward kernel alone (the
 pinned Scripts called with the arrays of one checked backward: ``Dot``, the dK/dV kernel and the dQ kernel, or
@@ -55,8 +60,14 @@ def main(argv=None) -> int:
                              "kernel) instead of the default path ops.attention's autograd takes")
     parser.add_argument("--kernels", action="store_true", help="also time the forward and each backward kernel")
     parser.add_argument("--dry-run", action="store_true", help="CPU tensors on the emulator, tiny shapes, no timing")
+    parser.add_argument("--schedule", action="append", default=[], metavar="D:KERNEL.PARAM=VALUE",
+                        help="replace one entry of the shipped backward schedules, e.g. 128:kv.num_stages=3")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    try:
+        schedules = override_schedules(args.schedule)
+    except ValueError as error:
+        parser.error(str(error))
 
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -118,7 +129,8 @@ def main(argv=None) -> int:
                     for x in (q, k, v):
                         x.requires_grad_()
                     for causal in causals:
-                        row = {"dtype": name, "head_dim": head_dim, "seq": seq, "causal": causal}
+                        row = {"dtype": name, "head_dim": head_dim, "seq": seq, "causal": causal,
+                               "schedule": schedules[head_dim]}
                         flops = 3.5 * 4 * batch * heads * seq * seq * head_dim / (2 if causal else 1)
                         ours_out, sdpa_out = ours(causal)(q, k, v), sdpa(causal)(q, k, v)
                         errors = [relative(ours_out, sdpa_out)]
@@ -152,6 +164,26 @@ def main(argv=None) -> int:
         with open(args.json, "w") as file:
             json.dump(results, file, indent=1)
     return 1 if failures else 0
+
+
+def override_schedules(entries) -> dict:
+    """Apply ``--schedule`` entries ("D:KERNEL.PARAM=VALUE") to the shipped backward schedules in place (before any
+    kernel is built); returns them. A ValueError names an entry that is malformed or names no shipped entry."""
+    from warpspec.ops.attention_backward import DEFAULT_BACKWARD_SCHEDULES
+
+    for entry in entries:
+        try:
+            head_dim, rest = entry.split(":", 1)
+            path, value = rest.split("=", 1)
+            kernel, param = path.split(".", 1)
+            schedule = DEFAULT_BACKWARD_SCHEDULES[int(head_dim)][kernel]
+            if param not in schedule:
+                raise KeyError(param)
+            schedule[param] = int(value)
+        except (ValueError, KeyError) as error:
+            raise ValueError(f"--schedule {entry!r}: expected D:KERNEL.PARAM=VALUE naming a shipped entry, e.g. "
+                             f"128:kv.num_stages=3 ({error!r})") from None
+    return DEFAULT_BACKWARD_SCHEDULES
 
 
 def part_times(torch, triton, q, k, v, dout, causal, args) -> dict:

@@ -7,7 +7,7 @@ ops.attention and ops.attention_paged (``--pages``) at its tiny shapes, benchmar
 sequence of a packed call, benchmarks/attention_timeline.py checks and records the persistent attention kernel
 on the CPU timing model, benchmarks/torch_kernels.py prints its table from made-up kernel events, and
 benchmarks/pinned_schedules.py checks pinned schedules of both ops.matmul families (or says why one does not
-build)."""
+build), and benchmarks/attention_backward.py checks the gradients under a replaced backward schedule."""
 
 import os
 import subprocess
@@ -129,3 +129,15 @@ def test_attention_timeline_checks_and_records_both_causal_modes(tmp_path):
         summary = (tmp_path / f"causal-{causal}" / "summary.txt").read_text()
         assert summary.startswith("AttentionPersistentF16") and "tensor cores busy:" in summary
         assert (tmp_path / f"causal-{causal}" / "timeline.png").stat().st_size > 0
+
+
+def test_attention_backward_checks_gradients_under_a_replaced_schedule_and_names_a_bad_entry():
+    found = dry_run("attention_backward.py", "--head-dims", "64", "--dtypes", "bf16", "--causal", "yes",
+                    "--schedule", "64:q.block_n=128", "--schedule", "64:kv.num_stages=2")
+    assert found.returncode == 0, found.stderr[-2000:]
+    (line,) = found.stdout.splitlines()
+    assert "'schedule': {'kv': {'block_m': 64, 'num_stages': 2}, 'kvdq': {'block_m': 64, 'num_stages': 2}, " \
+           "'q': {'block_n': 128, 'num_stages': 2}}" in line and "'errors'" in line and "FAILED" not in line
+    refused = dry_run("attention_backward.py", "--schedule", "64:q.stages=3")
+    assert refused.returncode == 2
+    assert "--schedule '64:q.stages=3': expected D:KERNEL.PARAM=VALUE naming a shipped entry" in refused.stderr
