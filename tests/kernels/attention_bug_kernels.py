@@ -106,10 +106,14 @@ class ReadsAPageBeforeItLands(AttentionPaged):
 
 
 class OverwritesDQStaging(BackwardKVDQ):
-    """The warpgroup stores its dQ half into the staging tile without waiting for the writer warp's reduce-add of
-    the previous tile (still reading that tile) to hand it back."""
+    """The warpgroup stores its dQ half into the staging tile without waiting for the previous tile's reduce-add
+    (still reading that tile) first."""
 
-    def stage_dq(self, dq, wg, item, acc_dq):
+    def reduce_dq(self, dq, wg, acc_dq, bh, offset_m):
         self.store_shared(dq.staging[wg][0], acc_dq)  # <<< early-staging
         self.fence_proxy_async()
-        self.mbarrier.arrive(dq.staging_full[wg])
+        self.sync()
+        with self.single_thread():
+            self.tma.shared_to_global(src=dq.staging[wg], dst=dq.view, offsets=[bh, offset_m, wg * dq.half],
+                                      reduce="add")
+            self.tma.commit_group()

@@ -36,8 +36,8 @@ from warpspec.ops.operands import dtype_of, same_device, same_kind
 #: dead), dQ (D/2) with S and dP (block_n/2 each) in the dQ kernel. BackwardKV at D 64 releases a stage only at the
 #: next tile (its dK runs on under that tile's first GEMMs), so a third stage keeps the producer ahead (48 KB of
 #: stages); D 128 keeps two, as before. Shared memory of BackwardKVDQ at D 128:
-#: K, V and K's column halves 32 KB each, two (Q, dO) stages 64 KB, two tiles' dSᵀ 32 KB, the float32 dQ staging
-#: 32 KB: 224 of 227 KB, so two stages (a third would need 32 KB more); D 64 needs half of each.
+#: K, V and K's column halves 32 KB each, two (Q, dO) stages 64 KB, dSᵀ 16 KB, the float32 dQ staging 32 KB: 208 of
+#: 227 KB, so two stages (a third would need 32 KB more); D 64 needs half of each.
 DEFAULT_BACKWARD_SCHEDULES = {
     64: {"kv": {"block_m": 64, "num_stages": 3}, "kvdq": {"block_m": 64, "num_stages": 2},
          "q": {"block_n": 64, "num_stages": 2}},

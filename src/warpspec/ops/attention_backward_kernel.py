@@ -209,9 +209,6 @@ class BackwardKV(_RowBlocks):
                 with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=32):
                     self.produce_kv(gq, gdo, gk, gv, sq, sdo, sk, sv, kv_loaded, pipe, kv_bh, first_bh,
                                     q_start, k_start + offset_n, first_tile, tiles_per_head, n_items, dq)
-                if self.accumulates_dq:
-                    with self.thread_group(thread_begin=CONSUMER_THREADS + 32, num_threads=32):
-                        self.write_dq(dq, first_bh, q_start, first_tile, tiles_per_head, n_items)
             with self.thread_group(thread_begin=0, num_threads=CONSUMER_THREADS, max_registers=CONSUMER_REGISTERS):
                 for wg in range(2):
                     with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
@@ -299,11 +296,11 @@ class BackwardKV(_RowBlocks):
                 self.wgmma.mma(grads, sq[stage][0], acc_dk)  # dK += dSᵀ·Q
                 self.wgmma.commit_group()
                 if self.accumulates_dq:
-                    acc_dq = self.dq_share(dq, wg, item)
-                    self.retire_tile(pipe)
-                    self.stage_dq(dq, wg, item, acc_dq)
-                else:
-                    self.retire_tile(pipe)
+                    self.accumulate_dq(dq, wg, item, bh, q_start + offset_m)
+                self.retire_tile(pipe)
+        if self.accumulates_dq:
+            with self.single_thread():
+                self.tma.wait_group(0)  # the last reduce-add has read its staging tile before the block exits
         self.store_rows(sk, gdk, self.cast(acc_dk * scale, dtype), kv_bh, keys_from, k_start, seq_k)
         self.store_rows(sv, gdv, self.cast(acc_dv, dtype), kv_bh, keys_from, k_start, seq_k)
 
@@ -413,59 +410,40 @@ class BackwardKV(_RowBlocks):
         self.mbarrier.arrive(pipe.empty_barriers[held])
 
     def share_grads(self, dq, wg, item, grads):
-        """Warpgroup ``wg`` stores its dSᵀ (``grads``, [64 keys, block_m]) into its half of the tile's dSᵀ buffer,
-        ``item`` mod 2, once both dQ WGMMAs of tile ``item`` - 2 have read it (a fresh barrier passes parity 1: the
-        first use of each buffer waits for nothing). Two buffers let a warpgroup that finished its tile store the
-        next tile's dSᵀ while the other still reads this one's."""
-        buffer: int32 = item % 2
-        self.mbarrier.wait(dq.grads_read[buffer], phase=(item // 2 % 2) ^ 1)
-        self.store_shared(dq.grads[buffer][wg], grads)
+        """Warpgroup ``wg`` stores its dSᵀ (``grads``, [64 keys, block_m]) into ``dq.grads[wg]`` once the other
+        warpgroup's dQ WGMMA of the previous tile has read it (a fresh barrier passes parity 1: tile 0 waits for
+        nothing)."""
+        self.mbarrier.wait(dq.handoff[1], phase=(item & 1) ^ 1)
+        self.store_shared(dq.grads[wg], grads)
         self.fence_proxy_async()  # the ordinary stores become visible to the other warpgroup's WGMMA (async proxy)
-        self.mbarrier.arrive(dq.grads_written[buffer])
+        self.mbarrier.arrive(dq.handoff[0])
 
-    def dq_share(self, dq, wg, item):
-        """Warpgroup ``wg``: column half ``wg`` of tile ``item``'s dQ share from both warpgroups' dSᵀ, returned in
-        registers once its WGMMA (and dK's and dV's before it) completed."""
-        buffer: int32 = item % 2
-        self.mbarrier.wait(dq.grads_written[buffer], phase=item // 2 % 2)
+    def accumulate_dq(self, dq, wg, item, bh, q_row):
+        """Warpgroup ``wg``: column half ``wg`` of the tile's dQ share from both dSᵀ tiles, reduce-added at view row
+        ``q_row``."""
+        self.mbarrier.wait(dq.handoff[0], phase=item & 1)
         acc_dq = self.register_tensor(dtype=float32, shape=[self.block_m, dq.half], init=0.0)
         self.wgmma.fence()
         for j in range(2):
-            self.wgmma.mma(dq.grads[buffer][j].transpose(), dq.k_halves[j][wg][0], acc_dq)  # += dS_j·K_j[:, wg]
+            self.wgmma.mma(dq.grads[j].transpose(), dq.k_halves[j][wg][0], acc_dq)  # += dS_j · K_j[:, half wg]
         self.wgmma.commit_group()
         self.wgmma.wait_group(0)  # also dK's and dV's: the stage may go back to the producer after this
-        self.mbarrier.arrive(dq.grads_read[buffer])
-        return acc_dq
+        self.mbarrier.arrive(dq.handoff[1])
+        self.reduce_dq(dq, wg, acc_dq, bh, q_row)
 
-    def stage_dq(self, dq, wg, item, acc_dq):
-        """``acc_dq`` -> ``dq.staging[wg]`` once the writer warp's reduce-add of the previous tile has read it; the
-        writer then reduce-adds it into dQ's accumulator (``write_dq``): the consumers never wait for global
-        memory."""
-        self.mbarrier.wait(dq.staging_empty[wg], phase=(item % 2) ^ 1)
-        self.store_shared(dq.staging[wg][0], acc_dq)
-        self.fence_proxy_async()  # visible to the TMA reduce-add (async proxy)
-        self.mbarrier.arrive(dq.staging_full[wg])
-
-    def write_dq(self, dq, first_bh, q_start, first_tile, tiles_per_head, n_items):
-        """The writer warp (the producer warpgroup's second): per tile, each warpgroup's staged dQ half
-        reduce-added into the accumulator at the tile's rows (view rows ``q_start ...`` of head ``first_bh + item //
-        tiles_per_head``), the staging tile handed back as soon as the reduce-add has read it; the global writes
-        are waited for once, before the block exits."""
-        for item in self.range(n_items):
-            bh: int32 = first_bh + item // tiles_per_head
-            q_row: int32 = q_start + (first_tile + item % tiles_per_head) * self.block_m
-            for half in range(2):
-                self.mbarrier.wait(dq.staging_full[half], phase=item % 2)
-                with self.single_thread():
-                    self.tma.shared_to_global(src=dq.staging[half], dst=dq.view,
-                                              offsets=[bh, q_row, half * dq.half], reduce="add")
-                    self.tma.commit_group()
-            with self.single_thread():
-                for half in range(2):
-                    self.tma.wait_group(1 - half, read=True)
-                    self.mbarrier.arrive(dq.staging_empty[half])
+    def reduce_dq(self, dq, wg, acc_dq, bh, q_row):
+        """``acc_dq`` -> ``dq.staging[wg]`` once the previous tile's reduce-add has read it -> one TMA reduce-add
+        into dQ's accumulator at view row ``q_row``, waited for at the next tile (or the block's end), not here."""
         with self.single_thread():
-            self.tma.wait_group(0)  # the reduce-adds' global writes, before the block exits
+            self.tma.wait_group(0)
+        self.sync()  # the issuing thread's wait orders the warpgroup's stores below
+        self.store_shared(dq.staging[wg][0], acc_dq)
+        self.fence_proxy_async()
+        self.sync()
+        with self.single_thread():
+            self.tma.shared_to_global(src=dq.staging[wg], dst=dq.view, offsets=[bh, q_row, wg * dq.half],
+                                      reduce="add")
+            self.tma.commit_group()
 
     def retire_tile(self, pipe):
         """Wait for dV's and dK's WGMMAs (they read the stage's dO and Q) and only then hand the stage back to the
@@ -502,24 +480,19 @@ class DQAccumulation(Class):
     block_m], and then warpgroup h computes dQ's column half h from both: Σ_j grads[j]ᵀ · K_j[:, half h] (an
     MN-major A and B from shared memory), so each does half the GEMM and neither waits on the other beyond the
     hand-off. K's column halves are a second copy of K (``k_halves``: shared tiles are indexed by leading
-    dimensions only, not sliced). ``grads`` holds two tiles' dSᵀ (buffer = tile mod 2), each handed over by two
-    mbarriers of 256 arrivals (both warpgroups): ``grads_written`` (both halves stored, fenced) and ``grads_read``
-    (both dQ WGMMAs done, so tile + 2 may overwrite it); each completes once per use of its buffer. The float32
-    half goes through ``staging[h]`` to the writer warp, which reduce-adds it into dQ (the same bytes as one
-    reduce-add of the whole tile): ``staging_full[h]`` (the warpgroup's 128 arrivals) and ``staging_empty[h]``
-    (the writer's one, once its reduce-add has read the tile), once per tile each. ``view`` is the float32
-    accumulator's 3-D view, [heads, rows, D]."""
+    dimensions only, not sliced). The float32 half goes through ``staging[h]`` and one TMA reduce-add of the
+    warpgroup's own into dQ: the same bytes as one reduce-add of the whole tile. Two mbarriers of 256 arrivals
+    (both warpgroups) hand ``grads`` over: ``written`` (both halves stored, fenced) and ``read`` (both dQ WGMMAs
+    done, so the next tile may overwrite it); each completes once per tile, so the tile's parity is its phase.
+    ``view`` is the float32 accumulator's 3-D view, [heads, rows, D]."""
 
     def __init__(self, view, dtype, d, block_m):
         self.half = d // 2
         self.view = view
         self.k_halves = self.shared_tensor(dtype=dtype, shape=[2, 2, 1, 64, d // 2])
-        self.grads = self.shared_tensor(dtype=dtype, shape=[2, 2, 64, block_m])
+        self.grads = self.shared_tensor(dtype=dtype, shape=[2, 64, block_m])
         self.staging = self.shared_tensor(dtype=float32, shape=[2, 1, block_m, d // 2])
-        self.grads_written = self.mbarrier.alloc(counts=[CONSUMER_THREADS, CONSUMER_THREADS])
-        self.grads_read = self.mbarrier.alloc(counts=[CONSUMER_THREADS, CONSUMER_THREADS])
-        self.staging_full = self.mbarrier.alloc(counts=[WARPGROUP, WARPGROUP])
-        self.staging_empty = self.mbarrier.alloc(counts=[1, 1])
+        self.handoff = self.mbarrier.alloc(counts=[CONSUMER_THREADS, CONSUMER_THREADS])  # written, read
         self.block_m = block_m
 
 
