@@ -44,7 +44,7 @@ llm_shapes() {  # MxNxK for each M given, against the five weights
     list="$list${list:+,}${m}x${nk}"; done; done
   echo "$list"
 }
-SMALL_M=$(llm_shapes 1 8 32 64 256)
+SMALL_M=$(llm_shapes 1 8 16 32 64 128 256 512)
 LARGE_M=$(llm_shapes 1024 2048 8192)  # ... and its M of 1024 to 8192 (the tile walk)
 # Tunes the 16-bit dtypes at the shapes given, writes the shipped defaults and copies them under $out.
 tune_16_bit() {

@@ -259,8 +259,51 @@ def test_shipped_defaults_win_over_the_heuristic(monkeypatch, tmp_path, tile_wal
     assert set(ops_matmul.shipped_defaults()) == {"float16", "bfloat16"}  # merged, not replaced
     chosen = ops_matmul.choose_schedule(problem(96, 80, 64), (), on_gpu=False)
     assert chosen == table["float16"]["128x128x64"]
-    assert ops_matmul.choose_schedule(problem(300, 80, 64), (), on_gpu=False) == \
-        ops_matmul.heuristic_schedule(problem(300, 80, 64))  # another bucket: not shipped
+    # M 300 (bucket 512) with the same N and K buckets: the nearest M bucket's default
+    assert ops_matmul.choose_schedule(problem(300, 80, 64), (), on_gpu=False) == table["float16"]["128x128x64"]
+    assert ops_matmul.choose_schedule(problem(300, 80, 200), (), on_gpu=False) == \
+        ops_matmul.heuristic_schedule(problem(300, 80, 200))  # another K bucket: not shipped
+
+
+def tile(block_n, persistent=False, stream_k=False, block_m=128, num_stages=4):
+    return {"num_stages": num_stages, "block_m": block_m, "block_n": block_n, "persistent": persistent,
+            "stream_k": stream_k}
+
+
+def split(block_m, block_n, split_k=1, num_stages=8):
+    return {"num_stages": num_stages, "block_m": block_m, "block_n": block_n, "split_k": split_k, "swap_ab": False}
+
+
+@pytest.mark.parametrize("order", ["224 below", "224 above"])
+def test_an_untuned_m_takes_the_neighbouring_default_that_fills_the_last_wave_best(monkeypatch, order):
+    """512 x 14336 x 4096 (the tile walk) between tuned M 256 and 1024: 128 x 224 tiles make 256 tiles (two
+    waves of 132 SMs, 97% full), 128 x 176 tiles 328 (three, 83% full); the nearer side does not decide."""
+    wide, narrow = tile(224), tile(176, persistent=True)
+    below, above = (wide, narrow) if order == "224 below" else (narrow, wide)
+    monkeypatch.setattr(ops_matmul, "_defaults", {"bfloat16": {"256x16384x4096": below, "1024x16384x4096": above,
+                                                               "512x8192x4096": tile(64)}})
+    big = problem(512, 14336, 4096, warpspec.bfloat16)
+    assert not big.split_family
+    assert ops_matmul.wave_fill(big, wide) == pytest.approx(256 / 264)
+    assert ops_matmul.wave_fill(big, narrow) == pytest.approx(328 / 396)
+    assert ops_matmul.wave_fill(big, tile(176, persistent=True, stream_k=True)) == 1.0
+    assert ops_matmul.choose_schedule(big, (), on_gpu=False) == wide
+
+
+def test_a_neighbour_of_the_other_family_or_a_split_family_problem_takes_the_size_rule(monkeypatch):
+    """A tile-walk problem skips a neighbour's split-family schedule (another kernel's) for the next one of its
+    own; a split-family problem takes its size rule, never a neighbour's tiles (they lost to it on the GPU)."""
+    walk = tile(192, persistent=True)
+    monkeypatch.setattr(ops_matmul, "_defaults", {"bfloat16": {
+        "256x8192x4096": split(128, 96), "2048x8192x4096": walk,
+        "64x4096x4096": split(64, 32), "256x4096x4096": split(128, 64)}})
+    big = problem(512, 6144, 4096, warpspec.bfloat16)
+    assert ops_matmul.choose_schedule(big, (), on_gpu=False) == walk
+    small = problem(128, 4096, 4096, warpspec.bfloat16)
+    assert small.split_family
+    assert ops_matmul.choose_schedule(small, (), on_gpu=False) == ops_matmul.split_schedule(small)
+    alone = problem(512, 6144, 2048, warpspec.bfloat16)  # K bucket 2048: no entry of its N and K
+    assert ops_matmul.choose_schedule(alone, (), on_gpu=False) == ops_matmul.heuristic_schedule(alone)
 
 
 def test_concurrent_writers_of_the_defaults_keep_each_others_entries(tmp_path):

@@ -906,16 +906,50 @@ def choose_schedule(problem: Problem, args: tuple, on_gpu: bool) -> dict:
             if schedule is not None:
                 return schedule
     bucket = bucket_name(buckets(problem))
-    schedule = shipped_defaults().get(problem.in_dtype.name, {}).get(bucket)
-    if schedule is None:
-        return heuristic_schedule(problem)
+    table = shipped_defaults().get(problem.in_dtype.name, {})
+    schedule = table.get(bucket)
     space = tuned_script(problem).schedules()
+    if schedule is None:
+        schedule = None if problem.split_family else neighbouring_default(problem, table, space)
+        return heuristic_schedule(problem) if schedule is None else dict(schedule)
     if schedule not in space:
         kernel = gemm_class(problem.in_dtype, problem.split_family).__name__
         raise DefaultsFileError(f"{DEFAULTS_FILE}: the {problem.in_dtype.name} entry {bucket} is {schedule}, which "
                                 f"is not a schedule of its kernel ({kernel}: keys {', '.join(sorted(space[0]))}); "
                                 f"{RESTORE_DEFAULTS}")
     return dict(schedule)
+
+
+def neighbouring_default(problem: Problem, table: dict, space: list) -> dict | None:
+    """For a tile-walk problem whose size buckets hold no shipped default: the default of the nearest M bucket
+    above and the nearest below with the same N and K buckets whose schedule is of the tile walk (in ``space``),
+    the one whose grid fills the last wave of SMs best (``wave_fill``), the larger M's on a tie. None when
+    neither exists.
+
+    The tuned table holds the M of a model's linear layers (1, 8, 32, 64, 256, 1024, 2048, 8192). Between them
+    a neighbour's tuned tiles beat the tile walk's size rule, whose tiles were never tuned (on an H100, bf16:
+    4096 x 1024 x 4096 0.74 -> 0.97x cuBLAS, 512 x 6144 x 4096 0.66 -> 0.93x, 512 x 14336 x 4096 0.79 -> 1.07x;
+    docs/performance.md, run K3). The split family keeps its own size rule: there a neighbour's tiles lost to
+    it at every M tried (16, 128, 512), by up to 30%."""
+    m_bucket, n_bucket, k_bucket = buckets(problem)
+    below, above = {}, {}
+    for name, schedule in table.items():
+        m, n, k = (int(size) for size in name.split("x"))
+        if (n, k) != (n_bucket, k_bucket) or m == m_bucket or schedule not in space:
+            continue
+        side = below if m < m_bucket else above
+        side[m] = schedule
+    nearest = [side[pick(side)] for side, pick in ((above, min), (below, max)) if side]
+    return max(nearest, key=lambda schedule: wave_fill(problem, schedule), default=None)
+
+
+def wave_fill(problem: Problem, schedule: dict) -> float:
+    """The fraction of the last wave's SMs that a tile-walk ``schedule``'s tiles of ``problem`` keep busy, 1 for
+    a full wave: tiles / (waves × ``NUM_SMS``). A stream-K schedule splits its last wave evenly (1)."""
+    if schedule["stream_k"]:
+        return 1.0
+    tiles = -(-problem.m // schedule["block_m"]) * -(-problem.n // schedule["block_n"])
+    return tiles / (-(-tiles // NUM_SMS) * NUM_SMS)
 
 
 def bucket_name(sizes) -> str:
