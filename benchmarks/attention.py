@@ -16,6 +16,7 @@ same way first.
     python benchmarks/attention.py --head-dims 128 --seqs 8192 --causal both --dtypes fp16,bf16
     python benchmarks/attention.py --head-dims 128 --seqs 8192 --schedules all   # every schedule of the space
     python benchmarks/attention.py --schedule block_n=96,num_stages=2,unroll=1 --head-dims 128 --seqs 4096
+    python benchmarks/attention.py --head-dims 64 --seqs 8192 --consumers 64:3   # 192-row query tiles at D 64
     python benchmarks/attention.py --tokens 16384 --seqs 512,1024,2048 --persistent   # short sequences
 
 Prints one line per config as it goes and a table last; ``--json`` writes every number.
@@ -37,7 +38,7 @@ TOLERANCE = {"fp16": 2e-2, "bf16": 4e-2}
 
 def _build_one(job):
     """Compile one kernel (in a worker process) so that the main process finds it in the disk cache."""
-    dtype_name, head_dim, causal, schedule = job
+    dtype_name, head_dim, causal, schedule, consumers = job
     from warpspec.cuda.launch import compile_kernel
     from warpspec.dtypes import BY_NAME
     from warpspec.ops.attention_kernel import Attention
@@ -45,7 +46,8 @@ def _build_one(job):
 
     started = time.perf_counter()
     try:
-        compile_kernel(kernel_for(Attention(BY_NAME[dtype_name], head_dim=head_dim, causal=causal, **schedule), {}))
+        compile_kernel(kernel_for(Attention(BY_NAME[dtype_name], head_dim=head_dim, causal=causal, **schedule,
+                                            consumers=consumers), {}))
         return job, time.perf_counter() - started, None
     except Exception as error:  # a schedule that does not build (shared memory, registers) is reported, not fatal
         return job, time.perf_counter() - started, f"{type(error).__name__}: {error}"
@@ -55,6 +57,17 @@ def parse_schedule(text: str) -> dict:
     """``"block_n=96,num_stages=2,unroll=1"`` -> {"block_n": 96, "num_stages": 2, "unroll": 1}."""
     pairs = [part.split("=") for part in text.split(",")]
     return {name.strip(): int(value) for name, value in pairs}
+
+
+def parse_consumers(text: str) -> tuple[int, int]:
+    """``"64:3"`` -> (64, 3): head dim 64's one-tile kernel with three consumer warpgroups."""
+    try:
+        head_dim, count = (int(part) for part in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected D:N (a head dim and 2 or 3), got {text!r}") from None
+    if count not in (2, 3):
+        raise argparse.ArgumentTypeError(f"the consumer warpgroups must be 2 or 3, got {count}")
+    return head_dim, count
 
 
 def main(argv=None) -> int:
@@ -68,6 +81,9 @@ def main(argv=None) -> int:
                              "default of the head dim); all: every schedule of the space")
     parser.add_argument("--schedule", default=None,
                         help="one schedule for every head dim, e.g. block_n=96,num_stages=2,unroll=1")
+    parser.add_argument("--consumers", action="append", default=[], metavar="D:N", type=parse_consumers,
+                        help="the one-tile kernel's consumer warpgroups at head dim D (2, or 3 at D 64) instead of "
+                             "ops.attention's (warpspec.ops.attention.FORWARD_CONSUMERS); repeatable")
     parser.add_argument("--backends", default="cudnn,flash", help="SDPA back ends to time: cudnn, flash")
     parser.add_argument("--warmup", type=int, default=100, help="do_bench warmup, ms")
     parser.add_argument("--rep", type=int, default=500, help="do_bench repetitions, ms")
@@ -87,8 +103,8 @@ def main(argv=None) -> int:
 
     import warpspec
     from warpspec.ops import attention
-    from warpspec.ops.attention import (DEFAULT_SCHEDULES, arguments, persistent_schedule, script_for, uses_persistent,
-                                        validate)
+    from warpspec.ops.attention import (DEFAULT_SCHEDULES, FORWARD_CONSUMERS, arguments, persistent_schedule,
+                                        script_for, uses_persistent, validate)
     from warpspec.dtypes import BY_NAME, float16
     from warpspec.ops.attention_kernel import LOG2_E, Attention
     from warpspec.ops.attention_persistent_kernel import AttentionPersistent
@@ -110,8 +126,10 @@ def main(argv=None) -> int:
             return Attention(float16).schedules()
         return [None]
 
-    jobs = [(kernel_dtypes[name], d, causal, schedule or DEFAULT_SCHEDULES[d]) for name in dtype_names
-            for d in head_dims for causal in causals for schedule in schedules_of(d)]
+    for head_dim, count in args.consumers:  # the override reaches ops.attention's kernel choice (tuned_script) too
+        FORWARD_CONSUMERS[head_dim] = count
+    jobs = [(kernel_dtypes[name], d, causal, schedule or DEFAULT_SCHEDULES[d], FORWARD_CONSUMERS.get(d, 2))
+            for name in dtype_names for d in head_dims for causal in causals for schedule in schedules_of(d)]
     started = time.perf_counter()
     with concurrent.futures.ProcessPoolExecutor(max_workers=os.cpu_count()) as pool:
         builds = {(job[0], job[1], job[2], tuple(job[3].items())): error for job, _, error in
@@ -120,7 +138,7 @@ def main(argv=None) -> int:
 
     results = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
                "batch": BATCH if args.tokens is None else f"{args.tokens} / seq", "model_width": MODEL_WIDTH,
-               "rows": []}
+               "consumers": {d: FORWARD_CONSUMERS.get(d, 2) for d in head_dims}, "rows": []}
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     def bench(fn):
@@ -236,7 +254,7 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
     print(f"\nattention forward, batch {results['batch']}, heads x head_dim = {MODEL_WIDTH}, on {results['gpu']} "
-          f"({results['date']}); TFLOP/s")
+          f"({results['date']}); consumer warpgroups by head dim {results['consumers']}; TFLOP/s")
     extra = f" {'persist.':>8s} {'vs cuDNN':>9s} {'persistent schedule':22s}" if args.persistent else ""
     print(f"{'dtype':5s} {'D':>4s} {'seq':>6s} {'causal':>6s} {'warpspec':>9s} {'cuDNN':>7s} {'flash':>7s} "
           f"{'vs cuDNN':>9s}{extra}  schedule")

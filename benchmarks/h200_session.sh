@@ -48,7 +48,7 @@ SMALL_M=$(llm_shapes 1 8 16 32 64 128 256 512)
 LARGE_M=$(llm_shapes 1024 2048 8192)  # ... and its M of 1024 to 8192 (the tile walk)
 # Tunes the 16-bit dtypes at the shapes given, writes the shipped defaults and copies them under $out.
 tune_16_bit() {
-  cmd=(bash -c "for d in bfloat16 float16; do python3 -m warpspec.cli tune --dtype \$d --runs 10 --write-defaults \
+  cmd=(bash -c "for d in bfloat16 float16; do python3 -m warpspec.cli tune --dtype \$d --runs 30 --write-defaults \
                 --shapes $1 || exit; done; cp src/warpspec/ops/defaults.json '$out/defaults.json'")
 }
 summary=()

@@ -190,7 +190,7 @@ def test_short_sequences_at_head_dims_64_and_128_run_the_persistent_kernel(head_
                                                                            schedule):
     """The size rule: up to 2048 query rows at D 64 and 128, the persistent kernel at its shipped schedule for the
     head dim, causality and length, its grid bound the emulator's SM count appended to the arguments; else the
-    one-tile kernel at the head dim's default."""
+    one-tile kernel at the head dim's default (three consumer warpgroups at D 64)."""
     q = np.zeros((1, 2, seq, head_dim), np.float16)
     k = v = np.zeros((1, 2, 16, head_dim), np.float16)
     problem = validate(q, k, v, causal, None)
@@ -203,6 +203,7 @@ def test_short_sequences_at_head_dims_64_and_128_run_the_persistent_kernel(head_
         assert script.schedule() == {"block_n": schedule[0], "num_stages": schedule[1]}
     else:
         assert len(args) == 11 and script.schedule() == DEFAULT_SCHEDULES[head_dim]
+        assert script.consumers == (3 if head_dim == 64 else 2)  # D 64's 192-row query tiles
 
 
 def test_tune_attention_refuses_other_dtypes():
@@ -262,10 +263,10 @@ def test_the_kernel_refuses_an_unsupported_head_dim():
                                                                          np.zeros_like(q), lse_of(q))
 
 
-def _run_bug(cls):
+def _run_bug(cls, consumers=2):
     q, k, v = operands(1, 1, 1, 200, 300, 64, np.float16)
     out = np.zeros_like(q)
-    kernel = cls(float16, head_dim=64, causal=False, block_n=64, num_stages=2, unroll=1)
+    kernel = cls(float16, head_dim=64, causal=False, block_n=64, num_stages=2, unroll=1, consumers=consumers)
     kernel(200, 300, 1, 1, 1, 64 ** -0.5 * ak.LOG2_E, q, k, v, out, lse_of(q))
 
 
@@ -287,15 +288,57 @@ def test_planted_bug_v_stage_released_before_pv_completes():
         raised.value.tasks
 
 
-def test_planted_bug_warpgroups_without_the_turn_barrier():
-    """Without waiting for its turn, a warpgroup hands the turn over twice before the other waited once: a
-    BarrierError at the hand-over."""
+@pytest.mark.parametrize("consumers", [2, 3])
+def test_planted_bug_warpgroups_without_the_turn_barrier(consumers):
+    """Without waiting for its turn, a warpgroup hands the turn over twice before the next one waited once: a
+    BarrierError at the hand-over (two warpgroups taking turns, or three in a ring)."""
     with pytest.raises(BarrierError) as raised:
-        _run_bug(bk.IssuesOutOfTurn)
-    assert "arrive on turns[1] starts phase 1 before any thread waited on the completion of phase 0" in \
-        str(raised.value)
-    handover = line_of(KERNEL_FILE, "self.mbarrier.arrive(turns[1 - wg])  # our GEMMs are queued")
+        _run_bug(bk.IssuesOutOfTurn, consumers)
+    assert "starts phase 1 before any thread waited on the completion of phase 0" in str(raised.value)
+    assert f"arrive on turns[" in str(raised.value)
+    handover = line_of(KERNEL_FILE, "self.mbarrier.arrive(turns[(wg + 1) % self.consumers])  # queued")
     assert _innermost(raised.value) == f"{KERNEL_FILE}:{handover}"
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("seq_q, seq_k, block_n, num_stages", [(200, 150, 128, 3), (70, 300, 64, 2),
+                                                                (400, 330, 96, 2)])
+def test_three_consumer_warpgroups_match_numpy(causal, seq_q, seq_k, block_n, num_stages):
+    """D 64 with three consumer warpgroups (192-row query tiles, the turn passed around a ring of three): grouped
+    query heads, lengths no multiple of a tile, S_q > S_k and S_q < S_k."""
+    q, k, v = operands(2, 4, 2, seq_q, seq_k, 64, np.float16, seed=1)
+    problem = validate(q, k, v, causal, None)
+    out, lse = np.full_like(q, np.nan), lse_of(q)
+    kernel = ak.Attention(float16, head_dim=64, causal=causal, block_n=block_n, num_stages=num_stages, unroll=1,
+                          consumers=3)
+    kernel(*arguments(q, k, v, out, lse, problem, persistent=False))
+    assert np.abs(out.astype(np.float32) - expected(q, k, v, causal)).max() < 2e-3
+    two = np.full_like(q, np.nan), lse_of(q)
+    launch(q, k, v, *two, problem, {"block_n": block_n, "num_stages": num_stages, "unroll": 1}, persistent=False)
+    assert np.array_equal(lse, two[1])  # the same row statistics as two warpgroups'
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_three_consumer_warpgroups_under_random_interleavings(seed, monkeypatch):
+    monkeypatch.setenv(SEED_VARIABLE, str(seed))
+    q, k, v = operands(1, 2, 1, 250, 330, 64, np.float16, seed=3)
+    problem = validate(q, k, v, True, None)
+    out = np.full_like(q, np.nan)
+    kernel = ak.Attention(float16, head_dim=64, causal=True, block_n=64, num_stages=2, unroll=1, consumers=3)
+    kernel(*arguments(q, k, v, out, lse_of(q), problem, persistent=False))
+    assert np.abs(out.astype(np.float32) - expected(q, k, v, True)).max() < 2e-3
+
+
+def test_the_consumer_count_is_checked():
+    with pytest.raises(ArgumentError, match=r"consumers must be 2 or 3 \(consumer warpgroups of 64 query rows\), "
+                                            r"got 4"):
+        ak.Attention(float16, head_dim=64, causal=False, block_n=64, num_stages=2, unroll=1, consumers=4)
+    q = np.zeros((1, 1, 16, 128), np.float16)
+    for schedule in ({"block_n": 64, "num_stages": 2, "unroll": 1}, {}):  # pinned, and autotuned
+        with pytest.raises(ArgumentError, match="consumers=3 needs head_dim 64: O .D/2 registers a thread., S and P "
+                                                "of head_dim 128 do not fit three consumer warpgroups' 160 registers"):
+            ak.Attention(float16, head_dim=128, causal=False, consumers=3, **schedule)(
+                16, 16, 1, 1, 1, 1.0, q, q, q, np.zeros_like(q), lse_of(q))
 
 
 def test_example_runs_as_a_script(monkeypatch):
@@ -310,16 +353,35 @@ def test_example_runs_as_a_script(monkeypatch):
 
 @pytest.mark.parametrize("head_dim", sorted(DEFAULT_SCHEDULES))
 def test_nvrtc_builds_the_shipped_schedules_without_spills(head_dim):
-    """NVRTC compiles each head dim's shipped schedule (causal: the masked variant) with no spills, no stack and
-    no ptxas advisory (a WGMMA pipeline serialized because registers are read under an mma would be one)."""
+    """NVRTC compiles each head dim's shipped schedule and consumer count (causal: the masked variant) with no
+    spills, no stack and no ptxas advisory (a WGMMA pipeline serialized because registers are read under an mma
+    would be one)."""
     from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.runtime import kernel_for
 
-    kernel = ak.Attention(bfloat16, head_dim=head_dim, causal=True, **DEFAULT_SCHEDULES[head_dim])
+    kernel = ak.Attention(bfloat16, head_dim=head_dim, causal=True, **DEFAULT_SCHEDULES[head_dim],
+                          consumers=ops_attention.FORWARD_CONSUMERS.get(head_dim, 2))
     built = compile_kernel(kernel_for(kernel, {}))
     (report,) = parse_ptxas_log(built.module.log).values()
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
+    counts = count_instructions(disassemble(built.module.cubin), ["HGMMA", "LDL", "STL"])
+    assert counts["HGMMA"] > 0 and counts["LDL"] == counts["STL"] == 0
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_nvrtc_builds_three_consumer_warpgroups_at_d64_without_spills(causal):
+    """Three consumer warpgroups at D 64 (512 threads: 24 + 3 · 160 registers a lane after setmaxnreg) build with
+    no spills, no stack and no advisory, and raise the consumers' registers with setmaxnreg to 160."""
+    from warpspec.cuda.launch import compile_kernel
+    from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
+    from warpspec.runtime import kernel_for
+
+    kernel = ak.Attention(bfloat16, head_dim=64, causal=causal, block_n=128, num_stages=3, unroll=1, consumers=3)
+    built = compile_kernel(kernel_for(kernel, {}))
+    (report,) = parse_ptxas_log(built.module.log).values()
+    assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
+    assert "setmaxnreg.inc.sync.aligned.u32 160" in built.generated.source
     counts = count_instructions(disassemble(built.module.cubin), ["HGMMA", "LDL", "STL"])
     assert counts["HGMMA"] > 0 and counts["LDL"] == counts["STL"] == 0
 

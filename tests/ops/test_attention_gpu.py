@@ -48,6 +48,32 @@ def test_against_a_float32_reference(dtype, head_dim, causal, seq_q, seq_k):
     assert (out.float() - reference(q, k, v, causal)).abs().max().item() < TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("seq_q, seq_k, block_n, num_stages", [(3000, 3000, 128, 3), (777, 4100, 128, 2),
+                                                                (2500, 700, 96, 2), (1, 4097, 64, 3)])
+def test_three_consumer_warpgroups_at_d64(dtype, causal, seq_q, seq_k, block_n, num_stages):
+    """The one-tile kernel with three consumer warpgroups (192-row query tiles) at D 64 against the float32
+    reference: grouped-query heads, ragged lengths, S_q above and below S_k, and its log-sum-exp equal to the
+    two-warpgroup kernel's."""
+    from warpspec.ops.attention import arguments, validate
+    from warpspec.ops.attention_kernel import Attention
+
+    q, k, v = operands(2, 6, 2, seq_q, seq_k, 64, dtype)
+    problem = validate(q, k, v, causal, None)
+    results = []
+    for consumers in (3, 2):
+        out, lse = torch.full_like(q, float("nan")), torch.empty(q.shape[:3], device="cuda")
+        kernel = Attention({torch.float16: warpspec.float16, torch.bfloat16: warpspec.bfloat16}[dtype], head_dim=64,
+                           causal=causal, block_n=block_n, num_stages=num_stages, unroll=1, consumers=consumers)
+        with warpspec.use_backend("cuda"):
+            kernel(*arguments(q, k, v, out, lse, problem, persistent=False))
+        results.append((out, lse))
+    (out, lse), (_, two_lse) = results
+    assert (out.float() - reference(q, k, v, causal)).abs().max().item() < TOLERANCE[dtype]
+    assert torch.equal(lse, two_lse)
+
+
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_against_sdpa_at_equal_lengths(head_dim, causal):

@@ -7,7 +7,8 @@ ops.attention and ops.attention_paged (``--pages``) at its tiny shapes, benchmar
 sequence of a packed call, benchmarks/attention_timeline.py checks and records the persistent attention kernel
 on the CPU timing model, benchmarks/torch_kernels.py prints its table from made-up kernel events, and
 benchmarks/pinned_schedules.py checks pinned schedules of both ops.matmul families (or says why one does not
-build), and benchmarks/attention_backward.py checks the gradients under a replaced backward schedule."""
+build), benchmarks/attention_backward.py checks the gradients under a replaced backward schedule, and
+benchmarks/attention.py refuses a consumer count it cannot build."""
 
 import os
 import subprocess
@@ -141,3 +142,13 @@ def test_attention_backward_checks_gradients_under_a_replaced_schedule_and_names
     refused = dry_run("attention_backward.py", "--schedule", "64:q.stages=3")
     assert refused.returncode == 2
     assert "--schedule '64:q.stages=3': expected D:KERNEL.PARAM=VALUE naming a shipped entry" in refused.stderr
+
+
+@pytest.mark.parametrize("value, message", [("64:4", "the consumer warpgroups must be 2 or 3, got 4"),
+                                            ("64", "expected D:N (a head dim and 2 or 3), got '64'")])
+def test_attention_refuses_a_consumer_count_it_cannot_build(value, message):
+    """benchmarks/attention.py's ``--consumers D:N`` is checked before anything runs (no GPU needed to refuse)."""
+    environment = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
+    found = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "attention.py"), "--consumers", value],
+                           capture_output=True, text=True, timeout=120, env=environment)
+    assert found.returncode == 2 and f"argument --consumers: {message}" in found.stderr, found.stderr

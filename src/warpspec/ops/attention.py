@@ -33,14 +33,20 @@ from warpspec.tune.cache import size_bucket
 
 DTYPES = (float16, bfloat16)
 #: The shipped schedule of each head dim. K/V tiles: S (block_n/2 registers per thread), P (block_n/4) and O
-#: (D/2) must fit the consumers' 240 registers, and every stage holds a K and a V tile of block_n x D:
+#: (D/2) must fit the consumers' registers, and every stage holds a K and a V tile of block_n x D:
 #: D=256 takes 80-row tiles in 2 stages (64 KB of Q + 160 KB of K/V), D=128 128-row tiles in 2 stages (FA3's
-#: 128 x 128 tile), D=64 128-row tiles in 3.
+#: 128 x 128 tile), D=64 128-row tiles in 2 (with three consumer warpgroups, ``FORWARD_CONSUMERS``: 1-3% faster
+#: than 3 stages at seq 8192-16384 on an H100, equal at 4096).
 DEFAULT_SCHEDULES = {
-    64: {"block_n": 128, "num_stages": 3, "unroll": 1},
+    64: {"block_n": 128, "num_stages": 2, "unroll": 1},
     128: {"block_n": 128, "num_stages": 2, "unroll": 1},
     256: {"block_n": 80, "num_stages": 2, "unroll": 1},
 }
+#: The one-tile kernel's consumer warpgroups (``Attention``'s ``consumers``) by head dim, 2 where not listed: three
+#: make 192-row query tiles, whose registers (160 a thread) hold O, S and P of D 64 only. At D 64 they took the
+#: kernel at seq 4096 and 8192 from 0.88-1.00x cuDNN to 0.90-1.16x (fp16 and bf16, causal or not), 1.07-1.16x at
+#: 16384 (H100, docs/performance.md, run K4): two warpgroups' softmax hides under the third's GEMMs.
+FORWARD_CONSUMERS: dict[int, int] = {64: 3}
 #: Short sequences run the persistent kernel (``attention_persistent_kernel``): up to this many query rows
 #: (16 query tiles per head), at D 64 and 128. There a block of the one-tile kernel spends much of its life in its
 #: prologue and epilogue; on FlashAttention-3's short grid (seq 512-2048, batch x seq = 16384, fp16, H100) the
@@ -312,8 +318,11 @@ def tuned_script(problem: Problem, persistent: bool | None = None):
     persistent = uses_persistent(problem) if persistent is None else persistent
     key = (problem.dtype.name, problem.head_dim, problem.causal, persistent)
     if key not in _tuned:
-        kernel = AttentionPersistent if persistent else Attention
-        _tuned[key] = kernel(problem.dtype, head_dim=problem.head_dim, causal=problem.causal)
+        if persistent:
+            _tuned[key] = AttentionPersistent(problem.dtype, head_dim=problem.head_dim, causal=problem.causal)
+        else:
+            _tuned[key] = Attention(problem.dtype, head_dim=problem.head_dim, causal=problem.causal,
+                                    consumers=FORWARD_CONSUMERS.get(problem.head_dim, 2))
     return _tuned[key]
 
 

@@ -1,22 +1,25 @@
 """The attention forward kernel behind ``warpspec.ops.attention`` and examples/attention_fwd.py, FlashAttention-3
 style: O = softmax(scale · Q·Kᵀ) · V per (batch, head), with Q [B·H, S_q, D] and K, V [B·H_kv, S_k, D].
 
-One block computes ``BLOCK_M`` = 128 query rows of one head. Its threads:
+One block computes ``block_m`` = 64 · ``consumers`` query rows of one head (128 with the default two consumer
+warpgroups; 192 with three, at D 64 only). Its threads:
 
 * **a producer warp** (the first warp of a fourth warpgroup, whose register budget ``setmaxnreg`` lowers to
   ``PRODUCER_REGISTERS``) loads the Q tile once, then every K tile and every V tile the block needs through two
   rings of shared-memory stages (``Pipeline``s): K and V have rings of their own, so a K stage is handed back as
   soon as QKᵀ has read it, while its V stage waits for PV;
-* **two consumer warpgroups** (``CONSUMER_REGISTERS`` each), each owning 64 query rows of the tile: its own slice
-  of Q, its own S = Q·Kᵀ and O accumulators, its own running row maximum and row sum (the online softmax). Both
-  read every K and V stage, so a stage is empty once all 256 consumer threads released it.
+* **two or three consumer warpgroups** (``CONSUMER_REGISTERS_OF``: 240 registers each for two, 160 for three), each
+  owning 64 query rows of the tile: its own slice of Q, its own S = Q·Kᵀ and O accumulators, its own running row
+  maximum and row sum (the online softmax). All read every K and V stage, so a stage is empty once every consumer
+  thread released it.
 
 FA3's two overlaps are in the consumer loop. Iteration j of a warpgroup issues S_j = Q·K_jᵀ, rescales O to the
 previous block's maximum while S_j runs, issues O += P_{j-1}·V_{j-1} (the previous block's probabilities, from
 registers), and only then waits for S_j: the softmax of block j runs while the tensor cores still work on PV of
-block j-1 (**intra-warpgroup overlap**; ``S`` and ``P`` are two register tensors). The two warpgroups take **turns** issuing their GEMMs (an mbarrier pair as in
-examples/matmul_v6.py's ping-pong): warpgroup 0 issues, hands the turn over, and does its softmax while warpgroup
-1's GEMMs run, so the exp2 of one hides under the other's tensor-core work.
+block j-1 (**intra-warpgroup overlap**; ``S`` and ``P`` are two register tensors). The warpgroups take **turns**
+issuing their GEMMs (an mbarrier per warpgroup, as in examples/matmul_v6.py's ping-pong, passed around a ring of
+three when there are three): warpgroup 0 issues, hands the turn to warpgroup 1, and does its softmax while warpgroup
+1's GEMMs run, so the exp2 of one hides under the others' tensor-core work.
 
 Softmax: the logits are scaled by ``scale · log2(e)`` (``scale_log2``) and exponentiated with exp2; the row maximum
 lives in that scaled domain. Masks: the columns past S_k of the last K tile, and for ``causal`` the keys after each
@@ -40,7 +43,7 @@ Packed sequences and paged caches (``attention_varlen_kernel``, ``attention_page
 
 The element type is the constructor's first argument (``Attention(bfloat16, head_dim=128, causal=True)``; its
 kernels are named ``AttentionF16`` and ``AttentionBF16``). The schedule (``block_n``, ``num_stages``, ``unroll``) is
-autotuned.
+autotuned; ``consumers`` (2, or 3 at D 64) is a constructor argument (``ops.attention.FORWARD_CONSUMERS``).
 """
 
 from __future__ import annotations
@@ -57,7 +60,9 @@ LOG2_E = 1.4426950408889634
 HEAD_DIMS = (64, 128, 256)
 DTYPES = (float16, bfloat16)  # the element types of Q, K, V and O (and their gradients)
 WARPGROUP = 128
-BLOCK_M = 2 * 64  # two consumer warpgroups of 64 query rows (one m64 WGMMA row block each)
+#: The query tile of two consumer warpgroups of 64 rows (one m64 WGMMA row block each): ``Attention``'s default, and
+#: the tile of the kernels built on it (persistent, packed, paged).
+BLOCK_M = 2 * 64
 CONSUMER_THREADS = 2 * WARPGROUP
 WARPS = (CONSUMER_THREADS + WARPGROUP) // 32  # the consumers and the producer's warpgroup
 #: The producer needs few registers (addresses and phases); its warpgroup gives the rest to the consumers, whose
@@ -65,6 +70,9 @@ WARPS = (CONSUMER_THREADS + WARPGROUP) // 32  # the consumers and the producer's
 #: the SM's 65536 registers per warpgroup lane (setmaxnreg's rule: 24 + 240 + 240 <= 512).
 PRODUCER_REGISTERS = 24
 CONSUMER_REGISTERS = 240
+#: The consumers' registers by their number: three warpgroups of 160 (24 + 3 · 160 <= 512), which hold O, S and P
+#: of D 64 only (``Attention``'s ``consumers``).
+CONSUMER_REGISTERS_OF = {2: CONSUMER_REGISTERS, 3: 160}
 
 
 def _schedules(cls):
@@ -122,7 +130,7 @@ class Attention(RowTileStore, Script):
     #: (``tile_start``; the paged kernel, whose rows past the last key are cache slots nobody wrote).
     moves_last_tile = False
 
-    def __init__(self, dtype, head_dim, causal, block_n, num_stages, unroll):
+    def __init__(self, dtype, head_dim, causal, block_n, num_stages, unroll, consumers=2):
         super().__init__()
         self.dtype = element_dtype(dtype)
         self.head_dim = kernel_head_dim(head_dim)
@@ -130,6 +138,15 @@ class Attention(RowTileStore, Script):
         self.block_n = block_n
         self.num_stages = num_stages
         self.unroll = unroll
+        if consumers not in CONSUMER_REGISTERS_OF:
+            raise ArgumentError(f"consumers must be 2 or 3 (consumer warpgroups of 64 query rows), got {consumers!r}")
+        if consumers == 3 and head_dim != 64:
+            raise ArgumentError(f"consumers=3 needs head_dim 64: O (D/2 registers a thread), S and P of head_dim "
+                                f"{head_dim} do not fit three consumer warpgroups' 160 registers")
+        #: Consumer warpgroups of 64 query rows each: a block's query tile is ``block_m`` = 64 · consumers rows.
+        self.consumers = consumers
+        self.block_m = 64 * consumers
+        self.consumer_threads = consumers * WARPGROUP
 
     def kernel_name(self) -> str:
         """``AttentionF16`` or ``AttentionBF16``."""
@@ -142,9 +159,9 @@ class Attention(RowTileStore, Script):
 
     def attention(self, seq_q, seq_k, batch_heads, heads, group, scale_log2, q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr):
         """The kernel: O[bh] = softmax(scale · Q[bh]·K[kv(bh)]ᵀ) · V[kv(bh)] for query rows
-        ``BLOCK_M · blockIdx.x ...`` of head ``bh = blockIdx.y``."""
-        self.attrs.blocks = [cdiv(seq_q, BLOCK_M), batch_heads]
-        self.attrs.warps = WARPS
+        ``block_m · blockIdx.x ...`` of head ``bh = blockIdx.y``."""
+        self.attrs.blocks = [cdiv(seq_q, self.block_m), batch_heads]
+        self.attrs.warps = (self.consumer_threads + WARPGROUP) // 32
         gq, gk, gv, go, glse = self.dense_views(seq_q, seq_k, batch_heads, group, q_ptr, k_ptr, v_ptr, o_ptr,
                                                  lse_ptr)
         bh: int32 = self.blockIdx.y
@@ -170,35 +187,37 @@ class Attention(RowTileStore, Script):
         sq, sk, sv, q_loaded, pipe_k, pipe_v, turns = self.buffers()
         # Causal blocks walk the longest rows first: the last query tiles see the most keys.
         tile_m = self.gridDim.x - 1 - self.blockIdx.x if self.causal else self.blockIdx.x
-        offset_m: int32 = BLOCK_M * tile_m
+        offset_m: int32 = self.block_m * tile_m
         n_tiles = self.key_tiles(offset_m, seq_q, seq_k)
+        consumer_threads = self.consumer_threads
         # Packed sequences: a tile of the longest sequence only loads no Q, reads no keys and stores no rows.
         if not self.varlen or offset_m < seq_q:
-            with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=WARPGROUP,
+            with self.thread_group(thread_begin=consumer_threads, num_threads=WARPGROUP,
                                    max_registers=PRODUCER_REGISTERS):
-                with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=32):
+                with self.thread_group(thread_begin=consumer_threads, num_threads=32):
                     self.produce(gq, gk, gv, sq, sk, sv, q_loaded[0], pipe_k, pipe_v, bh, kv_bh, q_start + offset_m,
                                  k_start, n_tiles)
 
-            with self.thread_group(thread_begin=0, num_threads=CONSUMER_THREADS, max_registers=CONSUMER_REGISTERS):
-                for wg in range(2):
+            with self.thread_group(thread_begin=0, num_threads=consumer_threads,
+                                   max_registers=CONSUMER_REGISTERS_OF[self.consumers]):
+                for wg in range(self.consumers):
                     with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
                         self.consume(wg, sq[wg], sk, sv, go, glse, q_loaded[0], pipe_k, pipe_v, turns, seq_q, seq_k,
                                      scale_log2, bh, offset_m, n_tiles, q_start)
 
     def buffers(self):
-        """The block's shared memory and barriers: Q's two 64-row halves (one per consumer warpgroup), the K and V
-        rings (``Pipeline``s whose stages all 256 consumer threads release), Q's barrier and the warpgroups'
-        turns."""
-        d, block_n, dtype = self.head_dim, self.block_n, self.dtype
-        sq = self.shared_tensor(dtype=dtype, shape=[2, 1, 64, d])  # one 64-row slice per consumer warpgroup
+        """The block's shared memory and barriers: Q's 64-row slices (one per consumer warpgroup), the K and V
+        rings (``Pipeline``s whose stages all consumer threads release), Q's barrier and the warpgroups' turns."""
+        d, block_n, dtype, consumers = self.head_dim, self.block_n, self.dtype, self.consumers
+        sq = self.shared_tensor(dtype=dtype, shape=[consumers, 1, 64, d])  # one 64-row slice per consumer warpgroup
         sk = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
         sv = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
         q_loaded = self.mbarrier.alloc(counts=[1])
-        pipe_k = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
-        pipe_v = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
-        # turns[w] completes a phase when the other warpgroup has issued an iteration's GEMMs: then w may issue.
-        turns = self.mbarrier.alloc(counts=[WARPGROUP, WARPGROUP])
+        pipe_k = Pipeline(self.num_stages, consumer_arrivals=self.consumer_threads)
+        pipe_v = Pipeline(self.num_stages, consumer_arrivals=self.consumer_threads)
+        # turns[w] completes a phase when the warpgroup before w (in a ring) has issued an iteration's GEMMs: then
+        # w may issue.
+        turns = self.mbarrier.alloc(counts=[WARPGROUP] * consumers)
         return sq, sk, sv, q_loaded, pipe_k, pipe_v, turns
 
     def key_tiles(self, offset_m, seq_q, seq_k):
@@ -206,8 +225,8 @@ class Attention(RowTileStore, Script):
         last key."""
         n_end: int32 = seq_k
         if self.causal:
-            # The block's last row, offset_m + BLOCK_M - 1, sees keys up to offset_m + BLOCK_M - 1 + seq_k - seq_q.
-            n_end = max(min(seq_k, offset_m + BLOCK_M + seq_k - seq_q), 0)
+            # The block's last row, offset_m + block_m - 1, sees keys up to offset_m + block_m - 1 + seq_k - seq_q.
+            n_end = max(min(seq_k, offset_m + self.block_m + seq_k - seq_q), 0)
         n_tiles: int32 = cdiv(n_end, self.block_n)
         return n_tiles
 
@@ -221,7 +240,7 @@ class Attention(RowTileStore, Script):
         ``k_row + j·block_n ...``) for every tile j of the query tile, each into its ring."""
         with self.single_thread():
             self.mbarrier.arrive_and_expect_tx(q_loaded, sq.nbytes)
-            for wg in range(2):
+            for wg in range(self.consumers):
                 self.tma.global_to_shared(src=gq, dst=sq[wg], offsets=[bh, q_row + 64 * wg, 0],
                                           mbarrier=q_loaded)
         for j in self.range(n_tiles):
@@ -306,7 +325,7 @@ class Attention(RowTileStore, Script):
             self.wgmma.fence()
             self.wgmma.mma(sq[0], sk[pipe_k.consumer_stage][0].transpose(), first_s)
             self.wgmma.commit_group()
-            self.mbarrier.arrive(turns[1 - wg])
+            self.mbarrier.arrive(turns[(wg + 1) % self.consumers])
             self.wgmma.wait_group(0)
             pipe_k.consumer_release()
             pipe_k.consumer_advance()
@@ -328,7 +347,7 @@ class Attention(RowTileStore, Script):
                 self.wgmma.fence()  # the rescaled O, before the mma that accumulates into it
                 self.wgmma.mma(p, sv[pipe_v.consumer_stage][0], acc_o)  # O += P_{j-1}·V_{j-1}
                 self.wgmma.commit_group()
-                self.mbarrier.arrive(turns[1 - wg])  # our GEMMs are queued: the other warpgroup may issue its own
+                self.mbarrier.arrive(turns[(wg + 1) % self.consumers])  # queued: the next warpgroup may issue
                 self.wgmma.wait_group(1)  # S_j is done; PV_{j-1} runs on under the softmax
                 pipe_k.consumer_release()
                 pipe_k.consumer_advance()
