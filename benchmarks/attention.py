@@ -16,7 +16,9 @@ same way first.
     python benchmarks/attention.py --head-dims 128 --seqs 8192 --causal both --dtypes fp16,bf16
     python benchmarks/attention.py --head-dims 128 --seqs 8192 --schedules all   # every schedule of the space
     python benchmarks/attention.py --schedule block_n=96,num_stages=2,unroll=1 --head-dims 128 --seqs 4096
-    python benchmarks/attention.py --head-dims 64 --seqs 8192 --consumers 64:3   # 192-row query tiles at D 64
+    python benchmarks/attention.py --head-dims 64 --seqs 8192 --consumers 64:2   # D 64's two-warpgroup kernel
+    python benchmarks/attention.py --tokens 16384 --seqs 512,1024,2048 --head-dims 64 --persistent \
+        --persistent-consumers 64:3                              # the persistent kernel's 192-row tiles at D 64
     python benchmarks/attention.py --tokens 16384 --seqs 512,1024,2048 --persistent   # short sequences
 
 Prints one line per config as it goes and a table last; ``--json`` writes every number.
@@ -84,6 +86,9 @@ def main(argv=None) -> int:
     parser.add_argument("--consumers", action="append", default=[], metavar="D:N", type=parse_consumers,
                         help="the one-tile kernel's consumer warpgroups at head dim D (2, or 3 at D 64) instead of "
                              "ops.attention's (warpspec.ops.attention.FORWARD_CONSUMERS); repeatable")
+    parser.add_argument("--persistent-consumers", action="append", default=[], metavar="D:N", type=parse_consumers,
+                        help="the persistent kernel's consumer warpgroups at head dim D (2, as ops.attention runs "
+                             "it, or 3 at D 64); repeatable")
     parser.add_argument("--backends", default="cudnn,flash", help="SDPA back ends to time: cudnn, flash")
     parser.add_argument("--warmup", type=int, default=100, help="do_bench warmup, ms")
     parser.add_argument("--rep", type=int, default=500, help="do_bench repetitions, ms")
@@ -128,6 +133,7 @@ def main(argv=None) -> int:
 
     for head_dim, count in args.consumers:  # the override reaches ops.attention's kernel choice (tuned_script) too
         FORWARD_CONSUMERS[head_dim] = count
+    persistent_consumers = dict(args.persistent_consumers)
     jobs = [(kernel_dtypes[name], d, causal, schedule or DEFAULT_SCHEDULES[d], FORWARD_CONSUMERS.get(d, 2))
             for name in dtype_names for d in head_dims for causal in causals for schedule in schedules_of(d)]
     started = time.perf_counter()
@@ -138,7 +144,8 @@ def main(argv=None) -> int:
 
     results = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
                "batch": BATCH if args.tokens is None else f"{args.tokens} / seq", "model_width": MODEL_WIDTH,
-               "consumers": {d: FORWARD_CONSUMERS.get(d, 2) for d in head_dims}, "rows": []}
+               "consumers": {d: FORWARD_CONSUMERS.get(d, 2) for d in head_dims},
+               "persistent_consumers": {d: persistent_consumers.get(d, 2) for d in head_dims}, "rows": []}
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     def bench(fn):
@@ -158,10 +165,11 @@ def main(argv=None) -> int:
         best = (None, None)
         for schedule in schedules:
             label = ",".join(f"{key}={value}" for key, value in schedule.items())
-            kernel = AttentionPersistent(BY_NAME[kernel_dtypes[name]], head_dim=head_dim, causal=causal, **schedule)
             out, lse = torch.full_like(q, float("nan")), torch.empty(q.shape[:3], device="cuda")
             call_args = (seq, seq, batch * heads, heads, 1, head_dim ** -0.5 * LOG2_E, q, k, v, out, lse, num_sms)
             try:
+                kernel = AttentionPersistent(BY_NAME[kernel_dtypes[name]], head_dim=head_dim, causal=causal,
+                                             **schedule, consumers=persistent_consumers.get(head_dim, 2))
                 kernel(*call_args)
             except warpspec.WarpspecError as error:  # a schedule whose buffers do not fit this head dim
                 print(f"{name} D={head_dim} persistent {label}: {str(error).splitlines()[0]}", flush=True)
@@ -254,7 +262,8 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
     print(f"\nattention forward, batch {results['batch']}, heads x head_dim = {MODEL_WIDTH}, on {results['gpu']} "
-          f"({results['date']}); consumer warpgroups by head dim {results['consumers']}; TFLOP/s")
+          f"({results['date']}); consumer warpgroups by head dim {results['consumers']}"
+          + (f", the persistent kernel's {results['persistent_consumers']}" if args.persistent else "") + "; TFLOP/s")
     extra = f" {'persist.':>8s} {'vs cuDNN':>9s} {'persistent schedule':22s}" if args.persistent else ""
     print(f"{'dtype':5s} {'D':>4s} {'seq':>6s} {'causal':>6s} {'warpspec':>9s} {'cuDNN':>7s} {'flash':>7s} "
           f"{'vs cuDNN':>9s}{extra}  schedule")

@@ -144,19 +144,21 @@ def test_torch_compile_and_cuda_graphs():
     assert torch.equal(captured, expected)
 
 
-@pytest.mark.parametrize("head_dim, schedule", [(64, (128, 2)), (128, (128, 2)), (128, (64, 3)), (256, (80, 2)),
-                                                 (256, (48, 2))])
+@pytest.mark.parametrize("head_dim, schedule, consumers", [(64, (128, 2), 2), (128, (128, 2), 2), (128, (64, 3), 2),
+                                                            (256, (80, 2), 2), (256, (48, 2), 2), (64, (96, 2), 3),
+                                                            (64, (64, 2), 3)])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_the_persistent_kernel_against_a_float32_reference(head_dim, schedule, causal):
+def test_the_persistent_kernel_against_a_float32_reference(head_dim, schedule, consumers, causal):
     """``AttentionPersistent`` with the GPU's SMs as its grid bound and with 7 (each block walking many tiles), at
-    a ragged grouped-query shape whose causal rows past S_k see no key."""
+    a ragged grouped-query shape whose causal rows past S_k see no key; at D 64 also with three consumer
+    warpgroups."""
     from warpspec.ops.attention_kernel import LOG2_E
     from warpspec.ops.attention_persistent_kernel import AttentionPersistent
 
     block_n, num_stages = schedule
     q, k, v = operands(2, 6, 2, 777, 600, head_dim, torch.bfloat16)
     kernel = AttentionPersistent(warpspec.bfloat16, head_dim=head_dim, causal=causal, block_n=block_n,
-                                 num_stages=num_stages)
+                                 num_stages=num_stages, consumers=consumers)
     for num_sms in (torch.cuda.get_device_properties(0).multi_processor_count, 7):
         out = torch.full_like(q, float("nan"))
         lse = torch.empty(q.shape[:3], device="cuda", dtype=torch.float32)

@@ -1,7 +1,8 @@
 """The persistent attention forward (``warpspec.ops.attention_persistent_kernel``) on the emulator: blocks that walk
 several (query tile, head) tiles against the numpy softmax (both causal modes, grouped-query heads, rows that see no
-key, more tiles than blocks and fewer), under random interleavings, a planted Q reload before the last O store has
-read the buffer caught at its line, and the NVRTC build (no spills, no serialized WGMMA)."""
+key, more tiles than blocks and fewer; two consumer warpgroups and three), under random interleavings, a planted Q
+reload before the last O store has read the buffer caught at its line, and the NVRTC build (no spills, no serialized
+WGMMA)."""
 
 import numpy as np
 import pytest
@@ -37,6 +38,28 @@ def test_blocks_walking_several_tiles_match_numpy(causal, seq_q, seq_k, num_sms)
     kernel = apk.AttentionPersistent(float16, head_dim=64, causal=causal, block_n=64, num_stages=2)
     out = run(kernel, q, k, v, num_sms)
     assert np.abs(out.astype(np.float32) - expected(q, k, v, causal)).max() < 2e-3
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("seq_q, seq_k, num_sms", [(450, 150, 3), (300, 90, 2), (70, 300, 16)])
+def test_three_consumer_warpgroups_walking_several_tiles_match_numpy(causal, seq_q, seq_k, num_sms):
+    """D 64 with three consumer warpgroups (192-row tiles, the Q slots' 64-row slices and ``q_free`` arrivals one
+    per warpgroup, the turn around a ring of three, all running on from tile to tile), and the same log-sum-exp
+    as two warpgroups'."""
+    q, k, v = operands(2, 4, 2, seq_q, seq_k, 64, np.float16)
+    kernel = apk.AttentionPersistent(float16, head_dim=64, causal=causal, block_n=64, num_stages=2, consumers=3)
+    assert (kernel.block_m, kernel.q_slots) == (192, 2)
+    out = run(kernel, q, k, v, num_sms)
+    assert np.abs(out.astype(np.float32) - expected(q, k, v, causal)).max() < 2e-3
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_three_consumer_warpgroups_under_random_interleavings(seed, monkeypatch):
+    monkeypatch.setenv(SEED_VARIABLE, str(seed))
+    q, k, v = operands(1, 3, 1, 400, 200, 64, np.float16, seed=3)
+    kernel = apk.AttentionPersistent(float16, head_dim=64, causal=True, block_n=128, num_stages=2, consumers=3)
+    out = run(kernel, q, k, v, 2)
+    assert np.abs(out.astype(np.float32) - expected(q, k, v, True)).max() < 2e-3
 
 
 @pytest.mark.parametrize("head_dim, block_n, num_stages, q_slots", [
@@ -98,16 +121,20 @@ def test_planted_bug_q_reloaded_before_the_last_o_store_is_caught_at_the_reload(
     assert "q_loaded[0]" in str(raised.value) and "more than one phase" in str(raised.value)
 
 
-@pytest.mark.parametrize("head_dim, block_n, num_stages", [(64, 128, 2), (128, 128, 2), (64, 64, 2), (64, 128, 3),
-                                                         (128, 64, 3)])
-def test_nvrtc_builds_the_persistent_kernel_without_spills(head_dim, block_n, num_stages):
-    """NVRTC compiles the persistent kernel (causal, bf16) at every schedule ops.attention ships for it
-    (``persistent_schedule``) with no spills, no stack and no ptxas advisory."""
+@pytest.mark.parametrize("head_dim, block_n, num_stages, consumers, causal", [
+    (64, 128, 2, 2, True), (128, 128, 2, 2, True), (64, 64, 2, 2, True), (64, 128, 3, 2, True),
+    (128, 64, 3, 2, True), (64, 128, 2, 3, False), (64, 96, 2, 3, True), (64, 64, 2, 3, True)])
+def test_nvrtc_builds_the_persistent_kernel_without_spills(head_dim, block_n, num_stages, consumers, causal):
+    """NVRTC compiles the persistent kernel (bf16) at every schedule ops.attention ships for it
+    (``persistent_schedule``, causal: the masked variant), and with three consumer warpgroups at D 64, with no
+    spills, no stack and no ptxas advisory. (Three warpgroups' causal kernel in 128-key tiles spills 140 bytes at
+    160 registers: the mask's registers on top of the persistent loop's; up to 96 keys it does not.)"""
     from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.runtime import kernel_for
 
-    kernel = apk.AttentionPersistent(bfloat16, head_dim=head_dim, causal=True, block_n=block_n, num_stages=num_stages)
+    kernel = apk.AttentionPersistent(bfloat16, head_dim=head_dim, causal=causal, block_n=block_n,
+                                     num_stages=num_stages, consumers=consumers)
     built = compile_kernel(kernel_for(kernel, {}))
     (report,) = parse_ptxas_log(built.module.log).values()
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())

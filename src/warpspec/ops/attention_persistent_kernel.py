@@ -5,33 +5,34 @@ its prologue (barriers, Q's load, the first K and V tiles' latency) and epilogue
 between blocks; here the producer warp loads tile t+1's Q and first K/V stages while the consumers still run tile
 t's last P·V and store its O.
 
-The grid is ``min(tiles, num_sms)`` blocks; block b takes tiles ``b, b + gridDim.x, ...`` of the ``ceil(S_q / 128) ·
-B·H`` tiles, the query tiles of head row 0, then of head row 1, ...: the blocks running at once share few heads,
-whose K and V stay in L2 (walking the heads fastest, 132 blocks read 132 heads' K and V at once and the kernel
-becomes bound by HBM). Each head's walk starts one query tile further than the last head's (``tile_at``), so that a
-block meets causal tiles of every length. The K and V rings, the warpgroups' turns and every thread's
-stage and phase run on from tile to tile.
+The grid is ``min(tiles, num_sms)`` blocks; block b takes tiles ``b, b + gridDim.x, ...`` of the
+``ceil(S_q / block_m) · B·H`` tiles (``block_m`` = 64 · ``consumers`` query rows, as in the one-tile kernel), the
+query tiles of head row 0, then of head row 1, ...: the blocks running at once share few heads, whose K and V stay
+in L2 (walking the heads fastest, 132 blocks read 132 heads' K and V at once and the kernel becomes bound by HBM).
+Each head's walk starts one query tile further than the last head's (``tile_at``), so that a block meets causal
+tiles of every length. The K and V rings, the warpgroups' turns and every thread's stage and phase run on from
+tile to tile.
 
 Q has ``q_slots`` buffers (two where shared memory holds them beside the rings, else one), used by the block's tiles
 in turn, so the producer loads tile t+1's Q while tile t runs. A Q buffer doubles as each warpgroup's O staging
-buffer (as in the one-tile kernel), so the producer loads a slot's next Q only when both warpgroups' O stores of its
-last tile have read it: ``q_free[slot]`` is the producer's barrier (one arrival per warpgroup, from the thread that
-saw its TMA store read the buffer with ``tma.wait_group(0, read=True)``; the stores' global writes are waited for
-once, at the block's end), ``q_loaded[slot]`` the consumers', each with a phase per use of its slot. The loop is not
-unrolled: a tile's first stage is a runtime value.
+buffer (as in the one-tile kernel), so the producer loads a slot's next Q only when every consumer warpgroup's O
+store of its last tile has read it: ``q_free[slot]`` is the producer's barrier (one arrival per warpgroup, from the
+thread that saw its TMA store read the buffer with ``tma.wait_group(0, read=True)``; the stores' global writes are
+waited for once, at the block's end), ``q_loaded[slot]`` the consumers', each with a phase per use of its slot. The
+loop is not unrolled: a tile's first stage is a runtime value.
 
 Dense (B·H, S, D) views only; the element type is the constructor's first argument
-(``AttentionPersistent(bfloat16, head_dim=128, causal=True, block_n=128, num_stages=2)``). ``ops.attention`` runs it
-for short sequences (``warpspec.ops.attention.uses_persistent``); ``benchmarks/attention.py --persistent`` times it
-beside the one-tile kernel.
+(``AttentionPersistent(bfloat16, head_dim=128, causal=True, block_n=128, num_stages=2)``); ``consumers`` (2, or 3
+at D 64) as in the one-tile kernel. ``ops.attention`` runs it for short sequences
+(``warpspec.ops.attention.uses_persistent``); ``benchmarks/attention.py --persistent`` times it beside the one-tile
+kernel.
 """
 
 from __future__ import annotations
 
 from warpspec.dtypes import float32, int32, uint32
 from warpspec.frontend.interpreter import cdiv
-from warpspec.ops.attention_kernel import (BLOCK_M, CONSUMER_REGISTERS, CONSUMER_THREADS, PRODUCER_REGISTERS,
-                                           WARPGROUP, WARPS, Attention)
+from warpspec.ops.attention_kernel import CONSUMER_REGISTERS_OF, PRODUCER_REGISTERS, WARPGROUP, Attention
 from warpspec.ops.naming import typed_kernel_name
 from warpspec.pipeline import Pipeline
 from warpspec.script import autotune
@@ -50,10 +51,10 @@ def _persistent_schedules(cls):
 class AttentionPersistent(Attention):
     """The persistent forward of ``dtype`` (float16 or bfloat16) Q, K, V and O."""
 
-    def __init__(self, dtype, head_dim, causal, block_n, num_stages):
-        super().__init__(dtype, head_dim, causal, block_n, num_stages, unroll=1)
+    def __init__(self, dtype, head_dim, causal, block_n, num_stages, consumers=2):
+        super().__init__(dtype, head_dim, causal, block_n, num_stages, unroll=1, consumers=consumers)
         # Two Q buffers where they fit beside the rings (D 256 at 80-key tiles does not), and a KiB for the barriers.
-        q_bytes = BLOCK_M * head_dim * self.dtype.nbytes
+        q_bytes = self.block_m * head_dim * self.dtype.nbytes
         ring_bytes = 2 * num_stages * block_n * head_dim * self.dtype.nbytes
         self.q_slots = 2 if 2 * q_bytes + ring_bytes + 1024 <= DEFAULT.shared_limit else 1
 
@@ -70,36 +71,38 @@ class AttentionPersistent(Attention):
     def attention_persistent(self, seq_q, seq_k, batch_heads, heads, group, scale_log2, q_ptr, k_ptr, v_ptr,
                              o_ptr, lse_ptr, num_sms):
         """The kernel: ``min(tiles, num_sms)`` blocks, each walking its share of the (query tile, head) tiles."""
-        m_tiles: int32 = cdiv(seq_q, BLOCK_M)
+        m_tiles: int32 = cdiv(seq_q, self.block_m)
         tiles: int32 = m_tiles * batch_heads
         self.attrs.blocks = [min(tiles, num_sms)]
-        self.attrs.warps = WARPS
+        self.attrs.warps = (self.consumer_threads + WARPGROUP) // 32
         gq, gk, gv, go, glse = self.dense_views(seq_q, seq_k, batch_heads, group, q_ptr, k_ptr, v_ptr, o_ptr,
                                                  lse_ptr)
         sq, sk, sv, q_loaded, q_free, pipe_k, pipe_v, turns = self.persistent_buffers()
-        with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=WARPGROUP, max_registers=PRODUCER_REGISTERS):
-            with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=32):
+        consumer_threads = self.consumer_threads
+        with self.thread_group(thread_begin=consumer_threads, num_threads=WARPGROUP, max_registers=PRODUCER_REGISTERS):
+            with self.thread_group(thread_begin=consumer_threads, num_threads=32):
                 self.produce_tiles(gq, gk, gv, sq, sk, sv, q_loaded, q_free, pipe_k, pipe_v, seq_q, seq_k,
                                    batch_heads, heads, group, m_tiles, tiles)
-        with self.thread_group(thread_begin=0, num_threads=CONSUMER_THREADS, max_registers=CONSUMER_REGISTERS):
-            for wg in range(2):
+        with self.thread_group(thread_begin=0, num_threads=consumer_threads,
+                               max_registers=CONSUMER_REGISTERS_OF[self.consumers]):
+            for wg in range(self.consumers):
                 with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
                     self.consume_tiles(wg, sq, sk, sv, go, glse, q_loaded, q_free, pipe_k, pipe_v, turns, seq_q,
                                        seq_k, scale_log2, batch_heads, m_tiles, tiles)
 
     def persistent_buffers(self):
-        """The one-tile kernel's buffers with ``q_slots`` Q buffers (each two 64-row halves, one per consumer
-        warpgroup), a ``q_loaded`` barrier per slot and a ``q_free`` barrier per slot (one arrival per warpgroup:
-        its O store has read its half)."""
-        d, block_n, dtype = self.head_dim, self.block_n, self.dtype
-        sq = self.shared_tensor(dtype=dtype, shape=[self.q_slots, 2, 1, 64, d])
+        """The one-tile kernel's buffers with ``q_slots`` Q buffers (each a 64-row slice per consumer warpgroup), a
+        ``q_loaded`` barrier per slot and a ``q_free`` barrier per slot (one arrival per warpgroup: its O store has
+        read its slice)."""
+        d, block_n, dtype, consumers = self.head_dim, self.block_n, self.dtype, self.consumers
+        sq = self.shared_tensor(dtype=dtype, shape=[self.q_slots, consumers, 1, 64, d])
         sk = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
         sv = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 1, block_n, d])
         q_loaded = self.mbarrier.alloc(counts=[1] * self.q_slots)
-        q_free = self.mbarrier.alloc(counts=[2] * self.q_slots)
-        pipe_k = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
-        pipe_v = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
-        turns = self.mbarrier.alloc(counts=[WARPGROUP, WARPGROUP])
+        q_free = self.mbarrier.alloc(counts=[consumers] * self.q_slots)
+        pipe_k = Pipeline(self.num_stages, consumer_arrivals=self.consumer_threads)
+        pipe_v = Pipeline(self.num_stages, consumer_arrivals=self.consumer_threads)
+        turns = self.mbarrier.alloc(counts=[WARPGROUP] * consumers)
         return sq, sk, sv, q_loaded, q_free, pipe_k, pipe_v, turns
 
     def tile_at(self, t, m_tiles, batch_heads):
@@ -111,12 +114,12 @@ class AttentionPersistent(Attention):
         head: int32 = t // m_tiles
         row: int32 = (t + head) % m_tiles
         tile_m: int32 = m_tiles - 1 - row if self.causal else row
-        return BLOCK_M * tile_m, head
+        return self.block_m * tile_m, head
 
     def produce_tiles(self, gq, gk, gv, sq, sk, sv, q_loaded, q_free, pipe_k, pipe_v, seq_q, seq_k, batch_heads,
                       heads, group, m_tiles, tiles):
-        """The producer warp: for each of the block's tiles, once both warpgroups have stored the O of the last
-        tile that used its Q slot, the tile's Q into that slot and its K and V tiles into the rings, which run on
+        """The producer warp: for each of the block's tiles, once every consumer warpgroup has stored its O of the
+        last tile that used its Q slot, the tile's Q into that slot and its K and V tiles into the rings, which run on
         from tile to tile; then it stays until the consumers released every stage and stored their last O."""
         filled: int32 = 0  # K (and V) stages filled, to drain
         slot: int32 = 0
