@@ -910,7 +910,8 @@ def choose_schedule(problem: Problem, args: tuple, on_gpu: bool) -> dict:
     schedule = table.get(bucket)
     space = tuned_script(problem).schedules()
     if schedule is None:
-        schedule = None if problem.split_family else neighbouring_default(problem, table, space)
+        if not problem.split_family:
+            schedule = neighbouring_default(problem, table, space)
         return heuristic_schedule(problem) if schedule is None else dict(schedule)
     if schedule not in space:
         kernel = gemm_class(problem.in_dtype, problem.split_family).__name__
@@ -926,11 +927,12 @@ def neighbouring_default(problem: Problem, table: dict, space: list) -> dict | N
     the one whose grid fills the last wave of SMs best (``wave_fill``), the larger M's on a tie. None when
     neither exists.
 
-    The tuned table holds the M of a model's linear layers (1, 8, 32, 64, 256, 1024, 2048, 8192). Between them
-    a neighbour's tuned tiles beat the tile walk's size rule, whose tiles were never tuned (on an H100, bf16:
-    4096 x 1024 x 4096 0.74 -> 0.97x cuBLAS, 512 x 6144 x 4096 0.66 -> 0.93x, 512 x 14336 x 4096 0.79 -> 1.07x;
-    docs/performance.md, run K3). The split family keeps its own size rule: there a neighbour's tiles lost to
-    it at every M tried (16, 128, 512), by up to 30%."""
+    The tuned table holds the M of a model's linear layers (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 8192)
+    over llm_shapes.py's weights. At an M between them (4096, say) a neighbour's tuned tiles beat the tile walk's
+    size rule, whose tiles were never tuned (on an H100, bf16: 4096 x 1024 x 4096 0.74 -> 0.97x cuBLAS; before
+    M = 512 was tuned, 512 x 6144 x 4096 0.66 -> 0.93x and 512 x 14336 x 4096 0.79 -> 1.07x; docs/performance.md,
+    run K3). The split family keeps its own size rule: there a neighbour's tiles lost to it at every M tried (16,
+    128, 512), by up to 33%."""
     m_bucket, n_bucket, k_bucket = buckets(problem)
     below, above = {}, {}
     for name, schedule in table.items():
