@@ -193,6 +193,5 @@ def describe(entry: dict, cublas: float) -> str:
     return f"{entry['us']:.1f} ({cublas / entry['us']:.3f})"
 
 
-
 if __name__ == "__main__":
     main()

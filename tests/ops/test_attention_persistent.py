@@ -44,8 +44,7 @@ def test_blocks_walking_several_tiles_match_numpy(causal, seq_q, seq_k, num_sms)
 @pytest.mark.parametrize("seq_q, seq_k, num_sms", [(450, 150, 3), (300, 90, 2), (70, 300, 16)])
 def test_three_consumer_warpgroups_walking_several_tiles_match_numpy(causal, seq_q, seq_k, num_sms):
     """D 64 with three consumer warpgroups (192-row tiles, the Q slots' 64-row slices and ``q_free`` arrivals one
-    per warpgroup, the turn around a ring of three, all running on from tile to tile), and the same log-sum-exp
-    as two warpgroups'."""
+    per warpgroup, the turn around a ring of three, all running on from tile to tile)."""
     q, k, v = operands(2, 4, 2, seq_q, seq_k, 64, np.float16)
     kernel = apk.AttentionPersistent(float16, head_dim=64, causal=causal, block_n=64, num_stages=2, consumers=3)
     assert (kernel.block_m, kernel.q_slots) == (192, 2)

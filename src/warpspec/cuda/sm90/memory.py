@@ -221,55 +221,38 @@ def _emit_LoadShared(gen: CodeGenerator, s: LoadShared) -> None:
 
 @emits(StoreShared, TARGET)
 def _emit_StoreShared(gen: CodeGenerator, s: StoreShared) -> None:
+    """One store per element, or for WGMMA fragments (accumulators and register A operands) one per column pair:
+    a fragment's elements 2p and 2p + 1 are one row's columns c and c + 1 with c even, which the TMA swizzle keeps
+    adjacent (it moves 16-byte chunks, and an aligned pair of 2- or 4-byte elements lies in one), so each pair is
+    one 4- or 8-byte store (a packed 16-bit pair is already one 32-bit register) instead of two. A column window of
+    even start and width takes both elements of a pair or neither."""
     src, dst = s.src.decl, s.dst
     layout = gen.reg_layouts[src.uid]
-    ctype = C_TYPES[src.dtype.name]
-
     first, width = s.column, s.dst.shape[1]
-    if isinstance(layout, (Accumulator, AFragment)) and src.dtype.nbytes in (2, 4) and first % 2 == width % 2 == 0:
-        _store_shared_pairs(gen, s, layout)
-        return
+    paired = isinstance(layout, (Accumulator, AFragment)) and src.dtype.nbytes in (2, 4) and first % 2 == width % 2 == 0
+    ctype = ("unsigned" if src.dtype.nbytes == 2 else "u64") if paired else C_TYPES[src.dtype.name]
+    bits = (lambda e: f"__float_as_uint({e})") if src.dtype.is_float else (lambda e: f"static_cast<unsigned>({e})")
+
+    def value(i):
+        if not paired:
+            return f"static_cast<{ctype}>({gen.element(src, i)})"
+        if packed(src):
+            return f"{gen.tensor_name(src)}[{i // 2}]"
+        return (f"(static_cast<u64>({bits(gen.element(src, i))}) | "
+                f"(static_cast<u64>({bits(gen.element(src, i + 1))}) << 32))")
 
     def body(i, row, col, valid):
+        if paired and i % 2:
+            return  # stored with element i - 1
         if (first, width) != (0, s.src.shape[1]):
             # A column window: the element's column is a constant plus a per-thread term the compiler bounds
             # (2 * (lane_ & 3) for fragments), so the condition folds and no predicate is left.
             valid = f"({col}) >= {first} && ({col}) < {first + width}" + (f" && {valid}" if valid else "")
             col = f"(({col}) - {first})"
-        store = f"*{shared_pointer(gen, dst, ctype, row, col)} = static_cast<{ctype}>({gen.element(src, i)});"
+        store = f"*{shared_pointer(gen, dst, ctype, row, col)} = {value(i)};"
         gen.line(f"if ({valid}) {store}" if valid else store)
 
     gen.element_loop(layout, body)
-
-
-def _store_shared_pairs(gen: CodeGenerator, s: StoreShared, layout) -> None:
-    """WGMMA fragments into shared memory a column pair at a time: a fragment's elements 2p and 2p + 1 are one
-    row's columns c and c + 1 with c even, which the TMA swizzle keeps adjacent (it moves 16-byte chunks, and an
-    aligned pair of 2- or 4-byte elements lies in one), so each pair is one 4- or 8-byte store (a packed 16-bit
-    pair is already one 32-bit register) instead of two. A column window of even start and width takes both
-    elements of a pair or neither."""
-    src, dst = s.src.decl, s.dst
-    first, width = s.column, dst.shape[1]
-    name = gen.tensor_name(src)
-    pair = "unsigned" if src.dtype.nbytes == 2 else "u64"
-    bits = (lambda e: f"__float_as_uint({e})") if src.dtype.is_float else (lambda e: f"static_cast<unsigned>({e})")
-    gen.line("{")
-    gen.indent += 1
-    gen.line(thread_prelude(layout_begin(layout)))
-    for i in range(0, layout.registers, 2):
-        row, col = layout.coords(i)
-        if packed(src):
-            both = f"{name}[{i // 2}]"
-        else:
-            both = (f"(static_cast<u64>({bits(gen.element(src, i))}) | "
-                    f"(static_cast<u64>({bits(gen.element(src, i + 1))}) << 32))")
-        if (first, width) != (0, s.src.shape[1]):
-            inside = f"({col}) >= {first} && ({col}) < {first + width}"
-            gen.line(f"if ({inside}) *{shared_pointer(gen, dst, pair, row, f'(({col}) - {first})')} = {both};")
-        else:
-            gen.line(f"*{shared_pointer(gen, dst, pair, row, col)} = {both};")
-    gen.indent -= 1
-    gen.line("}")
 
 
 @emits(StoreGlobal, TARGET)
