@@ -17,8 +17,8 @@ same way first.
     python benchmarks/attention.py --head-dims 128 --seqs 8192 --schedules all   # every schedule of the space
     python benchmarks/attention.py --schedule block_n=96,num_stages=2,unroll=1 --head-dims 128 --seqs 4096
     python benchmarks/attention.py --head-dims 64 --seqs 8192 --consumers 64:2   # D 64's two-warpgroup kernel
-    python benchmarks/attention.py --tokens 16384 --seqs 512,1024,2048 --head-dims 64 --persistent \
-        --persistent-consumers 64:3                              # the persistent kernel's 192-row tiles at D 64
+    python benchmarks/attention.py --tokens 16384 --seqs 512,1024,2048 --head-dims 128 --persistent \
+        --persistent-consumers 128:3                             # the persistent kernel's 192-row tiles at D 128
     python benchmarks/attention.py --tokens 16384 --seqs 512,1024,2048 --persistent   # short sequences
 
 Prints one line per config as it goes and a table last; ``--json`` writes every number.
@@ -84,11 +84,11 @@ def main(argv=None) -> int:
     parser.add_argument("--schedule", default=None,
                         help="one schedule for every head dim, e.g. block_n=96,num_stages=2,unroll=1")
     parser.add_argument("--consumers", action="append", default=[], metavar="D:N", type=parse_consumers,
-                        help="the one-tile kernel's consumer warpgroups at head dim D (2, or 3 at D 64) instead of "
-                             "ops.attention's (warpspec.ops.attention.FORWARD_CONSUMERS); repeatable")
+                        help="the one-tile kernel's consumer warpgroups at head dim D (2, or 3 at D 64 and 128) "
+                             "instead of ops.attention's (warpspec.ops.attention.FORWARD_CONSUMERS); repeatable")
     parser.add_argument("--persistent-consumers", action="append", default=[], metavar="D:N", type=parse_consumers,
                         help="the persistent kernel's consumer warpgroups at head dim D (2, as ops.attention runs "
-                             "it, or 3 at D 64); repeatable")
+                             "it, or 3 at D 64 and 128; at D 128, K/V tiles up to 80 keys); repeatable")
     parser.add_argument("--backends", default="cudnn,flash", help="SDPA back ends to time: cudnn, flash")
     parser.add_argument("--warmup", type=int, default=100, help="do_bench warmup, ms")
     parser.add_argument("--rep", type=int, default=500, help="do_bench repetitions, ms")
@@ -108,8 +108,9 @@ def main(argv=None) -> int:
 
     import warpspec
     from warpspec.ops import attention
-    from warpspec.ops.attention import (DEFAULT_SCHEDULES, FORWARD_CONSUMERS, arguments, persistent_schedule,
-                                        script_for, uses_persistent, validate)
+    from warpspec.ops.attention import (DEFAULT_SCHEDULES, FORWARD_CONSUMERS, PERSISTENT_CONSUMERS, Problem,
+                                        arguments, consumers_of, default_schedule, persistent_schedule, script_for,
+                                        uses_persistent, validate)
     from warpspec.dtypes import BY_NAME, float16
     from warpspec.ops.attention_kernel import LOG2_E, Attention
     from warpspec.ops.attention_persistent_kernel import AttentionPersistent
@@ -131,10 +132,17 @@ def main(argv=None) -> int:
             return Attention(float16).schedules()
         return [None]
 
-    for head_dim, count in args.consumers:  # the override reaches ops.attention's kernel choice (tuned_script) too
-        FORWARD_CONSUMERS[head_dim] = count
-    persistent_consumers = dict(args.persistent_consumers)
-    jobs = [(kernel_dtypes[name], d, causal, schedule or DEFAULT_SCHEDULES[d], FORWARD_CONSUMERS.get(d, 2))
+    # The overrides reach ops.attention's kernel choice (consumers_of, tuned_script) too, masked or not.
+    for table, overrides in ((FORWARD_CONSUMERS, args.consumers), (PERSISTENT_CONSUMERS, args.persistent_consumers)):
+        for head_dim, count in overrides:
+            table[(head_dim, False)] = table[(head_dim, True)] = count
+
+    def one_tile(head_dim, causal):
+        """The one-tile kernel's shipped (schedule, consumer warpgroups) at a head dim and mask."""
+        problem = Problem(1, 1, 1, 4096, 4096, head_dim, float16, causal, 1.0)
+        return default_schedule(problem, persistent=False), consumers_of(problem, persistent=False)
+
+    jobs = [(kernel_dtypes[name], d, causal, schedule or one_tile(d, causal)[0], one_tile(d, causal)[1])
             for name in dtype_names for d in head_dims for causal in causals for schedule in schedules_of(d)]
     started = time.perf_counter()
     with concurrent.futures.ProcessPoolExecutor(max_workers=os.cpu_count()) as pool:
@@ -144,8 +152,10 @@ def main(argv=None) -> int:
 
     results = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
                "batch": BATCH if args.tokens is None else f"{args.tokens} / seq", "model_width": MODEL_WIDTH,
-               "consumers": {d: FORWARD_CONSUMERS.get(d, 2) for d in head_dims},
-               "persistent_consumers": {d: persistent_consumers.get(d, 2) for d in head_dims}, "rows": []}
+               "consumers": {f"{d}{' causal' if causal else ''}": FORWARD_CONSUMERS.get((d, causal), 2)
+                             for d in head_dims for causal in causals},
+               "persistent_consumers": {f"{d}{' causal' if causal else ''}": PERSISTENT_CONSUMERS.get((d, causal), 2)
+                                        for d in head_dims for causal in causals}, "rows": []}
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     def bench(fn):
@@ -155,10 +165,10 @@ def main(argv=None) -> int:
         """The persistent kernel at its shipped schedule (where ops.attention would not run it, the one-tile
         kernel's tile and stages), or with ``--persistent-schedules all`` the fastest of its schedules that fit:
         (TFLOP/s, schedule), or (None, None) when none matches ``reference``."""
+        problem = validate(q, k, v, causal, None)
         if args.persistent_schedules == "all":
             schedules = AttentionPersistent(float16).schedules()
         else:
-            problem = validate(q, k, v, causal, None)
             schedules = [persistent_schedule(problem) if uses_persistent(problem) else
                          {key: DEFAULT_SCHEDULES[head_dim][key] for key in ("block_n", "num_stages")}]
         batch, heads, seq, _ = q.shape
@@ -169,7 +179,7 @@ def main(argv=None) -> int:
             call_args = (seq, seq, batch * heads, heads, 1, head_dim ** -0.5 * LOG2_E, q, k, v, out, lse, num_sms)
             try:
                 kernel = AttentionPersistent(BY_NAME[kernel_dtypes[name]], head_dim=head_dim, causal=causal,
-                                             **schedule, consumers=persistent_consumers.get(head_dim, 2))
+                                             **schedule, consumers=consumers_of(problem, persistent=True))
                 kernel(*call_args)
             except warpspec.WarpspecError as error:  # a schedule whose buffers do not fit this head dim
                 print(f"{name} D={head_dim} persistent {label}: {str(error).splitlines()[0]}", flush=True)

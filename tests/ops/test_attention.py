@@ -21,8 +21,8 @@ from warpspec.dtypes import bfloat16, float16
 from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.ops import attention
 from warpspec.ops import attention_kernel as ak
-from warpspec.ops.attention import (DEFAULT_SCHEDULES, arguments, launch, script_for, tune_attention,
-                                    uses_persistent, validate)
+from warpspec.ops.attention import (DEFAULT_SCHEDULES, THREE_CONSUMER_SCHEDULES, arguments, launch, script_for,
+                                    tune_attention, uses_persistent, validate)
 from warpspec.ops.attention_persistent_kernel import AttentionPersistent
 from warpspec.ops.kernels import NUM_SMS
 
@@ -170,27 +170,31 @@ def test_an_empty_batch_or_query_is_an_empty_result_on_every_path(monkeypatch, b
     assert tk.grad.shape == tk.shape and not tk.grad.float().abs().sum()
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", sorted(DEFAULT_SCHEDULES))
-def test_the_schedule_is_the_head_dims_default_unless_pinned(head_dim):
-    """Off the GPU there are no stored winners: each head dim runs its shipped default; a given schedule wins."""
+def test_the_schedule_is_the_head_dims_default_unless_pinned(head_dim, causal):
+    """Off the GPU there are no stored winners: each head dim runs its shipped default (D 128 without a mask its
+    three warpgroups' 80-key tiles); a given schedule wins."""
     q, k, v = operands(1, 2, 2, 16, 16, head_dim, np.float16)
-    problem = validate(q, k, v, False, None)
+    problem = validate(q, k, v, causal, None)
     args = arguments(q, k, v, np.empty_like(q), lse_of(q), problem, persistent=False)
-    assert script_for(problem, args, persistent=False).schedule() == DEFAULT_SCHEDULES[head_dim]
+    shipped = THREE_CONSUMER_SCHEDULES[128] if (head_dim, causal) == (128, False) else DEFAULT_SCHEDULES[head_dim]
+    assert script_for(problem, args, persistent=False).schedule() == shipped
     pinned = {"block_n": 64, "num_stages": 2, "unroll": 1}
     assert script_for(problem, args, pinned, persistent=False).schedule() == pinned
 
 
-@pytest.mark.parametrize("head_dim, seq, causal, persistent, schedule", [
-    (64, 16, False, True, (128, 2)), (64, 512, True, True, (64, 2)), (128, 1024, True, True, (64, 3)),
-    (64, 1500, True, True, (128, 3)), (64, 2048, True, True, (128, 3)), (128, 2048, True, True, (128, 2)),
-    (128, 2048, False, True, (128, 2)),
-    (128, 2049, False, False, None), (64, 4096, True, False, None), (256, 512, False, False, None)])
+@pytest.mark.parametrize("head_dim, seq, causal, persistent, schedule, consumers", [
+    (64, 16, False, True, (128, 2), 3), (64, 512, True, True, (64, 2), 2), (128, 1024, True, True, (64, 3), 2),
+    (64, 1500, True, True, (128, 3), 2), (64, 2048, True, True, (128, 3), 2), (128, 2048, True, True, (128, 2), 2),
+    (128, 2048, False, True, (128, 2), 2), (128, 2049, False, False, (80, 2), 3), (128, 2049, True, False, (128, 2), 2),
+    (64, 4096, True, False, (128, 2), 3), (256, 512, False, False, (80, 2), 2)])
 def test_short_sequences_at_head_dims_64_and_128_run_the_persistent_kernel(head_dim, seq, causal, persistent,
-                                                                           schedule):
+                                                                           schedule, consumers):
     """The size rule: up to 2048 query rows at D 64 and 128, the persistent kernel at its shipped schedule for the
-    head dim, causality and length, its grid bound the emulator's SM count appended to the arguments; else the
-    one-tile kernel at the head dim's default (three consumer warpgroups at D 64)."""
+    head dim, causality and length (three consumer warpgroups at D 64 without a mask), its grid bound the
+    emulator's SM count appended to the arguments; else the one-tile kernel at the head dim's default (three
+    consumer warpgroups at D 64, and at D 128 without a mask in 80-key tiles)."""
     q = np.zeros((1, 2, seq, head_dim), np.float16)
     k = v = np.zeros((1, 2, 16, head_dim), np.float16)
     problem = validate(q, k, v, causal, None)
@@ -198,12 +202,12 @@ def test_short_sequences_at_head_dims_64_and_128_run_the_persistent_kernel(head_
     args = arguments(q, k, v, np.empty_like(q), lse_of(q), problem)
     script = script_for(problem, args)
     assert isinstance(script, AttentionPersistent) is persistent
+    assert script.consumers == consumers
     if persistent:
         assert args[-1] == NUM_SMS
         assert script.schedule() == {"block_n": schedule[0], "num_stages": schedule[1]}
     else:
-        assert len(args) == 11 and script.schedule() == DEFAULT_SCHEDULES[head_dim]
-        assert script.consumers == (3 if head_dim == 64 else 2)  # D 64's 192-row query tiles
+        assert len(args) == 11 and script.schedule() == {"block_n": schedule[0], "num_stages": schedule[1], "unroll": 1}
 
 
 def test_tune_attention_refuses_other_dtypes():
@@ -301,18 +305,20 @@ def test_planted_bug_warpgroups_without_the_turn_barrier(consumers):
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("seq_q, seq_k, block_n, num_stages", [(200, 150, 128, 3), (70, 300, 64, 2),
-                                                                (400, 330, 96, 2)])
-def test_three_consumer_warpgroups_match_numpy(causal, seq_q, seq_k, block_n, num_stages):
-    """D 64 with three consumer warpgroups (192-row query tiles, the turn passed around a ring of three): grouped
-    query heads, lengths no multiple of a tile, S_q > S_k and S_q < S_k."""
-    q, k, v = operands(2, 4, 2, seq_q, seq_k, 64, np.float16, seed=1)
+@pytest.mark.parametrize("head_dim, seq_q, seq_k, block_n, num_stages", [
+    (64, 200, 150, 128, 3), (64, 70, 300, 64, 2), (64, 400, 330, 96, 2), (128, 250, 190, 80, 2),
+    (128, 70, 200, 64, 3)])
+def test_three_consumer_warpgroups_match_numpy(causal, head_dim, seq_q, seq_k, block_n, num_stages):
+    """Three consumer warpgroups (192-row query tiles, the turn passed around a ring of three) at D 64 and at D 128
+    in the tiles whose fragments fit 160 registers: grouped query heads, lengths no multiple of a tile, S_q > S_k
+    and S_q < S_k."""
+    q, k, v = operands(2, 4, 2, seq_q, seq_k, head_dim, np.float16, seed=1)
     problem = validate(q, k, v, causal, None)
     results = []
     for consumers in (3, 2):
         out, lse = np.full_like(q, np.nan), lse_of(q)
-        kernel = ak.Attention(float16, head_dim=64, causal=causal, block_n=block_n, num_stages=num_stages, unroll=1,
-                              consumers=consumers)
+        kernel = ak.Attention(float16, head_dim=head_dim, causal=causal, block_n=block_n, num_stages=num_stages,
+                              unroll=1, consumers=consumers)
         kernel(*arguments(q, k, v, out, lse, problem, persistent=False))
         results.append((out, lse))
     (out, lse), (two_out, two_lse) = results
@@ -335,12 +341,17 @@ def test_the_consumer_count_is_checked():
     with pytest.raises(ArgumentError, match=r"consumers must be 2 or 3 \(consumer warpgroups of 64 query rows\), "
                                             r"got 4"):
         ak.Attention(float16, head_dim=64, causal=False, block_n=64, num_stages=2, unroll=1, consumers=4)
-    q = np.zeros((1, 1, 16, 128), np.float16)
-    for schedule in ({"block_n": 64, "num_stages": 2, "unroll": 1}, {}):  # pinned, and autotuned
-        with pytest.raises(ArgumentError, match="consumers=3 needs head_dim 64: O .D/2 registers a thread., S and P "
-                                                "of head_dim 128 do not fit three consumer warpgroups' 160 registers"):
-            ak.Attention(float16, head_dim=128, causal=False, consumers=3, **schedule)(
-                16, 16, 1, 1, 1, 1.0, q, q, q, np.zeros_like(q), lse_of(q))
+    with pytest.raises(ArgumentError, match=r"consumers=3 needs O, S and P in 128 of three consumer warpgroups' 160 "
+                                            r"registers a thread \(head_dim/2 \+ 3 \* block_n/4\): head_dim 128 with "
+                                            r"block_n 96 needs 136; head_dim 64 takes block_n up to 128, 128 up to 80"):
+        ak.Attention(float16, head_dim=128, causal=False, block_n=96, num_stages=2, unroll=1, consumers=3)
+    # Autotuned: the schedules whose fragments do not fit are left out; none fit D 256, whose first refusal is raised.
+    q = np.zeros((1, 1, 16, 256), np.float16)
+    with pytest.raises(ArgumentError, match="head_dim 256 with block_n 128 needs 224"):
+        ak.Attention(float16, head_dim=256, causal=False, consumers=3)(16, 16, 1, 1, 1, 1.0, q, q, q, np.zeros_like(q),
+                                                                         lse_of(q))
+    tuned = ak.Attention(float16, head_dim=128, causal=False, consumers=3)
+    assert [schedule["block_n"] for schedule, _ in tuned.constructible()] == [80, 64, 64, 48]
 
 
 def test_example_runs_as_a_script(monkeypatch):
@@ -353,17 +364,19 @@ def test_example_runs_as_a_script(monkeypatch):
     assert lines[-1] == "OK"
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("head_dim", sorted(DEFAULT_SCHEDULES))
-def test_nvrtc_builds_the_shipped_schedules_without_spills(head_dim):
-    """NVRTC compiles each head dim's shipped schedule and consumer count (causal: the masked variant) with no
-    spills, no stack and no ptxas advisory (a WGMMA pipeline serialized because registers are read under an mma
-    would be one)."""
+def test_nvrtc_builds_the_shipped_schedules_without_spills(head_dim, causal):
+    """NVRTC compiles each head dim's shipped schedule and consumer count, masked or not, with no spills, no stack
+    and no ptxas advisory (a WGMMA pipeline serialized because registers are read under an mma would be one)."""
     from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.runtime import kernel_for
 
-    kernel = ak.Attention(bfloat16, head_dim=head_dim, causal=True, **DEFAULT_SCHEDULES[head_dim],
-                          consumers=ops_attention.FORWARD_CONSUMERS.get(head_dim, 2))
+    problem = ops_attention.Problem(1, 1, 1, 4096, 4096, head_dim, bfloat16, causal, 1.0)
+    kernel = ak.Attention(bfloat16, head_dim=head_dim, causal=causal,
+                          **ops_attention.default_schedule(problem, persistent=False),
+                          consumers=ops_attention.consumers_of(problem, persistent=False))
     built = compile_kernel(kernel_for(kernel, {}))
     (report,) = parse_ptxas_log(built.module.log).values()
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
@@ -372,14 +385,17 @@ def test_nvrtc_builds_the_shipped_schedules_without_spills(head_dim):
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_nvrtc_builds_three_consumer_warpgroups_at_d64_without_spills(causal):
-    """Three consumer warpgroups at D 64 (512 threads: 24 + 3 · 160 registers a lane after setmaxnreg) build with
-    no spills, no stack and no advisory, and raise the consumers' registers with setmaxnreg to 160."""
+@pytest.mark.parametrize("head_dim, block_n", [(64, 128), (128, 80)])
+def test_nvrtc_builds_three_consumer_warpgroups_without_spills(causal, head_dim, block_n):
+    """Three consumer warpgroups (512 threads: 24 + 3 · 160 registers a lane after setmaxnreg) at the largest
+    tiles ``fragment_registers`` admits build with no spills, no stack and no advisory, and raise the consumers'
+    registers with setmaxnreg to 160."""
     from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.runtime import kernel_for
 
-    kernel = ak.Attention(bfloat16, head_dim=64, causal=causal, block_n=128, num_stages=3, unroll=1, consumers=3)
+    kernel = ak.Attention(bfloat16, head_dim=head_dim, causal=causal, block_n=block_n, num_stages=3 if head_dim == 64
+                          else 2, unroll=1, consumers=3)
     built = compile_kernel(kernel_for(kernel, {}))
     (report,) = parse_ptxas_log(built.module.log).values()
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())

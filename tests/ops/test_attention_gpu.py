@@ -50,22 +50,24 @@ def test_against_a_float32_reference(dtype, head_dim, causal, seq_q, seq_k):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("seq_q, seq_k, block_n, num_stages", [(3000, 3000, 128, 3), (777, 4100, 128, 2),
-                                                                (2500, 700, 96, 2), (1, 4097, 64, 3)])
-def test_three_consumer_warpgroups_at_d64(dtype, causal, seq_q, seq_k, block_n, num_stages):
-    """The one-tile kernel with three consumer warpgroups (192-row query tiles) at D 64 against the float32
+@pytest.mark.parametrize("head_dim, seq_q, seq_k, block_n, num_stages", [
+    (64, 3000, 3000, 128, 3), (64, 777, 4100, 128, 2), (64, 2500, 700, 96, 2), (64, 1, 4097, 64, 3),
+    (128, 3000, 3000, 80, 2), (128, 777, 4100, 64, 3)])
+def test_three_consumer_warpgroups(dtype, causal, head_dim, seq_q, seq_k, block_n, num_stages):
+    """The one-tile kernel with three consumer warpgroups (192-row query tiles) at D 64 and 128 against the float32
     reference: grouped-query heads, ragged lengths, S_q above and below S_k, and its log-sum-exp equal to the
     two-warpgroup kernel's."""
     from warpspec.ops.attention import arguments, validate
     from warpspec.ops.attention_kernel import Attention
 
-    q, k, v = operands(2, 6, 2, seq_q, seq_k, 64, dtype)
+    q, k, v = operands(2, 6, 2, seq_q, seq_k, head_dim, dtype)
     problem = validate(q, k, v, causal, None)
     results = []
     for consumers in (3, 2):
         out, lse = torch.full_like(q, float("nan")), torch.empty(q.shape[:3], device="cuda")
-        kernel = Attention({torch.float16: warpspec.float16, torch.bfloat16: warpspec.bfloat16}[dtype], head_dim=64,
-                           causal=causal, block_n=block_n, num_stages=num_stages, unroll=1, consumers=consumers)
+        kernel = Attention({torch.float16: warpspec.float16, torch.bfloat16: warpspec.bfloat16}[dtype],
+                           head_dim=head_dim, causal=causal, block_n=block_n, num_stages=num_stages, unroll=1,
+                           consumers=consumers)
         with warpspec.use_backend("cuda"):
             kernel(*arguments(q, k, v, out, lse, problem, persistent=False))
         results.append((out, lse))
@@ -146,11 +148,11 @@ def test_torch_compile_and_cuda_graphs():
 
 @pytest.mark.parametrize("head_dim, schedule, consumers", [(64, (128, 2), 2), (128, (128, 2), 2), (128, (64, 3), 2),
                                                             (256, (80, 2), 2), (256, (48, 2), 2), (64, (96, 2), 3),
-                                                            (64, (64, 2), 3)])
+                                                            (64, (64, 2), 3), (128, (64, 2), 3)])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_the_persistent_kernel_against_a_float32_reference(head_dim, schedule, consumers, causal):
     """``AttentionPersistent`` with the GPU's SMs as its grid bound and with 7 (each block walking many tiles), at
-    a ragged grouped-query shape whose causal rows past S_k see no key; at D 64 also with three consumer
+    a ragged grouped-query shape whose causal rows past S_k see no key; at D 64 and 128 also with three consumer
     warpgroups."""
     from warpspec.ops.attention_kernel import LOG2_E
     from warpspec.ops.attention_persistent_kernel import AttentionPersistent

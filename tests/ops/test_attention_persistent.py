@@ -41,12 +41,14 @@ def test_blocks_walking_several_tiles_match_numpy(causal, seq_q, seq_k, num_sms)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("seq_q, seq_k, num_sms", [(450, 150, 3), (300, 90, 2), (70, 300, 16)])
-def test_three_consumer_warpgroups_walking_several_tiles_match_numpy(causal, seq_q, seq_k, num_sms):
-    """D 64 with three consumer warpgroups (192-row tiles, the Q slots' 64-row slices and ``q_free`` arrivals one
-    per warpgroup, the turn around a ring of three, all running on from tile to tile)."""
-    q, k, v = operands(2, 4, 2, seq_q, seq_k, 64, np.float16)
-    kernel = apk.AttentionPersistent(float16, head_dim=64, causal=causal, block_n=64, num_stages=2, consumers=3)
+@pytest.mark.parametrize("head_dim, seq_q, seq_k, num_sms", [(64, 450, 150, 3), (64, 300, 90, 2), (64, 70, 300, 16),
+                                                             (128, 420, 130, 2)])
+def test_three_consumer_warpgroups_walking_several_tiles_match_numpy(causal, head_dim, seq_q, seq_k, num_sms):
+    """Three consumer warpgroups at D 64 and 128 (192-row tiles, the Q slots' 64-row slices and ``q_free``
+    arrivals one per warpgroup, the turn around a ring of three, all running on from tile to tile)."""
+    q, k, v = operands(2, 4, 2, seq_q, seq_k, head_dim, np.float16)
+    kernel = apk.AttentionPersistent(float16, head_dim=head_dim, causal=causal, block_n=64, num_stages=2,
+                                     consumers=3)
     assert (kernel.block_m, kernel.q_slots) == (192, 2)
     out = run(kernel, q, k, v, num_sms)
     assert np.abs(out.astype(np.float32) - expected(q, k, v, causal)).max() < 2e-3
@@ -122,12 +124,14 @@ def test_planted_bug_q_reloaded_before_the_last_o_store_is_caught_at_the_reload(
 
 @pytest.mark.parametrize("head_dim, block_n, num_stages, consumers, causal", [
     (64, 128, 2, 2, True), (128, 128, 2, 2, True), (64, 64, 2, 2, True), (64, 128, 3, 2, True),
-    (128, 64, 3, 2, True), (64, 128, 2, 3, False), (64, 96, 2, 3, True), (64, 64, 2, 3, True)])
+    (128, 64, 3, 2, True), (64, 128, 2, 3, False), (64, 96, 2, 3, True), (64, 64, 2, 3, True), (128, 64, 3, 3, True),
+    (128, 80, 2, 3, False)])
 def test_nvrtc_builds_the_persistent_kernel_without_spills(head_dim, block_n, num_stages, consumers, causal):
     """NVRTC compiles the persistent kernel (bf16) at every schedule ops.attention ships for it
-    (``persistent_schedule``, causal: the masked variant), and with three consumer warpgroups at D 64, with no
-    spills, no stack and no ptxas advisory. (Three warpgroups' causal kernel in 128-key tiles spills 140 bytes at
-    160 registers: the mask's registers on top of the persistent loop's; up to 96 keys it does not.)"""
+    (``persistent_schedule``, causal: the masked variant), and with three consumer warpgroups, with no
+    spills, no stack and no ptxas advisory. (Three warpgroups' causal kernel spills at 160 registers in D 64's
+    128-key tiles, 140 bytes, and D 128's 80-key tiles, 64: the mask's registers on top of the persistent loop's;
+    one tile size down it does not.)"""
     from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.runtime import kernel_for

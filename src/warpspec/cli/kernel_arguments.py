@@ -60,7 +60,7 @@ def selected_scripts(script_cls, schedule_text: str | None) -> list[tuple[str, o
     names = instance.space.names
     schedules = instance.schedules()
     if schedule_text is None:
-        return [(_schedule_label(s), instance.instantiate(s)) for s in schedules]
+        return [(_schedule_label(s), script) for s, script in instance.constructible()]
     texts = {}
     for item in schedule_text.split(","):
         name, separator, value = item.partition("=")

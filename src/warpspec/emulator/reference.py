@@ -203,12 +203,12 @@ def check_against_reference(script, reference: Callable, /, *args, rtol: float |
     worst element and the error; a hazard found while running raises its KernelError as a call does.
 
     ``rtol``/``atol`` replace every output dtype's default tolerance (``TOLERANCES``). An autotuned Script is
-    checked on its first schedule; pin another with ``script.instantiate(schedule)``."""
+    checked on its first schedule its constructor accepts; pin another with ``script.instantiate(schedule)``."""
     from warpspec.emulator.run import call_on_emulator
     from warpspec.frontend.kernel import bind_arguments, build_kernel
 
     if hasattr(script, "schedules"):  # an autotuned Script (warpspec.tune.tuned.TunedScript, a layer above)
-        script = script.instantiate(script.schedules()[0])
+        script = script.constructible()[0][1]
     runtime, compile_time = bind_arguments(type(script), args, kwargs)
     kernel = build_kernel(script, compile_time)
     arrays = {p.name: runtime[p.name] for p in kernel.params if isinstance(p.type, PointerType)}

@@ -42,11 +42,17 @@ DEFAULT_SCHEDULES = {
     128: {"block_n": 128, "num_stages": 2, "unroll": 1},
     256: {"block_n": 80, "num_stages": 2, "unroll": 1},
 }
-#: The one-tile kernel's consumer warpgroups (``Attention``'s ``consumers``) by head dim, 2 where not listed: three
-#: make 192-row query tiles, whose registers (160 a thread) hold O, S and P of D 64 only. At D 64 they took the
-#: kernel at seq 4096 and 8192 from 0.88-1.00x cuDNN to 0.90-1.16x (fp16 and bf16, causal or not), 1.07-1.16x at
-#: 16384 (H100, docs/performance.md, run K4): two warpgroups' softmax hides under the third's GEMMs.
-FORWARD_CONSUMERS: dict[int, int] = {64: 3}
+#: The one-tile kernel's consumer warpgroups (``Attention``'s ``consumers``) by (head dim, causal), 2 where not
+#: listed: three make 192-row query tiles, two warpgroups' softmax hiding under the third's GEMMs, at 160 registers
+#: a thread, which hold O, S and P of D 64 in 128-key tiles and of D 128 in tiles up to 80 keys
+#: (``THREE_CONSUMER_SCHEDULES``). H100, docs/performance.md: at D 64 they took seq 4096 and 8192 from 0.88-1.00x
+#: cuDNN to 0.90-1.16x (fp16 and bf16, causal or not), 1.07-1.16x at 16384 (run K4); at D 128 without a mask
+#: 1.02-1.06x the two-warpgroup kernel at seq 4096-16384, and causal 0.98-1.02x (not taken; run L1).
+FORWARD_CONSUMERS: dict[tuple[int, bool], int] = {(64, False): 3, (64, True): 3, (128, False): 3}
+#: The schedule of a head dim's three-warpgroup kernel where it differs from ``DEFAULT_SCHEDULES``: D 128's
+#: fragments fit 160 registers up to 80-key tiles (``attention_kernel.fragment_registers``); 80 keys in 2 stages
+#: were faster than 64 in 2 or 3 (run L1).
+THREE_CONSUMER_SCHEDULES = {128: {"block_n": 80, "num_stages": 2, "unroll": 1}}
 #: Short sequences run the persistent kernel (``attention_persistent_kernel``): up to this many query rows
 #: (16 query tiles per head), at D 64 and 128. There a block of the one-tile kernel spends much of its life in its
 #: prologue and epilogue; on FlashAttention-3's short grid (seq 512-2048, batch x seq = 16384, fp16, H100) the
@@ -54,6 +60,10 @@ FORWARD_CONSUMERS: dict[int, int] = {64: 3}
 #: session).
 PERSISTENT_MAX_SEQ = 2048
 PERSISTENT_HEAD_DIMS = (64, 128)
+#: The persistent kernel's consumer warpgroups by (head dim, causal), 2 where not listed: three at D 64 without a
+#: mask were 1.02-1.08x two on the short grid; causal, their 192-row tiles lost up to 21% (more of a short
+#: diagonal masked), and at D 128 up to 7% (run L1).
+PERSISTENT_CONSUMERS: dict[tuple[int, bool], int] = {(64, False): 3}
 MAX_GRID_Y = 65535  # the grid's y extent (one row of blocks per batch and head)
 MAX_INT32 = 2**31 - 1
 LN_2 = math.log(2.0)  # the kernels' log-sum-exp is in base 2; the API's in base e
@@ -289,8 +299,9 @@ def validate(q, k, v, causal, scale) -> Problem:
     return Problem(batch, heads, kv_heads, seq_q, seq_k, head_dim, dtype, causal, float(scale))
 
 
-_tuned: dict = {}  # (dtype name, head_dim, causal, persistent) -> TunedScript over the schedule space
-_chosen: dict = {}  # (dtype name, head_dim, causal, persistent, schedule or size buckets, back end, device) -> Script
+_tuned: dict = {}  # (dtype name, head_dim, causal, persistent, consumers) -> TunedScript over the schedule space
+_chosen: dict = {}  # (dtype name, head_dim, causal, persistent, consumers, schedule or size buckets, back end,
+#                     device) -> Script
 
 
 def uses_persistent(problem: Problem) -> bool:
@@ -312,17 +323,34 @@ def persistent_schedule(problem: Problem) -> dict:
     return {"block_n": 128, "num_stages": 3 if problem.head_dim == 64 else 2}
 
 
+def consumers_of(problem: Problem, persistent: bool) -> int:
+    """The consumer warpgroups of the kernel that runs ``problem``: ``PERSISTENT_CONSUMERS`` for the persistent
+    kernel, ``FORWARD_CONSUMERS`` for the one-tile kernel, 2 where they list nothing."""
+    table = PERSISTENT_CONSUMERS if persistent else FORWARD_CONSUMERS
+    return table.get((problem.head_dim, problem.causal), 2)
+
+
+def default_schedule(problem: Problem, persistent: bool) -> dict:
+    """The shipped schedule of the kernel that runs ``problem``: ``persistent_schedule`` for the persistent
+    kernel; for the one-tile kernel the head dim's ``DEFAULT_SCHEDULES`` entry, or its
+    ``THREE_CONSUMER_SCHEDULES`` entry where it runs three consumer warpgroups."""
+    if persistent:
+        return persistent_schedule(problem)
+    if consumers_of(problem, persistent) == 3 and problem.head_dim in THREE_CONSUMER_SCHEDULES:
+        return THREE_CONSUMER_SCHEDULES[problem.head_dim]
+    return DEFAULT_SCHEDULES[problem.head_dim]
+
+
 def tuned_script(problem: Problem, persistent: bool | None = None):
-    """The autotuned kernel (every schedule) of the problem's dtype, head dim and causality: the persistent
-    kernel where ``persistent`` (None: where ``uses_persistent``), else the one-tile kernel."""
+    """The autotuned kernel (every schedule whose fragments fit its consumers' registers) of the problem's dtype,
+    head dim and causality: the persistent kernel where ``persistent`` (None: where ``uses_persistent``), else
+    the one-tile kernel, each with ``consumers_of`` consumer warpgroups."""
     persistent = uses_persistent(problem) if persistent is None else persistent
-    key = (problem.dtype.name, problem.head_dim, problem.causal, persistent)
+    consumers = consumers_of(problem, persistent)
+    key = (problem.dtype.name, problem.head_dim, problem.causal, persistent, consumers)
     if key not in _tuned:
-        if persistent:
-            _tuned[key] = AttentionPersistent(problem.dtype, head_dim=problem.head_dim, causal=problem.causal)
-        else:
-            _tuned[key] = Attention(problem.dtype, head_dim=problem.head_dim, causal=problem.causal,
-                                    consumers=FORWARD_CONSUMERS.get(problem.head_dim, 2))
+        kernel = AttentionPersistent if persistent else Attention
+        _tuned[key] = kernel(problem.dtype, head_dim=problem.head_dim, causal=problem.causal, consumers=consumers)
     return _tuned[key]
 
 
@@ -336,7 +364,7 @@ def script_for(problem: Problem, args: tuple, schedule: dict | None = None, pers
     device = runtime.current_device() if backend == "cuda" else None
     sizes = (size_bucket(problem.seq_q), size_bucket(problem.seq_k), size_bucket(problem.batch * problem.heads))
     persistent = uses_persistent(problem) if persistent is None else persistent
-    key = (problem.dtype.name, problem.head_dim, problem.causal, persistent,
+    key = (problem.dtype.name, problem.head_dim, problem.causal, persistent, consumers_of(problem, persistent),
            tuple(sorted(schedule.items())) if schedule is not None else sizes, backend, device)
     script = _chosen.get(key)
     if script is None:
@@ -345,7 +373,7 @@ def script_for(problem: Problem, args: tuple, schedule: dict | None = None, pers
 
             schedule = stored_schedule(tuned_script(problem, persistent), args, {})
         if schedule is None:
-            schedule = persistent_schedule(problem) if persistent else DEFAULT_SCHEDULES[problem.head_dim]
+            schedule = default_schedule(problem, persistent)
         script = _chosen[key] = tuned_script(problem, persistent).instantiate(dict(schedule))
     return script
 

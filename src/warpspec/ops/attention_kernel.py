@@ -2,7 +2,7 @@
 style: O = softmax(scale · Q·Kᵀ) · V per (batch, head), with Q [B·H, S_q, D] and K, V [B·H_kv, S_k, D].
 
 One block computes ``block_m`` = 64 · ``consumers`` query rows of one head (128 with the default two consumer
-warpgroups; 192 with three, at D 64 only). Its threads:
+warpgroups; 192 with three, where their fragments fit: ``fragment_registers``). Its threads:
 
 * **a producer warp** (the first warp of a fourth warpgroup, whose register budget ``setmaxnreg`` lowers to
   ``PRODUCER_REGISTERS``) loads the Q tile once, then every K tile and every V tile the block needs through two
@@ -43,7 +43,8 @@ Packed sequences and paged caches (``attention_varlen_kernel``, ``attention_page
 
 The element type is the constructor's first argument (``Attention(bfloat16, head_dim=128, causal=True)``; its
 kernels are named ``AttentionF16`` and ``AttentionBF16``). The schedule (``block_n``, ``num_stages``, ``unroll``) is
-autotuned; ``consumers`` (2, or 3 at D 64) is a constructor argument (``ops.attention.FORWARD_CONSUMERS``).
+autotuned; ``consumers`` (2, or 3 at D 64 and at D 128 in tiles up to 80 keys) is a constructor argument
+(``ops.attention.FORWARD_CONSUMERS``).
 """
 
 from __future__ import annotations
@@ -70,9 +71,17 @@ WARPS = (CONSUMER_THREADS + WARPGROUP) // 32  # the consumers and the producer's
 #: the SM's 65536 registers per warpgroup lane (setmaxnreg's rule: 24 + 240 + 240 <= 512).
 PRODUCER_REGISTERS = 24
 CONSUMER_REGISTERS = 240
-#: The consumers' registers by their number: three warpgroups of 160 (24 + 3 · 160 <= 512), which hold O, S and P
-#: of D 64 only (``Attention``'s ``consumers``).
+#: The consumers' registers by their number: three warpgroups of 160 (24 + 3 · 160 <= 512; ``Attention``'s
+#: ``consumers``), where O, S and P (``fragment_registers``) may take ``THREE_CONSUMER_FRAGMENTS``: ptxas built
+#: D 64 with 128-key tiles and D 128 with 48-80-key tiles without spilling, and spilled D 128's 96-key tiles (136).
 CONSUMER_REGISTERS_OF = {2: CONSUMER_REGISTERS, 3: 160}
+THREE_CONSUMER_FRAGMENTS = 128
+
+
+def fragment_registers(head_dim: int, block_n: int) -> int:
+    """The registers a consumer thread holds its O (head_dim/2 floats), S (block_n/2) and P (block_n/4, pairs of
+    16-bit values) fragments in."""
+    return head_dim // 2 + 3 * block_n // 4
 
 
 def _schedules(cls):
@@ -140,9 +149,11 @@ class Attention(RowTileStore, Script):
         self.unroll = unroll
         if consumers not in CONSUMER_REGISTERS_OF:
             raise ArgumentError(f"consumers must be 2 or 3 (consumer warpgroups of 64 query rows), got {consumers!r}")
-        if consumers == 3 and head_dim != 64:
-            raise ArgumentError(f"consumers=3 needs head_dim 64: O (D/2 registers a thread), S and P of head_dim "
-                                f"{head_dim} do not fit three consumer warpgroups' 160 registers")
+        if consumers == 3 and fragment_registers(head_dim, block_n) > THREE_CONSUMER_FRAGMENTS:
+            raise ArgumentError(
+                f"consumers=3 needs O, S and P in {THREE_CONSUMER_FRAGMENTS} of three consumer warpgroups' 160 "
+                f"registers a thread (head_dim/2 + 3 * block_n/4): head_dim {head_dim} with block_n {block_n} needs "
+                f"{fragment_registers(head_dim, block_n)}; head_dim 64 takes block_n up to 128, 128 up to 80")
         #: Consumer warpgroups of 64 query rows each: a block's query tile is ``block_m`` = 64 · consumers rows.
         self.consumers = consumers
         self.block_m = 64 * consumers

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from warpspec.cuda.plan import MISS
-from warpspec.errors import CompileError, WarpspecError
+from warpspec.errors import ArgumentError, CompileError, WarpspecError
 from warpspec.runtime import get_backend, mode, shape_only
 
 
@@ -27,14 +27,27 @@ class TunedScript:
             self._instances[key] = self.cls(*self.args, **self.kwargs, **schedule)
         return self._instances[key]
 
+    def constructible(self) -> list[tuple[dict, object]]:
+        """(schedule, pinned Script) for every schedule the constructor accepts with the other arguments (a kernel
+        may take some of its tiles only at some sizes, e.g. ``Attention``'s three consumer warpgroups); the first
+        refusal, an ArgumentError, when it accepts none."""
+        pairs, refusals = [], []
+        for schedule in self.schedules():
+            try:
+                pairs.append((schedule, self.instantiate(schedule)))
+            except ArgumentError as error:
+                refusals.append(error)
+        if not pairs:
+            raise refusals[0]
+        return pairs
+
     def first_valid(self, args: tuple, kwargs: dict):
         """The first schedule whose kernel builds for these call arguments, as a pinned Script."""
         from warpspec.frontend.kernel import bind_arguments
         from warpspec.runtime import kernel_for
 
         errors = []
-        for schedule in self.schedules():
-            script = self.instantiate(schedule)
+        for schedule, script in self.constructible():
             _, compile_time = bind_arguments(self.cls, args, kwargs)
             try:
                 kernel_for(script, compile_time)

@@ -399,7 +399,7 @@ def tune(tuned, runtime: dict, compile_time: dict, bench=None) -> TuningReport:
 
     bench = bench or _bench()
     start = time.perf_counter()
-    candidates = prepare([(s, tuned.instantiate(s)) for s in tuned.schedules()], compile_time)
+    candidates = prepare(tuned.constructible(), compile_time)
     with bench.timing() as measure:
 
         def time_candidate(candidate: Candidate) -> None:
