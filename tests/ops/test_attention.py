@@ -188,11 +188,13 @@ def test_the_schedule_is_the_head_dims_default_unless_pinned(head_dim, causal):
     (64, 16, False, True, (128, 2), 3), (64, 512, True, True, (64, 2), 2), (128, 1024, True, True, (64, 3), 2),
     (64, 1500, True, True, (128, 3), 2), (64, 2048, True, True, (128, 3), 2), (128, 2048, True, True, (128, 2), 2),
     (128, 2048, False, True, (128, 2), 2), (128, 2049, False, False, (80, 2), 3), (128, 2049, True, False, (128, 2), 2),
-    (64, 4096, True, False, (128, 2), 3), (256, 512, False, False, (80, 2), 2)])
+    (64, 2049, True, True, (96, 2), 3), (64, 4096, True, True, (96, 2), 3), (64, 4097, True, False, (128, 2), 3),
+    (64, 4096, False, False, (128, 2), 3), (256, 512, False, False, (80, 2), 2)])
 def test_short_sequences_at_head_dims_64_and_128_run_the_persistent_kernel(head_dim, seq, causal, persistent,
                                                                            schedule, consumers):
-    """The size rule: up to 2048 query rows at D 64 and 128, the persistent kernel at its shipped schedule for the
-    head dim, causality and length (three consumer warpgroups at D 64 without a mask), its grid bound the
+    """The size rule: up to 2048 query rows at D 64 and 128 (4096 at D 64 causal, three consumer warpgroups past
+    2048), the persistent kernel at its shipped schedule for the head dim, causality and length (three consumer
+    warpgroups at D 64 without a mask), its grid bound the
     emulator's SM count appended to the arguments; else the one-tile kernel at the head dim's default (three
     consumer warpgroups at D 64, and at D 128 without a mask in 80-key tiles)."""
     q = np.zeros((1, 2, seq, head_dim), np.float16)

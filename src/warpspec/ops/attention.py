@@ -64,6 +64,11 @@ PERSISTENT_HEAD_DIMS = (64, 128)
 #: mask were 1.02-1.08x two on the short grid; causal, their 192-row tiles lost up to 21% (more of a short
 #: diagonal masked), and at D 128 up to 7% (run L1).
 PERSISTENT_CONSUMERS: dict[tuple[int, bool], int] = {(64, False): 3}
+#: Longer rows the persistent kernel runs at a (head dim, causal): (up to how many query rows, consumer warpgroups,
+#: schedule) for the rows past ``PERSISTENT_MAX_SEQ``. At D 64, causal, seq 4096, three warpgroups in 96-key tiles
+#: were 1.05-1.09x the one-tile kernel in three calls (fp16 and bf16; at 8192 and 16384 0.97x and below, run L4).
+PERSISTENT_LONGER: dict[tuple[int, bool], tuple[int, int, dict]] = {
+    (64, True): (4096, 3, {"block_n": 96, "num_stages": 2})}
 MAX_GRID_Y = 65535  # the grid's y extent (one row of blocks per batch and head)
 MAX_INT32 = 2**31 - 1
 LN_2 = math.log(2.0)  # the kernels' log-sum-exp is in base 2; the API's in base e
@@ -305,9 +310,18 @@ _chosen: dict = {}  # (dtype name, head_dim, causal, persistent, consumers, sche
 
 
 def uses_persistent(problem: Problem) -> bool:
-    """Whether ``problem`` runs the persistent kernel: a short sequence (at most ``PERSISTENT_MAX_SEQ`` query rows)
-    at a head dim of ``PERSISTENT_HEAD_DIMS``."""
-    return problem.seq_q <= PERSISTENT_MAX_SEQ and problem.head_dim in PERSISTENT_HEAD_DIMS
+    """Whether ``problem`` runs the persistent kernel: a short sequence (at most ``PERSISTENT_MAX_SEQ`` query rows,
+    or ``PERSISTENT_LONGER``'s bound) at a head dim of ``PERSISTENT_HEAD_DIMS``."""
+    longer = PERSISTENT_LONGER.get((problem.head_dim, problem.causal))
+    bound = longer[0] if longer else PERSISTENT_MAX_SEQ
+    return problem.seq_q <= bound and problem.head_dim in PERSISTENT_HEAD_DIMS
+
+
+def _longer_rows(problem: Problem) -> tuple[int, int, dict] | None:
+    """``PERSISTENT_LONGER``'s entry where ``problem`` runs the persistent kernel past ``PERSISTENT_MAX_SEQ``."""
+    if problem.seq_q <= PERSISTENT_MAX_SEQ:
+        return None
+    return PERSISTENT_LONGER.get((problem.head_dim, problem.causal))
 
 
 def persistent_schedule(problem: Problem) -> dict:
@@ -315,7 +329,11 @@ def persistent_schedule(problem: Problem) -> dict:
     (``benchmarks/attention.py --persistent --persistent-schedules all``, H100). Without a mask, 128-key tiles
     in 2 stages. Causal, up to 1024 query rows (measured at 512 and 1024) 64-key tiles (2 stages at D 64, 3 at
     D 128), whose finer steps waste less of a diagonal tile; above (measured at 2048) 128-key tiles (3 stages at
-    D 64, 2 at D 128). The bound is a size bucket's (``script_for`` remembers one choice per bucket)."""
+    D 64, 2 at D 128). The bound is a size bucket's (``script_for`` remembers one choice per bucket). Past
+    ``PERSISTENT_MAX_SEQ`` rows, ``PERSISTENT_LONGER``'s schedule."""
+    longer = _longer_rows(problem)
+    if longer:
+        return dict(longer[2])
     if not problem.causal:
         return {"block_n": 128, "num_stages": 2}
     if problem.seq_q <= 1024:
@@ -325,7 +343,11 @@ def persistent_schedule(problem: Problem) -> dict:
 
 def consumers_of(problem: Problem, persistent: bool) -> int:
     """The consumer warpgroups of the kernel that runs ``problem``: ``PERSISTENT_CONSUMERS`` for the persistent
-    kernel, ``FORWARD_CONSUMERS`` for the one-tile kernel, 2 where they list nothing."""
+    kernel (``PERSISTENT_LONGER``'s past ``PERSISTENT_MAX_SEQ`` rows), ``FORWARD_CONSUMERS`` for the one-tile
+    kernel, 2 where they list nothing."""
+    longer = _longer_rows(problem) if persistent else None
+    if longer:
+        return longer[1]
     table = PERSISTENT_CONSUMERS if persistent else FORWARD_CONSUMERS
     return table.get((problem.head_dim, problem.causal), 2)
 
