@@ -12,7 +12,8 @@
 # (benchmarks/llm_shapes.py), torch-kernels (benchmarks/torch_kernels.py: the kernels cuBLAS and cuDNN run at
 # llm_shapes' middle M and in attention's training step, beside ours), families (benchmarks/gemm_families.py: the tile walk against the split family), split-tests (the split family's GPU tests), ops-tests, stream-k-tests (flags and
 # the stream-K schedules), stream-k (stream-K against whole tiles, cuBLAS beside), attention, attention-short
-# (FlashAttention-3's short sequences, the persistent kernel beside), attention-tests,
+# (FlashAttention-3's short sequences, the persistent kernel beside), attention-grid (FlashAttention-3's whole grid
+# through ops.attention, fp16 and bf16), attention-tests,
 # grouped-tests (ops.grouped_matmul's GPU tests), grouped (benchmarks/grouped.py), grouped-sweep (the same, every
 # schedule of the grouped kernel timed too), grouped-experts (benchmarks/grouped_experts.py: one expert's product, dense
 # and grouped among 1, 8 and 64 experts, graphed too), decode (benchmarks/attention_decode.py at batch 1 and 32), decode-tests
@@ -97,6 +98,9 @@ for step in "${steps[@]}"; do
     attention-short) cmd=(python3 benchmarks/attention.py --tokens 16384 --seqs 512,1024,2048 --head-dims 64,128,256
                           --causal both --dtypes fp16 --persistent --persistent-schedules all
                           --json "$out/attention_short.json") ;;
+    attention-grid) cmd=(python3 benchmarks/attention.py --api --tokens 16384 --seqs 512,1024,2048,4096,8192,16384
+                         --head-dims 64,128,256 --causal both --dtypes fp16,bf16 --backends cudnn --warmup 25
+                         --rep 100 --json "$out/attention_grid.json") ;;
     attention-tests) cmd=(python3 -m pytest -q -x -m gpu tests/ops/test_attention_gpu.py -p no:cacheprovider) ;;
     decode) cmd=(python3 benchmarks/attention_decode.py --batches 1,32 --seq-ks 8192,32768 --seq-qs 1,4 --warmup 10
                  --rep 40 --json "$out/decode.json") ;;

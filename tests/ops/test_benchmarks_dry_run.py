@@ -8,7 +8,7 @@ sequence of a packed call, benchmarks/attention_timeline.py checks and records t
 on the CPU timing model, benchmarks/torch_kernels.py prints its table from made-up kernel events, and
 benchmarks/pinned_schedules.py checks pinned schedules of both ops.matmul families (or says why one does not
 build), benchmarks/attention_backward.py checks the gradients under a replaced backward schedule, and
-benchmarks/attention.py refuses a consumer count it cannot build."""
+benchmarks/attention.py refuses a consumer count it cannot build and sums its ratios to cuDNN up."""
 
 import os
 import subprocess
@@ -152,3 +152,14 @@ def test_attention_refuses_a_consumer_count_it_cannot_build(value, message):
     found = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "attention.py"), "--consumers", value],
                            capture_output=True, text=True, timeout=120, env=environment)
     assert found.returncode == 2 and f"argument --consumers: {message}" in found.stderr, found.stderr
+
+
+def test_attention_summarizes_its_ratios_to_cudnn():
+    """benchmarks/attention.py's last lines: geometric mean, lowest ratio and the points below 0.90."""
+    sys.path.insert(0, ROOT)
+    try:
+        from benchmarks.attention import ratio_summary
+    finally:
+        sys.path.remove(ROOT)
+    assert ratio_summary([0.8, 1.25, 1.0]) == ("geometric mean 1.000x cuDNN over 3 points, lowest 0.800x, "
+                                               "1 below 0.90x")
