@@ -251,6 +251,10 @@ def main(argv=None) -> int:
                                           f"max abs error {api_error:.3g} vs SDPA", flush=True)
                                     continue
                                 ms = bench(lambda: attention(q, k, v, causal=causal))
+                                if uses_persistent(problem):  # name the kernel ops.attention ran, not the one-tile
+                                    runs = script_for(problem, arguments(q, k, v, out, kernel_args[-1], problem))
+                                    label = "persistent " + ",".join(f"{key}={value}" for key, value in
+                                                                     runs.schedule().items())
                             else:
                                 ms = bench(lambda: script(*kernel_args))
                             tflops = flops / ms / 1e9
