@@ -312,16 +312,14 @@ _chosen: dict = {}  # (dtype name, head_dim, causal, persistent, consumers, sche
 def uses_persistent(problem: Problem) -> bool:
     """Whether ``problem`` runs the persistent kernel: a short sequence (at most ``PERSISTENT_MAX_SEQ`` query rows,
     or ``PERSISTENT_LONGER``'s bound) at a head dim of ``PERSISTENT_HEAD_DIMS``."""
-    longer = PERSISTENT_LONGER.get((problem.head_dim, problem.causal))
-    bound = longer[0] if longer else PERSISTENT_MAX_SEQ
-    return problem.seq_q <= bound and problem.head_dim in PERSISTENT_HEAD_DIMS
+    return problem.head_dim in PERSISTENT_HEAD_DIMS and (problem.seq_q <= PERSISTENT_MAX_SEQ
+                                                         or _longer_rows(problem) is not None)
 
 
 def _longer_rows(problem: Problem) -> tuple[int, int, dict] | None:
-    """``PERSISTENT_LONGER``'s entry where ``problem`` runs the persistent kernel past ``PERSISTENT_MAX_SEQ``."""
-    if problem.seq_q <= PERSISTENT_MAX_SEQ:
-        return None
-    return PERSISTENT_LONGER.get((problem.head_dim, problem.causal))
+    """``PERSISTENT_LONGER``'s entry where ``problem``'s rows lie past ``PERSISTENT_MAX_SEQ`` and within its bound."""
+    longer = PERSISTENT_LONGER.get((problem.head_dim, problem.causal))
+    return longer if longer and PERSISTENT_MAX_SEQ < problem.seq_q <= longer[0] else None
 
 
 def persistent_schedule(problem: Problem) -> dict:
