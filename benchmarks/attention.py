@@ -115,7 +115,7 @@ def main(argv=None) -> int:
                                         uses_persistent, validate)
     from warpspec.dtypes import BY_NAME, float16
     from warpspec.ops.attention_kernel import LOG2_E, Attention
-    from warpspec.ops.attention_persistent_kernel import AttentionPersistent
+    from warpspec.ops.attention_persistent_kernel import AttentionPersistent, tile_walk
 
     head_dims = [int(d) for d in args.head_dims.split(",")]
     seqs = [int(s) for s in args.seqs.split(",")]
@@ -178,10 +178,12 @@ def main(argv=None) -> int:
         for schedule in schedules:
             label = ",".join(f"{key}={value}" for key, value in schedule.items())
             out, lse = torch.full_like(q, float("nan")), torch.empty(q.shape[:3], device="cuda")
-            call_args = (seq, seq, batch * heads, heads, 1, head_dim ** -0.5 * LOG2_E, q, k, v, out, lse, num_sms)
             try:
                 kernel = AttentionPersistent(BY_NAME[kernel_dtypes[name]], head_dim=head_dim, causal=causal,
                                              **schedule, consumers=consumers_of(problem, persistent=True))
+                walk = torch.from_numpy(tile_walk(seq, seq, batch * heads, kernel.block_m, causal, num_sms).copy())
+                call_args = (seq, seq, batch * heads, heads, 1, head_dim ** -0.5 * LOG2_E, q, k, v, out, lse,
+                             walk.cuda(), num_sms)
                 kernel(*call_args)
             except warpspec.WarpspecError as error:  # a schedule whose buffers do not fit this head dim
                 print(f"{name} D={head_dim} persistent {label}: {str(error).splitlines()[0]}", flush=True)

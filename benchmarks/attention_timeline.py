@@ -31,7 +31,7 @@ def main() -> None:
     from warpspec.dtypes import float16
     from warpspec.ops.attention import persistent_schedule, validate
     from warpspec.ops.attention_kernel import LOG2_E
-    from warpspec.ops.attention_persistent_kernel import AttentionPersistent
+    from warpspec.ops.attention_persistent_kernel import AttentionPersistent, tile_walk
     from warpspec.timeline import write
 
     on_gpu = not args.dry_run
@@ -44,7 +44,8 @@ def main() -> None:
         schedule = persistent_schedule(validate(q, k, v, causal, None))
         kernel = AttentionPersistent(float16, head_dim=d, causal=causal, **schedule)
         out, lse = torch.empty_like(q), torch.empty(q.shape[:3], device=device)
-        call = (seq, seq, batch * heads, heads, 1, d ** -0.5 * LOG2_E, q, k, v, out, lse, num_sms)
+        walk = torch.from_numpy(tile_walk(seq, seq, batch * heads, kernel.block_m, causal, num_sms).copy())
+        call = (seq, seq, batch * heads, heads, 1, d ** -0.5 * LOG2_E, q, k, v, out, lse, walk.to(device), num_sms)
         flops = 4.0 * batch * heads * seq * seq * d / (2 if causal else 1)
         with warpspec.use_backend(backend):
             kernel(*call)  # built, run and checked once before it is recorded

@@ -155,7 +155,7 @@ def test_the_persistent_kernel_against_a_float32_reference(head_dim, schedule, c
     a ragged grouped-query shape whose causal rows past S_k see no key; at D 64 and 128 also with three consumer
     warpgroups."""
     from warpspec.ops.attention_kernel import LOG2_E
-    from warpspec.ops.attention_persistent_kernel import AttentionPersistent
+    from warpspec.ops.attention_persistent_kernel import AttentionPersistent, tile_walk
 
     block_n, num_stages = schedule
     q, k, v = operands(2, 6, 2, 777, 600, head_dim, torch.bfloat16)
@@ -164,6 +164,7 @@ def test_the_persistent_kernel_against_a_float32_reference(head_dim, schedule, c
     for num_sms in (torch.cuda.get_device_properties(0).multi_processor_count, 7):
         out = torch.full_like(q, float("nan"))
         lse = torch.empty(q.shape[:3], device="cuda", dtype=torch.float32)
+        walk = torch.from_numpy(tile_walk(777, 600, 12, kernel.block_m, causal, num_sms).copy()).cuda()
         with warpspec.use_backend("cuda"):
-            kernel(777, 600, 12, 6, 3, head_dim ** -0.5 * LOG2_E, q, k, v, out, lse, num_sms)
+            kernel(777, 600, 12, 6, 3, head_dim ** -0.5 * LOG2_E, q, k, v, out, lse, walk, num_sms)
         assert (out.float() - reference(q, k, v, causal)).abs().max().item() < TOLERANCE[torch.bfloat16], num_sms

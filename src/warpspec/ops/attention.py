@@ -25,7 +25,7 @@ from warpspec.dtypes import DType, bfloat16, float16
 from warpspec.errors import ArgumentError
 from warpspec.ops.attention_decode import decode_lse_offset, decode_workspace, launch_decode, uses_decode
 from warpspec.ops.attention_kernel import HEAD_DIMS, LOG2_E, Attention
-from warpspec.ops.attention_persistent_kernel import AttentionPersistent
+from warpspec.ops.attention_persistent_kernel import AttentionPersistent, tile_walk
 from warpspec.ops.frame import Signatures, bound_launcher, describe, plain_cuda, sm_count
 from warpspec.ops.operands import dtype_of, same_device, same_kind
 from warpspec.ops.workspace import stream_workspace
@@ -155,12 +155,13 @@ class Call:
     output and log-sum-exp, the stream's workspace, the bound launch; inside CUDA-graph capture a decode launch
     takes ``run``, whose workspace is the graph's)."""
 
-    __slots__ = ("kind", "problem", "direct")
+    __slots__ = ("kind", "problem", "direct", "held")
 
     def __init__(self, kind: str, problem: Problem):
         self.kind = kind
         self.problem = problem
         self.direct = None
+        self.held = ()  # arrays ``direct`` launches read besides its operands (the persistent kernel's walk)
 
     def bind(self, out, launched: tuple | None) -> None:
         """Make ``direct`` from the first launch on plain CUDA tensors (``launched``: the Script and arguments
@@ -175,10 +176,15 @@ class Call:
         device, index, dtype, shape = out.device, out.device.index, out.dtype, tuple(out.shape)
         lse_shape, problem = shape[:3], self.problem
         if not uses_decode(problem):
+            # The persistent kernel's walk (``persistent_walk``) is its sixth array, held by the call so that it
+            # outlives its place among the kept walks.
+            self.held = tuple(arg for arg in launched[1][11:] if hasattr(arg, "data_ptr"))
+            walk = tuple(arg.data_ptr() for arg in self.held)
+
             def direct(q, k, v):
                 out = empty(shape, dtype=dtype, device=device)
                 lse2 = empty(lse_shape, dtype=torch.float32, device=device)
-                bound(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse2.data_ptr(),
+                bound(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse2.data_ptr(), *walk,
                       stream=current_stream(index))
                 return out, lse2
         else:
@@ -406,12 +412,55 @@ def forget_choices() -> None:
 def arguments(q, k, v, out, lse2, problem: Problem, persistent: bool | None = None) -> tuple:
     """The kernel's call arguments: sizes, head counts, the scale in the exp2 domain, the five arrays (``lse2``
     float32 [B, H, S_q] receives the base-2 log-sum-exp of the scaled logits), and for the persistent kernel
-    (``persistent``; None: where ``uses_persistent``) its grid bound, the GPU's SMs."""
+    (``persistent``; None: where ``uses_persistent``) its walk of the tiles (``persistent_walk``) and its grid
+    bound, the GPU's SMs."""
     group = problem.heads // problem.kv_heads
     args = (problem.seq_q, problem.seq_k, problem.batch * problem.heads, problem.heads, group,
             problem.scale * LOG2_E, q, k, v, out, lse2)
     persistent = uses_persistent(problem) if persistent is None else persistent
-    return args + (sm_count(),) if persistent else args
+    return args + (persistent_walk(problem, q), sm_count()) if persistent else args
+
+
+_walks: dict = {}  # (CUDA device index, tile_walk's arguments) -> the walk on that device
+MAX_WALKS = 256  # walks kept on the GPUs (a few KB each); the oldest is dropped past this
+
+
+def _walk_sizes(problem: Problem) -> tuple:
+    """``tile_walk``'s arguments for ``problem`` on the persistent kernel: its sizes, query tile (64 rows per
+    consumer warpgroup), mask and grid bound."""
+    block_m = 64 * consumers_of(problem, persistent=True)
+    return (problem.seq_q, problem.seq_k, problem.batch * problem.heads, block_m, problem.causal, sm_count())
+
+
+def persistent_walk(problem: Problem, like):
+    """The persistent kernel's walk of ``problem``'s tiles (``attention_persistent_kernel.tile_walk``) where
+    ``like`` lives: the cached numpy table for numpy operands, a CPU tensor of it for CPU tensors (the emulator), a
+    tensor on ``like``'s GPU made at the first call of these sizes there and kept for later calls, bound launches
+    and CUDA graphs."""
+    sizes = _walk_sizes(problem)
+    table = tile_walk(*sizes)
+    if isinstance(like, np.ndarray):
+        return table
+    torch = sys.modules["torch"]
+    if like.device.type != "cuda":
+        return torch.from_numpy(table.copy())
+    key = (like.device.index, *sizes)
+    found = _walks.get(key)
+    if found is None:
+        if len(_walks) >= MAX_WALKS:  # bound launches and graphs keep their own reference to the walk they took
+            del _walks[next(iter(_walks))]
+        found = _walks[key] = torch.from_numpy(table.copy()).to(like.device)
+    return found
+
+
+def walk_uploadable(problem: Problem, like) -> bool:
+    """Whether ``persistent_walk`` can give the walk for ``like``: always, but inside CUDA-graph capture before
+    these sizes ran eagerly on ``like``'s GPU, whose upload (a host-to-device copy) the capture cannot record."""
+    if isinstance(like, np.ndarray) or like.device.type != "cuda":
+        return True
+    torch = sys.modules["torch"]
+    return ((like.device.index, *_walk_sizes(problem)) in _walks
+            or not torch.cuda.is_current_stream_capturing())
 
 
 def run(q, k, v, out, lse2, problem: Problem) -> tuple | None:
@@ -432,6 +481,10 @@ def launch(q, k, v, out, lse2, problem: Problem, schedule: dict | None = None,
     nothing to do)."""
     if problem.seq_q == 0 or problem.batch * problem.heads == 0:
         return None
+    if persistent is None:
+        # A first call of its sizes inside CUDA-graph capture takes the one-tile kernel: the persistent one's walk
+        # would have to be uploaded, which the capture cannot record.
+        persistent = uses_persistent(problem) and walk_uploadable(problem, q)
     args = arguments(q, k, v, out, lse2, problem, persistent)
     script = script_for(problem, args, schedule, persistent)
     script(*args)

@@ -5,13 +5,15 @@ its prologue (barriers, Q's load, the first K and V tiles' latency) and epilogue
 between blocks; here the producer warp loads tile t+1's Q and first K/V stages while the consumers still run tile
 t's last P·V and store its O.
 
-The grid is ``min(tiles, num_sms)`` blocks; block b takes tiles ``b, b + gridDim.x, ...`` of the
-``ceil(S_q / block_m) · B·H`` tiles (``block_m`` = 64 · ``consumers`` query rows, as in the one-tile kernel), the
-query tiles of head row 0, then of head row 1, ...: the blocks running at once share few heads, whose K and V stay
-in L2 (walking the heads fastest, 132 blocks read 132 heads' K and V at once and the kernel becomes bound by HBM).
-Each head's walk starts one query tile further than the last head's (``tile_at``), so that a block meets causal
-tiles of every length. The K and V rings, the warpgroups' turns and every thread's stage and phase run on from
-tile to tile.
+The grid is ``min(tiles, num_sms)`` blocks over the ``ceil(S_q / block_m) · B·H`` tiles (``block_m`` = 64 ·
+``consumers`` query rows, as in the one-tile kernel). Which tiles a block runs, and in what order, it reads from a
+table in global memory, the walk (``tile_walk``, made on the host and cached): causal tiles differ in length by
+up to S_q / block_m times, and dealing tile t to block t mod blocks left the block with the most work up to 43%
+above the average (16384 rows). The walk deals the tiles longest first to the block with the least work so far,
+within windows of about two waves of tiles whose heads follow one another, so that the blocks running at once
+share few heads, whose K and V stay in L2 (walking the heads fastest, 132 blocks read 132 heads' K and V at once and
+the kernel became bound by HBM). The K and V rings, the warpgroups' turns and every thread's stage and phase run on
+from tile to tile.
 
 Q has ``q_slots`` buffers (two where shared memory holds them beside the rings, else one), used by the block's tiles
 in turn, so the producer loads tile t+1's Q while tile t runs. A Q buffer doubles as each warpgroup's O staging
@@ -30,6 +32,11 @@ times it beside the one-tile kernel.
 
 from __future__ import annotations
 
+import functools
+import heapq
+
+import numpy as np
+
 from warpspec.dtypes import float32, int32, uint32
 from warpspec.frontend.interpreter import cdiv
 from warpspec.ops.attention_kernel import CONSUMER_REGISTERS_OF, PRODUCER_REGISTERS, WARPGROUP, Attention
@@ -37,6 +44,70 @@ from warpspec.ops.naming import typed_kernel_name
 from warpspec.pipeline import Pipeline
 from warpspec.script import autotune
 from warpspec.target import DEFAULT
+
+
+#: What a tile costs the walk's model besides its keys, in steps of 128 keys: its prologue and epilogue (the first
+#: QKᵀ waited for, the last P·V, O's store). From the fifth and fifteenth sessions' timings at seq 512 (a tile of
+#: four 128-key steps took about 10.7 µs on an H100, one of 2.5 such steps with causal masking 11.2, cuDNN's 9.0 and
+#: 7.1), about three steps.
+TILE_OVERHEAD_STEPS = 3.0
+
+
+def tile_keys(seq_q: int, seq_k: int, block_m: int, causal: bool) -> np.ndarray:
+    """The keys each query tile of ``block_m`` rows reads, as ``Attention.key_tiles`` bounds them (before rounding
+    to whole key tiles): all ``seq_k``, or causal (bottom-right aligned) up to its last row's last key."""
+    m_tiles = -(-seq_q // block_m)
+    if not causal:
+        return np.full(m_tiles, seq_k, dtype=np.int64)
+    ends = np.arange(1, m_tiles + 1, dtype=np.int64) * block_m + (seq_k - seq_q)
+    return np.clip(ends, 0, seq_k)
+
+
+@functools.lru_cache(maxsize=256)
+def tile_walk(seq_q: int, seq_k: int, batch_heads: int, block_m: int, causal: bool, num_sms: int) -> np.ndarray:
+    """Which (query tile, head row) tiles each block of the persistent kernel runs, and in what order: an int32
+    table of ``blocks + 1`` starts (block b runs list entries ``starts[b] ... starts[b + 1] - 1``) followed by the
+    ``tiles`` entries ``head row · m_tiles + query tile``, where ``blocks = min(tiles, num_sms)``.
+
+    Tiles are dealt greedily, longest first, to the block with the least work so far (a tile costing its keys plus
+    ``TILE_OVERHEAD_STEPS``), as a queue would hand them to blocks that finish in that order, but decided on the
+    host: causal tiles of every length share the blocks evenly, where dealing tile t to block t mod blocks gave the
+    busiest block up to 43% more work than the average (16384 rows). Longest first is taken within windows of
+    about two waves of tiles, whole heads each, in head order: the blocks running at once read few heads, whose K
+    and V stay in L2. Tiles of one cost (no mask) go round the blocks in head order, block b taking tiles b,
+    b + blocks, ... The result is cached and read-only."""
+    m_tiles = -(-seq_q // block_m)
+    tiles = m_tiles * batch_heads
+    blocks = min(tiles, num_sms)
+    cost = TILE_OVERHEAD_STEPS + tile_keys(seq_q, seq_k, block_m, causal) / 128.0
+    if (cost == cost[0]).all():  # what the greedy deal comes to, without its loop over the tiles
+        by_block = np.concatenate([np.arange(b, tiles, blocks) for b in range(blocks)])
+        starts = np.concatenate([[0], np.cumsum([len(range(b, tiles, blocks)) for b in range(blocks)])])
+        return _table(starts, by_block)
+    # Windows of whole heads, about two waves of tiles each (the last no smaller, so the end is as even as the rest).
+    windows = max(1, batch_heads * m_tiles // (2 * blocks))
+    owner = np.empty(tiles, dtype=np.int64)
+    loads = [(0.0, b) for b in range(blocks)]
+    dealt = []
+    for heads in np.array_split(np.arange(batch_heads), windows):
+        # The window's tiles longest first; tiles of one cost (all of them, without a mask) head by head.
+        window = (heads[:, None] * m_tiles + np.arange(m_tiles)[None, :]).reshape(-1)
+        for t in window[np.argsort(-cost[window % m_tiles], kind="stable")]:
+            load, b = heapq.heappop(loads)
+            heapq.heappush(loads, (load + cost[t % m_tiles], b))
+            owner[t] = b
+            dealt.append(t)
+    dealt = np.asarray(dealt, dtype=np.int64)
+    by_block = dealt[np.argsort(owner[dealt], kind="stable")]  # each block's tiles in the order they were dealt
+    starts = np.searchsorted(owner[by_block], np.arange(blocks + 1))
+    return _table(starts, by_block)
+
+
+def _table(starts, by_block) -> np.ndarray:
+    """The walk's read-only int32 table: the blocks' starts, then their tiles."""
+    table = np.concatenate([starts, by_block]).astype(np.int32)
+    table.setflags(write=False)
+    return table
 
 
 def _persistent_schedules(cls):
@@ -64,31 +135,34 @@ class AttentionPersistent(Attention):
 
     def __call__(self, seq_q: int32, seq_k: int32, batch_heads: int32, heads: int32, group: int32,
                  scale_log2: float32, q_ptr: ~self.dtype, k_ptr: ~self.dtype, v_ptr: ~self.dtype,
-                 o_ptr: ~self.dtype, lse_ptr: ~float32, num_sms: int32):
+                 o_ptr: ~self.dtype, lse_ptr: ~float32, walk_ptr: ~int32, num_sms: int32):
         self.attention_persistent(seq_q, seq_k, batch_heads, heads, group, scale_log2, q_ptr, k_ptr, v_ptr, o_ptr,
-                                  lse_ptr, num_sms)
+                                  lse_ptr, walk_ptr, num_sms)
 
     def attention_persistent(self, seq_q, seq_k, batch_heads, heads, group, scale_log2, q_ptr, k_ptr, v_ptr,
-                             o_ptr, lse_ptr, num_sms):
-        """The kernel: ``min(tiles, num_sms)`` blocks, each walking its share of the (query tile, head) tiles."""
+                             o_ptr, lse_ptr, walk_ptr, num_sms):
+        """The kernel: ``min(tiles, num_sms)`` blocks, each walking its share of the (query tile, head) tiles as
+        the walk ``walk_ptr`` (``tile_walk``'s table for the same sizes, block_m and ``num_sms``) lists them."""
         m_tiles: int32 = cdiv(seq_q, self.block_m)
         tiles: int32 = m_tiles * batch_heads
-        self.attrs.blocks = [min(tiles, num_sms)]
+        blocks: int32 = min(tiles, num_sms)
+        self.attrs.blocks = [blocks]
         self.attrs.warps = (self.consumer_threads + WARPGROUP) // 32
         gq, gk, gv, go, glse = self.dense_views(seq_q, seq_k, batch_heads, group, q_ptr, k_ptr, v_ptr, o_ptr,
                                                  lse_ptr)
+        walk = self.global_view(walk_ptr, dtype=int32, shape=[blocks + 1 + tiles])
         sq, sk, sv, q_loaded, q_free, pipe_k, pipe_v, turns = self.persistent_buffers()
         consumer_threads = self.consumer_threads
         with self.thread_group(thread_begin=consumer_threads, num_threads=WARPGROUP, max_registers=PRODUCER_REGISTERS):
             with self.thread_group(thread_begin=consumer_threads, num_threads=32):
                 self.produce_tiles(gq, gk, gv, sq, sk, sv, q_loaded, q_free, pipe_k, pipe_v, seq_q, seq_k,
-                                   batch_heads, heads, group, m_tiles, tiles)
+                                   heads, group, m_tiles, walk, blocks)
         with self.thread_group(thread_begin=0, num_threads=consumer_threads,
                                max_registers=CONSUMER_REGISTERS_OF[self.consumers]):
             for wg in range(self.consumers):
                 with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
                     self.consume_tiles(wg, sq, sk, sv, go, glse, q_loaded, q_free, pipe_k, pipe_v, turns, seq_q,
-                                       seq_k, scale_log2, batch_heads, m_tiles, tiles)
+                                       seq_k, scale_log2, m_tiles, walk, blocks)
 
     def persistent_buffers(self):
         """The one-tile kernel's buffers with ``q_slots`` Q buffers (each a 64-row slice per consumer warpgroup), a
@@ -105,27 +179,30 @@ class AttentionPersistent(Attention):
         turns = self.mbarrier.alloc(counts=[WARPGROUP] * consumers)
         return sq, sk, sv, q_loaded, q_free, pipe_k, pipe_v, turns
 
-    def tile_at(self, t, m_tiles, batch_heads):
-        """(first query row, head row) of tile ``t``: the query tiles of a head row, then the next head row's, each
-        head's walk starting one query tile further (causal: from the last, the longest rows). The skew keeps a
-        causal block from meeting tiles of one length only: where the grid is a multiple of the query tiles
-        (132 blocks, 4 query tiles at seq 512), block b would otherwise get query tile b mod 4 every time, a
-        fourfold spread of work between blocks."""
-        head: int32 = t // m_tiles
-        row: int32 = (t + head) % m_tiles
-        tile_m: int32 = m_tiles - 1 - row if self.causal else row
-        return self.block_m * tile_m, head
+    def block_walk(self, walk):
+        """(first, end) positions of this block's tiles in the walk's list: entries ``blockIdx.x`` and
+        ``blockIdx.x + 1`` of its head."""
+        first: int32 = self.load_scalar(walk, [self.blockIdx.x])
+        end: int32 = self.load_scalar(walk, [self.blockIdx.x + 1])
+        return first, end
 
-    def produce_tiles(self, gq, gk, gv, sq, sk, sv, q_loaded, q_free, pipe_k, pipe_v, seq_q, seq_k, batch_heads,
-                      heads, group, m_tiles, tiles):
+    def tile_at(self, walk, blocks, position, m_tiles):
+        """(first query row, head row) of the tile at ``position`` of the walk's list, whose entries are
+        ``head row · m_tiles + query tile``."""
+        t: int32 = self.load_scalar(walk, [blocks + 1 + position])
+        return self.block_m * (t % m_tiles), t // m_tiles
+
+    def produce_tiles(self, gq, gk, gv, sq, sk, sv, q_loaded, q_free, pipe_k, pipe_v, seq_q, seq_k, heads, group,
+                      m_tiles, walk, blocks):
         """The producer warp: for each of the block's tiles, once every consumer warpgroup has stored its O of the
         last tile that used its Q slot, the tile's Q into that slot and its K and V tiles into the rings, which run on
         from tile to tile; then it stays until the consumers released every stage and stored their last O."""
         filled: int32 = 0  # K (and V) stages filled, to drain
         slot: int32 = 0
         free_phase: uint32 = self.mbarrier.producer_initial_phase  # each slot is free at once for its first tile
-        for t in self.range(self.blockIdx.x, tiles, self.gridDim.x):
-            offset_m, bh = self.tile_at(t, m_tiles, batch_heads)
+        first, end = self.block_walk(walk)
+        for position in self.range(first, end):
+            offset_m, bh = self.tile_at(walk, blocks, position, m_tiles)
             kv_bh: int32 = bh // heads * (heads // group) + bh % heads // group
             n_tiles = self.key_tiles(offset_m, seq_q, seq_k)
             self.mbarrier.wait(q_free[slot], phase=free_phase)
@@ -147,7 +224,7 @@ class AttentionPersistent(Attention):
         return slot, phase
 
     def consume_tiles(self, wg, sq, sk, sv, go, glse, q_loaded, q_free, pipe_k, pipe_v, turns, seq_q, seq_k,
-                      scale_log2, batch_heads, m_tiles, tiles):
+                      scale_log2, m_tiles, walk, blocks):
         """Consumer warpgroup ``wg``: its 64 rows of each of the block's tiles, as the one-tile kernel's consumer,
         its stages, phases and turns running on from tile to tile, the tiles' Q slots in turn; after each tile's
         O store, the slot's ``q_free``."""
@@ -155,8 +232,9 @@ class AttentionPersistent(Attention):
         turn_phase: uint32 = self.first_turn_phase(wg)
         slot: int32 = 0
         q_phase: uint32 = 0
-        for t in self.range(self.blockIdx.x, tiles, self.gridDim.x):
-            offset_m, bh = self.tile_at(t, m_tiles, batch_heads)
+        first, end = self.block_walk(walk)
+        for position in self.range(first, end):
+            offset_m, bh = self.tile_at(walk, blocks, position, m_tiles)
             n_tiles = self.key_tiles(offset_m, seq_q, seq_k)
             turn_phase = self.consume_tile(wg, sq[slot][wg], sk, sv, go, glse, q_loaded[slot], pipe_k, pipe_v,
                                            turns, seq_q, seq_k, scale_log2, bh, offset_m, n_tiles, 0, q_phase,
