@@ -89,8 +89,9 @@ def main(argv=None) -> int:
                         help="the one-tile kernel's consumer warpgroups at head dim D (2, or 3 at D 64 and 128) "
                              "instead of ops.attention's (warpspec.ops.attention.FORWARD_CONSUMERS); repeatable")
     parser.add_argument("--persistent-consumers", action="append", default=[], metavar="D:N", type=parse_consumers,
-                        help="the persistent kernel's consumer warpgroups at head dim D (2, as ops.attention runs "
-                             "it, or 3 at D 64 and 128; at D 128, K/V tiles up to 80 keys); repeatable")
+                        help="the persistent kernel's consumer warpgroups at head dim D (2 or 3; at D 128, three "
+                             "take K/V tiles up to 80 keys) at every length instead of ops.attention's "
+                             "(warpspec.ops.attention.PERSISTENT_ROWS); repeatable")
     parser.add_argument("--backends", default="cudnn,flash", help="SDPA back ends to time: cudnn, flash")
     parser.add_argument("--warmup", type=int, default=100, help="do_bench warmup, ms")
     parser.add_argument("--rep", type=int, default=500, help="do_bench repetitions, ms")
@@ -110,9 +111,8 @@ def main(argv=None) -> int:
 
     import warpspec
     from warpspec.ops import attention
-    from warpspec.ops.attention import (DEFAULT_SCHEDULES, FORWARD_CONSUMERS, PERSISTENT_CONSUMERS, Problem,
-                                        arguments, consumers_of, default_schedule, persistent_schedule, script_for,
-                                        uses_persistent, validate)
+    from warpspec.ops.attention import (FORWARD_CONSUMERS, PERSISTENT_ROWS, Problem, arguments, consumers_of,
+                                        default_schedule, persistent_schedule, script_for, uses_persistent, validate)
     from warpspec.dtypes import BY_NAME, float16
     from warpspec.ops.attention_kernel import LOG2_E, Attention
     from warpspec.ops.attention_persistent_kernel import AttentionPersistent, tile_walk
@@ -135,9 +135,12 @@ def main(argv=None) -> int:
         return [None]
 
     # The overrides reach ops.attention's kernel choice (consumers_of, tuned_script) too, masked or not.
-    for table, overrides in ((FORWARD_CONSUMERS, args.consumers), (PERSISTENT_CONSUMERS, args.persistent_consumers)):
-        for head_dim, count in overrides:
-            table[(head_dim, False)] = table[(head_dim, True)] = count
+    for head_dim, count in args.consumers:
+        FORWARD_CONSUMERS[(head_dim, False)] = FORWARD_CONSUMERS[(head_dim, True)] = count
+    for head_dim, count in args.persistent_consumers:
+        for mask in (False, True):
+            PERSISTENT_ROWS[(head_dim, mask)] = tuple((rows, count, schedule) for rows, _, schedule in
+                                                      PERSISTENT_ROWS.get((head_dim, mask), ()))
 
     def one_tile(head_dim, causal):
         """The one-tile kernel's shipped (schedule, consumer warpgroups) at a head dim and mask."""
@@ -156,23 +159,24 @@ def main(argv=None) -> int:
                "batch": BATCH if args.tokens is None else f"{args.tokens} / seq", "model_width": MODEL_WIDTH,
                "consumers": {f"{d}{' causal' if causal else ''}": FORWARD_CONSUMERS.get((d, causal), 2)
                              for d in head_dims for causal in causals},
-               "persistent_consumers": {f"{d}{' causal' if causal else ''}": PERSISTENT_CONSUMERS.get((d, causal), 2)
-                                        for d in head_dims for causal in causals}, "rows": []}
+               # The persistent kernel's consumer warpgroups by the query rows they run up to, "1024:2, 8192:3".
+               "persistent_consumers": {f"{d}{' causal' if causal else ''}": ", ".join(
+                   f"{rows}:{count}" for rows, count, _ in PERSISTENT_ROWS.get((d, causal), ()))
+                   for d in head_dims for causal in causals}, "rows": []}
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
 
     def bench(fn):
         return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median")
 
     def persistent_tflops(q, k, v, causal, head_dim, reference, name, flops):
-        """The persistent kernel at its shipped schedule (where ops.attention would not run it, the one-tile
-        kernel's tile and stages), or with ``--persistent-schedules all`` the fastest of its schedules that fit:
+        """The persistent kernel at its shipped schedule (``persistent_schedule``: where ops.attention would not run
+        it, the longest rows' of the head dim and mask, else the one-tile kernel's tile and stages), or with ``--persistent-schedules all`` the fastest of its schedules that fit:
         (TFLOP/s, schedule), or (None, None) when none matches ``reference``."""
         problem = validate(q, k, v, causal, None)
         if args.persistent_schedules == "all":
             schedules = AttentionPersistent(float16).schedules()
         else:
-            schedules = [persistent_schedule(problem) if uses_persistent(problem) else
-                         {key: DEFAULT_SCHEDULES[head_dim][key] for key in ("block_n", "num_stages")}]
+            schedules = [persistent_schedule(problem)]
         batch, heads, seq, _ = q.shape
         best = (None, None)
         for schedule in schedules:

@@ -23,7 +23,7 @@ from warpspec.ops import attention
 from warpspec.ops import attention_kernel as ak
 from warpspec.ops.attention import (DEFAULT_SCHEDULES, THREE_CONSUMER_SCHEDULES, arguments, launch, script_for,
                                     tune_attention, uses_persistent, validate)
-from warpspec.ops.attention_persistent_kernel import AttentionPersistent
+from warpspec.ops.attention_persistent_kernel import AttentionPersistent, tile_walk
 from warpspec.ops.kernels import NUM_SMS
 
 ops_attention = importlib.import_module("warpspec.ops.attention")  # the module (``ops.attention`` is the function)
@@ -185,17 +185,18 @@ def test_the_schedule_is_the_head_dims_default_unless_pinned(head_dim, causal):
 
 
 @pytest.mark.parametrize("head_dim, seq, causal, persistent, schedule, consumers", [
-    (64, 16, False, True, (128, 2), 3), (64, 512, True, True, (64, 2), 2), (128, 1024, True, True, (64, 3), 2),
-    (64, 1500, True, True, (128, 3), 2), (64, 2048, True, True, (128, 3), 2), (128, 2048, True, True, (128, 2), 2),
-    (128, 2048, False, True, (128, 2), 2), (128, 2049, False, False, (80, 2), 3), (128, 2049, True, False, (128, 2), 2),
-    (64, 2049, True, True, (96, 2), 3), (64, 4096, True, True, (96, 2), 3), (64, 4097, True, False, (128, 2), 3),
-    (64, 4096, False, False, (128, 2), 3), (256, 512, False, False, (80, 2), 2)])
+    (64, 16, False, True, (128, 2), 3), (64, 512, True, True, (128, 2), 2), (64, 1024, True, True, (128, 2), 2),
+    (64, 1025, True, True, (96, 2), 3), (64, 2048, True, True, (96, 2), 3), (64, 8192, True, True, (96, 2), 3),
+    (64, 8193, True, False, (128, 2), 3), (64, 2049, False, False, (128, 2), 3), (128, 512, True, True, (64, 3), 2),
+    (128, 513, True, True, (128, 2), 2), (128, 8192, True, True, (128, 2), 2), (128, 8193, True, False, (128, 2), 2),
+    (128, 2048, False, True, (128, 2), 2), (128, 2049, False, False, (80, 2), 3), (256, 512, False, False, (80, 2), 2),
+    (256, 512, True, False, (80, 2), 2)])
 def test_short_sequences_at_head_dims_64_and_128_run_the_persistent_kernel(head_dim, seq, causal, persistent,
                                                                            schedule, consumers):
-    """The size rule: up to 2048 query rows at D 64 and 128 (4096 at D 64 causal, three consumer warpgroups past
-    2048), the persistent kernel at its shipped schedule for the head dim, causality and length (three consumer
-    warpgroups at D 64 without a mask), its grid bound the
-    emulator's SM count appended to the arguments; else the one-tile kernel at the head dim's default (three
+    """The size rule (``PERSISTENT_ROWS``): without a mask up to 2048 query rows at D 64 and 128, causal up to 8192
+    (three consumer warpgroups at D 64 past 1024 rows), the persistent kernel at its shipped schedule for the head
+    dim, causality and length (three consumer warpgroups at D 64 without a mask), its walk and grid bound (the
+    emulator's SM count) appended to the arguments; else the one-tile kernel at the head dim's default (three
     consumer warpgroups at D 64, and at D 128 without a mask in 80-key tiles)."""
     q = np.zeros((1, 2, seq, head_dim), np.float16)
     k = v = np.zeros((1, 2, 16, head_dim), np.float16)
@@ -207,6 +208,7 @@ def test_short_sequences_at_head_dims_64_and_128_run_the_persistent_kernel(head_
     assert script.consumers == consumers
     if persistent:
         assert args[-1] == NUM_SMS
+        assert args[-2] is tile_walk(seq, 16, 2, 64 * consumers, causal, NUM_SMS)
         assert script.schedule() == {"block_n": schedule[0], "num_stages": schedule[1]}
     else:
         assert len(args) == 11 and script.schedule() == {"block_n": schedule[0], "num_stages": schedule[1], "unroll": 1}

@@ -2,6 +2,8 @@
 heads, ragged lengths), against SDPA at equal lengths, every schedule of the kernel's space, torch.compile and CUDA
 graph capture."""
 
+import importlib
+
 import pytest
 
 import warpspec
@@ -144,6 +146,34 @@ def test_torch_compile_and_cuda_graphs():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured, expected)
+
+
+def test_a_first_call_inside_graph_capture_runs_the_one_tile_kernel_and_later_calls_the_walk():
+    """A short causal shape never called before: inside capture the persistent kernel's walk cannot be uploaded,
+    so the captured call runs the one-tile kernel; the eager call after it (not bound to the captured launch)
+    uploads the walk and runs the persistent kernel, and a second capture of the shape takes it too."""
+    attention_op = importlib.import_module("warpspec.ops.attention")  # the module: ops.attention is the function
+
+    q, k, v = operands(3, 4, 2, 640, 640, 64, torch.float16, seed=5)
+    problem = attention_op.validate(q, k, v, True, None)
+    assert attention_op.uses_persistent(problem)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        assert not attention_op.walk_uploadable(problem, q)
+        captured = warpspec.ops.attention(q, k, v, causal=True)
+    graph.replay()
+    eager = warpspec.ops.attention(q, k, v, causal=True)
+    assert attention_op.walk_uploadable(problem, q)
+    again = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(again):
+        assert attention_op.walk_uploadable(problem, q)
+        recaptured = warpspec.ops.attention(q, k, v, causal=True)
+    again.replay()
+    torch.cuda.synchronize()
+    expected = reference(q, k, v, True)
+    for out in (captured, eager, recaptured):
+        assert (out.float() - expected).abs().max().item() < TOLERANCE[torch.float16]
+    assert torch.equal(recaptured, eager)
 
 
 @pytest.mark.parametrize("head_dim, schedule, consumers", [(64, (128, 2), 2), (128, (128, 2), 2), (128, (64, 3), 2),

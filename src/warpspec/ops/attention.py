@@ -53,22 +53,21 @@ FORWARD_CONSUMERS: dict[tuple[int, bool], int] = {(64, False): 3, (64, True): 3,
 #: fragments fit 160 registers up to 80-key tiles (``attention_kernel.fragment_registers``); 80 keys in 2 stages
 #: were faster than 64 in 2 or 3 (run L1).
 THREE_CONSUMER_SCHEDULES = {128: {"block_n": 80, "num_stages": 2, "unroll": 1}}
-#: Short sequences run the persistent kernel (``attention_persistent_kernel``): up to this many query rows
-#: (16 query tiles per head), at D 64 and 128. There a block of the one-tile kernel spends much of its life in its
-#: prologue and epilogue; on FlashAttention-3's short grid (seq 512-2048, batch x seq = 16384, fp16, H100) the
-#: persistent kernel was up to 1.21x the one-tile kernel, and no faster at D 256 (docs/performance.md, fifth
-#: session).
-PERSISTENT_MAX_SEQ = 2048
-PERSISTENT_HEAD_DIMS = (64, 128)
-#: The persistent kernel's consumer warpgroups by (head dim, causal), 2 where not listed: three at D 64 without a
-#: mask were 1.02-1.08x two on the short grid; causal, their 192-row tiles lost up to 21% (more of a short
-#: diagonal masked), and at D 128 up to 7% (run L1).
-PERSISTENT_CONSUMERS: dict[tuple[int, bool], int] = {(64, False): 3}
-#: Longer rows the persistent kernel runs at a (head dim, causal): (up to how many query rows, consumer warpgroups,
-#: schedule) for the rows past ``PERSISTENT_MAX_SEQ``. At D 64, causal, seq 4096, three warpgroups in 96-key tiles
-#: were 1.05-1.09x the one-tile kernel in three calls (fp16 and bf16; at 8192 and 16384 0.97x and below, run L4).
-PERSISTENT_LONGER: dict[tuple[int, bool], tuple[int, int, dict]] = {
-    (64, True): (4096, 3, {"block_n": 96, "num_stages": 2})}
+#: Where ops.attention runs the persistent kernel (``attention_persistent_kernel``), by (head dim, causal): entries
+#: (up to how many query rows, consumer warpgroups, schedule), the first whose bound S_q is within applies; past
+#: the last, and at D 256, the one-tile kernel. At short rows a one-tile block spends much of its life in its
+#: prologue and epilogue, and the persistent kernel was up to 1.21x the one-tile kernel (fifth session); causal,
+#: with tiles dealt by its walk (``tile_walk``, sixteenth session, FlashAttention-3's grid, fp16, H100) it is also
+#: ahead at longer rows: D 128 at 4096 and 8192 rows 1.03-1.05x the one-tile kernel (even at 16384), D 64 with
+#: three warpgroups in 96-key tiles 1.08x at 8192 (1.01x at 16384), and the fastest schedules changed: 128-key
+#: tiles up to 1024 rows at D 64 (1.08x the 64-key tiles shipped before) and from 1024 at D 128 (1.05x), three
+#: warpgroups from 2048 rows at D 64 (1.05x two). Without a mask: three warpgroups at D 64 (1.02-1.08x two, run L1).
+PERSISTENT_ROWS: dict[tuple[int, bool], tuple[tuple[int, int, dict], ...]] = {
+    (64, False): ((2048, 3, {"block_n": 128, "num_stages": 2}),),
+    (64, True): ((1024, 2, {"block_n": 128, "num_stages": 2}), (8192, 3, {"block_n": 96, "num_stages": 2})),
+    (128, False): ((2048, 2, {"block_n": 128, "num_stages": 2}),),
+    (128, True): ((512, 2, {"block_n": 64, "num_stages": 3}), (8192, 2, {"block_n": 128, "num_stages": 2})),
+}
 MAX_GRID_Y = 65535  # the grid's y extent (one row of blocks per batch and head)
 MAX_INT32 = 2**31 - 1
 LN_2 = math.log(2.0)  # the kernels' log-sum-exp is in base 2; the API's in base e
@@ -316,44 +315,45 @@ _chosen: dict = {}  # (dtype name, head_dim, causal, persistent, consumers, sche
 
 
 def uses_persistent(problem: Problem) -> bool:
-    """Whether ``problem`` runs the persistent kernel: a short sequence (at most ``PERSISTENT_MAX_SEQ`` query rows,
-    or ``PERSISTENT_LONGER``'s bound) at a head dim of ``PERSISTENT_HEAD_DIMS``."""
-    return problem.head_dim in PERSISTENT_HEAD_DIMS and (problem.seq_q <= PERSISTENT_MAX_SEQ
-                                                         or _longer_rows(problem) is not None)
+    """Whether ``problem`` runs the persistent kernel: ``PERSISTENT_ROWS`` has an entry for its rows."""
+    return _persistent_entry(problem) is not None
 
 
-def _longer_rows(problem: Problem) -> tuple[int, int, dict] | None:
-    """``PERSISTENT_LONGER``'s entry where ``problem``'s rows lie past ``PERSISTENT_MAX_SEQ`` and within its bound."""
-    longer = PERSISTENT_LONGER.get((problem.head_dim, problem.causal))
-    return longer if longer and PERSISTENT_MAX_SEQ < problem.seq_q <= longer[0] else None
+def _persistent_entry(problem: Problem) -> tuple[int, int, dict] | None:
+    """``PERSISTENT_ROWS``'s entry for ``problem``'s head dim, mask and rows: the first whose bound its rows are
+    within; None past the last."""
+    for entry in PERSISTENT_ROWS.get((problem.head_dim, problem.causal), ()):
+        if problem.seq_q <= entry[0]:
+            return entry
+    return None
+
+
+def _persistent_choice(problem: Problem) -> tuple[int, dict]:
+    """(consumer warpgroups, schedule) of the persistent kernel on ``problem``: its ``PERSISTENT_ROWS`` entry; where
+    ops.attention would not run it (a benchmark forcing it past the table's rows), the last entry of the head dim
+    and mask, else two warpgroups at the one-tile kernel's tile and stages."""
+    entry = _persistent_entry(problem)
+    if entry is None:
+        entries = PERSISTENT_ROWS.get((problem.head_dim, problem.causal))
+        if not entries:
+            one_tile = DEFAULT_SCHEDULES[problem.head_dim]
+            return 2, {"block_n": one_tile["block_n"], "num_stages": one_tile["num_stages"]}
+        entry = entries[-1]
+    return entry[1], dict(entry[2])
 
 
 def persistent_schedule(problem: Problem) -> dict:
-    """The persistent kernel's shipped schedule: the fastest of its space on FlashAttention-3's short grid
-    (``benchmarks/attention.py --persistent --persistent-schedules all``, H100). Without a mask, 128-key tiles
-    in 2 stages. Causal, up to 1024 query rows (measured at 512 and 1024) 64-key tiles (2 stages at D 64, 3 at
-    D 128), whose finer steps waste less of a diagonal tile; above (measured at 2048) 128-key tiles (3 stages at
-    D 64, 2 at D 128). The bound is a size bucket's (``script_for`` remembers one choice per bucket). Past
-    ``PERSISTENT_MAX_SEQ`` rows, ``PERSISTENT_LONGER``'s schedule."""
-    longer = _longer_rows(problem)
-    if longer:
-        return dict(longer[2])
-    if not problem.causal:
-        return {"block_n": 128, "num_stages": 2}
-    if problem.seq_q <= 1024:
-        return {"block_n": 64, "num_stages": 2 if problem.head_dim == 64 else 3}
-    return {"block_n": 128, "num_stages": 3 if problem.head_dim == 64 else 2}
+    """The persistent kernel's shipped schedule for ``problem`` (``PERSISTENT_ROWS``; ``script_for`` remembers one
+    choice per size bucket)."""
+    return _persistent_choice(problem)[1]
 
 
 def consumers_of(problem: Problem, persistent: bool) -> int:
-    """The consumer warpgroups of the kernel that runs ``problem``: ``PERSISTENT_CONSUMERS`` for the persistent
-    kernel (``PERSISTENT_LONGER``'s past ``PERSISTENT_MAX_SEQ`` rows), ``FORWARD_CONSUMERS`` for the one-tile
-    kernel, 2 where they list nothing."""
-    longer = _longer_rows(problem) if persistent else None
-    if longer:
-        return longer[1]
-    table = PERSISTENT_CONSUMERS if persistent else FORWARD_CONSUMERS
-    return table.get((problem.head_dim, problem.causal), 2)
+    """The consumer warpgroups of the kernel that runs ``problem``: ``PERSISTENT_ROWS``'s for the persistent
+    kernel, ``FORWARD_CONSUMERS`` for the one-tile kernel (2 where it lists nothing)."""
+    if persistent:
+        return _persistent_choice(problem)[0]
+    return FORWARD_CONSUMERS.get((problem.head_dim, problem.causal), 2)
 
 
 def default_schedule(problem: Problem, persistent: bool) -> dict:
@@ -615,7 +615,9 @@ def _allocate_and_run(q, k, v, found: Call):
     lse2 = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     if not runtime.shape_only((q, k, v)):
         launched = run(q, k, v, out, lse2, found.problem)
-        if found.direct is None and plain_cuda(q, k, v):
+        # Bound at an eager launch: one inside graph capture may have taken the one-tile kernel for want of the
+        # persistent kernel's walk (``launch``), which the next eager call uploads.
+        if found.direct is None and plain_cuda(q, k, v) and not torch.cuda.is_current_stream_capturing():
             found.bind(out, launched)
     return out, lse2
 

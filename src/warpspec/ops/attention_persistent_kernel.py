@@ -25,8 +25,8 @@ loop is not unrolled: a tile's first stage is a runtime value.
 
 Dense (B·H, S, D) views only; the element type is the constructor's first argument
 (``AttentionPersistent(bfloat16, head_dim=128, causal=True, block_n=128, num_stages=2)``); ``consumers`` (2, or 3
-where their fragments fit) as in the one-tile kernel (``ops.attention.PERSISTENT_CONSUMERS``). ``ops.attention``
-runs it for short sequences (``warpspec.ops.attention.uses_persistent``); ``benchmarks/attention.py --persistent``
+where their fragments fit) as in the one-tile kernel. ``ops.attention`` runs it for short sequences, and causal up to
+8192 rows (``warpspec.ops.attention.PERSISTENT_ROWS``, ``uses_persistent``); ``benchmarks/attention.py --persistent``
 times it beside the one-tile kernel.
 """
 
