@@ -33,7 +33,7 @@ from warpspec.errors import KernelError
 from warpspec.ir import nodes as ir
 
 #: The instructions whose global accesses only read.
-_GLOBAL_READS = ("load_global", "tma.global_to_shared")
+_GLOBAL_READS = ("load_global", "load_scalar", "tma.global_to_shared")
 
 #: A process of the search: ("t", task index) or ("e", issuing task index, its n-th operation).
 Process = tuple
@@ -182,6 +182,12 @@ class _Recorder(Chooser):
             step.keys.add(key)
             step.covers.update(covers)
 
+    def _cover(self, key) -> None:
+        """The pending step reads ``key``: dependent on the steps that touch it (its writers), not on its readers."""
+        step = self.pending
+        if step is not None:
+            step.covers.add(key)
+
     def _steps_of(self, task, generator):
         """``generator`` with each step's end recorded: where it stopped and why."""
         while True:
@@ -229,8 +235,8 @@ class _Recorder(Chooser):
         def global_tile(task, view, offsets, tile_shape, what, rows=None):
             tile = originals["global_tile"](task, view, offsets, tile_shape, what, rows)
             key = ("global", id(tile.argument.buffer))
-            if what in _GLOBAL_READS:  # reads commute with reads: a read only covers the buffer
-                explorer._touch(("read", key), [key])
+            if what in _GLOBAL_READS:  # reads commute with reads: a read only covers the buffer, which writes touch
+                explorer._cover(key)
             else:
                 explorer._touch(key)
             return tile
@@ -456,7 +462,8 @@ def _checkpoint(memory):
     """A function restoring global memory (data and shadow) to what it holds now."""
     arrays = []
     for argument in memory.arguments.values():
-        arrays.append((argument.data, argument.data.copy()))
+        if argument.data.flags.writeable:  # a read-only array (a cached table) holds what it held
+            arrays.append((argument.data, argument.data.copy()))
         for name in SHADOWS:
             shadow = getattr(argument.buffer, name)
             arrays.append((shadow, shadow.copy()))
