@@ -60,8 +60,9 @@ THREE_CONSUMER_SCHEDULES = {128: {"block_n": 80, "num_stages": 2, "unroll": 1}}
 #: with tiles dealt by its walk (``tile_walk``, sixteenth session, FlashAttention-3's grid, fp16, H100) it is also
 #: ahead at longer rows: D 128 at 4096 and 8192 rows 1.03-1.05x the one-tile kernel (even at 16384), D 64 with
 #: three warpgroups in 96-key tiles 1.08x at 8192 (1.01x at 16384), and the fastest schedules changed: 128-key
-#: tiles up to 1024 rows at D 64 (1.08x the 64-key tiles shipped before) and from 1024 at D 128 (1.05x), three
-#: warpgroups from 2048 rows at D 64 (1.05x two). Without a mask: three warpgroups at D 64 (1.02-1.08x two, run L1).
+#: tiles up to 1024 rows at D 64 (1.08x the 64-key tiles shipped before) and at D 128 past 512 (1.05x at 1024),
+#: three warpgroups at D 64 past 1024 rows (1.05x two at 2048). The bounds are size buckets' (``script_for``
+#: remembers one choice per bucket). Without a mask: three warpgroups at D 64 (1.02-1.08x two, run L1).
 PERSISTENT_ROWS: dict[tuple[int, bool], tuple[tuple[int, int, dict], ...]] = {
     (64, False): ((2048, 3, {"block_n": 128, "num_stages": 2}),),
     (64, True): ((1024, 2, {"block_n": 128, "num_stages": 2}), (8192, 3, {"block_n": 96, "num_stages": 2})),
