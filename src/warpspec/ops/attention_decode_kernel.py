@@ -236,7 +236,8 @@ class Decode(Script):
             pipe.consumer_release()
             pipe.consumer_advance()
         lse = self.where(row_sum == 0.0, float("-inf"), row_max + self.log2(row_sum))
-        return lse, acc_o / self.where(row_sum == 0.0, 1.0, row_sum)
+        # A reciprocal a row and a multiply an element, not a float32 division (a routine) an element.
+        return lse, acc_o * (1.0 / self.where(row_sum == 0.0, 1.0, row_sum))
 
     def masked(self, acc_s, first_key, seq_q, seq_k, causal_shift):
         """Scores ``acc_s`` of the load whose first key is ``first_key`` (its columns hold keys ``load_start``
@@ -337,7 +338,7 @@ class Decode(Script):
                     acc = acc * rescale + parts[lane] * theirs
                     top = max(top, other_lse)  # updated in place (new_top is a tensor of its own)
             final = self.where(top == float("-inf"), 0.0, top)
-            out = acc / self.where(total == 0.0, 1.0, total)
+            out = acc * (1.0 / self.where(total == 0.0, 1.0, total))
             # +inf for a row that sees no key, as the forward kernel stores it.
             lse = self.where(total == 0.0, float("inf"), final + self.log2(total))
             self.store_global(go, self.cast(out, self.dtype), offsets=[pb * rows + row, 0], row_end=pb * rows + rows)
