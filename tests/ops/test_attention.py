@@ -372,7 +372,9 @@ def test_example_runs_as_a_script(monkeypatch):
 @pytest.mark.parametrize("head_dim", sorted(DEFAULT_SCHEDULES))
 def test_nvrtc_builds_the_shipped_schedules_without_spills(head_dim, causal):
     """NVRTC compiles each head dim's shipped schedule and consumer count, masked or not, with no spills, no stack
-    and no ptxas advisory (a WGMMA pipeline serialized because registers are read under an mma would be one)."""
+    and no ptxas advisory (a WGMMA pipeline serialized because registers are read under an mma would be one), and
+    normalizes O with a reciprocal a row: no float32 division routine (its slow-path check FCHK), two MUFU.RCP a
+    row pair at most."""
     from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.runtime import kernel_for
@@ -384,8 +386,9 @@ def test_nvrtc_builds_the_shipped_schedules_without_spills(head_dim, causal):
     built = compile_kernel(kernel_for(kernel, {}))
     (report,) = parse_ptxas_log(built.module.log).values()
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
-    counts = count_instructions(disassemble(built.module.cubin), ["HGMMA", "LDL", "STL"])
+    counts = count_instructions(disassemble(built.module.cubin), ["HGMMA", "LDL", "STL", "FCHK", "MUFU.RCP"])
     assert counts["HGMMA"] > 0 and counts["LDL"] == counts["STL"] == 0
+    assert counts["FCHK"] == 0 and counts["MUFU.RCP"] <= 16, counts
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
