@@ -247,3 +247,54 @@ def test_float_scalars_become_integers_truncated_and_saturated_as_on_the_gpu():
 @pytest.mark.parametrize("s, as_int32, as_uint32", CONVERSIONS)
 def test_gpu_float_scalars_become_integers_as_on_the_emulator(s, as_int32, as_uint32):
     assert _run_float_to_integer("cuda", s, device="cuda") == (as_int32, as_uint32)
+
+
+class RowScale(warpspec.Script):
+    """``a = a * factors`` in place, ``factors`` a [64, 1] column vector of ``s``; then ``b = a * factors`` into a
+    new tensor. Both bands of ``dst``."""
+
+    def __call__(self, a_ptr: ~float32, dst_ptr: ~float32, s: float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        a = self.load_global(self.global_view(a_ptr, dtype=float32, shape=[64, 64]), offsets=[0, 0], shape=[64, 64])
+        factors = self.register_tensor(dtype=float32, shape=[64, 1], init=1.0) * s
+        a = a * factors
+        b = a * factors
+        dst = self.global_view(dst_ptr, dtype=float32, shape=[128, 64])
+        self.store_global(dst, a, offsets=[0, 0])
+        self.store_global(dst, b, offsets=[64, 0])
+
+
+def _row_scale_inputs(s):
+    a = np.random.default_rng(0).uniform(-1.0, 1.0, (64, 64)).astype(np.float32)
+    a[40, 0], a[41, 1] = -0.0, NAN
+    once = a * np.float32(s)
+    return a, np.concatenate([once, once * np.float32(s)])
+
+
+@pytest.mark.parametrize("s", [1.0, 0.5])
+def test_an_in_place_row_rescale_is_skipped_by_warps_whose_factors_are_all_one(s):
+    """The in-place product by a column vector is emitted behind a warp vote (a warp whose factors are all 1 keeps
+    its values, which x · 1 is), the product into a new tensor is not; the emulator's values are numpy's
+    products, a negative zero and a NaN kept."""
+    source = generate(kernel_for(RowScale(), {})).source
+    assert source.count("__any_sync(__activemask(), ") == 1
+    compile_kernel(kernel_for(RowScale(), {}))  # NVRTC takes the vote
+    a, expected = _row_scale_inputs(s)
+    dst = np.zeros((128, 64), np.float32)
+    with warpspec.use_backend("emulator"):
+        RowScale()(a, dst, s)
+    _assert_same(dst, expected)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("s", [1.0, 0.5])
+def test_gpu_row_rescale_is_the_emulators(s):
+    """On the GPU a warp that skips (factors 1) and one that multiplies give the emulator's values."""
+    torch = pytest.importorskip("torch")
+    a, expected = _row_scale_inputs(s)
+    dst = torch.zeros((128, 64), dtype=torch.float32, device="cuda")
+    with warpspec.use_backend("cuda"):
+        RowScale()(torch.from_numpy(a).cuda(), dst, s)
+    torch.cuda.synchronize()
+    _assert_same(dst.cpu().numpy(), expected)

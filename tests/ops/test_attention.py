@@ -144,6 +144,32 @@ def test_rows_that_see_no_key_are_zero_and_scale_is_applied():
     assert np.abs(out.astype(np.float32) - expected(q, k, v, True, scale=0.3)).max() < 2e-3
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("jump", [3.0, 30.0], ids=["within-slack", "past-slack"])
+def test_a_running_maximum_that_jumps_is_rescaled_exactly(jump, causal):
+    """Keys whose scores grow by ``jump`` (in log2 units, as the kernel scales them) from one 64-key tile to the
+    next: within ``RESCALE_SLACK`` a row keeps its running maximum (P grows to 2**jump; O is not rescaled), past it
+    the maximum moves and O is rescaled; both match the numpy softmax, and the log-sum-exp is the reference's."""
+    head_dim, seq = 64, 256
+    q = np.zeros((1, 1, 96, head_dim), np.float16)
+    q[..., 0] = 1.0
+    k = np.zeros((1, 1, seq, head_dim), np.float16)
+    # score of key j = k[j, 0] · D^-0.5; in log2 units times log2(e): tile t's keys at t · jump, plus a little noise
+    rng = np.random.default_rng(1)
+    tiles = np.arange(seq) // 64
+    k[0, 0, :, 0] = ((tiles * jump + rng.uniform(0, 1, seq)) / ak.LOG2_E * head_dim ** 0.5).astype(np.float16)
+    v = rng.standard_normal((1, 1, seq, head_dim)).astype(np.float16)
+    out, lse = attention(q, k, v, causal=causal, return_lse=True)
+    assert 3.0 < ak.RESCALE_SLACK < 30.0  # the two cases stay on either side of the slack
+    assert np.abs(out.astype(np.float32) - expected(q, k, v, causal)).max() < TOLERANCE[np.float16]
+    scores = (q.astype(np.float32)[0, 0] @ k.astype(np.float32)[0, 0].T) * head_dim ** -0.5
+    if causal:  # bottom-right aligned: row i sees keys up to i + seq - 96
+        scores = np.where(np.arange(seq)[None, :] <= np.arange(96)[:, None] + seq - 96, scores, -np.inf)
+    top = scores.max(axis=1, keepdims=True)
+    reference_lse = (top + np.log(np.exp(scores - top).sum(axis=1, keepdims=True)))[:, 0]
+    assert np.allclose(lse[0, 0], reference_lse, rtol=1e-5, atol=1e-3)
+
+
 def test_an_empty_query_launches_nothing(monkeypatch):
     module = sys.modules["warpspec.ops.attention"]  # ``warpspec.ops.attention`` names the function
     monkeypatch.setattr(module, "script_for", lambda *args: pytest.fail("an empty query launched a kernel"))
@@ -374,7 +400,7 @@ def test_nvrtc_builds_the_shipped_schedules_without_spills(head_dim, causal):
     """NVRTC compiles each head dim's shipped schedule and consumer count, masked or not, with no spills, no stack
     and no ptxas advisory (a WGMMA pipeline serialized because registers are read under an mma would be one), and
     normalizes O with a reciprocal a row: no float32 division routine (its slow-path check FCHK), two MUFU.RCP a
-    row pair at most."""
+    row pair at most; each warp votes before O's rescale (``VOTE.ANY``)."""
     from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.runtime import kernel_for
@@ -386,9 +412,12 @@ def test_nvrtc_builds_the_shipped_schedules_without_spills(head_dim, causal):
     built = compile_kernel(kernel_for(kernel, {}))
     (report,) = parse_ptxas_log(built.module.log).values()
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
-    counts = count_instructions(disassemble(built.module.cubin), ["HGMMA", "LDL", "STL", "FCHK", "MUFU.RCP"])
+    counts = count_instructions(disassemble(built.module.cubin),
+                                ["HGMMA", "LDL", "STL", "FCHK", "MUFU.RCP", "VOTE.ANY"])
     assert counts["HGMMA"] > 0 and counts["LDL"] == counts["STL"] == 0
     assert counts["FCHK"] == 0 and counts["MUFU.RCP"] <= 16, counts
+    # O's rescale in the loop and after it, each warpgroup's: skipped by a warp whose rows all keep their maximum
+    assert counts["VOTE.ANY"] >= 2 * kernel.consumers, counts
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

@@ -57,6 +57,9 @@ from warpspec.pipeline import Pipeline
 from warpspec.script import Script, autotune
 
 #: log2(e): exp(x) = exp2(x · log2 e), so the softmax scale is folded into one multiplication.
+#: How far (in log2 units) a tile's row maximum may pass the running one before the running one moves to it: P is
+#: then at most 2**8 = 256, well inside float16 and bfloat16, and rows rarely rescale O after their first tiles.
+RESCALE_SLACK = 8.0
 LOG2_E = 1.4426950408889634
 HEAD_DIMS = (64, 128, 256)
 DTYPES = (float16, bfloat16)  # the element types of Q, K, V and O (and their gradients)
@@ -424,10 +427,15 @@ class Attention(RowTileStore, Script):
         return acc_s
 
     def softmax_step(self, acc_s, row_max, scale_log2):
-        """The online softmax of one masked S tile: exponentiated against the new running maximum. Returns (P in
-        float32, the new row maximum, the value subtracted from the scaled logits: the new maximum, or 0 for rows
-        still without a visible key). The earlier O and row sum are rescaled by exp2(old maximum - that value)."""
-        new_max = max(row_max, self.reduce_max(acc_s) * scale_log2)
+        """The online softmax of one masked S tile: exponentiated against the running maximum, which moves to the
+        tile's only where that passes it by more than ``RESCALE_SLACK`` (so P stays below 2**RESCALE_SLACK).
+        Returns (P in float32, the new running maximum, the value subtracted from the scaled logits: that maximum,
+        or 0 for rows still without a visible key). The earlier O and row sum are rescaled by exp2(old maximum -
+        that value), which is 1 for a row whose maximum stays, and a warp whose rows all keep theirs skips O's
+        rescale (``cuda.sm90.elementwise``): the softmax's normalization is exact whatever maximum each row
+        subtracts, as long as O, the row sum and the log-sum-exp all use the same one."""
+        tile_max = self.reduce_max(acc_s) * scale_log2
+        new_max = self.where(tile_max > row_max + RESCALE_SLACK, tile_max, row_max)
         subtrahend = new_max
         if self.causal:
             # A row with no visible key yet keeps the maximum -inf: subtract 0 instead, so exp2 sees -inf (and gives

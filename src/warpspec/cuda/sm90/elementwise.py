@@ -6,7 +6,10 @@ The unary functions are the multi-function unit's approximations (bounds in docs
 ``log2`` is ``lg2.approx.ftz.f32``; ``sqrt`` is the correctly rounded ``sqrt.rn.f32``. A broadcast vector operand
 is read at the register of its slice layout that holds the element's column (row). Comparisons and ``where``
 are C++ comparisons and selections on the f32 (or integer) values; ``row_index``/``col_index`` are the layout's
-coordinate expressions over the thread index.
+coordinate expressions over the thread index. A float32 tensor scaled in place by a column vector (``acc = acc *
+factors``) is multiplied only by warps holding a factor other than 1 (``__any_sync``, ``vote.sync.any``): the same
+values, and the online softmax's O rescale, whose factors are mostly 1, costs a vote instead of a multiply a
+register.
 """
 
 from __future__ import annotations
@@ -97,10 +100,42 @@ def _emit_Arithmetic(gen: CodeGenerator, s: Arithmetic) -> None:
     if not broadcast:
         _store_elements(gen, s, _value(gen, s, [_operand(gen, s, o, layout, "i") for o in s.operands]), layout)
         return
+    factors = _row_factors(gen, s, layout)
+    if factors:
+        # Rows scaled by a column vector (the online softmax's O rescaled to a new maximum): where every factor
+        # the warp holds is 1, the product is its operand exactly, so the warp copies instead of multiplying.
+        gen.line(f"if (__any_sync(__activemask(), {' || '.join(f'{f} != 1.0f' for f in factors)})) {{")
+        for i in range(layout.registers):
+            value = _value(gen, s, [_operand(gen, s, o, layout, i) for o in s.operands])
+            gen.line("  " + gen.set_element(s.decl, i, _stored(gen, s, value)))
+        gen.line("}")
+        return
     # A vector operand's register depends on the element's place in the layout: one line per register.
     for i in range(layout.registers):
         value = _value(gen, s, [_operand(gen, s, o, layout, i) for o in s.operands])
         gen.line(gen.set_element(s.decl, i, _stored(gen, s, value)))
+
+
+#: Registers a thread holds of a tensor scaled by a column vector from which ``_row_factors`` checks its factors
+#: for 1 first (a vote and a compare per factor, against a multiply per register).
+ROW_SCALE_SKIP_REGISTERS = 16
+
+
+def _row_factors(gen: CodeGenerator, s: Arithmetic, layout) -> list[str]:
+    """The f32 values of a column vector [M, 1] by which ``s`` multiplies a float32 tensor [M, N] of at least
+    ``ROW_SCALE_SKIP_REGISTERS`` registers a thread (each a register the thread holds of the vector, once), or []
+    for any other statement."""
+    if s.op != "*" or s.decl.dtype.name != "float32" or layout.registers < ROW_SCALE_SKIP_REGISTERS:
+        return []
+    tensors = [o for o in s.operands if isinstance(o, ir.TensorRef)]
+    vectors = [o for o in tensors if broadcast_axis(o.decl.shape, s.decl.shape) == 1]
+    if len(tensors) != 2 or len(vectors) != 1 or vectors[0].decl.dtype.name != "float32":
+        return []
+    tensor = next(o for o in tensors if o is not vectors[0])
+    if gen.element(tensor.decl, 0) != gen.element(s.decl, 0):
+        return []  # only where the product replaces its operand in place (``acc = acc * factors``): no copy to make
+    values = [_operand(gen, s, vectors[0], layout, i) for i in range(layout.registers)]
+    return list(dict.fromkeys(values))
 
 
 @emits(TileIndex, TARGET)
