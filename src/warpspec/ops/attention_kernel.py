@@ -22,11 +22,12 @@ three when there are three): warpgroup 0 issues, hands the turn to warpgroup 1, 
 1's GEMMs run, so the exp2 of one hides under the others' tensor-core work.
 
 Softmax: the logits are scaled by ``scale · log2(e)`` (``scale_log2``) and exponentiated with exp2; the row maximum
-lives in that scaled domain. Masks: the columns past S_k of the last K tile, and for ``causal`` the keys after each
+lives in that scaled domain, and moves only when a tile's passes it by more than ``RESCALE_SLACK`` (O's rescale is
+then mostly by 1, which warps skip; ``softmax_step``). Masks: the columns past S_k of the last K tile, and for ``causal`` the keys after each
 query, aligned at the bottom right (query i sees keys j <= i + S_k - S_q, as FlashAttention does); only tiles that
 need a mask compute one. Causal blocks stop their K/V loop at the last tile any of their rows sees. A row that
 sees no key at all (causal, S_q > S_k) outputs zeros: its maximum stays -inf, guarded so that exp2(-inf - -inf)
-never happens, and its sum stays 0, guarded in the final division.
+never happens, and its sum stays 0, taken as 1 where O is scaled by the sum's reciprocal.
 
 Heads: the global views are 3-D ([B·H, S, D]) and every TMA box is [1, rows, D], so rows past a head's length
 read as zeros (and stores past S_q are clipped) instead of touching the next head. Grouped-query attention maps
@@ -57,10 +58,10 @@ from warpspec.pipeline import Pipeline
 from warpspec.script import Script, autotune
 
 #: log2(e): exp(x) = exp2(x · log2 e), so the softmax scale is folded into one multiplication.
+LOG2_E = 1.4426950408889634
 #: How far (in log2 units) a tile's row maximum may pass the running one before the running one moves to it: P is
 #: then at most 2**8 = 256, well inside float16 and bfloat16, and rows rarely rescale O after their first tiles.
 RESCALE_SLACK = 8.0
-LOG2_E = 1.4426950408889634
 HEAD_DIMS = (64, 128, 256)
 DTYPES = (float16, bfloat16)  # the element types of Q, K, V and O (and their gradients)
 WARPGROUP = 128

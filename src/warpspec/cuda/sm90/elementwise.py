@@ -102,8 +102,8 @@ def _emit_Arithmetic(gen: CodeGenerator, s: Arithmetic) -> None:
         return
     factors = _row_factors(gen, s, layout)
     if factors:
-        # Rows scaled by a column vector (the online softmax's O rescaled to a new maximum): where every factor
-        # the warp holds is 1, the product is its operand exactly, so the warp copies instead of multiplying.
+        # Rows scaled in place by a column vector (the online softmax's O rescaled to a new maximum): where every
+        # factor the warp holds is 1, the product is its operand exactly, so the warp keeps its values as they are.
         gen.line(f"if (__any_sync(__activemask(), {' || '.join(f'{f} != 1.0f' for f in factors)})) {{")
         for i in range(layout.registers):
             value = _value(gen, s, [_operand(gen, s, o, layout, i) for o in s.operands])
