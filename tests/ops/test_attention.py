@@ -399,8 +399,9 @@ def test_example_runs_as_a_script(monkeypatch):
 def test_nvrtc_builds_the_shipped_schedules_without_spills(head_dim, causal):
     """NVRTC compiles each head dim's shipped schedule and consumer count, masked or not, with no spills, no stack
     and no ptxas advisory (a WGMMA pipeline serialized because registers are read under an mma would be one), and
-    normalizes O with a reciprocal a row: no float32 division routine (its slow-path check FCHK), two MUFU.RCP a
-    row pair at most; each warp votes before O's rescale (``VOTE.ANY``)."""
+    normalizes O with a reciprocal a row: no float32 division routine (its slow-path check FCHK), and at most 16
+    MUFU.RCP in all (the row sums' reciprocals and the integer divisions of the tile's indices; the division routine
+    put 128 there); each warp votes before O's in-place rescales (``VOTE.ANY``)."""
     from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.runtime import kernel_for
