@@ -285,3 +285,19 @@ def test_v6s_modeled_roles_walk_their_tiles_in_order_and_the_ring_runs_on_across
     assert all(wgmma.stage == wait.stage for wait, wgmma in zip(waits, waits))  # each mma reads its waited stage
     stores = [e for e in consumer if e.kind == "tma"]
     assert [(e.name, e.tile, e.stage) for e in stores] == [("tma sc[0, 0] -> gc", tile, None) for tile in range(8)]
+
+
+def test_a_kernel_that_reduce_adds_into_global_memory_is_modeled():
+    """The accumulating attention backward reduce-adds each tile's dQ share with a TMA reduce-add: the model, which
+    carries no data, prices it as a store (it used to fail on it with an AttributeError)."""
+    from warpspec.dtypes import bfloat16
+    from warpspec.ops.attention_backward_kernel import BackwardKVDQ
+
+    script = BackwardKVDQ(bfloat16, head_dim=64, causal=False, block_m=64, num_stages=2)
+    runtime, compile_time = bind_arguments(BackwardKVDQ, (256, 256, 2, 2, 1, 0.125, 0.18) + (None,) * 9, {})
+    timeline = model_launch(kernel_for(script, compile_time), runtime, load_parameters())
+    reduce_adds = [e.name for e in timeline.events if e.kind == "tma" and e.name.startswith("tma staging[")]
+    # One block of SM 0 over 256 queries in tiles of 64: the consumer role records its first warpgroup, whose
+    # share of each tile is one reduce-add from its staging tile.
+    assert reduce_adds == ["tma staging[0] -> dq_view"] * (256 // 64)
+    assert summarize(timeline).metrics["wgmma"] == 1.0
