@@ -3,14 +3,14 @@
 class, for tests/ops/test_attention.py, tests/ops/test_attention_decode.py, tests/ops/test_attention_backward.py,
 tests/ops/test_attention_varlen_paged.py and tests/ops/test_attention_paged_decode.py.
 
-Each class overrides the one helper of ``Attention``, ``Decode``, ``DecodePaged``, ``BackwardKV``, ``BackwardKVDQ``
-or ``AttentionPaged`` that it breaks. A line that an error report must name ends
+Each class overrides the one helper of ``Attention``, ``Decode``, ``DecodePaged``, ``BackwardKV``, ``BackwardKVDQ``,
+``BackwardFused`` or ``AttentionPaged`` that it breaks. A line that an error report must name ends
 with a marker comment ``# <<< name``; ``marker_line(name)`` finds its number.
 """
 
 from tests.support.markers import markers_of
 
-from warpspec.ops.attention_backward_kernel import BackwardKV, BackwardKVDQ
+from warpspec.ops.attention_backward_kernel import BackwardFused, BackwardKV, BackwardKVDQ
 from warpspec.ops.attention_decode_kernel import DECODE_ROWS, Decode, DecodePaged
 from warpspec.ops.attention_kernel import Attention
 from warpspec.ops.attention_paged_kernel import AttentionPaged
@@ -117,3 +117,26 @@ class OverwritesDQStaging(BackwardKVDQ):
             self.tma.shared_to_global(src=dq.staging[wg], dst=dq.view, offsets=[bh, offset_m, wg * dq.half],
                                       reduce="add")
             self.tma.commit_group()
+
+
+class StoresPBeforeItIsRead(BackwardFused):
+    """A warpgroup stores a tile's P over the shared buffer without waiting until both warpgroups' dV WGMMAs of the
+    previous tile have read it."""
+
+    def fused_store_p(self, tiles, p, item):
+        p16 = self.cast(p, self.dtype)
+        for h in range(2):
+            self.store_shared(tiles.probs[h][tiles.wg], p16, column=64 * h)  # <<< early-p
+        self.fence_proxy_async()
+        self.mbarrier.arrive(tiles.p_written)
+
+
+class IssuesDVBeforeBothPs(BackwardFused):
+    """A warpgroup issues its dV WGMMA, which reads both warpgroups' P, without waiting until the other warpgroup
+    has stored its half."""
+
+    def fused_dv(self, tiles, item, stage, acc_dv):
+        self.wgmma.fence()
+        for j in range(2):
+            self.wgmma.mma(tiles.probs[tiles.wg][j].transpose(), tiles.sdo[stage][j][0], acc_dv)  # <<< early-dv
+        self.wgmma.commit_group()

@@ -21,6 +21,34 @@ def sdpa_float32(q, k, v, causal):
         q.float(), k.float().repeat_interleave(group, 1), v.float().repeat_interleave(group, 1), attn_mask=mask)
 
 
+@pytest.mark.parametrize("head_dim, deterministic, accumulates", [(64, False, True), (64, True, False),
+                                                                  (128, False, False)],
+                         ids=["64", "64-use_deterministic_algorithms", "128"])
+def test_autograd_s_dq_path_follows_torch_s_deterministic_switch(head_dim, deterministic, accumulates, monkeypatch):
+    """At D 64 the backward accumulates dQ in float32 (a dQ accumulator given to the kernels) unless
+    ``torch.use_deterministic_algorithms(True)`` is in force, when it takes the deterministic kernels (none); at
+    D 128 it takes those always."""
+    import importlib
+
+    backward = importlib.import_module("warpspec.ops.attention_backward")
+    accumulators = []
+    launch = backward.launch_backward
+
+    def recording(*args):
+        accumulators.append(args[-1] is not None)
+        return launch(*args)
+
+    monkeypatch.setattr(backward, "launch_backward", recording)
+    q, k, v = (torch.randn(1, 2, 40, head_dim).to(torch.bfloat16).requires_grad_() for _ in range(3))
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(deterministic)
+    try:
+        attention(q, k, v).sum().backward()
+    finally:
+        torch.use_deterministic_algorithms(was)
+    assert accumulators == [accumulates]
+
+
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float16, 4e-3), (torch.bfloat16, 3e-2)], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_backward_through_the_op_matches_sdpa(dtype, tolerance, causal):

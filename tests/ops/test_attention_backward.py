@@ -68,6 +68,31 @@ def test_gradients_match_torch_at_ragged_grouped_query_shapes(dtype, causal, seq
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("seq_q, seq_k", [(300, 190), (100, 330)])
+def test_the_fused_kernel_against_torch_at_ragged_grouped_shapes(causal, seq_q, seq_k):
+    """``BackwardFused`` (the accumulating path at D 64), called with ``Dot`` and ``ConvertDQ`` as the path calls
+    them, against torch: 2 batches of 4 query heads over 2 K/V heads, several 128-row query tiles a block, lengths no
+    multiple of a tile."""
+    from warpspec.dtypes import float16
+    from warpspec.ops.attention_backward_kernel import BackwardFused, ConvertDQ, Dot
+    from warpspec.ops.attention_kernel import LOG2_E
+
+    q, k, v, dout = operands(2, 4, 2, seq_q, seq_k, 64, np.float16)
+    out, lse = attention(q, k, v, causal=causal, return_lse=True)
+    scale = 64 ** -0.5
+    dd, dk, dv = np.empty(lse.shape, np.float32), np.empty_like(k), np.empty_like(v)
+    dq_accum, dq = np.zeros(q.shape, np.float32), np.empty_like(q)
+    Dot(float16, head_dim=64)(seq_q, 8, out, dout, dd)
+    BackwardFused(float16, head_dim=64, causal=causal, num_stages=2)(
+        seq_q, seq_k, 8, 4, 2, scale, scale * LOG2_E, q, k, v, dout, (lse * np.float32(LOG2_E)).astype(np.float32),
+        dd, dk, dv, dq_accum)
+    ConvertDQ(float16, head_dim=64)(8 * seq_q, scale, dq_accum, dq)
+    _, _, *expected = reference(q, k, v, dout, causal)
+    for got, want in zip((dq, dk, dv), expected):
+        assert relative_error(got, want) < GRADIENT_TOLERANCE[np.float16]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_head_dim_128_and_a_custom_scale(causal):
     q, k, v, dout = operands(1, 2, 1, 100, 130, 128, np.float16, seed=1)
     out, lse = attention(q, k, v, causal=causal, scale=0.2, return_lse=True)
@@ -213,7 +238,7 @@ def test_nvrtc_builds_the_backward_kernels_without_spills(head_dim, deterministi
             (0, 0, 0, ()), name
         counts = count_instructions(disassemble(built.module.cubin), ["HGMMA", "LDL", "STL", "UTMAREDG"])
         assert (counts["HGMMA"] > 0) == (name != "ConvertDQ") and counts["LDL"] == counts["STL"] == 0, name
-        assert (counts["UTMAREDG"] > 0) == (name == "BackwardKVDQ"), name
+        assert (counts["UTMAREDG"] > 0) == (name in ("BackwardKVDQ", "BackwardFused")), name
 
 
 @pytest.mark.parametrize("head_dim, num_stages", [(128, 2), (64, 3)])
@@ -252,7 +277,7 @@ def test_planted_bug_q_stage_released_before_the_dk_wgmma_completes():
     assert "tma.global_to_shared writes sq[0] while an asynchronous read of it (a wgmma or a TMA store) is still " \
            "in flight" in str(raised.value)
     (load,) = [n for n, line in enumerate(Path(bwk.__file__).read_text().splitlines(), 1)
-               if "self.tma.global_to_shared(src=gq, dst=sq[stage]" in line]
+               if "self.tma.global_to_shared(src=gq, dst=sq[stage], offsets" in line]
     assert raised.value.location.rsplit(" at ", 1)[-1] == f"{bwk.__file__}:{load}"
     assert f"ReleasesQBeforeDK.retire_previous at {bk.__file__}:{bk.marker_line('late-dk-wait')} in " \
            f"wgmma.wait_group(" in raised.value.tasks
@@ -274,3 +299,27 @@ def test_planted_bug_dq_staging_overwritten_before_the_reduce_add_read_it():
     assert "store_shared writes staging" in str(raised.value)
     assert "while an asynchronous read of it (a wgmma or a TMA store) is still in flight" in str(raised.value)
     assert raised.value.location.rsplit(" at ", 1)[-1] == f"{bk.__file__}:{bk.marker_line('early-staging')}"
+
+
+@pytest.mark.parametrize("kernel_class, marker, message", [
+    ("StoresPBeforeItIsRead", "early-p", "store_shared touches probs[0, 1], which threads 0-127 read without a "
+                                         "barrier wait or sync ordering it before this access"),
+    ("IssuesDVBeforeBothPs", "early-dv", "wgmma.mma operand a reads probs[0, 1], which holds elements that no "
+                                         "completed write has filled"),
+], ids=["p-before-read", "dv-before-both-ps"])
+def test_planted_bugs_in_the_fused_kernel_s_hand_off(kernel_class, marker, message):
+    """The fused kernel's warpgroups hand P over through shared memory: a store over it before both warpgroups' dV
+    read the previous tile's, or a dV WGMMA issued before the other warpgroup stored its half, is a RaceError at
+    that line."""
+    from tests.kernels import attention_bug_kernels as bk
+    from warpspec import RaceError
+    from warpspec.dtypes import float16
+
+    q, k, v, dout = operands(1, 1, 1, 300, 130, 64, np.float16)
+    lse, dd = np.zeros((1, 1, 300), np.float32), np.zeros((1, 1, 300), np.float32)
+    kernel = getattr(bk, kernel_class)(float16, head_dim=64, causal=False, num_stages=2)
+    with pytest.raises(RaceError) as raised:
+        kernel(300, 130, 1, 1, 1, 0.125, 0.18, q, k, v, dout, lse, dd, np.zeros_like(k), np.zeros_like(v),
+               np.zeros(q.shape, np.float32))
+    assert message in str(raised.value)
+    assert raised.value.location.rsplit(" at ", 1)[-1] == f"{bk.__file__}:{bk.marker_line(marker)}"

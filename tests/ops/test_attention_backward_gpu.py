@@ -103,3 +103,23 @@ def test_a_repeated_training_step_launches_with_the_arrays_addresses_alone(monke
         out.backward(dout)
         for got, want in zip((q2.grad, k2.grad, v2.grad), reference_gradients(q2, k2, v2, dout, True)):
             assert ((got.float() - want).abs().max() / want.abs().max()).item() < TOLERANCE[torch.bfloat16]
+
+
+def test_autograd_under_torch_s_deterministic_switch_repeats_bit_for_bit():
+    """Under ``torch.use_deterministic_algorithms(True)`` ops.attention's backward takes the deterministic kernels:
+    two backward passes of one forward give bit-identical gradients, which match the float32 reference."""
+    generator = torch.Generator(device="cuda").manual_seed(3)
+    q, k, v = (torch.randn(2, 4, 1500, 64, device="cuda", dtype=torch.bfloat16, generator=generator)
+               .requires_grad_() for _ in range(3))
+    dout = torch.randn(2, 4, 1500, 64, device="cuda", dtype=torch.bfloat16, generator=generator)
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        out = warpspec.ops.attention(q, k, v, causal=True)
+        first = torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+        second = torch.autograd.grad(out, (q, k, v), dout)
+    finally:
+        torch.use_deterministic_algorithms(was)
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    for got, want in zip(first, reference_gradients(q, k, v, dout, True)):
+        assert ((got.float() - want).abs().max() / want.abs().max()).item() < TOLERANCE[torch.bfloat16]

@@ -591,13 +591,18 @@ def _save_for_backward(ctx, q, k, v, output, causal, scale) -> None:
 def _gradients(ctx, dout) -> tuple:
     """(dq, dk, dv) from the saved tensors and O's gradient: where the dispatcher would do nothing but call it (no
     double backward, no mode), the backward op's implementation itself (a training step's backward is otherwise
-    bound by host time at short lengths), else the op."""
+    bound by host time at short lengths), else the op. At the head dims of ``AUTOGRAD_ACCUMULATES`` dQ is
+    accumulated in float32 across the key blocks (its last bits may vary from run to run, as cuDNN's and
+    FlashAttention's do) unless ``torch.use_deterministic_algorithms(True)`` is in force, PyTorch's switch; other
+    head dims, and any under the switch, take the deterministic kernels."""
     backward = sys.modules["warpspec.ops.attention_backward"]  # imported with the op (_torch_op)
     q, k, v, out, lse2 = ctx.saved_tensors
     dout = dout.contiguous()
     run_backward = backward._op_implementation if _support().dispatch_is_plain(q, k, v, out, dout, lse2) \
         else backward.torch_backward_op()
-    return run_backward(q, k, v, out, dout, lse2, ctx.causal, ctx.scale)
+    deterministic = (sys.modules["torch"].are_deterministic_algorithms_enabled()
+                     or q.shape[-1] not in backward.AUTOGRAD_ACCUMULATES)
+    return run_backward(q, k, v, out, dout, lse2, ctx.causal, ctx.scale, deterministic)
 
 
 def _op_implementation(q, k, v, causal, scale):

@@ -23,14 +23,17 @@ from warpspec import runtime
 from warpspec.errors import ArgumentError
 from warpspec.ops.attention import Problem, _contiguous, contiguous_copy, fold_scale_sign, validate
 from warpspec.ops.attention_backward_kernel import (BACKWARD_HEAD_DIMS, BackwardKV, BackwardKVDQ,
-                                                    BackwardKVDQVarlen, BackwardKVVarlen, BackwardQ,
+                                                    BackwardFused, BackwardKVDQVarlen, BackwardKVVarlen, BackwardQ,
                                                     BackwardQVarlen, ConvertDQ, Dot, DotVarlen)
 from warpspec.ops.attention_kernel import LOG2_E
 from warpspec.ops.frame import Signatures, describe, plain_cuda
 from warpspec.ops.operands import dtype_of, same_device, same_kind
 
 #: The shipped schedule of each head dim: the dK/dV kernels' query tile (``block_m``) and ring depth ("kv" for
-#: BackwardKV, "kvdq" for BackwardKVDQ), the deterministic dQ kernel's K/V tile (``block_n``) and ring depth.
+#: BackwardKV, "kvdq" for BackwardKVDQ), the deterministic dQ kernel's K/V tile (``block_n``) and ring depth, and
+#: where the dense accumulating path runs BackwardFused instead of BackwardKVDQ (D 64), its ring depth ("fused":
+#: K and V 32 KB, two stages of 128 query rows' Q and dO 64 KB, P and dS 32 KB each, the float32 dQ staging 32 KB:
+#: 192 of 227 KB, so a third stage fits too; not timed).
 #: Each consumer thread holds dK and dV (D/2 registers each) with Sᵀ and dPᵀ (block_m/2 each) in the dK/dV kernels
 #: (block_m 64 keeps D 128 at 192 of its 240; BackwardKVDQ adds D/4 for its half of the dQ tile once Sᵀ and dPᵀ are
 #: dead), dQ (D/2) with S and dP (block_n/2 each) in the dQ kernel. BackwardKV at D 64 releases a stage only at the
@@ -40,9 +43,9 @@ from warpspec.ops.operands import dtype_of, same_device, same_kind
 #: 227 KB, so two stages (a third would need 32 KB more); D 64 needs half of each. The dQ kernel at D 64 takes 128
 #: keys a tile (S and dP 64 registers each beside dQ's 32): on an H100 (2026-12-06, bf16, the kernel alone) 2824 µs
 #: instead of 2998 at seq 8192, 1467 instead of 1670 causal.
-DEFAULT_BACKWARD_SCHEDULES = {
+DEFAULT_BACKWARD_SCHEDULES: dict = {
     64: {"kv": {"block_m": 64, "num_stages": 3}, "kvdq": {"block_m": 64, "num_stages": 2},
-         "q": {"block_n": 128, "num_stages": 2}},
+         "fused": {"num_stages": 2}, "q": {"block_n": 128, "num_stages": 2}},
     128: {"kv": {"block_m": 64, "num_stages": 2}, "kvdq": {"block_m": 64, "num_stages": 2},
           "q": {"block_n": 64, "num_stages": 2}},
 }
@@ -53,6 +56,11 @@ _CLASSES = {
     True: {"dot": DotVarlen, "kv": BackwardKVVarlen, "q": BackwardQVarlen, "kvdq": BackwardKVDQVarlen},
 }
 _kernels: dict = {}  # (dtype name, head_dim, causal, deterministic, packed) -> the path's Scripts
+#: The head dims whose backward autograd takes on the accumulating path (unless torch's deterministic switch is on):
+#: D 64, whose BackwardFused measured faster end to end than the deterministic kernels (an H100, bf16, seq 2048 and
+#: 8192, causal and not: docs/performance.md, eighteenth session). At D 128 the accumulating path (BackwardKVDQ, the
+#: accumulator's zeroing and ConvertDQ) has not measured faster, so autograd keeps the deterministic kernels there.
+AUTOGRAD_ACCUMULATES = (64,)
 
 
 def backward_kernels(problem, deterministic: bool = True, packed: bool = False):
@@ -68,7 +76,11 @@ def backward_kernels(problem, deterministic: bool = True, packed: bool = False):
             last = (classes["kv"](dtype, head_dim=head_dim, causal=problem.causal, **schedule["kv"]),
                     classes["q"](dtype, head_dim=head_dim, causal=problem.causal, **schedule["q"]))
         else:
-            last = (classes["kvdq"](dtype, head_dim=head_dim, causal=problem.causal, **schedule["kvdq"]),
+            if "fused" in schedule and not packed:
+                accumulating = BackwardFused(dtype, head_dim=head_dim, causal=problem.causal, **schedule["fused"])
+            else:
+                accumulating = classes["kvdq"](dtype, head_dim=head_dim, causal=problem.causal, **schedule["kvdq"])
+            last = (accumulating,
                     ConvertDQ(dtype, head_dim=head_dim))
         _kernels[key] = (classes["dot"](dtype, head_dim=head_dim), *last)
     return _kernels[key]
@@ -157,10 +169,11 @@ def launch_backward(q, k, v, out, dout, lse2, dq, dk, dv, problem: Problem, dd, 
 
 
 class Call:
-    """What the first backward call of a description decided: its validated problem and, once the deterministic
-    path launched on plain CUDA tensors, ``direct(q, k, v, out, dout, lse2) -> (dq, dk, dv)``: new gradients and
-    D, then the three kernels' bound launches with the arrays' addresses alone (a training step's backward
-    otherwise pays three launches' general path, longer than the kernels at short sequences)."""
+    """What the first backward call of a description decided: its validated problem and, once its path launched on
+    plain CUDA tensors, ``direct(q, k, v, out, dout, lse2) -> (dq, dk, dv)``: new gradients and D (and, on the
+    accumulating path, a zeroed float32 dQ accumulator), then the three kernels' bound launches with the arrays'
+    addresses alone (a training step's backward otherwise pays three launches' general path, longer than the
+    kernels at short sequences)."""
 
     __slots__ = ("problem", "direct")
 
@@ -168,14 +181,15 @@ class Call:
         self.problem = problem
         self.direct = None
 
-    def bind(self, q, k, launches: list) -> None:
-        """Make ``direct`` from the first launch's (Script, arguments) of each kernel."""
+    def bind(self, q, k, launches: list, accumulating: bool) -> None:
+        """Make ``direct`` from the first launch's (Script, arguments) of each kernel of the path."""
         bound = [runtime.pointer_launcher(script, args) for script, args in launches]
         if len(bound) != 3 or None in bound:
             return
         dot, kv, last = bound
         torch = sys.modules["torch"]
-        current_stream, empty, float32 = torch._C._cuda_getCurrentRawStream, torch.empty, torch.float32
+        current_stream, empty, zeros, float32 = (torch._C._cuda_getCurrentRawStream, torch.empty, torch.zeros,
+                                                 torch.float32)
         device, index, dtype = q.device, q.device.index, q.dtype
         q_shape, k_shape, rows = tuple(q.shape), tuple(k.shape), tuple(q.shape[:3])
 
@@ -185,8 +199,13 @@ class Call:
             stream = current_stream(index)
             pq, pk, pv, pdo, plse, pdd = (x.data_ptr() for x in (q, k, v, dout, lse2, dd))
             dot(out.data_ptr(), pdo, pdd, stream=stream)
-            kv(pq, pk, pv, pdo, plse, pdd, dk.data_ptr(), dv.data_ptr(), stream=stream)
-            last(pq, pk, pv, pdo, plse, pdd, dq.data_ptr(), stream=stream)
+            if accumulating:
+                dq_accum = zeros(q_shape, dtype=float32, device=device)
+                kv(pq, pk, pv, pdo, plse, pdd, dk.data_ptr(), dv.data_ptr(), dq_accum.data_ptr(), stream=stream)
+                last(dq_accum.data_ptr(), dq.data_ptr(), stream=stream)
+            else:
+                kv(pq, pk, pv, pdo, plse, pdd, dk.data_ptr(), dv.data_ptr(), stream=stream)
+                last(pq, pk, pv, pdo, plse, pdd, dq.data_ptr(), stream=stream)
             return dq, dk, dv
 
         self.direct = direct
@@ -243,7 +262,7 @@ def _op_implementation(q, k, v, out, dout, lse2, causal, scale, deterministic=Tr
         dd = torch.empty(lse2.shape, dtype=torch.float32, device=q.device)
         dq_accum = None if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=q.device)
         launches = launch_backward(q, k, v, out, dout, lse2, dq, dk, dv, found.problem, dd, dq_accum)
-        if deterministic and plain_cuda(q, k, v, out, dout, lse2):
-            found.bind(q, k, launches)
+        if plain_cuda(q, k, v, out, dout, lse2):
+            found.bind(q, k, launches, accumulating=not deterministic)
     return dq, dk, dv
 

@@ -13,7 +13,10 @@ row) and dO the output's gradient:
 * dQ, two ways. With ``deterministic=False``: ``BackwardKVDQ`` is ``BackwardKV`` that also computes each tile's
   dQ share dS·K over its 128 keys (dSᵀ handed between the warpgroups through shared memory, ``DQAccumulation``) and
   reduce-adds it in float32 into a zeroed accumulator, which ``ConvertDQ`` scales into q's dtype: 5 GEMMs per
-  tile, but the order of the float32 adds differs between runs, and so may dQ's last bits. The deterministic
+  tile, but the order of the float32 adds differs between runs, and so may dQ's last bits. At D 64 that path
+  runs ``BackwardFused`` instead, whose warpgroups split each tile's query rows rather than the keys, so that a
+  warpgroup's dQ share needs only its own dS (from registers) and dV and dK read both warpgroups' P and dS from
+  shared memory. The deterministic
   default: ``BackwardQ``, one block per 128 query rows (64 per consumer warpgroup, as the forward), the producer
   streaming K and V tiles: S = Q·Kᵀ, dP = dO·Vᵀ, dS = P ∘ (dP - D), dQ += dS·K; recomputing S and dP costs two
   more GEMMs.
@@ -157,6 +160,23 @@ class BackwardKV(_RowBlocks):
         """dK, dV for keys ``128 · blockIdx.x ...`` of K/V head ``blockIdx.y``; with ``dq_accum_ptr`` (float32
         [B·H, S_q, D]) also each streamed tile's dQ share over these keys, reduce-added into it."""
         d, dtype = self.head_dim, self.dtype
+        gq, gdo, gk, gv, kv_bh, first_bh = self.key_blocks(seq_q, seq_k, batch_heads, heads, group, q_ptr, k_ptr,
+                                                           v_ptr, do_ptr)
+        gdk = self.global_view(dk_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
+        gdv = self.global_view(dv_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
+        glse = self.global_view(lse_ptr, dtype=float32, shape=[batch_heads, seq_q])
+        gdd = self.global_view(dd_ptr, dtype=float32, shape=[batch_heads, seq_q])
+        dq_view = None
+        if self.accumulates_dq:
+            dq_view = self.dq_accumulator(dq_accum_ptr, batch_heads, seq_q)
+        self.kv_block(gq, gdo, gk, gv, gdk, gdv, glse, gdd, dq_view, group, scale, scale_log2, kv_bh, first_bh, 0, 0,
+                      seq_q, seq_k)
+
+    def key_blocks(self, seq_q, seq_k, batch_heads, heads, group, q_ptr, k_ptr, v_ptr, do_ptr):
+        """The dense grid of key blocks, (⌈S_k/128⌉, B·H_kv), each with two consumer warpgroups and a producer
+        warpgroup: the [heads, rows, D] views of Q, dO, K and V, the block's K/V head row and the first query head
+        row of its group."""
+        d, dtype = self.head_dim, self.dtype
         kv_heads = heads // group
         self.attrs.blocks = [cdiv(seq_k, BLOCK_ROWS), batch_heads // group]
         self.attrs.warps = (CONSUMER_THREADS + WARPGROUP) // 32
@@ -164,18 +184,25 @@ class BackwardKV(_RowBlocks):
         gdo = self.global_view(do_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
         gk = self.global_view(k_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
         gv = self.global_view(v_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
-        gdk = self.global_view(dk_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
-        gdv = self.global_view(dv_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
-        glse = self.global_view(lse_ptr, dtype=float32, shape=[batch_heads, seq_q])
-        gdd = self.global_view(dd_ptr, dtype=float32, shape=[batch_heads, seq_q])
-        dq_view = None
-        if self.accumulates_dq:
-            # A workspace added into in part: causal rows that see no key get no share (and keep the zeros given).
-            dq_view = self.global_view(dq_accum_ptr, dtype=float32, shape=[batch_heads, seq_q, d], scratch=True)
         kv_bh: int32 = self.blockIdx.y
         first_bh: int32 = kv_bh // kv_heads * heads + kv_bh % kv_heads * group  # the group's first query head
-        self.kv_block(gq, gdo, gk, gv, gdk, gdv, glse, gdd, dq_view, group, scale, scale_log2, kv_bh, first_bh, 0, 0,
-                      seq_q, seq_k)
+        return gq, gdo, gk, gv, kv_bh, first_bh
+
+    def query_tiles(self, seq_q, seq_k, group, block_m):
+        """The block's first key and the query tiles of ``block_m`` rows it walks: (``offset_n``, the first tile
+        that sees one of its keys, the tiles a query head from there, the (head, tile) items of the group)."""
+        offset_n: int32 = BLOCK_ROWS * self.blockIdx.x
+        first_tile: int32 = 0
+        if self.causal:
+            # Key offset_n is first seen by query offset_n - (S_k - S_q): earlier query tiles see none of the block.
+            first_tile = max(offset_n - (seq_k - seq_q), 0) // block_m
+        tiles_per_head: int32 = max(cdiv(seq_q, block_m) - first_tile, 0)
+        return offset_n, first_tile, tiles_per_head, group * tiles_per_head
+
+    def dq_accumulator(self, dq_accum_ptr, batch_heads, seq_q):
+        """The float32 dQ accumulator [B·H, S_q, D]: a workspace added into in part (causal rows that see no key
+        get no share and keep the zeros given)."""
+        return self.global_view(dq_accum_ptr, dtype=float32, shape=[batch_heads, seq_q, self.head_dim], scratch=True)
 
     def kv_block(self, gq, gdo, gk, gv, gdk, gdv, glse, gdd, dq_view, group, scale, scale_log2, kv_bh, first_bh,
                  q_start, k_start, seq_q, seq_k):
@@ -194,14 +221,7 @@ class BackwardKV(_RowBlocks):
         if self.accumulates_dq:
             dq = DQAccumulation(dq_view, dtype, d, block_m)
 
-        offset_n: int32 = BLOCK_ROWS * self.blockIdx.x
-        causal_shift: int32 = seq_k - seq_q
-        first_tile: int32 = 0
-        if self.causal:
-            # Key offset_n is first seen by query offset_n - causal_shift: earlier query tiles see none of the block.
-            first_tile = max(offset_n - causal_shift, 0) // block_m
-        tiles_per_head: int32 = max(cdiv(seq_q, block_m) - first_tile, 0)
-        n_items: int32 = group * tiles_per_head
+        offset_n, first_tile, tiles_per_head, n_items = self.query_tiles(seq_q, seq_k, group, block_m)
 
         # Packed sequences: a key block of the longest sequence only loads nothing and stores nothing.
         if not self.varlen or offset_n < seq_k:
@@ -433,17 +453,21 @@ class BackwardKV(_RowBlocks):
         self.reduce_dq(dq, wg, acc_dq, bh, q_row)
 
     def reduce_dq(self, dq, wg, acc_dq, bh, q_row):
-        """``acc_dq`` -> ``dq.staging[wg]`` once the previous tile's reduce-add has read it -> one TMA reduce-add
-        into dQ's accumulator at view row ``q_row``, waited for at the next tile (or the block's end), not here."""
+        """Warpgroup ``wg``'s column half of the tile's dQ share, reduce-added at view row ``q_row``."""
+        self.reduce_share(dq.staging[wg], dq.view, acc_dq, bh, q_row, wg * dq.half)
+
+    def reduce_share(self, staging, view, acc_dq, bh, row, column):
+        """``acc_dq`` -> ``staging`` once the previous tile's reduce-add has read it -> one TMA reduce-add into the
+        float32 accumulator ``view`` at (``bh``, ``row``, ``column``), waited for at the next tile (or the block's
+        end), not here."""
         with self.single_thread():
             self.tma.wait_group(0)
         self.sync()  # the issuing thread's wait orders the warpgroup's stores below
-        self.store_shared(dq.staging[wg][0], acc_dq)
+        self.store_shared(staging[0], acc_dq)
         self.fence_proxy_async()
         self.sync()
         with self.single_thread():
-            self.tma.shared_to_global(src=dq.staging[wg], dst=dq.view, offsets=[bh, q_row, wg * dq.half],
-                                      reduce="add")
+            self.tma.shared_to_global(src=staging, dst=view, offsets=[bh, row, column], reduce="add")
             self.tma.commit_group()
 
     def retire_tile(self, pipe):
@@ -471,6 +495,245 @@ class BackwardKVDQ(BackwardKV):
                  dq_accum_ptr: ~float32):
         self.backward_kv(seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
                          lse_ptr, dd_ptr, dk_ptr, dv_ptr, dq_accum_ptr)
+
+
+class BackwardFused(BackwardKVDQ):
+    """dK and dV of 128 keys of one K/V head and each streamed query tile's dQ share over them, in one kernel whose
+    consumer warpgroups split the query rows instead of the keys (FlashAttention-3's arrangement); ``dtype``
+    operands and gradients, D 64 (at 128, dK, dV, S and dP of 128 keys would take 256 registers a thread).
+
+    Per (Q, dO) tile of 128 query rows, warpgroup w takes rows 64·w ...: S = Q·Kᵀ and dP = dO·Vᵀ against the block's
+    128 keys (m64n128 WGMMAs), P with lse one value a row (a column vector: two registers, not a row vector of 32),
+    stored (16-bit) into shared memory by key half as ``probs[h][w]``; once both warpgroups stored theirs
+    (``p_written``), dV of key half w over both query halves, dV_w += Σⱼ P[w][j]ᵀ·dOⱼ, runs under this warpgroup's
+    dS = P ∘ (dP - D), which goes to ``grads[h][w]`` (``ds_written``) and, straight from registers, into the rows'
+    dQ share dS·K; then dK_w += Σⱼ dS[w][j]ᵀ·Qⱼ runs while the share is reduce-added in float32 into ``dq_accum``, as
+    ``BackwardKVDQ``'s shares are. Both warpgroups' arrivals on ``read`` (their dV and dK done) free the shared P
+    and dS for the next tile. One exponential and five GEMMs an element of S, and no hand-off of dQ between the
+    warpgroups."""
+
+    def __init__(self, dtype, head_dim, causal, num_stages):
+        super().__init__(dtype, head_dim, causal, block_m=BLOCK_ROWS, num_stages=num_stages)
+        if head_dim != 64:
+            raise ArgumentError(f"BackwardFused takes head_dim 64 (at 128 its tiles pass the registers and the "
+                                f"227 KB of shared memory), got {head_dim}")
+
+    def kernel_name(self) -> str:
+        """``BackwardFusedF16`` or ``BackwardFusedBF16``."""
+        return typed_kernel_name(self, BackwardFused, "BackwardFused", (self.dtype,))
+
+    def backward_kv(self, seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
+                    lse_ptr, dd_ptr, dk_ptr, dv_ptr, dq_accum_ptr=None):
+        """dK, dV for keys ``128 · blockIdx.x ...`` of K/V head ``blockIdx.y`` and each streamed tile's dQ share
+        over them, reduce-added into ``dq_accum_ptr`` (float32 [B·H, S_q, D])."""
+        d, dtype = self.head_dim, self.dtype
+        gq, gdo, gk, gv, kv_bh, first_bh = self.key_blocks(seq_q, seq_k, batch_heads, heads, group, q_ptr, k_ptr,
+                                                           v_ptr, do_ptr)
+        # dK and dV leave from registers: [K/V heads · S_k, D] views, each store bounded by its head's last key.
+        gdk = self.global_view(dk_ptr, dtype=dtype, shape=[batch_heads // group * seq_k, d])
+        gdv = self.global_view(dv_ptr, dtype=dtype, shape=[batch_heads // group * seq_k, d])
+        # lse and D [B·H, S_q] seen as [S_q, B·H]: a warpgroup's [64, 1] column per query tile, as BackwardQ's.
+        glse = self.global_view(lse_ptr, dtype=float32, shape=[seq_q, batch_heads], strides=[1, seq_q])
+        gdd = self.global_view(dd_ptr, dtype=float32, shape=[seq_q, batch_heads], strides=[1, seq_q])
+        gdq = self.dq_accumulator(dq_accum_ptr, batch_heads, seq_q)
+
+        sk = self.shared_tensor(dtype=dtype, shape=[1, BLOCK_ROWS, d])  # the block's 128 keys
+        sv = self.shared_tensor(dtype=dtype, shape=[1, BLOCK_ROWS, d])
+        sq = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 2, 1, 64, d])  # a tile's two query halves
+        sdo = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 2, 1, 64, d])
+        probs = self.shared_tensor(dtype=dtype, shape=[2, 2, 64, 64])  # [key half, query half, queries, keys]
+        grads = self.shared_tensor(dtype=dtype, shape=[2, 2, 64, 64])
+        staging = self.shared_tensor(dtype=float32, shape=[2, 1, 64, d])  # each warpgroup's dQ share
+        kv_loaded = self.mbarrier.alloc(counts=[1])
+        handoff = self.mbarrier.alloc(counts=[CONSUMER_THREADS] * 3)  # P written, dS written, both read
+        pipe = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
+
+        offset_n, first_tile, tiles_per_head, n_items = self.query_tiles(seq_q, seq_k, group, BLOCK_ROWS)
+
+        with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=WARPGROUP, max_registers=PRODUCER_REGISTERS):
+            with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=32):
+                self.produce_fused(gq, gdo, gk, gv, sq, sdo, sk, sv, kv_loaded, pipe, kv_bh, first_bh, offset_n,
+                                   first_tile, tiles_per_head, n_items)
+        with self.thread_group(thread_begin=0, num_threads=CONSUMER_THREADS, max_registers=CONSUMER_REGISTERS):
+            for wg in range(2):
+                with self.thread_group(thread_begin=wg * WARPGROUP, num_threads=WARPGROUP):
+                    self.consume_fused(wg, sk, sv, sq, sdo, probs, grads, staging, handoff, glse, gdd, gdk, gdv, gdq,
+                                       kv_loaded, pipe, scale, scale_log2, kv_bh, first_bh, offset_n, first_tile,
+                                       tiles_per_head, n_items, seq_q, seq_k)
+
+    def produce_fused(self, gq, gdo, gk, gv, sq, sdo, sk, sv, kv_loaded, pipe, kv_bh, first_bh, offset_n, first_tile,
+                      tiles_per_head, n_items):
+        """The producer warp: the block's K and V once, then (Q, dO) of every 128-row query tile of every head of
+        the group, each in two halves of 64 rows, into one ring."""
+        with self.single_thread():
+            self.mbarrier.arrive_and_expect_tx(kv_loaded[0], sk.nbytes + sv.nbytes)
+            self.tma.global_to_shared(src=gk, dst=sk, offsets=[kv_bh, offset_n, 0], mbarrier=kv_loaded[0])
+            self.tma.global_to_shared(src=gv, dst=sv, offsets=[kv_bh, offset_n, 0], mbarrier=kv_loaded[0])
+        for item in self.range(n_items):
+            bh: int32 = first_bh + item // tiles_per_head
+            q_row: int32 = (first_tile + item % tiles_per_head) * BLOCK_ROWS
+            pipe.producer_acquire()
+            with self.single_thread():
+                stage = pipe.producer_stage
+                self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(), sq[stage].nbytes + sdo[stage].nbytes)
+                for j in range(2):
+                    self.tma.global_to_shared(src=gq, dst=sq[stage][j], offsets=[bh, q_row + 64 * j, 0],
+                                              mbarrier=pipe.producer_barrier())
+                    self.tma.global_to_shared(src=gdo, dst=sdo[stage][j], offsets=[bh, q_row + 64 * j, 0],
+                                              mbarrier=pipe.producer_barrier())
+            pipe.producer_advance()
+        # Stay until the consumers released every filled stage (their arrivals target this warp's barriers).
+        for _ in self.range(min(self.num_stages, n_items)):
+            pipe.producer_acquire()
+            pipe.producer_advance()
+
+    def consume_fused(self, wg, sk, sv, sq, sdo, probs, grads, staging, handoff, glse, gdd, gdk, gdv, gdq, kv_loaded,
+                      pipe, scale, scale_log2, kv_bh, first_bh, offset_n, first_tile, tiles_per_head, n_items, seq_q,
+                      seq_k):
+        """Consumer warpgroup ``wg``: query rows 64·wg ... of every streamed tile against the block's 128 keys, and
+        dK, dV of keys ``offset_n + 64·wg ...``."""
+        d, dtype = self.head_dim, self.dtype
+        pipe.consumer_stage = 0
+        pipe.consumer_phase = self.mbarrier.consumer_initial_phase
+        acc_dk = self.register_tensor(dtype=float32, shape=[64, d], init=0.0)
+        acc_dv = self.register_tensor(dtype=float32, shape=[64, d], init=0.0)
+        tiles = FusedTiles(wg, sk, sv, sq, sdo, probs, grads, staging, handoff, glse, gdd, gdq, scale_log2, first_bh,
+                           offset_n, first_tile, tiles_per_head, seq_k - seq_q)
+        self.mbarrier.wait(kv_loaded[0], phase=0)
+        for item in self.range(n_items):
+            pipe.consumer_acquire()
+            stage = pipe.consumer_stage
+            acc_s, acc_dp = self.fused_scores(tiles, stage)
+            self.wgmma.wait_group(1)  # S
+            p = self.fused_probabilities(tiles, acc_s, item)
+            self.fused_store_p(tiles, p, item)
+            self.fused_dv(tiles, item, stage, acc_dv)
+            self.wgmma.wait_group(1)  # dP (dV runs on under dS)
+            ds = self.fused_store_ds(tiles, p, acc_dp, item)
+            acc_dq = self.fused_dq(tiles, ds)
+            self.fused_dk(tiles, item, stage, acc_dk)
+            self.wgmma.wait_group(1)  # dV and the dQ share (dK runs on under its reduce-add)
+            self.fused_reduce(tiles, acc_dq, item)
+            self.wgmma.wait_group(0)
+            self.mbarrier.arrive(tiles.read)
+            pipe.consumer_release()
+            pipe.consumer_advance()
+        with self.single_thread():
+            self.tma.wait_group(0)  # the last reduce-add has read its staging tile before the block exits
+        # From registers (the shared K and V, which the other warpgroup may still read, hold the block's 128 keys),
+        # into [K/V heads · S_k, D] views up to the head's last key.
+        row: int32 = kv_bh * seq_k + offset_n + 64 * wg
+        head_end: int32 = kv_bh * seq_k + seq_k
+        self.store_global(gdk, self.cast(acc_dk * scale, dtype), offsets=[row, 0], row_end=head_end)
+        self.store_global(gdv, self.cast(acc_dv, dtype), offsets=[row, 0], row_end=head_end)
+
+    def fused_scores(self, tiles, stage):
+        """Issue S = Q·Kᵀ and dP = dO·Vᵀ of the warpgroup's 64 rows of the tile in ``stage`` against the block's
+        128 keys (two WGMMA groups); their [64, 128] accumulators."""
+        acc_s = self.register_tensor(dtype=float32, shape=[64, BLOCK_ROWS], init=0.0)
+        acc_dp = self.register_tensor(dtype=float32, shape=[64, BLOCK_ROWS], init=0.0)
+        self.wgmma.fence()
+        self.wgmma.mma(tiles.sq[stage][tiles.wg][0], tiles.sk[0].transpose(), acc_s)  # S = Q·Kᵀ
+        self.wgmma.commit_group()
+        self.wgmma.mma(tiles.sdo[stage][tiles.wg][0], tiles.sv[0].transpose(), acc_dp)  # dP = dO·Vᵀ
+        self.wgmma.commit_group()
+        return acc_s, acc_dp
+
+    def fused_probabilities(self, tiles, acc_s, item):
+        """P = exp2(S · scale_log2 - lse) of the warpgroup's rows of tile ``item`` against the block's keys (lse a
+        column: one value a row), 0 past the causal diagonal where the tile crosses it (a runtime branch). Rows and
+        keys past the head's lengths read as zeros and need no mask (their dO, Q or K rows are zero)."""
+        rows_from: int32 = tiles.rows_of(item)
+        lse = self.load_global(tiles.glse, offsets=[rows_from, tiles.head_of(item)], shape=[64, 1])
+        p = self.exp2(acc_s * tiles.scale_log2 - lse)
+        if self.causal:
+            if tiles.offset_n + BLOCK_ROWS - 1 > rows_from + tiles.causal_shift:  # the tile crosses the diagonal
+                keep = self.col_index(p) + tiles.offset_n <= self.row_index(p) + (rows_from + tiles.causal_shift)
+                p = self.where(keep, p, 0.0)
+        return p
+
+    def fused_store_p(self, tiles, p, item):
+        """Tile ``item``'s P (``p``) of the warpgroup's rows into the shared buffer once both warpgroups' dV and dK
+        have read the previous tile's, announced on ``p_written``."""
+        # A fresh barrier passes parity 1: tile 0 waits for nothing.
+        self.mbarrier.wait(tiles.read, phase=(item & 1) ^ 1)
+        p16 = self.cast(p, self.dtype)
+        for h in range(2):
+            self.store_shared(tiles.probs[h][tiles.wg], p16, column=64 * h)
+        self.fence_proxy_async()  # the ordinary stores become visible to both warpgroups' WGMMAs (async proxy)
+        self.mbarrier.arrive(tiles.p_written)
+
+    def fused_store_ds(self, tiles, p, acc_dp, item):
+        """Tile ``item``'s dS = P ∘ (dP - D) of the warpgroup's rows (dP done) into the shared buffer, announced on
+        ``ds_written``; dS, the dQ share's register A operand."""
+        dd = self.load_global(tiles.gdd, offsets=[tiles.rows_of(item), tiles.head_of(item)], shape=[64, 1])
+        ds = self.cast(p * (acc_dp - dd), self.dtype)
+        for h in range(2):
+            self.store_shared(tiles.grads[h][tiles.wg], ds, column=64 * h)
+        self.fence_proxy_async()
+        self.mbarrier.arrive(tiles.ds_written)
+        return ds
+
+    def fused_dq(self, tiles, ds):
+        """Issue the warpgroup's rows' dQ share dS·K (dS from registers; one WGMMA group); its accumulator."""
+        acc_dq = self.register_tensor(dtype=float32, shape=[64, self.head_dim], init=0.0)
+        self.wgmma.fence()
+        self.wgmma.mma(ds, tiles.sk[0], acc_dq)
+        self.wgmma.commit_group()
+        return acc_dq
+
+    def fused_dv(self, tiles, item, stage, acc_dv):
+        """Once both warpgroups stored tile ``item``'s P, issue dV += Σⱼ P[w][j]ᵀ·dOⱼ of this warpgroup's key half w
+        over both query halves (a WGMMA group)."""
+        self.mbarrier.wait(tiles.p_written, phase=item & 1)
+        self.wgmma.fence()
+        for j in range(2):
+            self.wgmma.mma(tiles.probs[tiles.wg][j].transpose(), tiles.sdo[stage][j][0], acc_dv)
+        self.wgmma.commit_group()
+
+    def fused_dk(self, tiles, item, stage, acc_dk):
+        """Once both warpgroups stored tile ``item``'s dS, issue dK += Σⱼ dS[w][j]ᵀ·Qⱼ of this warpgroup's key half
+        w over both query halves (a WGMMA group)."""
+        self.mbarrier.wait(tiles.ds_written, phase=item & 1)
+        self.wgmma.fence()
+        for j in range(2):
+            self.wgmma.mma(tiles.grads[tiles.wg][j].transpose(), tiles.sq[stage][j][0], acc_dk)
+        self.wgmma.commit_group()
+
+    def fused_reduce(self, tiles, acc_dq, item):
+        """Tile ``item``'s dQ share of the warpgroup's rows, reduce-added into the float32 accumulator."""
+        self.reduce_share(tiles.staging[tiles.wg], tiles.gdq, acc_dq, tiles.head_of(item), tiles.rows_of(item), 0)
+
+
+class FusedTiles(Class):
+    """What ``BackwardFused``'s per-tile steps read for consumer warpgroup ``wg``: the shared tiles and barriers, the
+    views of lse, D and the dQ accumulator, and where tile ``item`` lies (its query head and rows). The barriers of
+    the shared P and dS (``p_written``, ``ds_written``, ``read``: 256 arrivals, both warpgroups) complete once per
+    tile, so a tile's parity is its phase."""
+
+    def __init__(self, wg, sk, sv, sq, sdo, probs, grads, staging, handoff, glse, gdd, gdq, scale_log2, first_bh,
+                 offset_n, first_tile, tiles_per_head, causal_shift):
+        self.wg = wg
+        self.sk, self.sv, self.sq, self.sdo = sk, sv, sq, sdo
+        self.probs, self.grads, self.staging = probs, grads, staging
+        self.p_written = handoff[0]
+        self.ds_written = handoff[1]
+        self.read = handoff[2]
+        self.glse, self.gdd, self.gdq = glse, gdd, gdq
+        self.scale_log2 = scale_log2
+        self.first_bh: int32 = first_bh
+        self.offset_n: int32 = offset_n
+        self.first_tile: int32 = first_tile
+        self.tiles_per_head: int32 = tiles_per_head
+        self.causal_shift: int32 = causal_shift
+
+    def head_of(self, item):
+        """The query head row of tile ``item``."""
+        return self.first_bh + item // self.tiles_per_head
+
+    def rows_of(self, item):
+        """The first query row of the warpgroup's half of tile ``item``."""
+        return (self.first_tile + item % self.tiles_per_head) * BLOCK_ROWS + 64 * self.wg
 
 
 class DQAccumulation(Class):
