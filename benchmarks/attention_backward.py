@@ -2,7 +2,9 @@
 end, timed the same way for both.
 
 Protocol: batch 2, heads · head_dim = 2048, S_q = S_k = seq, ``torch.randn`` inputs and output gradient; one timed
-call is ``torch.autograd.grad(attention(q, k, v), (q, k, v), dout)`` (forward and backward);
+call is ``torch.autograd.grad(attention(q, k, v), (q, k, v), dout)`` (forward and backward; ops.attention's
+autograd takes the accumulating dQ path at D 64 unless ``torch.use_deterministic_algorithms(True)`` is in force,
+which ``--deterministic`` turns on around our steps alone);
 FLOPs = 3.5 · 4 · B · H · seq² · D (the backward's five GEMMs are 2.5 times the forward's two), halved when causal;
 ``triton.testing.do_bench(fn, warmup, rep, return_mode="median")``; ``*_host_ms`` is the host's wall time per step
 of back-to-back steps (``warpspec.tune.bench.host_us_per_call``): where it is the larger, the step is host-bound.
@@ -11,7 +13,7 @@ Before timing, the output and the three gradients are checked against SDPA's (ma
 
     python benchmarks/attention_backward.py                     # D 64 and 128, seq 2048-16384, causal and not
     python benchmarks/attention_backward.py --head-dims 128 --seqs 4096 --causal yes --dtypes bf16
-    python benchmarks/attention_backward.py --accumulating      # dQ reduce-added in the dK/dV kernel instead
+    python benchmarks/attention_backward.py --deterministic     # under torch.use_deterministic_algorithms(True)
     python benchmarks/attention_backward.py --dry-run           # CPU: tiny shapes on the emulator, checks only
     python benchmarks/attention_backward.py --schedule 128:kv.num_stages=3 --schedule 64:q.block_n=128
 
@@ -20,8 +22,9 @@ Before timing, the output and the three gradients are checked against SDPA's (ma
 row records the schedule of its head dim.
 
 ``--kernels`` also times the parts, each with do_bench: our forward alone and each backward kernel alone (the
-pinned Scripts called with the arrays of one checked backward: ``Dot``, the dK/dV kernel and the dQ kernel, or
-on ``--accumulating`` the dK/dV kernel with dQ shares, its zeroing and ``ConvertDQ``), and cuDNN's forward alone
+pinned Scripts of the path autograd took, called with the arrays of one checked backward: ``Dot``, then at D 64
+the fused dK/dV kernel with dQ shares, its zeroing and ``ConvertDQ``, or at D 128 and on ``--deterministic`` the
+dK/dV kernel and the dQ kernel), and cuDNN's forward alone
 (its backward is the step's time less the forward's). The parts run after each config's end-to-end timing, and
 on an H100 (2026-12-06) later short configs' end-to-end figures in the same process read slower after them (host-
 bound steps): take the ratios from a run without ``--kernels``.
@@ -55,9 +58,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dtypes", default="fp16,bf16", help="comma-separated: fp16, bf16")
     parser.add_argument("--warmup", type=int, default=100, help="do_bench warmup, ms")
     parser.add_argument("--rep", type=int, default=500, help="do_bench repetitions, ms")
-    parser.add_argument("--accumulating", action="store_true",
-                        help="time attention_backward(..., deterministic=False) (dQ reduce-added in the dK/dV "
-                             "kernel) instead of the default path ops.attention's autograd takes")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="our steps under torch.use_deterministic_algorithms(True): the backward on the "
+                             "deterministic path (a dQ kernel that recomputes S and dP) at every head dim")
     parser.add_argument("--kernels", action="store_true", help="also time the forward and each backward kernel")
     parser.add_argument("--dry-run", action="store_true", help="CPU tensors on the emulator, tiny shapes, no timing")
     parser.add_argument("--schedule", action="append", default=[], metavar="D:KERNEL.PARAM=VALUE",
@@ -80,30 +83,22 @@ def main(argv=None) -> int:
     causals = {"both": [False, True], "yes": [True], "no": [False]}[args.causal]
     seqs = [96] if args.dry_run else [int(s) for s in args.seqs.split(",")]
     results = {"gpu": None if args.dry_run else torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
-               "accumulating": args.accumulating, "rows": []}
+               "deterministic": args.deterministic, "rows": []}
 
-    class Accumulating(torch.autograd.Function):
-        """ops.attention whose backward is the accumulating path (autograd's formula takes the default)."""
+    def forward_backward(attend, q, k, v, dout, deterministic=False):
+        if not deterministic:
+            return lambda: torch.autograd.grad(attend(q, k, v), (q, k, v), dout)
 
-        @staticmethod
-        def forward(ctx, q, k, v, causal):
-            out, lse = attention(q, k, v, causal=causal, return_lse=True)
-            ctx.save_for_backward(q, k, v, out, lse)
-            ctx.causal = causal
-            return out
-
-        @staticmethod
-        def backward(ctx, dout):
-            q, k, v, out, lse = ctx.saved_tensors
-            return (*attention_backward(q, k, v, out, dout.contiguous(), lse, causal=ctx.causal, deterministic=False),
-                    None)
-
-    def forward_backward(attend, q, k, v, dout):
-        return lambda: torch.autograd.grad(attend(q, k, v), (q, k, v), dout)
+        def step():
+            # PyTorch's switch around our step alone: its backward then takes the deterministic kernels.
+            torch.use_deterministic_algorithms(True)
+            try:
+                return torch.autograd.grad(attend(q, k, v), (q, k, v), dout)
+            finally:
+                torch.use_deterministic_algorithms(False)
+        return step
 
     def ours(causal):
-        if args.accumulating:
-            return lambda q, k, v: Accumulating.apply(q, k, v, causal)
         return lambda q, k, v: attention(q, k, v, causal=causal)
 
     def sdpa(causal):
@@ -134,8 +129,9 @@ def main(argv=None) -> int:
                         flops = 3.5 * 4 * batch * heads * seq * seq * head_dim / (2 if causal else 1)
                         ours_out, sdpa_out = ours(causal)(q, k, v), sdpa(causal)(q, k, v)
                         errors = [relative(ours_out, sdpa_out)]
-                        errors += [relative(a, b) for a, b in zip(forward_backward(ours(causal), q, k, v, dout)(),
-                                                                  forward_backward(sdpa(causal), q, k, v, dout)())]
+                        errors += [relative(a, b) for a, b in zip(
+                            forward_backward(ours(causal), q, k, v, dout, args.deterministic)(),
+                            forward_backward(sdpa(causal), q, k, v, dout)())]
                         row["errors"] = dict(zip(("out", "dq", "dk", "dv"), errors))
                         if max(errors) > TOLERANCE[name]:
                             failures += 1
@@ -147,14 +143,15 @@ def main(argv=None) -> int:
 
                             from warpspec.tune.bench import host_us_per_call
 
-                            for label, attend in (("warpspec", ours(causal)), ("cudnn", sdpa(causal))):
-                                ms = triton.testing.do_bench(forward_backward(attend, q, k, v, dout),
-                                                             warmup=args.warmup, rep=args.rep, return_mode="median")
+                            for label, attend, deterministic in (("warpspec", ours(causal), args.deterministic),
+                                                                 ("cudnn", sdpa(causal), False)):
+                                step = forward_backward(attend, q, k, v, dout, deterministic)
+                                ms = triton.testing.do_bench(step, warmup=args.warmup, rep=args.rep,
+                                                             return_mode="median")
                                 row[label + "_ms"], row[label + "_tflops"] = ms, flops / ms / 1e9
                                 # Host time per step, to tell a host-bound figure from the kernels' own time.
-                                row[label + "_host_ms"] = 1e-3 * host_us_per_call(
-                                    forward_backward(attend, q, k, v, dout), torch.cuda.synchronize, calls=10,
-                                    repeats=5)
+                                row[label + "_host_ms"] = 1e-3 * host_us_per_call(step, torch.cuda.synchronize,
+                                                                                  calls=10, repeats=5)
                             row["vs_cudnn"] = row["cudnn_ms"] / row["warpspec_ms"]
                             if args.kernels:
                                 row.update(part_times(torch, triton, q, k, v, dout, causal, args))
@@ -192,7 +189,7 @@ def part_times(torch, triton, q, k, v, dout, causal, args) -> dict:
 
     from warpspec.ops import attention
     from warpspec.ops.attention import LOG2_E
-    from warpspec.ops.attention_backward import launch_backward, validate_backward
+    from warpspec.ops.attention_backward import AUTOGRAD_ACCUMULATES, launch_backward, validate_backward
 
     def bench(fn) -> float:
         return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median")
@@ -203,7 +200,7 @@ def part_times(torch, triton, q, k, v, dout, causal, args) -> dict:
         times["cudnn_fwd_ms"] = bench(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v,
                                                                                                is_causal=causal))
     out, lse = attention(q, k, v, causal=causal, return_lse=True)
-    deterministic = not args.accumulating
+    deterministic = args.deterministic or q.shape[-1] not in AUTOGRAD_ACCUMULATES  # the path autograd takes
     problem = validate_backward(q, k, v, out, dout, lse, causal, None, deterministic)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     dq_accum = None if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=q.device)
