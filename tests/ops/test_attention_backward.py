@@ -68,11 +68,11 @@ def test_gradients_match_torch_at_ragged_grouped_query_shapes(dtype, causal, seq
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("seq_q, seq_k", [(300, 190), (100, 330)])
+@pytest.mark.parametrize("seq_q, seq_k", [(300, 190), (100, 330), (1, 3), (200, 40)])
 def test_the_fused_kernel_against_torch_at_ragged_grouped_shapes(causal, seq_q, seq_k):
     """``BackwardFused`` (the accumulating path at D 64), called with ``Dot`` and ``ConvertDQ`` as the path calls
     them, against torch: 2 batches of 4 query heads over 2 K/V heads, several 128-row query tiles a block, lengths no
-    multiple of a tile."""
+    multiple of a tile, one row, and causal rows that see no key (S_q > S_k: their gradients 0)."""
     from warpspec.dtypes import float16
     from warpspec.ops.attention_backward_kernel import BackwardFused, ConvertDQ, Dot
     from warpspec.ops.attention_kernel import LOG2_E
