@@ -13,13 +13,12 @@ row) and dO the output's gradient:
 * dQ, two ways. With ``deterministic=False``: ``BackwardKVDQ`` is ``BackwardKV`` that also computes each tile's
   dQ share dS·K over its 128 keys (dSᵀ handed between the warpgroups through shared memory, ``DQAccumulation``) and
   reduce-adds it in float32 into a zeroed accumulator, which ``ConvertDQ`` scales into q's dtype: 5 GEMMs per
-  tile, but the order of the float32 adds differs between runs, and so may dQ's last bits. At D 64 that path
-  runs ``BackwardFused`` instead, whose warpgroups split each tile's query rows rather than the keys, so that a
-  warpgroup's dQ share needs only its own dS (from registers) and dV and dK read both warpgroups' P and dS from
-  shared memory. The deterministic
-  default: ``BackwardQ``, one block per 128 query rows (64 per consumer warpgroup, as the forward), the producer
-  streaming K and V tiles: S = Q·Kᵀ, dP = dO·Vᵀ, dS = P ∘ (dP - D), dQ += dS·K; recomputing S and dP costs two
-  more GEMMs.
+  tile, but the order of the float32 adds differs between runs, and so may dQ's last bits. At D 64 the dense
+  path runs ``BackwardFused`` instead (the packed path keeps ``BackwardKVDQVarlen``), whose warpgroups split each
+  tile's query rows rather than the keys, so that a warpgroup's dQ share needs only its own dS (from registers)
+  and dV and dK read both warpgroups' P and dS from shared memory. The deterministic default: ``BackwardQ``, one
+  block per 128 query rows (64 per consumer warpgroup, as the forward), the producer streaming K and V tiles:
+  S = Q·Kᵀ, dP = dO·Vᵀ, dS = P ∘ (dP - D), dQ += dS·K; recomputing S and dP costs two more GEMMs.
 
 dQ and dK leave multiplied by ``scale`` (dS is the gradient of the scaled logits). Masks: causal only, aligned at
 the bottom right as in the forward (key j is seen by query i when j <= i + S_k - S_q); no ragged mask is needed,
