@@ -110,6 +110,28 @@ def _vector_bytes(run: int, nbytes: int) -> int:
     return min(16, run * nbytes)
 
 
+def _vector_path(view: str, offsets, shape, nbytes: int, width: int, rows_end: str | None = None) -> str:
+    """The block-uniform C++ condition under which a tile of ``shape`` at ``offsets`` moves by vectors of ``width``
+    bytes: the view's rows contiguous, its base, row pitch and column offset aligned to the vector (a run starts at
+    a column that is a multiple of its length, so these decide every run's alignment), and the whole tile inside
+    the view (rows below ``rows_end`` when given). One test for the block, so no access waits on a branch of its
+    own."""
+    rows, cols = shape
+    rows_end = rows_end or f"{view}_size0"
+    return (f"({view}_stride1 == 1) && (({view}_base & {width - 1}) == 0) && ((({view}_stride0 * {nbytes}) & "
+            f"{width - 1}) == 0) && ((({offsets[1]}) * {nbytes} & {width - 1}) == 0) && ({offsets[0]}) >= 0 && "
+            f"({offsets[0]}) + {rows} <= {rows_end} && ({offsets[1]}) >= 0 && ({offsets[1]}) + {cols} <= "
+            f"{view}_size1")
+
+
+def _vector_address(view: str, offsets, row: str, col: str, nbytes: int, ctype: str) -> str:
+    """A ``ctype`` pointer to tile element (row, col) of a view at ``offsets`` (no bounds test: see
+    ``_vector_path``)."""
+    return (f"reinterpret_cast<{ctype} *>(reinterpret_cast<{'const ' if ctype.startswith('const') else ''}"
+            f"unsigned char *>({view}_base) + (static_cast<long long>({offsets[0]} + {row}) * {view}_stride0 + "
+            f"static_cast<long long>({offsets[1]} + {col})) * {nbytes})")
+
+
 @emits(LoadGlobal, TARGET)
 def _emit_LoadGlobal(gen: CodeGenerator, s: LoadGlobal) -> None:
     """Each thread loads its registers. Where the view's rows are contiguous, its base, row pitch and column offset
@@ -138,16 +160,10 @@ def _emit_LoadGlobal(gen: CodeGenerator, s: LoadGlobal) -> None:
         gen.element_loop(layout, element)
         return
     per_load = width // nbytes
-    rows, cols = decl.shape
     gen.line("{")
     gen.indent += 1
     gen.line(thread_prelude(layout_begin(layout)))
-    # A run starts at a column that is a multiple of its length, so the base, the row pitch and the column offset
-    # decide every run's alignment.
-    gen.line(f"if (({view}_stride1 == 1) && (({view}_base & {width - 1}) == 0) && ((({view}_stride0 * {nbytes}) & "
-             f"{width - 1}) == 0) && ((({offsets[1]}) * {nbytes} & {width - 1}) == 0) && ({offsets[0]}) >= 0 && "
-             f"({offsets[0]}) + {rows} <= {view}_size0 && ({offsets[1]}) >= 0 && ({offsets[1]}) + {cols} <= "
-             f"{view}_size1) {{")
+    gen.line(f"if ({_vector_path(view, offsets, decl.shape, nbytes, width)}) {{")
     gen.indent += 1
     word = {4: "unsigned", 8: "uint2", 16: "uint4"}[width]
     parts = ["loaded_"] if width == 4 else ["loaded_.x", "loaded_.y", "loaded_.z", "loaded_.w"][:width // 4]
@@ -155,9 +171,7 @@ def _emit_LoadGlobal(gen: CodeGenerator, s: LoadGlobal) -> None:
     for piece in range(0, layout.registers, per_load):
         row, col = layout.coords(piece)
         valid = layout.valid(piece)  # a blocked chunk lies wholly inside the tile or wholly past it
-        address = (f"reinterpret_cast<const {word} *>(reinterpret_cast<const unsigned char *>({view}_base) + "
-                   f"(static_cast<long long>({offsets[0]} + {row}) * {view}_stride0 + static_cast<long long>("
-                   f"{offsets[1]} + {col})) * {nbytes})")
+        address = _vector_address(view, offsets, row, col, nbytes, f"const {word}")
         load = f"*{address}" if valid is None else f"({valid}) ? *{address} : {word}{{}}"
         gen.line(f"{{ const {word} loaded_ = {load};")
         if packed(decl):  # a run starts at an even register: its words are the tensor's words
@@ -278,4 +292,47 @@ def _emit_StoreGlobal(gen: CodeGenerator, s: StoreGlobal) -> None:
         gen.line(f"if ({inside}) *reinterpret_cast<{ctype} *>(reinterpret_cast<unsigned char *>({view}_base) + "
                   f"({offset}) * {nbytes}) = static_cast<{ctype}>({gen.element(s.src.decl, i)});")
 
-    gen.element_loop(layout, body)
+    width = _vector_bytes(_run_length(layout, s.src.decl.shape), nbytes)
+    if not width:
+        gen.element_loop(layout, body)
+        return
+    _store_vectors(gen, s.src.decl, layout, view, offsets, width, rows_end, body)
+
+
+def _store_vectors(gen: CodeGenerator, decl: ir.TensorDecl, layout, view: str, offsets, width: int,
+                   rows_end: str | None, element) -> None:
+    """Under ``_vector_path``'s test, store each run of ``decl``'s consecutive columns (a blocked chunk) as one
+    vector of ``width`` bytes, the mirror of ``_emit_LoadGlobal``'s loads; otherwise (a tile crossing the view's
+    edge or ``rows_end``, or a misaligned view) every element alone through ``element``, each tested. The same
+    bytes either way. (Stored element by element, a 16-bit tile took four times the store instructions, each
+    writing a quarter of every 32-byte sector it touched: half the bandwidth of ConvertDQ's loads.)"""
+    nbytes = decl.dtype.nbytes
+    name = gen.tensor_name(decl)
+    per_store = width // nbytes
+    word = {4: "unsigned", 8: "uint2", 16: "uint4"}[width]
+    bits = "__float_as_uint" if decl.dtype is float32 else "static_cast<unsigned>"
+    gen.line("{")
+    gen.indent += 1
+    gen.line(thread_prelude(layout_begin(layout)))
+    gen.line(f"if ({_vector_path(view, offsets, decl.shape, nbytes, width, rows_end)}) {{")
+    gen.indent += 1
+    for piece in range(0, layout.registers, per_store):
+        row, col = layout.coords(piece)
+        valid = layout.valid(piece)  # a blocked chunk lies wholly inside the tile or wholly past it
+        if packed(decl):  # a run starts at an even register: the tensor's words are the vector's words
+            words = [f"{name}[{piece // 2 + k}]" for k in range(width // 4)]
+        else:
+            words = [f"{bits}({name}[{piece + k}])" for k in range(width // 4)]
+        value = words[0] if width == 4 else f"{word}{{{', '.join(words)}}}"
+        store = f"*{_vector_address(view, offsets, row, col, nbytes, word)} = {value};"
+        gen.line(f"if ({valid}) {store}" if valid is not None else store)
+    gen.indent -= 1
+    gen.line("} else {")
+    gen.indent += 1
+    for i in range(layout.registers):
+        row, col = layout.coords(i)
+        element(i, row, col, layout.valid(i))
+    gen.indent -= 1
+    gen.line("}")
+    gen.indent -= 1
+    gen.line("}")
