@@ -20,6 +20,10 @@ row) and dO the output's gradient:
   block per 128 query rows (64 per consumer warpgroup, as the forward), the producer streaming K and V tiles:
   S = Q·Kᵀ, dP = dO·Vᵀ, dS = P ∘ (dP - D), dQ += dS·K; recomputing S and dP costs two more GEMMs.
 
+The dense kernels' grids are one-dimensional (``_RowBlocks.grid_order``): head-major without a mask; under a causal
+mask, whose blocks differ in work up to the number of blocks a head, the longest blocks of 16 heads at a time come
+first, so that a grid never ends on a long block.
+
 dQ and dK leave multiplied by ``scale`` (dS is the gradient of the scaled logits). Masks: causal only, aligned at
 the bottom right as in the forward (key j is seen by query i when j <= i + S_k - S_q); no ragged mask is needed,
 since rows past a head's length read as zeros (Q, dO, K, V, lse and D alike), which makes their P finite and their
@@ -53,6 +57,10 @@ from warpspec.pipeline import Pipeline
 from warpspec.script import Class, Script
 
 BLOCK_ROWS = 2 * 64  # two consumer warpgroups of 64 rows (keys in the dK/dV kernel, queries in the dQ kernel)
+#: The heads a causal dense grid deals together, longest blocks first (``_RowBlocks.grid_order``): enough that their
+#: blocks of one rank outlast a wave's tail, few enough that a head's blocks still run side by side (they stream the
+#: same tiles, which L2 then serves to all).
+LONGEST_FIRST_HEADS = 16
 #: The backward's head dims: D = 256 needs dK and dV accumulators of 128 registers each per thread.
 BACKWARD_HEAD_DIMS = (64, 128)
 
@@ -125,6 +133,24 @@ class _RowBlocks(RowTileStore, Script):
         3-D view clips rows past the head's length (``start`` and ``count`` serve the packed mode)."""
         self.store_output(buffer, view, tile, head, rows_from)
 
+    def grid_order(self, n_blocks, n_heads):
+        """A one-dimensional dense grid of ``n_blocks`` blocks for each of ``n_heads`` heads, and this block's (rank,
+        head): rank 0 the head's block with the most work under a causal mask. Without a mask every block has the
+        same work and the grid is head-major (rank = blockIdx.x % n_blocks), each head's blocks side by side.
+        Causal blocks differ in work up to n_blocks-fold, and the GPU starts blocks in index order: a head-major
+        grid ended with the last heads' longest blocks still running while the other SMs idled (a tail up to a
+        block's whole time). So ``LONGEST_FIRST_HEADS`` heads at a time are dealt rank by rank, the longest
+        blocks of those heads first, and every grid ends with its shortest."""
+        self.attrs.blocks = [n_blocks * n_heads]
+        together = LONGEST_FIRST_HEADS if self.causal else 1
+        linear: int32 = self.blockIdx.x
+        first_head: int32 = linear // (together * n_blocks) * together
+        heads_here: int32 = min(together, n_heads - first_head)  # the last group may be smaller
+        within: int32 = linear - first_head * n_blocks
+        rank: int32 = within // heads_here
+        head: int32 = first_head + within % heads_here
+        return rank, head
+
 
 class BackwardKV(_RowBlocks):
     """dK and dV of 128 keys of one K/V head, summed over the query heads of its group; ``dtype`` operands and
@@ -156,11 +182,11 @@ class BackwardKV(_RowBlocks):
 
     def backward_kv(self, seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
                     lse_ptr, dd_ptr, dk_ptr, dv_ptr, dq_accum_ptr=None):
-        """dK, dV for keys ``128 · blockIdx.x ...`` of K/V head ``blockIdx.y``; with ``dq_accum_ptr`` (float32
+        """dK, dV for one key block of one K/V head (``key_blocks``); with ``dq_accum_ptr`` (float32
         [B·H, S_q, D]) also each streamed tile's dQ share over these keys, reduce-added into it."""
         d, dtype = self.head_dim, self.dtype
-        gq, gdo, gk, gv, kv_bh, first_bh = self.key_blocks(seq_q, seq_k, batch_heads, heads, group, q_ptr, k_ptr,
-                                                           v_ptr, do_ptr)
+        gq, gdo, gk, gv, key_block, kv_bh, first_bh = self.key_blocks(seq_q, seq_k, batch_heads, heads, group, q_ptr,
+                                                                      k_ptr, v_ptr, do_ptr)
         gdk = self.global_view(dk_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
         gdv = self.global_view(dv_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
         glse = self.global_view(lse_ptr, dtype=float32, shape=[batch_heads, seq_q])
@@ -168,29 +194,30 @@ class BackwardKV(_RowBlocks):
         dq_view = None
         if self.accumulates_dq:
             dq_view = self.dq_accumulator(dq_accum_ptr, batch_heads, seq_q)
-        self.kv_block(gq, gdo, gk, gv, gdk, gdv, glse, gdd, dq_view, group, scale, scale_log2, kv_bh, first_bh, 0, 0,
-                      seq_q, seq_k)
+        self.kv_block(gq, gdo, gk, gv, gdk, gdv, glse, gdd, dq_view, group, scale, scale_log2, key_block, kv_bh,
+                      first_bh, 0, 0, seq_q, seq_k)
 
     def key_blocks(self, seq_q, seq_k, batch_heads, heads, group, q_ptr, k_ptr, v_ptr, do_ptr):
-        """The dense grid of key blocks, (⌈S_k/128⌉, B·H_kv), each with two consumer warpgroups and a producer
-        warpgroup: the [heads, rows, D] views of Q, dO, K and V, the block's K/V head row and the first query head
-        row of its group."""
+        """The dense grid of key blocks, ⌈S_k/128⌉ for each of B·H_kv heads (``grid_order``), each with two consumer
+        warpgroups and a producer warpgroup: the [heads, rows, D] views of Q, dO, K and V, the block's key block
+        (its keys ``128 · key_block ...``), K/V head row and the first query head row of its group."""
         d, dtype = self.head_dim, self.dtype
         kv_heads = heads // group
-        self.attrs.blocks = [cdiv(seq_k, BLOCK_ROWS), batch_heads // group]
+        # Key block 0 sees every query tile under a causal mask, the last the fewest: the rank is the key block.
+        key_block, kv_bh = self.grid_order(cdiv(seq_k, BLOCK_ROWS), batch_heads // group)
         self.attrs.warps = (CONSUMER_THREADS + WARPGROUP) // 32
         gq = self.global_view(q_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
         gdo = self.global_view(do_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
         gk = self.global_view(k_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
         gv = self.global_view(v_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
-        kv_bh: int32 = self.blockIdx.y
         first_bh: int32 = kv_bh // kv_heads * heads + kv_bh % kv_heads * group  # the group's first query head
-        return gq, gdo, gk, gv, kv_bh, first_bh
+        return gq, gdo, gk, gv, key_block, kv_bh, first_bh
 
-    def query_tiles(self, seq_q, seq_k, group, block_m):
-        """The block's first key and the query tiles of ``block_m`` rows it walks: (``offset_n``, the first tile
-        that sees one of its keys, the tiles a query head from there, the (head, tile) items of the group)."""
-        offset_n: int32 = BLOCK_ROWS * self.blockIdx.x
+    def query_tiles(self, seq_q, seq_k, group, block_m, key_block):
+        """The first key of key block ``key_block`` and the query tiles of ``block_m`` rows it walks: (``offset_n``,
+        the first tile that sees one of its keys, the tiles a query head from there, the (head, tile) items of the
+        group)."""
+        offset_n: int32 = BLOCK_ROWS * key_block
         first_tile: int32 = 0
         if self.causal:
             # Key offset_n is first seen by query offset_n - (S_k - S_q): earlier query tiles see none of the block.
@@ -203,9 +230,9 @@ class BackwardKV(_RowBlocks):
         get no share and keep the zeros given)."""
         return self.global_view(dq_accum_ptr, dtype=float32, shape=[batch_heads, seq_q, self.head_dim], scratch=True)
 
-    def kv_block(self, gq, gdo, gk, gv, gdk, gdv, glse, gdd, dq_view, group, scale, scale_log2, kv_bh, first_bh,
-                 q_start, k_start, seq_q, seq_k):
-        """Keys ``128 · blockIdx.x ...`` of K/V head row ``kv_bh`` against the query heads ``first_bh ...`` of its
+    def kv_block(self, gq, gdo, gk, gv, gdk, gdv, glse, gdd, dq_view, group, scale, scale_log2, key_block, kv_bh,
+                 first_bh, q_start, k_start, seq_q, seq_k):
+        """Keys ``128 · key_block ...`` of K/V head row ``kv_bh`` against the query heads ``first_bh ...`` of its
         group: the sequence's queries are view rows ``q_start ...`` (``seq_q`` of them), its keys rows ``k_start
         ...`` (``seq_k``); both starts are 0 unless sequences are packed. ``dq_view``: the dQ accumulator's view
         when accumulating."""
@@ -220,7 +247,7 @@ class BackwardKV(_RowBlocks):
         if self.accumulates_dq:
             dq = DQAccumulation(dq_view, dtype, d, block_m)
 
-        offset_n, first_tile, tiles_per_head, n_items = self.query_tiles(seq_q, seq_k, group, block_m)
+        offset_n, first_tile, tiles_per_head, n_items = self.query_tiles(seq_q, seq_k, group, block_m, key_block)
 
         # Packed sequences: a key block of the longest sequence only loads nothing and stores nothing.
         if not self.varlen or offset_n < seq_k:
@@ -523,11 +550,11 @@ class BackwardFused(BackwardKVDQ):
 
     def backward_kv(self, seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
                     lse_ptr, dd_ptr, dk_ptr, dv_ptr, dq_accum_ptr=None):
-        """dK, dV for keys ``128 · blockIdx.x ...`` of K/V head ``blockIdx.y`` and each streamed tile's dQ share
+        """dK, dV for one key block of one K/V head (``key_blocks``) and each streamed tile's dQ share
         over them, reduce-added into ``dq_accum_ptr`` (float32 [B·H, S_q, D])."""
         d, dtype = self.head_dim, self.dtype
-        gq, gdo, gk, gv, kv_bh, first_bh = self.key_blocks(seq_q, seq_k, batch_heads, heads, group, q_ptr, k_ptr,
-                                                           v_ptr, do_ptr)
+        gq, gdo, gk, gv, key_block, kv_bh, first_bh = self.key_blocks(seq_q, seq_k, batch_heads, heads, group, q_ptr,
+                                                                      k_ptr, v_ptr, do_ptr)
         # dK and dV leave from registers: [K/V heads · S_k, D] views, each store bounded by its head's last key.
         gdk = self.global_view(dk_ptr, dtype=dtype, shape=[batch_heads // group * seq_k, d])
         gdv = self.global_view(dv_ptr, dtype=dtype, shape=[batch_heads // group * seq_k, d])
@@ -547,7 +574,7 @@ class BackwardFused(BackwardKVDQ):
         handoff = self.mbarrier.alloc(counts=[CONSUMER_THREADS] * 3)  # P written, dS written, both read
         pipe = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
 
-        offset_n, first_tile, tiles_per_head, n_items = self.query_tiles(seq_q, seq_k, group, BLOCK_ROWS)
+        offset_n, first_tile, tiles_per_head, n_items = self.query_tiles(seq_q, seq_k, group, BLOCK_ROWS, key_block)
 
         with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=WARPGROUP, max_registers=PRODUCER_REGISTERS):
             with self.thread_group(thread_begin=CONSUMER_THREADS, num_threads=32):
@@ -807,9 +834,12 @@ class BackwardQ(_RowBlocks):
 
     def backward_q(self, seq_q, seq_k, batch_heads, heads, group, scale, scale_log2, q_ptr, k_ptr, v_ptr, do_ptr,
                    lse_ptr, dd_ptr, dq_ptr):
-        """dQ for query rows ``128 · blockIdx.x ...`` of head ``bh = blockIdx.y``."""
+        """dQ for one block of 128 query rows of one head (``grid_order``; under a causal mask the last block
+        sees the most keys, so rank 0 is the last block)."""
         d, dtype = self.head_dim, self.dtype
-        self.attrs.blocks = [cdiv(seq_q, BLOCK_ROWS), batch_heads]
+        n_blocks = cdiv(seq_q, BLOCK_ROWS)
+        rank, bh = self.grid_order(n_blocks, batch_heads)
+        query_block = n_blocks - 1 - rank if self.causal else rank
         self.attrs.warps = (CONSUMER_THREADS + WARPGROUP) // 32
         gq = self.global_view(q_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
         gdo = self.global_view(do_ptr, dtype=dtype, shape=[batch_heads, seq_q, d])
@@ -819,13 +849,12 @@ class BackwardQ(_RowBlocks):
         # lse and D [B·H, S_q] seen as [S_q, B·H]: a warpgroup's [64, 1] column per row block.
         glse = self.global_view(lse_ptr, dtype=float32, shape=[seq_q, batch_heads], strides=[1, seq_q])
         gdd = self.global_view(dd_ptr, dtype=float32, shape=[seq_q, batch_heads], strides=[1, seq_q])
-        bh: int32 = self.blockIdx.y
         kv_bh: int32 = bh // heads * (heads // group) + bh % heads // group
-        self.q_block(gq, gdo, gk, gv, gdq, glse, gdd, scale, scale_log2, bh, kv_bh, 0, 0, seq_q, seq_k)
+        self.q_block(gq, gdo, gk, gv, gdq, glse, gdd, scale, scale_log2, query_block, bh, kv_bh, 0, 0, seq_q, seq_k)
 
-    def q_block(self, gq, gdo, gk, gv, gdq, glse, gdd, scale, scale_log2, bh, kv_bh, q_start, k_start, seq_q,
-                seq_k):
-        """Query rows ``128 · blockIdx.x ...`` of head row ``bh`` against K/V head row ``kv_bh``: the sequence's
+    def q_block(self, gq, gdo, gk, gv, gdq, glse, gdd, scale, scale_log2, query_block, bh, kv_bh, q_start, k_start,
+                seq_q, seq_k):
+        """Query rows ``128 · query_block ...`` of head row ``bh`` against K/V head row ``kv_bh``: the sequence's
         queries are view rows ``q_start ...`` (``seq_q`` of them), its keys rows ``k_start ...`` (``seq_k``); both
         starts are 0 unless sequences are packed."""
         d, block_n, dtype = self.head_dim, self.block_n, self.dtype
@@ -836,7 +865,7 @@ class BackwardQ(_RowBlocks):
         q_loaded = self.mbarrier.alloc(counts=[1])
         pipe = Pipeline(self.num_stages, consumer_arrivals=CONSUMER_THREADS)
 
-        offset_m: int32 = BLOCK_ROWS * self.blockIdx.x
+        offset_m: int32 = BLOCK_ROWS * query_block
         causal_shift: int32 = seq_k - seq_q
         n_end: int32 = seq_k
         if self.causal:
@@ -989,8 +1018,8 @@ class BackwardKVVarlen(PackedRows, BackwardKV):
                                        strides=[d, heads * d, 1], scratch=True)
         q_start, k_start, seq_q, seq_k = self.sequence_bounds(batch, total_q, total_k, cu_q_ptr, cu_k_ptr)
         kv_head: int32 = self.blockIdx.y
-        self.kv_block(gq, gdo, gk, gv, gdk, gdv, glse, gdd, dq_view, group, scale, scale_log2, kv_head,
-                      kv_head * group, q_start, k_start, seq_q, seq_k)
+        self.kv_block(gq, gdo, gk, gv, gdk, gdv, glse, gdd, dq_view, group, scale, scale_log2, self.blockIdx.x,
+                      kv_head, kv_head * group, q_start, k_start, seq_q, seq_k)
 
 
 class BackwardKVDQVarlen(BackwardKVVarlen):
@@ -1036,5 +1065,5 @@ class BackwardQVarlen(PackedRows, BackwardQ):
         gdd = self.global_view(dd_ptr, dtype=float32, shape=[total_q, heads], strides=[1, total_q])
         q_start, k_start, seq_q, seq_k = self.sequence_bounds(batch, total_q, total_k, cu_q_ptr, cu_k_ptr)
         head: int32 = self.blockIdx.y
-        self.q_block(gq, gdo, gk, gv, gdq, glse, gdd, scale, scale_log2, head, head // group, q_start, k_start,
-                     seq_q, seq_k)
+        self.q_block(gq, gdo, gk, gv, gdq, glse, gdd, scale, scale_log2, self.blockIdx.x, head, head // group,
+                     q_start, k_start, seq_q, seq_k)
