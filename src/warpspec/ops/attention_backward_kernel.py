@@ -630,12 +630,13 @@ class BackwardFused(BackwardKVDQ):
             pipe.consumer_acquire()
             stage = pipe.consumer_stage
             acc_s, acc_dp = self.fused_scores(tiles, stage)
+            lse, dd = self.fused_row_values(tiles, item)
             self.wgmma.wait_group(1)  # S
-            p = self.fused_probabilities(tiles, acc_s, item)
+            p = self.fused_probabilities(tiles, acc_s, lse, item)
             self.fused_store_p(tiles, p, item)
             self.fused_dv(tiles, item, stage, acc_dv)
             self.wgmma.wait_group(1)  # dP (dV runs on under dS)
-            ds = self.fused_store_ds(tiles, p, acc_dp, item)
+            ds = self.fused_store_ds(tiles, p, acc_dp, dd)
             acc_dq = self.fused_dq(tiles, ds)
             self.fused_dk(tiles, item, stage, acc_dk)
             self.wgmma.wait_group(1)  # dV and the dQ share (dK runs on under its reduce-add)
@@ -665,12 +666,20 @@ class BackwardFused(BackwardKVDQ):
         self.wgmma.commit_group()
         return acc_s, acc_dp
 
-    def fused_probabilities(self, tiles, acc_s, item):
+    def fused_row_values(self, tiles, item):
+        """The lse and D of the warpgroup's rows of tile ``item`` (columns: one value a row), loaded while S and dP
+        run: loaded after their waits, each round trip to memory stalled the tile (as in ``consume_kv``)."""
+        rows_from: int32 = tiles.rows_of(item)
+        head: int32 = tiles.head_of(item)
+        lse = self.load_global(tiles.glse, offsets=[rows_from, head], shape=[64, 1])
+        dd = self.load_global(tiles.gdd, offsets=[rows_from, head], shape=[64, 1])
+        return lse, dd
+
+    def fused_probabilities(self, tiles, acc_s, lse, item):
         """P = exp2(S · scale_log2 - lse) of the warpgroup's rows of tile ``item`` against the block's keys (lse a
         column: one value a row), 0 past the causal diagonal where the tile crosses it (a runtime branch). Rows and
         keys past the head's lengths read as zeros and need no mask (their dO, Q or K rows are zero)."""
         rows_from: int32 = tiles.rows_of(item)
-        lse = self.load_global(tiles.glse, offsets=[rows_from, tiles.head_of(item)], shape=[64, 1])
         p = self.exp2(acc_s * tiles.scale_log2 - lse)
         if self.causal:
             if tiles.offset_n + BLOCK_ROWS - 1 > rows_from + tiles.causal_shift:  # the tile crosses the diagonal
@@ -689,10 +698,9 @@ class BackwardFused(BackwardKVDQ):
         self.fence_proxy_async()  # the ordinary stores become visible to both warpgroups' WGMMAs (async proxy)
         self.mbarrier.arrive(tiles.p_written)
 
-    def fused_store_ds(self, tiles, p, acc_dp, item):
-        """Tile ``item``'s dS = P ∘ (dP - D) of the warpgroup's rows (dP done) into the shared buffer, announced on
-        ``ds_written``; dS, the dQ share's register A operand."""
-        dd = self.load_global(tiles.gdd, offsets=[tiles.rows_of(item), tiles.head_of(item)], shape=[64, 1])
+    def fused_store_ds(self, tiles, p, acc_dp, dd):
+        """The tile's dS = P ∘ (dP - D) of the warpgroup's rows (dP done; ``dd``: their D) into the shared buffer,
+        announced on ``ds_written``; dS, the dQ share's register A operand."""
         ds = self.cast(p * (acc_dp - dd), self.dtype)
         for h in range(2):
             self.store_shared(tiles.grads[h][tiles.wg], ds, column=64 * h)
