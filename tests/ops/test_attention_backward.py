@@ -259,6 +259,25 @@ def test_the_dkdv_kernel_loads_a_tile_s_lse_and_d_before_its_first_exponential(h
     assert sum("LDG.E " in line for line in sass[first_wgmma:first_exponential]) == 2 * 64 // 4
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_fused_kernel_loads_a_tile_s_lse_and_d_while_s_and_dp_run(causal):
+    """``BackwardFused``'s lse and D are columns (a value per query row: 2 float32 loads a thread each). In the SASS
+    lse's loads come between the tile's first WGMMAs and the wait for S, and D's before the wait for dP. Loaded
+    after those waits, as before, each round trip stalled the tile."""
+    from warpspec.cuda.launch import compile_kernel
+    from warpspec.cuda.sass import disassemble
+    from warpspec.dtypes import bfloat16
+    from warpspec.ops.attention_backward_kernel import BackwardFused
+    from warpspec.runtime import kernel_for
+
+    kernel = BackwardFused(bfloat16, head_dim=64, causal=causal, num_stages=2)
+    sass = disassemble(compile_kernel(kernel_for(kernel, {})).module.cubin).splitlines()
+    first_wgmma = next(i for i, line in enumerate(sass) if "HGMMA" in line)
+    waits = [i for i, line in enumerate(sass) if "WARPGROUP.DEPBAR" in line and i > first_wgmma]
+    loads = [sum("LDG.E " in line for line in sass[first_wgmma:wait]) for wait in waits[:2]]
+    assert loads == [2, 4]
+
+
 def test_planted_bug_q_stage_released_before_the_dk_wgmma_completes():
     """The dK/dV kernel hands a (Q, dO) stage back before dK += dSᵀ·Q has read it: a RaceError at the producer's
     TMA load that overwrites it."""
