@@ -7,6 +7,7 @@ GPU twins compare the GPU with the emulator at aligned, misaligned, clipped and 
 import numpy as np
 import pytest
 
+from tests.support.arrays import to_numpy, to_torch
 import warpspec
 from warpspec import bfloat16, float32, int32
 from warpspec.cuda.launch import compile_kernel
@@ -118,16 +119,11 @@ def _run(kernel_class, backend, case, device=None):
     dst = np.zeros(TILE, numpy_dtype)
     expected = _expected(src, cols, row, col)
     if device is not None:
-        torch = pytest.importorskip("torch")
-        convert = (lambda x: torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)) \
-            if kernel_class is BFloat16Copy else torch.from_numpy
-        src_t, dst_t = convert(src.reshape(-1)).to(device), convert(dst).to(device)
+        pytest.importorskip("torch")
+        src_t, dst_t = to_torch(src.reshape(-1), device), to_torch(dst, device)
         with warpspec.use_backend(backend):
             kernel_class()(src_t, dst_t, rows, cols, pitch, row, col)
-        torch.cuda.synchronize()
-        got = dst_t.cpu()
-        got = got.view(torch.int16).numpy().view(numpy_dtype) if kernel_class is BFloat16Copy else got.numpy()
-        return got, expected
+        return to_numpy(dst_t), expected
     with warpspec.use_backend(backend):
         kernel_class()(src.reshape(-1), dst, rows, cols, pitch, row, col)
     return dst, expected

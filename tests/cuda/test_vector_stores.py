@@ -9,6 +9,7 @@ inside the tile."""
 import numpy as np
 import pytest
 
+from tests.support.arrays import to_numpy, to_torch
 import warpspec
 from warpspec import bfloat16, float32, int32
 from warpspec.cuda.launch import compile_kernel
@@ -90,16 +91,11 @@ def _run(kernel_class, backend, case, device=None):
     dst = np.full((rows, pitch), -7, numpy_dtype)  # a value the tile does not hold: every stray write shows
     expected = _expected(dst, tile, cols, row, col, row_end)
     if device is not None:
-        torch = pytest.importorskip("torch")
-        convert = (lambda x: torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)) \
-            if kernel_class is BFloat16Place else torch.from_numpy
-        tile_t, dst_t = convert(tile).to(device), convert(dst.reshape(-1)).to(device)
+        pytest.importorskip("torch")
+        tile_t, dst_t = to_torch(tile, device), to_torch(dst.reshape(-1), device)
         with warpspec.use_backend(backend):
             kernel_class()(tile_t, dst_t, rows, cols, pitch, row, col, row_end)
-        torch.cuda.synchronize()
-        got = dst_t.cpu()
-        got = got.view(torch.int16).numpy().view(numpy_dtype) if kernel_class is BFloat16Place else got.numpy()
-        return got.reshape(rows, pitch), expected
+        return to_numpy(dst_t).reshape(rows, pitch), expected
     flat = dst.reshape(-1)
     with warpspec.use_backend(backend):
         kernel_class()(tile, flat, rows, cols, pitch, row, col, row_end)

@@ -110,6 +110,34 @@ def _vector_bytes(run: int, nbytes: int) -> int:
     return min(16, run * nbytes)
 
 
+#: The C++ type of one vector access of 4, 8 or 16 bytes.
+_VECTOR_WORDS = {4: "unsigned", 8: "uint2", 16: "uint4"}
+
+
+def _vectors_or_elements(gen: CodeGenerator, layout, test: str, per_vector: int, vector, element) -> None:
+    """A blocked tile's global access, chosen once for the block: under ``test`` (``_vector_path``) ``vector(piece,
+    row, col, valid)`` for each run of ``per_vector`` registers (a blocked chunk lies wholly inside the tile or
+    wholly past it, ``valid`` saying which), otherwise ``element(i, row, col, valid)`` for every register."""
+    gen.line("{")
+    gen.indent += 1
+    gen.line(thread_prelude(layout_begin(layout)))
+    gen.line(f"if ({test}) {{")
+    gen.indent += 1
+    for piece in range(0, layout.registers, per_vector):
+        row, col = layout.coords(piece)
+        vector(piece, row, col, layout.valid(piece))
+    gen.indent -= 1
+    gen.line("} else {")
+    gen.indent += 1
+    for i in range(layout.registers):
+        row, col = layout.coords(i)
+        element(i, row, col, layout.valid(i))
+    gen.indent -= 1
+    gen.line("}")
+    gen.indent -= 1
+    gen.line("}")
+
+
 def _vector_path(view: str, offsets, shape, nbytes: int, width: int, rows_end: str | None = None) -> str:
     """The block-uniform C++ condition under which a tile of ``shape`` at ``offsets`` moves by vectors of ``width``
     bytes: the view's rows contiguous, its base, row pitch and column offset aligned to the vector (a run starts at
@@ -159,18 +187,11 @@ def _emit_LoadGlobal(gen: CodeGenerator, s: LoadGlobal) -> None:
     if not width:
         gen.element_loop(layout, element)
         return
-    per_load = width // nbytes
-    gen.line("{")
-    gen.indent += 1
-    gen.line(thread_prelude(layout_begin(layout)))
-    gen.line(f"if ({_vector_path(view, offsets, decl.shape, nbytes, width)}) {{")
-    gen.indent += 1
-    word = {4: "unsigned", 8: "uint2", 16: "uint4"}[width]
+    word = _VECTOR_WORDS[width]
     parts = ["loaded_"] if width == 4 else ["loaded_.x", "loaded_.y", "loaded_.z", "loaded_.w"][:width // 4]
     as_value = "__uint_as_float" if decl.dtype is float32 else f"static_cast<{ctype}>"
-    for piece in range(0, layout.registers, per_load):
-        row, col = layout.coords(piece)
-        valid = layout.valid(piece)  # a blocked chunk lies wholly inside the tile or wholly past it
+
+    def vector(piece, row, col, valid):
         address = _vector_address(view, offsets, row, col, nbytes, f"const {word}")
         load = f"*{address}" if valid is None else f"({valid}) ? *{address} : {word}{{}}"
         gen.line(f"{{ const {word} loaded_ = {load};")
@@ -179,16 +200,9 @@ def _emit_LoadGlobal(gen: CodeGenerator, s: LoadGlobal) -> None:
         else:
             assigns = [f"{name}[{piece + k}] = {as_value}({part});" for k, part in enumerate(parts)]
         gen.line("  " + " ".join(assigns) + " }")
-    gen.indent -= 1
-    gen.line("} else {")
-    gen.indent += 1
-    for i in range(layout.registers):
-        row, col = layout.coords(i)
-        element(i, row, col, layout.valid(i))
-    gen.indent -= 1
-    gen.line("}")
-    gen.indent -= 1
-    gen.line("}")
+
+    _vectors_or_elements(gen, layout, _vector_path(view, offsets, decl.shape, nbytes, width), width // nbytes,
+                         vector, element)
 
 
 @emits(LoadScalar, TARGET)
@@ -308,17 +322,10 @@ def _store_vectors(gen: CodeGenerator, decl: ir.TensorDecl, layout, view: str, o
     writing a quarter of every 32-byte sector it touched: half the bandwidth of ConvertDQ's loads.)"""
     nbytes = decl.dtype.nbytes
     name = gen.tensor_name(decl)
-    per_store = width // nbytes
-    word = {4: "unsigned", 8: "uint2", 16: "uint4"}[width]
+    word = _VECTOR_WORDS[width]
     bits = "__float_as_uint" if decl.dtype is float32 else "static_cast<unsigned>"
-    gen.line("{")
-    gen.indent += 1
-    gen.line(thread_prelude(layout_begin(layout)))
-    gen.line(f"if ({_vector_path(view, offsets, decl.shape, nbytes, width, rows_end)}) {{")
-    gen.indent += 1
-    for piece in range(0, layout.registers, per_store):
-        row, col = layout.coords(piece)
-        valid = layout.valid(piece)  # a blocked chunk lies wholly inside the tile or wholly past it
+
+    def vector(piece, row, col, valid):
         if packed(decl):  # a run starts at an even register: the tensor's words are the vector's words
             words = [f"{name}[{piece // 2 + k}]" for k in range(width // 4)]
         else:
@@ -326,13 +333,6 @@ def _store_vectors(gen: CodeGenerator, decl: ir.TensorDecl, layout, view: str, o
         value = words[0] if width == 4 else f"{word}{{{', '.join(words)}}}"
         store = f"*{_vector_address(view, offsets, row, col, nbytes, word)} = {value};"
         gen.line(f"if ({valid}) {store}" if valid is not None else store)
-    gen.indent -= 1
-    gen.line("} else {")
-    gen.indent += 1
-    for i in range(layout.registers):
-        row, col = layout.coords(i)
-        element(i, row, col, layout.valid(i))
-    gen.indent -= 1
-    gen.line("}")
-    gen.indent -= 1
-    gen.line("}")
+
+    _vectors_or_elements(gen, layout, _vector_path(view, offsets, decl.shape, nbytes, width, rows_end),
+                         width // nbytes, vector, element)
