@@ -319,7 +319,7 @@ def _store_vectors(gen: CodeGenerator, decl: ir.TensorDecl, layout, view: str, o
     vector of ``width`` bytes, the mirror of ``_emit_LoadGlobal``'s loads; otherwise (a tile crossing the view's
     edge or ``rows_end``, or a misaligned view) every element alone through ``element``, each tested. The same
     bytes either way. (Stored element by element, a 16-bit tile took four times the store instructions, each
-    writing a quarter of every 32-byte sector it touched: half the bandwidth of ConvertDQ's loads.)"""
+    writing a quarter of every 32-byte sector it touched.)"""
     nbytes = decl.dtype.nbytes
     name = gen.tensor_name(decl)
     word = _VECTOR_WORDS[width]
