@@ -251,7 +251,7 @@ def torch_backward_op():
 def _op_implementation(q, k, v, out, dout, lse2, causal, scale, deterministic=True):
     """The op's real and fake implementation: validate, allocate the gradients (and the zeroed float32 dQ
     accumulator of the accumulating path), run the kernels (nothing runs on fake or meta tensors); a call of a
-    description whose deterministic path launched on plain CUDA tensors before takes its bound launches."""
+    description (the path chosen included) that launched on plain CUDA tensors before takes its bound launches."""
     import torch
 
     found = call_for(q, k, v, out, dout, lse2, causal, scale, deterministic)
