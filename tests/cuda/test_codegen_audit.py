@@ -1,7 +1,7 @@
 """The generated CUDA computes what the emulator computes where C++ or the GPU's instructions once disagreed with it:
 signed integer overflow and shifts by the width or more (undefined in C++, wrapping on the emulator), the smallest
 int64 constant (an unsigned literal in C++), ``flag.add`` past INT_MAX, accumulator tiles stored at negative
-offsets, float32 scalars (held as float64 by the emulator, float on the GPU) and the flush-to-zero of
+offsets or transposed up to a column end, float32 scalars (held as float64 by the emulator, float on the GPU) and the flush-to-zero of
 ``ex2.approx.ftz``/``lg2.approx.ftz``. What the C++ leaves undefined and the emulator cannot give a value for (a
 negative shift amount, the smallest integer divided by -1, a loop whose counter would wrap past INT_MAX after its
 last trip and so never end on the GPU) is an error at the kernel line.
@@ -366,8 +366,9 @@ def test_accumulator_tiles_at_negative_offsets_skip_what_lies_before_the_view():
     # float32: 2 m64 blocks x 8 column pairs x 2 row halves; float16: 2 m64 blocks x 2 chunks x 2 row halves
     assert source.count("if (r >= 0 && r < rows_end_)") == 32 + 8
     assert source.count("col0_ >= 0;") == 2  # pairs_ (float32) and vec_ (float16)
-    assert "static_cast<unsigned>(c + i) < static_cast<unsigned>(gh_size1)" in source
-    assert "static_cast<unsigned>(c) < static_cast<unsigned>(gc_size1)" in source
+    assert source.count("const int cols_end_ = max(gc_size1, 0);") == 1
+    assert "static_cast<unsigned>(c + i) < static_cast<unsigned>(cols_end_)" in source
+    assert "static_cast<unsigned>(c) < static_cast<unsigned>(cols_end_)" in source
     assert "(r < rows_end_)" not in source
     a, b = _matmul_operands()
     product = a.astype(np.float32) @ b.astype(np.float32).T
@@ -391,6 +392,65 @@ def test_negative_offsets_kernel_builds():
 def test_gpu_accumulator_tiles_at_negative_offsets_are_the_emulators(shifts):
     for got, expected in zip(_run_negative_offsets("cuda", shifts, device="cuda"),
                              _run_negative_offsets("emulator", shifts)):
+        np.testing.assert_array_equal(got, expected)
+
+
+class AccumulatorTransposed(fk._Matmul):
+    """C = A·Bᵀ of one 128 x 64 tile stored through a transposed view (element (r, c) at ``c * 128 + r``: the
+    memory holds Cᵀ), as float32 (column pairs) and float16 (the quad exchange), no column at or past ``col_end``
+    written: the bound a tile needs whose columns are a sequence's rows."""
+
+    def __call__(self, m_size: int32, n_size: int32, k_size: int32, a_ptr: ~float16, b_ptr: ~float16,
+                 c_ptr: ~float32, h_ptr: ~float16, col_end: int32):
+        ga, gb, sa, sb, pipe = self.setup(m_size, n_size, k_size, a_ptr, b_ptr, float16)
+        acc = self.register_tensor(dtype=float32, shape=[self.block_m, self.block_n], init=0.0)
+        with self.thread_group(thread_begin=128, num_threads=32):
+            self.produce(pipe, ga, gb, sa, sb, k_size)
+        with self.thread_group(thread_begin=0, num_threads=128):
+            self.consume(pipe, sa, sb, acc, k_size)
+            gc = self.global_view(c_ptr, dtype=float32, shape=[m_size, n_size], strides=[1, m_size])
+            gh = self.global_view(h_ptr, dtype=float16, shape=[m_size, n_size], strides=[1, m_size])
+            self.store_global(gc, acc, offsets=[0, 0], col_end=col_end)
+            self.store_global(gh, self.cast(acc, float16), offsets=[0, 0], col_end=col_end)
+
+
+#: Column ends: past the tile, inside a column pair and a quad's 8 columns, at 0, below 0.
+COLUMN_ENDS = [64, 100, 37, 0, -5]
+
+
+def _run_transposed(backend, col_end, device=None):
+    a, b = _matmul_operands()
+    c, h = np.full((64, 128), -7, np.float32), np.full((64, 128), -7, np.float16)
+    tensors = _on_device([a, b, c, h], device)
+    with warpspec.use_backend(backend):
+        AccumulatorTransposed()(128, 64, 64, *tensors, col_end)
+    return _to_host(tensors[2:], device)
+
+
+@pytest.mark.filterwarnings("ignore::warpspec.UnwrittenOutputWarning")  # the columns past col_end, by design
+def test_an_accumulator_stored_transposed_stops_at_its_column_end():
+    """Through a view whose columns are strided, the pair and 16-byte paths fall back to single elements; columns at
+    or past ``col_end`` are not written, as rows at or past ``row_end`` are not."""
+    source = generate(kernel_for(AccumulatorTransposed(), {})).source
+    assert source.count("const int cols_end_ = max((col_end < gc_size1 ? col_end : gc_size1), 0);") == 1
+    assert source.count("const int cols_end_ = max((col_end < gh_size1 ? col_end : gh_size1), 0);") == 1
+    a, b = _matmul_operands()
+    product = a.astype(np.float32) @ b.astype(np.float32).T
+    for col_end in COLUMN_ENDS:
+        c, h = _run_transposed("emulator", col_end)
+        expected = np.full((64, 128), -7, np.float32)
+        cols = max(min(col_end, 64), 0)
+        expected[:cols] = product.T[:cols]
+        np.testing.assert_array_equal(c, expected)
+        np.testing.assert_array_equal(h, expected.astype(np.float16))
+    compile_kernel(kernel_for(AccumulatorTransposed(), {}))
+
+
+@pytest.mark.gpu
+@pytest.mark.filterwarnings("ignore::warpspec.UnwrittenOutputWarning")
+@pytest.mark.parametrize("col_end", COLUMN_ENDS)
+def test_gpu_accumulator_tiles_stored_transposed_are_the_emulators(col_end):
+    for got, expected in zip(_run_transposed("cuda", col_end, device="cuda"), _run_transposed("emulator", col_end)):
         np.testing.assert_array_equal(got, expected)
 
 

@@ -87,8 +87,8 @@ def test_accumulator_indices_compile():
     assert counts["HGMMA"] > 0 and counts["LDL"] == 0 and counts["STL"] == 0
     # The int32 index tile is stored in pairs of its own bits: through __float_as_uint each int was converted to
     # float first, and the GPU wrote 1065353216 (1.0f) for index 1.
-    index_stores = [line for line in built.generated.source.splitlines() if "reinterpret_cast<u64 *>" in line
-                    and "gi_size1" in line]
+    index_block = built.generated.source.split("reinterpret_cast<unsigned char *>(gi_base);")[1].split("base_ =")[0]
+    index_stores = [line for line in index_block.splitlines() if "reinterpret_cast<u64 *>" in line]
     assert index_stores and all("__float_as_uint" not in line for line in index_stores)
     assert all("static_cast<u64>(static_cast<unsigned>(" in line for line in index_stores)
 

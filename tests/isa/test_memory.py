@@ -99,6 +99,10 @@ class Misuse(warpspec.Script):
         if self.mistake == "store-shared-rank":
             staged = self.shared_tensor(dtype=float32, shape=[1, 8, 64])
             self.store_shared(staged, tile)  # <<< store-shared-rank
+        if self.mistake == "col-end-rank":
+            flat = self.global_view(x_ptr, dtype=float32, shape=[512])
+            row = self.load_global(flat, offsets=[0], shape=[64])
+            self.store_global(flat, row, offsets=[0], col_end=n)  # <<< col-end-rank
 
 
 MISUSES = [
@@ -112,6 +116,7 @@ MISUSES = [
     ("store-dtype", "is float16 but x holds"),
     ("scalar-indices", "load_scalar needs one index per dimension of x (2), got 1"),
     ("store-shared-rank", "store_shared takes a 2-D shared tile; staged has shape [1, 8, 64]"),
+    ("col-end-rank", "store_global col_end bounds the columns of a 2-D view; flat has rank 1"),
 ]
 
 

@@ -232,8 +232,8 @@ class _Recorder(Chooser):
                             + remote(block))
             return found
 
-        def global_tile(task, view, offsets, tile_shape, what, rows=None):
-            tile = originals["global_tile"](task, view, offsets, tile_shape, what, rows)
+        def global_tile(task, view, offsets, tile_shape, what, rows=None, cols=None):
+            tile = originals["global_tile"](task, view, offsets, tile_shape, what, rows, cols)
             key = ("global", id(tile.argument.buffer))
             if what in _GLOBAL_READS:  # reads commute with reads: a read only covers the buffer, which writes touch
                 explorer._cover(key)

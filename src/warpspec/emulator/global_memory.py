@@ -227,11 +227,13 @@ class GlobalTile:
     """The part of a tile at ``offsets`` of a global view that lies inside the view (a box: views clip), as one
     access of one instruction."""
 
-    def __init__(self, argument: Argument, access_id: int, shape, strides, offsets, tile_shape, rows):
+    def __init__(self, argument: Argument, access_id: int, shape, strides, offsets, tile_shape, rows, cols=None):
         self.argument, self.id, self.tile_shape = argument, access_id, tuple(tile_shape)
         ranges = [(0, extent) for extent in self.tile_shape]
         if rows is not None:
             ranges[0] = rows
+        if cols is not None:
+            ranges[1] = cols
         low = [max(o + a, 0) for o, (a, _) in zip(offsets, ranges)]
         high = [min(o + b, extent) for o, (_, b), extent in zip(offsets, ranges, shape)]
         self.origin = tuple(low)  # the view index of the box's first element
@@ -280,13 +282,14 @@ class BlockMemory:
         self.acquired: list[Acquire] = []  # the flag waits of this block that passed on an earlier block's signal
 
     def tile(self, task, pointer: int, view: str, shape, strides, offsets, tile_shape, what: str,
-             rows=None) -> GlobalTile:
+             rows=None, cols=None) -> GlobalTile:
         """The elements of view ``view`` (of pointer ``pointer``, ``shape`` and ``strides``) that ``what`` at
-        ``task``'s line accesses: the tile at ``offsets``, its ``rows`` only when given, clipped to the view."""
+        ``task``'s line accesses: the tile at ``offsets``, its ``rows`` and ``cols`` only when given, clipped to
+        the view."""
         argument = self.memory.arguments[pointer]
         accesses = self.memory.accesses
         # Views use only kernel parameters, so the launch checked that every view fits its array.
-        tile = GlobalTile(argument, len(accesses), shape, strides, offsets, tile_shape, rows)
+        tile = GlobalTile(argument, len(accesses), shape, strides, offsets, tile_shape, rows, cols)
         accesses.append(Access(self.block, what, view, argument.name, task.loc, task.index, task.clock[task.index],
                                executing_threads(task)))
         return tile

@@ -401,12 +401,13 @@ class BlockMachine:
 
     # ------------------------------------------------------------------------------------------ global memory
 
-    def global_tile(self, task, view: ir.TensorRef, offsets, tile_shape, what: str, rows=None) -> GlobalTile:
-        """The part of global view ``view`` that the tile of ``tile_shape`` at ``offsets`` (its ``rows`` only,
-        when given) covers, as one access by instruction ``what`` at ``task``'s line."""
+    def global_tile(self, task, view: ir.TensorRef, offsets, tile_shape, what: str, rows=None,
+                    cols=None) -> GlobalTile:
+        """The part of global view ``view`` that the tile of ``tile_shape`` at ``offsets`` (its ``rows`` and
+        ``cols`` only, when given) covers, as one access by instruction ``what`` at ``task``'s line."""
         pointer, shape, strides = task.env[view.decl.uid]
         return self.global_memory.tile(task, pointer, view.decl.name, shape, strides, offsets, tile_shape, what,
-                                       rows)
+                                       rows, cols)
 
     def global_flag(self, task, view: ir.TensorRef, index: int, what: str):
         """Element ``index`` of the 1-D int32 flag view ``view``, which instruction ``what`` of ``task`` uses."""
@@ -420,10 +421,11 @@ class BlockMachine:
         self.global_memory.check_stores_waited(task, tile)
         return self.global_memory.read(task, tile)
 
-    def write_global_tile(self, task, view: ir.TensorRef, offsets, tile: np.ndarray, what: str, rows=None) -> None:
-        """Write ``tile`` (its ``rows`` slice only, when given) into a global view now, by ``what``; outside
-        elements dropped. RaceError if another block reads or writes any of them."""
-        target = self.global_tile(task, view, offsets, tile.shape, what, rows)
+    def write_global_tile(self, task, view: ir.TensorRef, offsets, tile: np.ndarray, what: str, rows=None,
+                          cols=None) -> None:
+        """Write ``tile`` (its ``rows`` and ``cols`` slices only, when given) into a global view now, by ``what``;
+        outside elements dropped. RaceError if another block reads or writes any of them."""
+        target = self.global_tile(task, view, offsets, tile.shape, what, rows, cols)
         self.global_memory.write(task, target, tile)
 
 

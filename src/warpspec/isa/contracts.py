@@ -225,8 +225,9 @@ class EmulationMachine(Protocol):
         """The rows of a register tile of ``rows`` rows this partition holds."""
 
     def global_tile(self, task: EmulationTask, view: ir.TensorRef, offsets: list[int], tile_shape: tuple[int, ...],
-                    what: str, rows: tuple[int, int] | None = None) -> Any:
-        """The part of global view ``view`` a tile at ``offsets`` covers, as one access by ``what``."""
+                    what: str, rows: tuple[int, int] | None = None, cols: tuple[int, int] | None = None) -> Any:
+        """The part of global view ``view`` a tile at ``offsets`` (its ``rows`` and ``cols`` only, when given)
+        covers, as one access by ``what``."""
 
     def global_flag(self, task: EmulationTask, view: ir.TensorRef, index: int, what: str) -> Any:
         """Element ``index`` of the 1-D int32 flag view ``view``."""
@@ -236,8 +237,8 @@ class EmulationMachine(Protocol):
         """A tile of a global view read now by ``what`` (a numpy array)."""
 
     def write_global_tile(self, task: EmulationTask, view: ir.TensorRef, offsets: list[int], tile: Any, what: str,
-                          rows: tuple[int, int] | None = None) -> None:
-        """Write ``tile`` into a global view now, by ``what``."""
+                          rows: tuple[int, int] | None = None, cols: tuple[int, int] | None = None) -> None:
+        """Write ``tile`` (its ``rows`` and ``cols`` only, when given) into a global view now, by ``what``."""
 
     def describe_tasks(self) -> str:
         """What every partition, barrier and operation in flight is doing (for error reports)."""

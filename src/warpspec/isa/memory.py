@@ -118,17 +118,19 @@ class LoadShared(ir.DefineTensor):
 
 @dataclass(frozen=True, eq=False)
 class StoreGlobal(ir.Instruction):
-    """Write register tensor ``src`` into global view ``dst`` at ``offsets``; elements outside the view, and rows
-    at or past ``row_end`` when given, are skipped."""
+    """Write register tensor ``src`` into global view ``dst`` at ``offsets``; elements outside the view, rows at or
+    past ``row_end`` and columns at or past ``col_end`` when given, are skipped."""
 
     dst: ir.TensorRef
     src: ir.TensorRef
     offsets: tuple[ir.Expr, ...]
     row_end: ir.Expr | None = None
+    col_end: ir.Expr | None = None
 
     def text(self, f) -> str:
         row_end = "" if self.row_end is None else f", row_end={f(self.row_end)}"
-        return f"store_global({f(self.dst)}, {f(self.src)}, offsets={f(self.offsets)}{row_end})"
+        col_end = "" if self.col_end is None else f", col_end={f(self.col_end)}"
+        return f"store_global({f(self.dst)}, {f(self.src)}, offsets={f(self.offsets)}{row_end}{col_end})"
 
 
 @dataclass(frozen=True, eq=False)
@@ -266,11 +268,12 @@ class Memory(LanguageObject):
         return var
 
     @language_call
-    def store_global(self, view, tensor, offsets, row_end=None) -> None:
+    def store_global(self, view, tensor, offsets, row_end=None, col_end=None) -> None:
         """Store register tensor ``tensor`` into global view ``view`` at ``offsets``; elements that fall outside the
         view are not written (ragged edges), nor, with ``row_end`` (a runtime or compile-time int32), those of
         view rows (the first dimension) at or past ``row_end``: a tile that ends inside a packed sequence's rows
-        leaves the next sequence's alone. Executed by the threads holding the tensor (all of them: the layout
+        leaves the next sequence's alone; ``col_end`` bounds a 2-D view's columns alike (a transposed tile, whose
+        columns are the sequence's rows). Executed by the threads holding the tensor (all of them: the layout
         pass refuses a store by a subset); ``st.global``."""
         b = self.b
         view = b.to_tensor(view, "store_global view", (ir.GLOBAL,))
@@ -283,7 +286,11 @@ class Memory(LanguageObject):
                           f"{len(view.shape)}")
         offs = offsets_of(b, offsets, view, "store_global")
         end = None if row_end is None else b.to_index(row_end, "store_global row_end")
-        b.emit(StoreGlobal(b.loc, b.threads(), view.ref, tensor.ref, offs, end))
+        if col_end is not None and len(view.shape) != 2:
+            raise b.error(f"store_global col_end bounds the columns of a 2-D view; {view.name} has rank "
+                          f"{len(view.shape)}")
+        cols = None if col_end is None else b.to_index(col_end, "store_global col_end")
+        b.emit(StoreGlobal(b.loc, b.threads(), view.ref, tensor.ref, offs, end, cols))
 
     @language_call
     def store_shared(self, dst, src, column=0) -> None:
@@ -406,7 +413,10 @@ def _store_global(machine: EmulationMachine, task: EmulationTask, s: StoreGlobal
     first, last = machine.row_share(task, s.threads, src.shape[0])
     if s.row_end is not None:  # the tile rows before row_end: none when the tile starts past it
         last = max(min(last, machine.ev(task, s.row_end) - offsets[0]), first)
-    machine.write_global_tile(task, s.dst, offsets, src, "store_global", rows=(first, last))
+    cols = None
+    if s.col_end is not None:  # the tile columns before col_end, alike
+        cols = (0, max(min(src.shape[1], machine.ev(task, s.col_end) - offsets[1]), 0))
+    machine.write_global_tile(task, s.dst, offsets, src, "store_global", rows=(first, last), cols=cols)
 
 
 # --------------------------------------------------------------------------------------------------- facts

@@ -110,7 +110,8 @@ class NullMemory:
     def __init__(self, dtypes: dict):
         self.dtypes = dtypes
 
-    def tile(self, task, pointer, view, shape, strides, offsets, tile_shape, what, rows=None) -> _NullTile:
+    def tile(self, task, pointer, view, shape, strides, offsets, tile_shape, what, rows=None,
+             cols=None) -> _NullTile:
         """The tile's shape and element type (the machine's ``global_tile`` service)."""
         return _NullTile(tile_shape, self.dtypes[pointer])
 

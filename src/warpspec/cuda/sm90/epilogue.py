@@ -20,17 +20,18 @@ def _inside(index: str, end: str) -> str:
 
 
 def _store_head(gen: CodeGenerator, layout: Accumulator, view: str, row: str, col_expr: str,
-                rows_end: str | None) -> None:
+                rows_end: str | None, cols_end: str | None) -> None:
     acc = layout.layout
     gen.line(thread_prelude(layout.begin))
     gen.line(f"const int rows_end_ = {rows_end or view + '_size0'};  // the first view row not to write")
+    gen.line(f"const int cols_end_ = max({cols_end or view + '_size1'}, 0);  // and column (an unsigned bound below)")
     gen.line(f"const int row0_ = {row} + g_ * {acc.m // acc.warpgroups} + 16 * w_ + (lane_ >> 2);")
     gen.line(f"const int col0_ = {col_expr};")
     gen.line(f"unsigned char *const base_ = reinterpret_cast<unsigned char *>({view}_base);")
 
 
 def store_pairs(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: str, row: str, col: str,
-                rows_end: str | None = None):
+                rows_end: str | None = None, cols_end: str | None = None):
     """Each thread stores its fragment's adjacent column pairs (4 or 8 bytes) where aligned and in bounds."""
     acc = layout.layout
     src = s.src.decl
@@ -42,7 +43,7 @@ def store_pairs(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: s
     bits = (lambda e: f"__float_as_uint({e})") if src.dtype.is_float else (lambda e: f"static_cast<unsigned>({e})")
     gen.line("{")
     gen.indent += 1
-    _store_head(gen, layout, view, row, f"{col} + 2 * (lane_ & 3)", rows_end)
+    _store_head(gen, layout, view, row, f"{col} + 2 * (lane_ & 3)", rows_end, cols_end)
     gen.line(f"const bool pairs_ = ({view}_stride1 == 1) && (({view}_stride0 & 1) == 0) && "
               f"(({view}_base & {2 * nbytes - 1}) == 0) && ((({col}) & 1) == 0) && col0_ >= 0;")
     for mb in range(acc.m_blocks):
@@ -59,11 +60,11 @@ def store_pairs(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: s
                               f"{ni * acc.instr_n + 8 * j};")
                     gen.line(f"  if (r >= 0 && r < rows_end_) {{ const long long e = static_cast<long long>(r) * "
                               f"{view}_stride0 + static_cast<long long>(c) * {view}_stride1;")
-                    gen.line(f"    if (pairs_ && c + 1 < {view}_size1) *reinterpret_cast<{pair} *>(base_ + e * "
+                    gen.line(f"    if (pairs_ && c + 1 < cols_end_) *reinterpret_cast<{pair} *>(base_ + e * "
                               f"{nbytes}) = {both};")
-                    gen.line(f"    else {{ if ({_inside('c', view + '_size1')}) *reinterpret_cast<{ctype} *>(base_ + e"
+                    gen.line(f"    else {{ if ({_inside('c', 'cols_end_')}) *reinterpret_cast<{ctype} *>(base_ + e"
                               f" * {nbytes}) = static_cast<{ctype}>({gen.element(src, reg)}); "
-                              f"if ({_inside('c + 1', view + '_size1')}) "
+                              f"if ({_inside('c + 1', 'cols_end_')}) "
                               f"*reinterpret_cast<{ctype} *>(base_ + (e + {view}_stride1) * {nbytes}) = "
                               f"static_cast<{ctype}>({gen.element(src, reg + 1)}); }} }} }}")
     gen.indent -= 1
@@ -71,7 +72,7 @@ def store_pairs(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: s
 
 
 def store_quads(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: str, row: str, col: str,
-                rows_end: str | None = None):
+                rows_end: str | None = None, cols_end: str | None = None):
     """16-bit tiles: the four lanes of a quad exchange column pairs through shuffles so each lane stores 8
     consecutive columns (16 bytes, whole 32-byte sectors per quad) instead of 4 bytes at a time."""
     acc = layout.layout
@@ -80,7 +81,7 @@ def store_quads(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: s
     ctype = C_TYPES[src.dtype.name]
     gen.line("{")
     gen.indent += 1
-    _store_head(gen, layout, view, row, f"{col} + 8 * (lane_ & 3)", rows_end)
+    _store_head(gen, layout, view, row, f"{col} + 8 * (lane_ & 3)", rows_end, cols_end)
     gen.line("const int q_ = lane_ & 3;")
     gen.line(f"const bool vec_ = ({view}_stride1 == 1) && (({view}_stride0 & 7) == 0) && (({view}_base & 15) == 0)"
               f" && ((({col}) & 7) == 0) && col0_ >= 0;")
@@ -105,11 +106,11 @@ def store_quads(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: s
                     gen.line(f"  if (r >= 0 && r < rows_end_) {{")
                     gen.line(f"    const long long e = static_cast<long long>(r) * {view}_stride0 + "
                               f"static_cast<long long>(c) * {view}_stride1;")
-                    gen.line(f"    if (vec_ && c + 7 < {view}_size1) *reinterpret_cast<U4 *>(base_ + e * 2) = out_;")
+                    gen.line(f"    if (vec_ && c + 7 < cols_end_) *reinterpret_cast<U4 *>(base_ + e * 2) = out_;")
                     gen.line("    else {")
                     gen.line("      const unsigned w_out[4] = {out_.x, out_.y, out_.z, out_.w};")
                     gen.line("      #pragma unroll")
-                    gen.line(f"      for (int i = 0; i < 8; ++i) if ({_inside('c + i', view + '_size1')}) "
+                    gen.line(f"      for (int i = 0; i < 8; ++i) if ({_inside('c + i', 'cols_end_')}) "
                               f"*reinterpret_cast<{ctype} *>(base_ + (e + i * {view}_stride1) * 2) = "
                               f"static_cast<{ctype}>(w_out[i >> 1] >> (16 * (i & 1)));")
                     gen.line("    }")

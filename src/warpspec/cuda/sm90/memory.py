@@ -80,15 +80,16 @@ def _emit_StoreElement(gen: CodeGenerator, s: StoreElement) -> None:
 
 
 def _global_address(gen: CodeGenerator, view: str, rank: int, offsets, row: str, col: str,
-                    rows_end: str | None = None):
-    """(in-bounds condition, element offset) of tile element (row, col) of a view at ``offsets``; ``rows_end``:
-    the first view row not to touch, when it is not the view's size."""
+                    rows_end: str | None = None, cols_end: str | None = None):
+    """(in-bounds condition, element offset) of tile element (row, col) of a view at ``offsets``; ``rows_end``,
+    ``cols_end``: the first view row, column not to touch, when it is not the view's size."""
     rows_end = rows_end or f"{view}_size0"
     if rank == 1:
         c = f"({offsets[0]} + {col})"
         return f"({c} >= 0 && {c} < {rows_end})", f"static_cast<long long>({c}) * {view}_stride0"
+    cols_end = cols_end or f"{view}_size1"
     r, c = f"({offsets[0]} + {row})", f"({offsets[1]} + {col})"
-    return (f"({r} >= 0 && {r} < {rows_end} && {c} >= 0 && {c} < {view}_size1)",
+    return (f"({r} >= 0 && {r} < {rows_end} && {c} >= 0 && {c} < {cols_end})",
             f"static_cast<long long>({r}) * {view}_stride0 + static_cast<long long>({c}) * {view}_stride1")
 
 
@@ -138,18 +139,20 @@ def _vectors_or_elements(gen: CodeGenerator, layout, test: str, per_vector: int,
     gen.line("}")
 
 
-def _vector_path(view: str, offsets, shape, nbytes: int, width: int, rows_end: str | None = None) -> str:
+def _vector_path(view: str, offsets, shape, nbytes: int, width: int, rows_end: str | None = None,
+                 cols_end: str | None = None) -> str:
     """The block-uniform C++ condition under which a tile of ``shape`` at ``offsets`` moves by vectors of ``width``
     bytes: the view's rows contiguous, its base, row pitch and column offset aligned to the vector (a run starts at
     a column that is a multiple of its length, so these decide every run's alignment), and the whole tile inside
-    the view (rows below ``rows_end`` when given). One test for the block, so no access waits on a branch of its
-    own."""
+    the view (rows below ``rows_end``, columns below ``cols_end`` when given). One test for the block, so no access
+    waits on a branch of its own."""
     rows, cols = shape
     rows_end = rows_end or f"{view}_size0"
+    cols_end = cols_end or f"{view}_size1"
     return (f"({view}_stride1 == 1) && (({view}_base & {width - 1}) == 0) && ((({view}_stride0 * {nbytes}) & "
             f"{width - 1}) == 0) && ((({offsets[1]}) * {nbytes} & {width - 1}) == 0) && ({offsets[0]}) >= 0 && "
             f"({offsets[0]}) + {rows} <= {rows_end} && ({offsets[1]}) >= 0 && ({offsets[1]}) + {cols} <= "
-            f"{view}_size1")
+            f"{cols_end}")
 
 
 def _vector_address(view: str, offsets, row: str, col: str, nbytes: int, ctype: str) -> str:
@@ -289,18 +292,18 @@ def _emit_StoreGlobal(gen: CodeGenerator, s: StoreGlobal) -> None:
     view = gen.tensor_name(s.dst.decl)
     offsets = [gen.cexpr(o) for o in s.offsets]
     nbytes = s.src.decl.dtype.nbytes
-    end = None if s.row_end is None else gen.cexpr(s.row_end)
-    rows_end = None if end is None else f"({end} < {view}_size0 ? {end} : {view}_size0)"
+    rows_end = _bound(gen, s.row_end, f"{view}_size0")
+    cols_end = _bound(gen, s.col_end, f"{view}_size1")
     if isinstance(layout, Accumulator) and len(offsets) == 2 and nbytes in (2, 4):
         if gen.quad_stores and nbytes == 2 and layout.layout.instr_n % 32 == 0:
-            epilogue.store_quads(gen, s, layout, view, offsets[0], offsets[1], rows_end)
+            epilogue.store_quads(gen, s, layout, view, offsets[0], offsets[1], rows_end, cols_end)
         else:
-            epilogue.store_pairs(gen, s, layout, view, offsets[0], offsets[1], rows_end)
+            epilogue.store_pairs(gen, s, layout, view, offsets[0], offsets[1], rows_end, cols_end)
         return
     ctype = C_TYPES[s.src.decl.dtype.name]
 
     def body(i, row, col, valid):
-        inside, offset = _global_address(gen, view, len(offsets), offsets, row, col, rows_end)
+        inside, offset = _global_address(gen, view, len(offsets), offsets, row, col, rows_end, cols_end)
         if valid:
             inside = f"{valid} && {inside}"
         gen.line(f"if ({inside}) *reinterpret_cast<{ctype} *>(reinterpret_cast<unsigned char *>({view}_base) + "
@@ -310,15 +313,24 @@ def _emit_StoreGlobal(gen: CodeGenerator, s: StoreGlobal) -> None:
     if not width:
         gen.element_loop(layout, body)
         return
-    _store_vectors(gen, s.src.decl, layout, view, offsets, width, rows_end, body)
+    _store_vectors(gen, s.src.decl, layout, view, offsets, width, rows_end, cols_end, body)
+
+
+def _bound(gen: CodeGenerator, end: ir.Expr | None, size: str) -> str | None:
+    """C++: the first row (column) a store leaves alone, ``end`` or the view's ``size`` if smaller; None without
+    ``end``."""
+    if end is None:
+        return None
+    value = gen.cexpr(end)
+    return f"({value} < {size} ? {value} : {size})"
 
 
 def _store_vectors(gen: CodeGenerator, decl: ir.TensorDecl, layout, view: str, offsets, width: int,
-                   rows_end: str | None, element) -> None:
+                   rows_end: str | None, cols_end: str | None, element) -> None:
     """Under ``_vector_path``'s test, store each run of ``decl``'s consecutive columns (a blocked chunk) as one
     vector of ``width`` bytes, the mirror of ``_emit_LoadGlobal``'s loads; otherwise (a tile crossing the view's
-    edge or ``rows_end``, or a misaligned view) every element alone through ``element``, each tested. The same
-    bytes either way. (Stored element by element, a 16-bit tile took four times the store instructions, each
+    edge, ``rows_end`` or ``cols_end``, or a misaligned view) every element alone through ``element``, each tested.
+    The same bytes either way. (Stored element by element, a 16-bit tile took four times the store instructions, each
     writing a quarter of every 32-byte sector it touched.)"""
     nbytes = decl.dtype.nbytes
     name = gen.tensor_name(decl)
@@ -334,5 +346,5 @@ def _store_vectors(gen: CodeGenerator, decl: ir.TensorDecl, layout, view: str, o
         store = f"*{_vector_address(view, offsets, row, col, nbytes, word)} = {value};"
         gen.line(f"if ({valid}) {store}" if valid is not None else store)
 
-    _vectors_or_elements(gen, layout, _vector_path(view, offsets, decl.shape, nbytes, width, rows_end),
+    _vectors_or_elements(gen, layout, _vector_path(view, offsets, decl.shape, nbytes, width, rows_end, cols_end),
                          width // nbytes, vector, element)
