@@ -18,8 +18,8 @@ Before timing, the output and the three gradients are checked against SDPA's (ma
     python benchmarks/attention_backward.py --schedule 128:kv.num_stages=3 --schedule 64:q.block_n=128
 
 ``--schedule D:KERNEL.PARAM=VALUE`` (repeatable) replaces one entry of the shipped backward schedules
-(``DEFAULT_BACKWARD_SCHEDULES``: KERNEL is kv, kvdq or q) for this run, to time a schedule before shipping it; each
-row records the schedule of its head dim.
+(``DEFAULT_BACKWARD_SCHEDULES``: KERNEL is kv, kvdq, fused or q; a flag such as ``64:fused.transposed=1`` takes
+0 or 1) for this run, to time a schedule before shipping it; each row records the schedule of its head dim.
 
 ``--kernels`` also times the parts, each with do_bench: our forward alone and each backward kernel alone (the
 pinned Scripts of the path autograd took, called with the arrays of one checked backward: ``Dot``, then at D 64
@@ -176,7 +176,7 @@ def override_schedules(entries) -> dict:
             schedule = DEFAULT_BACKWARD_SCHEDULES[int(head_dim)][kernel]
             if param not in schedule:
                 raise KeyError(param)
-            schedule[param] = int(value)
+            schedule[param] = type(schedule[param])(int(value))  # a flag (bool) from 0 or 1
         except (ValueError, KeyError) as error:
             raise ValueError(f"--schedule {entry!r}: expected D:KERNEL.PARAM=VALUE naming a shipped entry, e.g. "
                              f"128:kv.num_stages=3 ({error!r})") from None

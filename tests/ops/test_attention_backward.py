@@ -67,12 +67,15 @@ def test_gradients_match_torch_at_ragged_grouped_query_shapes(dtype, causal, seq
         assert relative_error(got, want) < GRADIENT_TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("transposed", [False, True], ids=["key-halves", "transposed"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("seq_q, seq_k", [(300, 190), (100, 330), (1, 3), (200, 40)])
-def test_the_fused_kernel_against_torch_at_ragged_grouped_shapes(causal, seq_q, seq_k):
+def test_the_fused_kernel_against_torch_at_ragged_grouped_shapes(causal, seq_q, seq_k, transposed):
     """``BackwardFused`` (the accumulating path at D 64), called with ``Dot`` and ``ConvertDQ`` as the path calls
     them, against torch: 2 batches of 4 query heads over 2 K/V heads, several 128-row query tiles a block, lengths no
-    multiple of a tile, one row, and causal rows that see no key (S_q > S_k: their gradients 0)."""
+    multiple of a tile (so a block's last keys are the next head's: its dK and dV stop at the head's last key, a row
+    bound, or a column bound when ``transposed``), one row, and causal rows that see no key (S_q > S_k: their
+    gradients 0)."""
     from warpspec.dtypes import float16
     from warpspec.ops.attention_backward_kernel import BackwardFused, ConvertDQ, Dot
     from warpspec.ops.attention_kernel import LOG2_E
@@ -83,7 +86,7 @@ def test_the_fused_kernel_against_torch_at_ragged_grouped_shapes(causal, seq_q, 
     dd, dk, dv = np.empty(lse.shape, np.float32), np.empty_like(k), np.empty_like(v)
     dq_accum, dq = np.zeros(q.shape, np.float32), np.empty_like(q)
     Dot(float16, head_dim=64)(seq_q, 8, out, dout, dd)
-    BackwardFused(float16, head_dim=64, causal=causal, num_stages=2)(
+    BackwardFused(float16, head_dim=64, causal=causal, num_stages=2, transposed=transposed)(
         seq_q, seq_k, 8, 4, 2, scale, scale * LOG2_E, q, k, v, dout, (lse * np.float32(LOG2_E)).astype(np.float32),
         dd, dk, dv, dq_accum)
     ConvertDQ(float16, head_dim=64)(8 * seq_q, scale, dq_accum, dq)
@@ -259,8 +262,9 @@ def test_the_dkdv_kernel_loads_a_tile_s_lse_and_d_before_its_first_exponential(h
     assert sum("LDG.E " in line for line in sass[first_wgmma:first_exponential]) == 2 * 64 // 4
 
 
+@pytest.mark.parametrize("transposed", [False, True], ids=["key-halves", "transposed"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_the_fused_kernel_loads_a_tile_s_lse_and_d_while_s_and_dp_run(causal):
+def test_the_fused_kernel_loads_a_tile_s_lse_and_d_while_s_and_dp_run(causal, transposed):
     """``BackwardFused``'s lse and D are columns (a value per query row: 2 float32 loads a thread each). In the SASS
     lse's loads come between the tile's first WGMMAs and the wait for S, and D's before the wait for dP. Loaded
     after those waits, as before, each round trip stalled the tile."""
@@ -270,12 +274,42 @@ def test_the_fused_kernel_loads_a_tile_s_lse_and_d_while_s_and_dp_run(causal):
     from warpspec.ops.attention_backward_kernel import BackwardFused
     from warpspec.runtime import kernel_for
 
-    kernel = BackwardFused(bfloat16, head_dim=64, causal=causal, num_stages=2)
+    kernel = BackwardFused(bfloat16, head_dim=64, causal=causal, num_stages=2, transposed=transposed)
     sass = disassemble(compile_kernel(kernel_for(kernel, {})).module.cubin).splitlines()
     first_wgmma = next(i for i, line in enumerate(sass) if "HGMMA" in line)
     waits = [i for i, line in enumerate(sass) if "WARPGROUP.DEPBAR" in line and i > first_wgmma]
     loads = [sum("LDG.E " in line for line in sass[first_wgmma:wait]) for wait in waits[:2]]
     assert loads == [2, 4]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_transposed_fused_kernel_issues_its_dv_and_dk_as_n128_steps_without_spills(causal):
+    """With ``transposed``, dVᵀ and dKᵀ of all 128 keys are one warpgroup's m64n128k16 steps each (8 a tile, 16 in
+    all) where each warpgroup's dV and dK of its key half were m64n64k16 steps (32 in all): the SASS holds 48
+    HGMMAs instead of 64 (S, dP and the dQ share unchanged: 32), with no spills, no stack and no advisory."""
+    from warpspec.cuda.launch import compile_kernel
+    from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
+    from warpspec.dtypes import bfloat16
+    from warpspec.ops.attention_backward_kernel import BackwardFused
+    from warpspec.runtime import kernel_for
+
+    counts = {}
+    for transposed in (False, True):
+        kernel = BackwardFused(bfloat16, head_dim=64, causal=causal, num_stages=2, transposed=transposed)
+        built = compile_kernel(kernel_for(kernel, {}))
+        (report,) = parse_ptxas_log(built.module.log).values()
+        assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == \
+            (0, 0, 0, ())
+        counts[transposed] = count_instructions(disassemble(built.module.cubin), ["HGMMA"])["HGMMA"]
+    assert counts == {False: 64, True: 48}
+
+
+def test_the_fused_kernel_s_transposed_flag_is_a_bool():
+    from warpspec.dtypes import bfloat16
+    from warpspec.ops.attention_backward_kernel import BackwardFused
+
+    with pytest.raises(ArgumentError, match="BackwardFused transposed must be True or False, got 1"):
+        BackwardFused(bfloat16, head_dim=64, causal=False, num_stages=2, transposed=1)
 
 
 def test_planted_bug_q_stage_released_before_the_dk_wgmma_completes():

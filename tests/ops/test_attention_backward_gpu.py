@@ -61,6 +61,30 @@ def test_against_sdpa_at_equal_lengths(head_dim, causal):
         assert ((got.grad.float() - want.grad.float()).abs().max() / want.grad.float().abs().max()).item() < 4e-2
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("seq_q, seq_k", [(1000, 1000), (300, 1111), (777, 200)])
+def test_the_transposed_fused_kernel_against_a_float32_reference(monkeypatch, causal, seq_q, seq_k):
+    """``BackwardFused`` with ``transposed`` (dVᵀ and dKᵀ of all 128 keys, one warpgroup each, stored through
+    transposed views up to the head's last key) on the accumulating path at D 64, grouped-query heads, ragged
+    lengths."""
+    from warpspec.ops import attention_backward as module
+
+    schedule = {**module.DEFAULT_BACKWARD_SCHEDULES[64], "fused": {"num_stages": 2, "transposed": True}}
+    monkeypatch.setitem(module.DEFAULT_BACKWARD_SCHEDULES, 64, schedule)
+    monkeypatch.setattr(module, "_kernels", {})
+    monkeypatch.setattr(module, "_calls", module.Signatures())  # no bound launch of an earlier test's kernels
+    generator = torch.Generator(device="cuda").manual_seed(3)
+    q = torch.randn(2, 6, seq_q, 64, device="cuda", dtype=torch.bfloat16, generator=generator)
+    k, v = (torch.randn(2, 2, seq_k, 64, device="cuda", dtype=torch.bfloat16, generator=generator) for _ in "kv")
+    dout = torch.randn(q.shape, device="cuda", dtype=torch.bfloat16, generator=generator)
+    out, lse = warpspec.ops.attention(q, k, v, causal=causal, return_lse=True)
+    grads = warpspec.ops.attention_backward(q, k, v, out, dout, lse, causal=causal, deterministic=False)
+    assert any(kernel.transposed for kernels in module._kernels.values() for kernel in kernels
+               if hasattr(kernel, "transposed"))
+    for got, want in zip(grads, reference_gradients(q, k, v, dout, causal)):
+        assert ((got.float() - want).abs().max() / want.abs().max()).item() < TOLERANCE[torch.bfloat16]
+
+
 @pytest.mark.parametrize("deterministic", [False, True], ids=["accumulating", "deterministic"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("head_dim", [64, 128])

@@ -135,12 +135,12 @@ def test_attention_timeline_checks_and_records_both_causal_modes(tmp_path):
 def test_attention_backward_checks_gradients_under_a_replaced_schedule_and_names_a_bad_entry():
     found = dry_run("attention_backward.py", "--head-dims", "64", "--dtypes", "bf16", "--causal", "yes",
                     "--schedule", "64:q.block_n=64", "--schedule", "64:kv.num_stages=2",
-                    "--schedule", "64:fused.num_stages=3")
+                    "--schedule", "64:fused.num_stages=3", "--schedule", "64:fused.transposed=1")
     assert found.returncode == 0, found.stderr[-2000:]
     (line,) = found.stdout.splitlines()
     assert "'schedule': {'kv': {'block_m': 64, 'num_stages': 2}, 'kvdq': {'block_m': 64, 'num_stages': 2}, " \
-           "'fused': {'num_stages': 3}, 'q': {'block_n': 64, 'num_stages': 2}}" in line and "'errors'" in line \
-        and "FAILED" not in line
+           "'fused': {'num_stages': 3, 'transposed': True}, 'q': {'block_n': 64, 'num_stages': 2}}" in line \
+        and "'errors'" in line and "FAILED" not in line
     refused = dry_run("attention_backward.py", "--schedule", "64:q.stages=3")
     assert refused.returncode == 2
     assert "--schedule '64:q.stages=3': expected D:KERNEL.PARAM=VALUE naming a shipped entry" in refused.stderr

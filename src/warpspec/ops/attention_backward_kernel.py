@@ -536,13 +536,25 @@ class BackwardFused(BackwardKVDQ):
     dQ share dS·K; then dK_w += Σⱼ dS[w][j]ᵀ·Qⱼ runs while the share is reduce-added in float32 into ``dq_accum``, as
     ``BackwardKVDQ``'s shares are. Both warpgroups' arrivals on ``read`` (their dV and dK done) free the shared P
     and dS for the next tile. One exponential and five GEMMs an element of S, and no hand-off of dQ between the
-    warpgroups."""
+    warpgroups.
 
-    def __init__(self, dtype, head_dim, causal, num_stages):
+    ``transposed``: warpgroup 0 computes dVᵀ = Σⱼ dOⱼᵀ·P[j] and warpgroup 1 dKᵀ = Σⱼ Qⱼᵀ·dS[j] of all 128 keys
+    ([D, 128] accumulators: the same 64 registers a thread as dK and dV of 64 keys), P and dS stored [query half,
+    64 queries, 128 keys]. Each of those GEMMs is then m64n128k16 steps, which read 6 KB of shared memory per
+    262 kFLOP where the m64n64k16 steps of a key half read 4 KB per 131 kFLOP: per tile, 96 KB of operand reads
+    for dV and dK instead of 128, of 320 KB of shared-memory traffic in all (P and dS stores included). Each
+    warpgroup waits only for the barrier its GEMM needs (``p_written`` for dV, ``ds_written`` for dK), and dK and
+    dV leave through transposed views, bounded by the head's last key as a column (``store_global``'s
+    ``col_end``)."""
+
+    def __init__(self, dtype, head_dim, causal, num_stages, transposed=False):
         super().__init__(dtype, head_dim, causal, block_m=BLOCK_ROWS, num_stages=num_stages)
         if head_dim != 64:
             raise ArgumentError(f"BackwardFused takes head_dim 64 (at 128 its tiles pass the registers and the "
                                 f"227 KB of shared memory), got {head_dim}")
+        if not isinstance(transposed, bool):
+            raise ArgumentError(f"BackwardFused transposed must be True or False, got {transposed!r}")
+        self.transposed = transposed
 
     def kernel_name(self) -> str:
         """``BackwardFusedF16`` or ``BackwardFusedBF16``."""
@@ -556,8 +568,13 @@ class BackwardFused(BackwardKVDQ):
         gq, gdo, gk, gv, key_block, kv_bh, first_bh = self.key_blocks(seq_q, seq_k, batch_heads, heads, group, q_ptr,
                                                                       k_ptr, v_ptr, do_ptr)
         # dK and dV leave from registers: [K/V heads · S_k, D] views, each store bounded by its head's last key.
-        gdk = self.global_view(dk_ptr, dtype=dtype, shape=[batch_heads // group * seq_k, d])
-        gdv = self.global_view(dv_ptr, dtype=dtype, shape=[batch_heads // group * seq_k, d])
+        rows = batch_heads // group * seq_k
+        if self.transposed:  # [D, K/V heads · S_k]: a [D, keys] accumulator lands as its transpose
+            gdk = self.global_view(dk_ptr, dtype=dtype, shape=[d, rows], strides=[1, d])
+            gdv = self.global_view(dv_ptr, dtype=dtype, shape=[d, rows], strides=[1, d])
+        else:
+            gdk = self.global_view(dk_ptr, dtype=dtype, shape=[rows, d])
+            gdv = self.global_view(dv_ptr, dtype=dtype, shape=[rows, d])
         # lse and D [B·H, S_q] seen as [S_q, B·H]: a warpgroup's [64, 1] column per query tile, as BackwardQ's.
         glse = self.global_view(lse_ptr, dtype=float32, shape=[seq_q, batch_heads], strides=[1, seq_q])
         gdd = self.global_view(dd_ptr, dtype=float32, shape=[seq_q, batch_heads], strides=[1, seq_q])
@@ -567,8 +584,10 @@ class BackwardFused(BackwardKVDQ):
         sv = self.shared_tensor(dtype=dtype, shape=[1, BLOCK_ROWS, d])
         sq = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 2, 1, 64, d])  # a tile's two query halves
         sdo = self.shared_tensor(dtype=dtype, shape=[self.num_stages, 2, 1, 64, d])
-        probs = self.shared_tensor(dtype=dtype, shape=[2, 2, 64, 64])  # [key half, query half, queries, keys]
-        grads = self.shared_tensor(dtype=dtype, shape=[2, 2, 64, 64])
+        # [key half, query half, queries, keys], or transposed [query half, queries, keys]
+        held = [2, 64, BLOCK_ROWS] if self.transposed else [2, 2, 64, 64]
+        probs = self.shared_tensor(dtype=dtype, shape=held)
+        grads = self.shared_tensor(dtype=dtype, shape=held)
         staging = self.shared_tensor(dtype=float32, shape=[2, 1, 64, d])  # each warpgroup's dQ share
         kv_loaded = self.mbarrier.alloc(counts=[1])
         handoff = self.mbarrier.alloc(counts=[CONSUMER_THREADS] * 3)  # P written, dS written, both read
@@ -617,12 +636,15 @@ class BackwardFused(BackwardKVDQ):
                       pipe, scale, scale_log2, kv_bh, first_bh, offset_n, first_tile, tiles_per_head, n_items, seq_q,
                       seq_k):
         """Consumer warpgroup ``wg``: query rows 64·wg ... of every streamed tile against the block's 128 keys, and
-        dK, dV of keys ``offset_n + 64·wg ...``."""
+        dK, dV of keys ``offset_n + 64·wg ...`` (``transposed``: dVᵀ of all 128 keys for warpgroup 0, dKᵀ for 1)."""
         d, dtype = self.head_dim, self.dtype
         pipe.consumer_stage = 0
         pipe.consumer_phase = self.mbarrier.consumer_initial_phase
-        acc_dk = self.register_tensor(dtype=float32, shape=[64, d], init=0.0)
-        acc_dv = self.register_tensor(dtype=float32, shape=[64, d], init=0.0)
+        # Which of dV and dK this warpgroup computes, and their accumulators' shape.
+        does_dv, does_dk = (wg == 0, wg == 1) if self.transposed else (True, True)
+        shape = [d, BLOCK_ROWS] if self.transposed else [64, d]
+        acc_dk = self.register_tensor(dtype=float32, shape=shape, init=0.0) if does_dk else None
+        acc_dv = self.register_tensor(dtype=float32, shape=shape, init=0.0) if does_dv else None
         tiles = FusedTiles(wg, sk, sv, sq, sdo, probs, grads, staging, handoff, glse, gdd, gdq, scale_log2, first_bh,
                            offset_n, first_tile, tiles_per_head, seq_k - seq_q)
         self.mbarrier.wait(kv_loaded[0], phase=0)
@@ -634,12 +656,14 @@ class BackwardFused(BackwardKVDQ):
             self.wgmma.wait_group(1)  # S
             p = self.fused_probabilities(tiles, acc_s, lse, item)
             self.fused_store_p(tiles, p, item)
-            self.fused_dv(tiles, item, stage, acc_dv)
-            self.wgmma.wait_group(1)  # dP (dV runs on under dS)
+            if does_dv:
+                self.fused_dv(tiles, item, stage, acc_dv)
+            self.wgmma.wait_group(1 if does_dv else 0)  # dP (dV runs on under dS)
             ds = self.fused_store_ds(tiles, p, acc_dp, dd)
             acc_dq = self.fused_dq(tiles, ds)
-            self.fused_dk(tiles, item, stage, acc_dk)
-            self.wgmma.wait_group(1)  # dV and the dQ share (dK runs on under its reduce-add)
+            if does_dk:
+                self.fused_dk(tiles, item, stage, acc_dk)
+            self.wgmma.wait_group(1 if does_dk else 0)  # dV and the dQ share (dK runs on under its reduce-add)
             self.fused_reduce(tiles, acc_dq, item)
             self.wgmma.wait_group(0)
             self.mbarrier.arrive(tiles.read)
@@ -648,11 +672,18 @@ class BackwardFused(BackwardKVDQ):
         with self.single_thread():
             self.tma.wait_group(0)  # the last reduce-add has read its staging tile before the block exits
         # From registers (the shared K and V, which the other warpgroup may still read, hold the block's 128 keys),
-        # into [K/V heads · S_k, D] views up to the head's last key.
-        row: int32 = kv_bh * seq_k + offset_n + 64 * wg
+        # up to the head's last key: rows of [K/V heads · S_k, D] views, or columns of their transposes.
         head_end: int32 = kv_bh * seq_k + seq_k
-        self.store_global(gdk, self.cast(acc_dk * scale, dtype), offsets=[row, 0], row_end=head_end)
-        self.store_global(gdv, self.cast(acc_dv, dtype), offsets=[row, 0], row_end=head_end)
+        if self.transposed:
+            first_key: int32 = kv_bh * seq_k + offset_n
+            if does_dk:
+                self.store_global(gdk, self.cast(acc_dk * scale, dtype), offsets=[0, first_key], col_end=head_end)
+            if does_dv:
+                self.store_global(gdv, self.cast(acc_dv, dtype), offsets=[0, first_key], col_end=head_end)
+        else:
+            row: int32 = kv_bh * seq_k + offset_n + 64 * wg
+            self.store_global(gdk, self.cast(acc_dk * scale, dtype), offsets=[row, 0], row_end=head_end)
+            self.store_global(gdv, self.cast(acc_dv, dtype), offsets=[row, 0], row_end=head_end)
 
     def fused_scores(self, tiles, stage):
         """Issue S = Q·Kᵀ and dP = dO·Vᵀ of the warpgroup's 64 rows of the tile in ``stage`` against the block's
@@ -693,8 +724,11 @@ class BackwardFused(BackwardKVDQ):
         # A fresh barrier passes parity 1: tile 0 waits for nothing.
         self.mbarrier.wait(tiles.read, phase=(item & 1) ^ 1)
         p16 = self.cast(p, self.dtype)
-        for h in range(2):
-            self.store_shared(tiles.probs[h][tiles.wg], p16, column=64 * h)
+        if self.transposed:
+            self.store_shared(tiles.probs[tiles.wg], p16)
+        else:
+            for h in range(2):
+                self.store_shared(tiles.probs[h][tiles.wg], p16, column=64 * h)
         self.fence_proxy_async()  # the ordinary stores become visible to both warpgroups' WGMMAs (async proxy)
         self.mbarrier.arrive(tiles.p_written)
 
@@ -702,8 +736,11 @@ class BackwardFused(BackwardKVDQ):
         """The tile's dS = P ∘ (dP - D) of the warpgroup's rows (dP done; ``dd``: their D) into the shared buffer,
         announced on ``ds_written``; dS, the dQ share's register A operand."""
         ds = self.cast(p * (acc_dp - dd), self.dtype)
-        for h in range(2):
-            self.store_shared(tiles.grads[h][tiles.wg], ds, column=64 * h)
+        if self.transposed:
+            self.store_shared(tiles.grads[tiles.wg], ds)
+        else:
+            for h in range(2):
+                self.store_shared(tiles.grads[h][tiles.wg], ds, column=64 * h)
         self.fence_proxy_async()
         self.mbarrier.arrive(tiles.ds_written)
         return ds
@@ -718,20 +755,26 @@ class BackwardFused(BackwardKVDQ):
 
     def fused_dv(self, tiles, item, stage, acc_dv):
         """Once both warpgroups stored tile ``item``'s P, issue dV += Σⱼ P[w][j]ᵀ·dOⱼ of this warpgroup's key half w
-        over both query halves (a WGMMA group)."""
+        over both query halves, or (``transposed``) dVᵀ += Σⱼ dOⱼᵀ·P[j] of all 128 keys (a WGMMA group)."""
         self.mbarrier.wait(tiles.p_written, phase=item & 1)
         self.wgmma.fence()
         for j in range(2):
-            self.wgmma.mma(tiles.probs[tiles.wg][j].transpose(), tiles.sdo[stage][j][0], acc_dv)
+            if self.transposed:
+                self.wgmma.mma(tiles.sdo[stage][j][0].transpose(), tiles.probs[j], acc_dv)
+            else:
+                self.wgmma.mma(tiles.probs[tiles.wg][j].transpose(), tiles.sdo[stage][j][0], acc_dv)
         self.wgmma.commit_group()
 
     def fused_dk(self, tiles, item, stage, acc_dk):
         """Once both warpgroups stored tile ``item``'s dS, issue dK += Σⱼ dS[w][j]ᵀ·Qⱼ of this warpgroup's key half
-        w over both query halves (a WGMMA group)."""
+        w over both query halves, or (``transposed``) dKᵀ += Σⱼ Qⱼᵀ·dS[j] of all 128 keys (a WGMMA group)."""
         self.mbarrier.wait(tiles.ds_written, phase=item & 1)
         self.wgmma.fence()
         for j in range(2):
-            self.wgmma.mma(tiles.grads[tiles.wg][j].transpose(), tiles.sq[stage][j][0], acc_dk)
+            if self.transposed:
+                self.wgmma.mma(tiles.sq[stage][j][0].transpose(), tiles.grads[j], acc_dk)
+            else:
+                self.wgmma.mma(tiles.grads[tiles.wg][j].transpose(), tiles.sq[stage][j][0], acc_dk)
         self.wgmma.commit_group()
 
     def fused_reduce(self, tiles, acc_dq, item):
