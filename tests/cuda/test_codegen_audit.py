@@ -317,23 +317,32 @@ def test_gpu_signed_tile_arithmetic_is_the_emulators():
 # ------------------------------------------------------------------------------------ accumulator tiles, clipped
 
 
-class AccumulatorAtNegativeOffsets(fk._Matmul):
-    """C = A·Bᵀ of one 128 x 64 tile stored at ``(-shift_m, -shift_n)``, as float32 (column pairs) and as float16
-    (the quad exchange), and rows up to ``row_end`` only: what falls before the view's first row or column is
-    not written."""
+class _StoredProduct(fk._Matmul):
+    """C = A·Bᵀ of one 128 x 64 tile, stored by the consumer warpgroup as float32 (column pairs) and as float16 (the
+    quad exchange) through [m_size, n_size] views of ``strides`` at ``offsets``, with ``store_global``'s bounds."""
 
-    def __call__(self, m_size: int32, n_size: int32, k_size: int32, a_ptr: ~float16, b_ptr: ~float16,
-                 c_ptr: ~float32, h_ptr: ~float16, shift_m: int32, shift_n: int32, row_end: int32):
+    def stored_product(self, m_size, n_size, k_size, a_ptr, b_ptr, c_ptr, h_ptr, strides, offsets, row_end=None,
+                       col_end=None):
         ga, gb, sa, sb, pipe = self.setup(m_size, n_size, k_size, a_ptr, b_ptr, float16)
         acc = self.register_tensor(dtype=float32, shape=[self.block_m, self.block_n], init=0.0)
         with self.thread_group(thread_begin=128, num_threads=32):
             self.produce(pipe, ga, gb, sa, sb, k_size)
         with self.thread_group(thread_begin=0, num_threads=128):
             self.consume(pipe, sa, sb, acc, k_size)
-            gc = self.global_view(c_ptr, dtype=float32, shape=[m_size, n_size])
-            gh = self.global_view(h_ptr, dtype=float16, shape=[m_size, n_size])
-            self.store_global(gc, acc, offsets=[-shift_m, -shift_n], row_end=row_end)
-            self.store_global(gh, self.cast(acc, float16), offsets=[-shift_m, -shift_n], row_end=row_end)
+            gc = self.global_view(c_ptr, dtype=float32, shape=[m_size, n_size], strides=strides)
+            gh = self.global_view(h_ptr, dtype=float16, shape=[m_size, n_size], strides=strides)
+            self.store_global(gc, acc, offsets=offsets, row_end=row_end, col_end=col_end)
+            self.store_global(gh, self.cast(acc, float16), offsets=offsets, row_end=row_end, col_end=col_end)
+
+
+class AccumulatorAtNegativeOffsets(_StoredProduct):
+    """The product stored at ``(-shift_m, -shift_n)``, rows up to ``row_end`` only: what falls before the view's
+    first row or column is not written."""
+
+    def __call__(self, m_size: int32, n_size: int32, k_size: int32, a_ptr: ~float16, b_ptr: ~float16,
+                 c_ptr: ~float32, h_ptr: ~float16, shift_m: int32, shift_n: int32, row_end: int32):
+        self.stored_product(m_size, n_size, k_size, a_ptr, b_ptr, c_ptr, h_ptr, [n_size, 1], [-shift_m, -shift_n],
+                            row_end=row_end)
 
 
 #: (shift_m, shift_n, row_end): columns and rows cut off on the left and the top, and a row_end below 0.
@@ -395,23 +404,14 @@ def test_gpu_accumulator_tiles_at_negative_offsets_are_the_emulators(shifts):
         np.testing.assert_array_equal(got, expected)
 
 
-class AccumulatorTransposed(fk._Matmul):
-    """C = A·Bᵀ of one 128 x 64 tile stored through a transposed view (element (r, c) at ``c * 128 + r``: the
-    memory holds Cᵀ), as float32 (column pairs) and float16 (the quad exchange), no column at or past ``col_end``
-    written: the bound a tile needs whose columns are a sequence's rows."""
+class AccumulatorTransposed(_StoredProduct):
+    """The product stored through a transposed view (element (r, c) at ``c * 128 + r``: the memory holds Cᵀ), no
+    column at or past ``col_end`` written: the bound a tile needs whose columns are a sequence's rows."""
 
     def __call__(self, m_size: int32, n_size: int32, k_size: int32, a_ptr: ~float16, b_ptr: ~float16,
                  c_ptr: ~float32, h_ptr: ~float16, col_end: int32):
-        ga, gb, sa, sb, pipe = self.setup(m_size, n_size, k_size, a_ptr, b_ptr, float16)
-        acc = self.register_tensor(dtype=float32, shape=[self.block_m, self.block_n], init=0.0)
-        with self.thread_group(thread_begin=128, num_threads=32):
-            self.produce(pipe, ga, gb, sa, sb, k_size)
-        with self.thread_group(thread_begin=0, num_threads=128):
-            self.consume(pipe, sa, sb, acc, k_size)
-            gc = self.global_view(c_ptr, dtype=float32, shape=[m_size, n_size], strides=[1, m_size])
-            gh = self.global_view(h_ptr, dtype=float16, shape=[m_size, n_size], strides=[1, m_size])
-            self.store_global(gc, acc, offsets=[0, 0], col_end=col_end)
-            self.store_global(gh, self.cast(acc, float16), offsets=[0, 0], col_end=col_end)
+        self.stored_product(m_size, n_size, k_size, a_ptr, b_ptr, c_ptr, h_ptr, [1, m_size], [0, 0],
+                            col_end=col_end)
 
 
 #: Column ends: past the tile, inside a column pair and a quad's 8 columns, at 0, below 0.
