@@ -61,15 +61,17 @@ def test_against_sdpa_at_equal_lengths(head_dim, causal):
         assert ((got.grad.float() - want.grad.float()).abs().max() / want.grad.float().abs().max()).item() < 4e-2
 
 
+@pytest.mark.parametrize("transposed", [False, True], ids=["key-halves", "transposed"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("seq_q, seq_k", [(1000, 1000), (300, 1111), (777, 200)])
-def test_the_transposed_fused_kernel_against_a_float32_reference(monkeypatch, causal, seq_q, seq_k):
-    """``BackwardFused`` with ``transposed`` (dVᵀ and dKᵀ of all 128 keys, one warpgroup each, stored through
-    transposed views up to the head's last key) on the accumulating path at D 64, grouped-query heads, ragged
-    lengths."""
-    from warpspec.ops import attention_backward as module
+def test_both_forms_of_the_fused_kernel_against_a_float32_reference(monkeypatch, causal, seq_q, seq_k, transposed):
+    """``BackwardFused`` in each form, pinned by the schedule: ``transposed`` (the shipped one: dVᵀ and dKᵀ of all
+    128 keys, one warpgroup each, stored through transposed views up to the head's last key) and by key halves, on
+    the accumulating path at D 64, grouped-query heads, ragged lengths."""
+    import importlib
 
-    schedule = {**module.DEFAULT_BACKWARD_SCHEDULES[64], "fused": {"num_stages": 2, "transposed": True}}
+    module = importlib.import_module("warpspec.ops.attention_backward")  # the module (ops exports the function)
+    schedule = {**module.DEFAULT_BACKWARD_SCHEDULES[64], "fused": {"num_stages": 2, "transposed": transposed}}
     monkeypatch.setitem(module.DEFAULT_BACKWARD_SCHEDULES, 64, schedule)
     monkeypatch.setattr(module, "_kernels", {})
     monkeypatch.setattr(module, "_calls", module.Signatures())  # no bound launch of an earlier test's kernels
@@ -79,8 +81,8 @@ def test_the_transposed_fused_kernel_against_a_float32_reference(monkeypatch, ca
     dout = torch.randn(q.shape, device="cuda", dtype=torch.bfloat16, generator=generator)
     out, lse = warpspec.ops.attention(q, k, v, causal=causal, return_lse=True)
     grads = warpspec.ops.attention_backward(q, k, v, out, dout, lse, causal=causal, deterministic=False)
-    assert any(kernel.transposed for kernels in module._kernels.values() for kernel in kernels
-               if hasattr(kernel, "transposed"))
+    (fused,) = [kernel for kernels in module._kernels.values() for kernel in kernels if hasattr(kernel, "transposed")]
+    assert fused.transposed is transposed
     for got, want in zip(grads, reference_gradients(q, k, v, dout, causal)):
         assert ((got.float() - want).abs().max() / want.abs().max()).item() < TOLERANCE[torch.bfloat16]
 
