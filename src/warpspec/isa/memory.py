@@ -220,8 +220,9 @@ class Memory(LanguageObject):
     @language_call
     def register_tensor(self, dtype, shape, init=None) -> TensorValue:
         """A tensor held in the registers of the executing threads, filled with ``init`` (None: undefined). Its
-        distribution over threads is chosen from its uses (WGMMA accumulator fragments, or a copy per thread for
-        small arrays such as phases). No instruction beyond register moves."""
+        distribution over threads is chosen from its uses (WGMMA accumulator fragments; blocked over the threads
+        when a large tile is only stored, such as a zero tile for an output; or a copy per thread for small arrays
+        such as phases). No instruction beyond register moves."""
         b = self.b
         dtype, shape = static_tensor_type(b, dtype, shape, "register_tensor")
         init_expr = None if init is None else b.scalar_for(init, dtype, "register_tensor init")

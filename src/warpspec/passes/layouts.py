@@ -40,8 +40,8 @@ def layout_rules(kernel: ir.Kernel, target: Target) -> list[tuple[ir.Stmt, tuple
 def infer_layouts(rules: list) -> dict[int, object]:
     """The layout of every register tensor of a kernel (by decl uid), from its statements' ``layout_rules``:
     WGMMA operands fix fragment layouts, elementwise operations share their operands' layout in both directions,
-    loads not otherwise constrained get a Blocked layout over their thread group, and small remaining tensors are
-    replicated."""
+    loads not otherwise constrained get a Blocked layout over their thread group, as do stored tensors too large to
+    replicate that nothing else constrains, and small remaining tensors are replicated."""
     layouts: dict[int, object] = {}
 
     def assign(decl: ir.TensorDecl, layout, stmt: ir.Stmt) -> bool:
@@ -92,14 +92,18 @@ def infer_layouts(rules: list) -> dict[int, object]:
     for stmt, group, rule in rules:
         decl = rule.defines
         if rule.blocked and decl.uid not in layouts.keys() | vectors:
-            shape = decl.shape
-            if len(shape) > 2:
+            if len(decl.shape) > 2:
                 raise CompileError(f"{rule.call} into registers takes 1-D or 2-D tiles", str(stmt.loc))
-            elem = decl.dtype.nbytes
-            vector = max(1, 16 // elem)
-            while shape[-1] % vector:
-                vector //= 2
-            layouts[decl.uid] = Blocked(tuple(shape), group[0], group[1], vector)
+            layouts[decl.uid] = _blocked(decl, group)
+    propagate()
+    # A tile that is only filled and stored (a zero tile written into an output) and too large for every thread to
+    # hold whole: blocked over the threads that define it, as a load would be, so each stores its own part.
+    stored = {rule.stored.uid for _, _, rule in rules if rule.stored is not None}
+    for stmt, group, rule in rules:
+        decl = rule.defines
+        if decl is not None and decl.uid in stored and decl.uid not in layouts.keys() | vectors \
+                and len(decl.shape) <= 2 and math.prod(decl.shape) > MAX_REPLICATED:
+            layouts[decl.uid] = _blocked(decl, group)
     propagate()
     for stmt, _, rule in rules:
         decl = rule.defines
@@ -107,11 +111,20 @@ def infer_layouts(rules: list) -> dict[int, object]:
             size = math.prod(decl.shape)
             if size > MAX_REPLICATED:
                 raise CompileError(f"register tensor {decl.name} ({size} elements) is not a wgmma operand, "
-                                   f"not loaded, and too large to replicate in every thread (at most "
+                                   f"not loaded or stored, and too large to replicate in every thread (at most "
                                    f"{MAX_REPLICATED} elements)", str(stmt.loc))
             layouts[decl.uid] = Replicated(tuple(decl.shape))
     propagate()  # a vector replicated above must match its replicated 2-D tensor
     return layouts
+
+
+def _blocked(decl: ir.TensorDecl, group: tuple[int, int]) -> Blocked:
+    """A Blocked layout of 1-D or 2-D ``decl`` over thread group ``group`` (begin, count): runs of up to 16 bytes
+    of a row per thread, the run a divisor of the row."""
+    vector = max(1, 16 // decl.dtype.nbytes)
+    while decl.shape[-1] % vector:
+        vector //= 2
+    return Blocked(tuple(decl.shape), group[0], group[1], vector)
 
 
 def check_stores(rules: list, layouts: dict) -> None:
