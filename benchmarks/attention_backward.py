@@ -176,7 +176,12 @@ def override_schedules(entries) -> dict:
             schedule = DEFAULT_BACKWARD_SCHEDULES[int(head_dim)][kernel]
             if param not in schedule:
                 raise KeyError(param)
-            schedule[param] = type(schedule[param])(int(value))  # a flag (bool) from 0 or 1
+            if isinstance(schedule[param], bool):  # a flag: 0 or 1, nothing else read as True
+                if value not in ("0", "1"):
+                    raise ValueError(f"{param} is a flag: 0 or 1")
+                schedule[param] = value == "1"
+            else:
+                schedule[param] = int(value)
         except (ValueError, KeyError) as error:
             raise ValueError(f"--schedule {entry!r}: expected D:KERNEL.PARAM=VALUE naming a shipped entry, e.g. "
                              f"128:kv.num_stages=3 ({error!r})") from None

@@ -144,6 +144,9 @@ def test_attention_backward_checks_gradients_under_a_replaced_schedule_and_names
     refused = dry_run("attention_backward.py", "--schedule", "64:q.stages=3")
     assert refused.returncode == 2
     assert "--schedule '64:q.stages=3': expected D:KERNEL.PARAM=VALUE naming a shipped entry" in refused.stderr
+    refused = dry_run("attention_backward.py", "--schedule", "64:fused.transposed=2")
+    assert refused.returncode == 2
+    assert "--schedule '64:fused.transposed=2'" in refused.stderr and "transposed is a flag: 0 or 1" in refused.stderr
 
 
 @pytest.mark.parametrize("value, message", [("64:4", "the consumer warpgroups must be 2 or 3, got 4"),

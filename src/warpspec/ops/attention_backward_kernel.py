@@ -567,7 +567,8 @@ class BackwardFused(BackwardKVDQ):
         d, dtype = self.head_dim, self.dtype
         gq, gdo, gk, gv, key_block, kv_bh, first_bh = self.key_blocks(seq_q, seq_k, batch_heads, heads, group, q_ptr,
                                                                       k_ptr, v_ptr, do_ptr)
-        # dK and dV leave from registers: [K/V heads · S_k, D] views, each store bounded by its head's last key.
+        # dK and dV leave from registers: [K/V heads · S_k, D] views or (transposed) their transposes, each store
+        # bounded by its head's last key.
         rows = batch_heads // group * seq_k
         if self.transposed:  # [D, K/V heads · S_k]: a [D, keys] accumulator lands as its transpose
             gdk = self.global_view(dk_ptr, dtype=dtype, shape=[d, rows], strides=[1, d])
