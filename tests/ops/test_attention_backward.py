@@ -95,6 +95,41 @@ def test_the_fused_kernel_against_torch_at_ragged_grouped_shapes(causal, seq_q, 
         assert relative_error(got, want) < GRADIENT_TOLERANCE[np.float16]
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("seq_q", [1, 100, 130])
+def test_the_accumulating_path_s_dot_zeroes_the_dq_accumulator(head_dim, seq_q):
+    """``DotZeroingDQ`` (the accumulating path's first kernel) writes D = rowsum(dO ∘ O) and zeroes every row of a
+    NaN-filled float32 accumulator of 3 heads, S_q no multiple of its 64 rows (a head's last block stops at its
+    head's last row: its zeros do not reach the next head's rows, which another block writes)."""
+    from warpspec.dtypes import float16
+    from warpspec.ops.attention_backward_kernel import DotZeroingDQ
+
+    rng = np.random.default_rng(4)
+    out, dout = (rng.standard_normal((1, 3, seq_q, head_dim)).astype(np.float16) for _ in range(2))
+    dd = np.full((1, 3, seq_q), np.nan, np.float32)
+    dq_accum = np.full((1, 3, seq_q, head_dim), np.nan, np.float32)
+    DotZeroingDQ(float16, head_dim=head_dim)(seq_q, 3, out, dout, dd, dq_accum)
+    assert not dq_accum.any() and not np.isnan(dq_accum).any()
+    np.testing.assert_allclose(dd, (out.astype(np.float32) * dout.astype(np.float32)).sum(-1), rtol=1e-5,
+                               atol=1e-4)
+
+
+def test_the_dq_accumulator_s_zeros_leave_as_16_byte_stores():
+    """The zero tile [64, D] of ``DotZeroingDQ`` is blocked over the warpgroup (nothing else places it): D / 8
+    16-byte stores a thread on the aligned path (8 at D 64, 16 at D 128), with no spills."""
+    from warpspec.cuda.launch import compile_kernel
+    from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
+    from warpspec.dtypes import bfloat16
+    from warpspec.ops.attention_backward_kernel import DotZeroingDQ
+    from warpspec.runtime import kernel_for
+
+    for head_dim in (64, 128):
+        built = compile_kernel(kernel_for(DotZeroingDQ(bfloat16, head_dim=head_dim), {}))
+        (report,) = parse_ptxas_log(built.module.log).values()
+        assert (report.spill_store_bytes, report.stack_bytes, report.advisories) == (0, 0, ())
+        assert count_instructions(disassemble(built.module.cubin), ["STG.E.128"])["STG.E.128"] == head_dim // 8
+
+
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_head_dim_128_and_a_custom_scale(causal):
     q, k, v, dout = operands(1, 2, 1, 100, 130, 128, np.float16, seed=1)

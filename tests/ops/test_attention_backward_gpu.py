@@ -87,6 +87,23 @@ def test_both_forms_of_the_fused_kernel_against_a_float32_reference(monkeypatch,
         assert ((got.float() - want).abs().max() / want.abs().max()).item() < TOLERANCE[torch.bfloat16]
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_the_accumulating_path_s_dot_zeroes_a_nan_filled_dq_accumulator(head_dim):
+    """``DotZeroingDQ`` on the GPU: D against a float32 rowsum and every row of a NaN-filled accumulator zeroed (3
+    heads of 1000 rows: a head's last block stops at its last row)."""
+    from warpspec.dtypes import bfloat16
+    from warpspec.ops.attention_backward_kernel import DotZeroingDQ
+
+    generator = torch.Generator(device="cuda").manual_seed(5)
+    out, dout = (torch.randn(1, 3, 1000, head_dim, device="cuda", dtype=torch.bfloat16, generator=generator)
+                 for _ in range(2))
+    dd = torch.full((1, 3, 1000), float("nan"), device="cuda")
+    dq_accum = torch.full((1, 3, 1000, head_dim), float("nan"), device="cuda")
+    DotZeroingDQ(bfloat16, head_dim=head_dim)(1000, 3, out, dout, dd, dq_accum)
+    assert torch.count_nonzero(dq_accum).item() == 0
+    torch.testing.assert_close(dd, (out.float() * dout.float()).sum(-1), rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("deterministic", [False, True], ids=["accumulating", "deterministic"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("head_dim", [64, 128])

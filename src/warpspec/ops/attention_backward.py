@@ -22,9 +22,9 @@ import numpy as np
 from warpspec import runtime
 from warpspec.errors import ArgumentError
 from warpspec.ops.attention import Problem, _contiguous, contiguous_copy, fold_scale_sign, validate
-from warpspec.ops.attention_backward_kernel import (BACKWARD_HEAD_DIMS, BackwardKV, BackwardKVDQ,
-                                                    BackwardFused, BackwardKVDQVarlen, BackwardKVVarlen, BackwardQ,
-                                                    BackwardQVarlen, ConvertDQ, Dot, DotVarlen)
+from warpspec.ops.attention_backward_kernel import (BACKWARD_HEAD_DIMS, BackwardFused, BackwardKV, BackwardKVDQ,
+                                                    BackwardKVDQVarlen, BackwardKVVarlen, BackwardQ, BackwardQVarlen,
+                                                    ConvertDQ, Dot, DotVarlen, DotZeroingDQ)
 from warpspec.ops.attention_kernel import LOG2_E
 from warpspec.ops.frame import Signatures, describe, plain_cuda
 from warpspec.ops.operands import dtype_of, same_device, same_kind
@@ -84,7 +84,9 @@ def backward_kernels(problem, deterministic: bool = True, packed: bool = False):
                 accumulating = classes["kvdq"](dtype, head_dim=head_dim, causal=problem.causal, **schedule["kvdq"])
             last = (accumulating,
                     ConvertDQ(dtype, head_dim=head_dim))
-        _kernels[key] = (classes["dot"](dtype, head_dim=head_dim), *last)
+        # The dense accumulating path's preprocessing also zeroes the dQ accumulator (no memset of its own).
+        dot = DotZeroingDQ if not deterministic and not packed else classes["dot"]
+        _kernels[key] = (dot(dtype, head_dim=head_dim), *last)
     return _kernels[key]
 
 
@@ -112,7 +114,7 @@ def attention_backward(q, k, v, out, dout, lse, *, causal=False, scale=None, det
                                          deterministic)
     else:
         dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
-        dq_accum = None if deterministic else np.zeros(q.shape, np.float32)
+        dq_accum = None if deterministic else np.empty(q.shape, np.float32)  # zeroed by DotZeroingDQ
         with runtime.use_backend("emulator"):
             launch_backward(q, k, v, out, dout, (lse * np.float32(LOG2_E)).astype(np.float32), dq, dk, dv,
                             problem, np.empty(lse.shape, np.float32), dq_accum)
@@ -149,8 +151,9 @@ def validate_backward(q, k, v, out, dout, lse, causal, scale, deterministic=True
 
 def launch_backward(q, k, v, out, dout, lse2, dq, dk, dv, problem: Problem, dd, dq_accum=None) -> list:
     """Run the kernels on validated operands (``lse2`` the base-2 log-sum-exp, ``dd`` a float32 [B, H, S_q]
-    workspace for D) on the selected back end: with ``dq_accum`` (a zeroed float32 array of q's shape) the
-    accumulating path, without it the deterministic one. Returns the (Script, arguments) of each launch."""
+    workspace for D) on the selected back end: with ``dq_accum`` (a float32 array of q's shape, which the first
+    kernel zeroes) the accumulating path, without it the deterministic one. Returns the (Script, arguments) of each
+    launch."""
     if problem.seq_q == 0 or problem.batch * problem.heads == 0:
         dk[...] = 0
         dv[...] = 0
@@ -159,7 +162,7 @@ def launch_backward(q, k, v, out, dout, lse2, dq, dk, dv, problem: Problem, dd, 
     batch_heads = problem.batch * problem.heads
     sizes = (problem.seq_q, problem.seq_k, batch_heads, problem.heads, problem.heads // problem.kv_heads,
              problem.scale, problem.scale * LOG2_E)
-    launches = [(dot, (problem.seq_q, batch_heads, out, dout, dd))]
+    launches = [(dot, (problem.seq_q, batch_heads, out, dout, dd, *((dq_accum,) if dot.zeroes_dq else ())))]
     if dq_accum is None:
         launches += [(kv, (*sizes, q, k, v, dout, lse2, dd, dk, dv)), (last, (*sizes, q, k, v, dout, lse2, dd, dq))]
     else:
@@ -173,9 +176,9 @@ def launch_backward(q, k, v, out, dout, lse2, dq, dk, dv, problem: Problem, dd, 
 class Call:
     """What the first backward call of a description decided: its validated problem and, once its path launched on
     plain CUDA tensors, ``direct(q, k, v, out, dout, lse2) -> (dq, dk, dv)``: new gradients and D (and, on the
-    accumulating path, a zeroed float32 dQ accumulator), then the three kernels' bound launches with the arrays'
-    addresses alone (a training step's backward otherwise pays three launches' general path, longer than the
-    kernels at short sequences)."""
+    accumulating path, a float32 dQ accumulator, which the first kernel zeroes), then the three kernels' bound
+    launches with the arrays' addresses alone (a training step's backward otherwise pays three launches' general
+    path, longer than the kernels at short sequences)."""
 
     __slots__ = ("problem", "direct")
 
@@ -190,8 +193,7 @@ class Call:
             return
         dot, kv, last = bound
         torch = sys.modules["torch"]
-        current_stream, empty, zeros, float32 = (torch._C._cuda_getCurrentRawStream, torch.empty, torch.zeros,
-                                                 torch.float32)
+        current_stream, empty, float32 = torch._C._cuda_getCurrentRawStream, torch.empty, torch.float32
         device, index, dtype = q.device, q.device.index, q.dtype
         q_shape, k_shape, rows = tuple(q.shape), tuple(k.shape), tuple(q.shape[:3])
 
@@ -200,12 +202,13 @@ class Call:
             dd = empty(rows, dtype=float32, device=device)
             stream = current_stream(index)
             pq, pk, pv, pdo, plse, pdd = (x.data_ptr() for x in (q, k, v, dout, lse2, dd))
-            dot(out.data_ptr(), pdo, pdd, stream=stream)
             if accumulating:
-                dq_accum = zeros(q_shape, dtype=float32, device=device)
+                dq_accum = empty(q_shape, dtype=float32, device=device)  # zeroed by the first kernel
+                dot(out.data_ptr(), pdo, pdd, dq_accum.data_ptr(), stream=stream)
                 kv(pq, pk, pv, pdo, plse, pdd, dk.data_ptr(), dv.data_ptr(), dq_accum.data_ptr(), stream=stream)
                 last(dq_accum.data_ptr(), dq.data_ptr(), stream=stream)
             else:
+                dot(out.data_ptr(), pdo, pdd, stream=stream)
                 kv(pq, pk, pv, pdo, plse, pdd, dk.data_ptr(), dv.data_ptr(), stream=stream)
                 last(pq, pk, pv, pdo, plse, pdd, dq.data_ptr(), stream=stream)
             return dq, dk, dv
@@ -251,7 +254,7 @@ def torch_backward_op():
 
 
 def _op_implementation(q, k, v, out, dout, lse2, causal, scale, deterministic=True):
-    """The op's real and fake implementation: validate, allocate the gradients (and the zeroed float32 dQ
+    """The op's real and fake implementation: validate, allocate the gradients (and the float32 dQ
     accumulator of the accumulating path), run the kernels (nothing runs on fake or meta tensors); a call of a
     description (the path chosen included) that launched on plain CUDA tensors before takes its bound launches."""
     import torch
@@ -262,7 +265,7 @@ def _op_implementation(q, k, v, out, dout, lse2, causal, scale, deterministic=Tr
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     if not runtime.shape_only((q, k, v, out, dout, lse2)):
         dd = torch.empty(lse2.shape, dtype=torch.float32, device=q.device)
-        dq_accum = None if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+        dq_accum = None if deterministic else torch.empty(q.shape, dtype=torch.float32, device=q.device)
         launches = launch_backward(q, k, v, out, dout, lse2, dq, dk, dv, found.problem, dd, dq_accum)
         if plain_cuda(q, k, v, out, dout, lse2):
             found.bind(q, k, launches, accumulating=not deterministic)

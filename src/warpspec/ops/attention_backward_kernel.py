@@ -74,6 +74,8 @@ def _check_head_dim(head_dim):
 class Dot(Script):
     """D = rowsum(dO ∘ O): one warpgroup per 64 query rows of one head, of ``dtype`` O and dO."""
 
+    zeroes_dq = False  # DotZeroingDQ's: the dQ accumulator's rows zeroed too
+
     def __init__(self, dtype, head_dim):
         super().__init__()
         self.dtype = element_dtype(dtype)
@@ -88,8 +90,9 @@ class Dot(Script):
                  dd_ptr: ~float32):
         self.dot(seq_q, batch_heads, o_ptr, do_ptr, dd_ptr)
 
-    def dot(self, seq_q, batch_heads, o_ptr, do_ptr, dd_ptr):
-        """D[bh, rows] for rows ``64 · blockIdx.x ...`` of head ``bh = blockIdx.y``."""
+    def dot(self, seq_q, batch_heads, o_ptr, do_ptr, dd_ptr, dq_accum_ptr=None):
+        """D[bh, rows] for rows ``64 · blockIdx.x ...`` of head ``bh = blockIdx.y``; with ``dq_accum_ptr`` (float32
+        [B·H, S_q, D], ``zeroes_dq``) also those rows of the dQ accumulator zeroed."""
         d, dtype = self.head_dim, self.dtype
         self.attrs.blocks = [cdiv(seq_q, 64), batch_heads]
         self.attrs.warps = WARPGROUP // 32
@@ -107,6 +110,8 @@ class Dot(Script):
                 self.mbarrier.arrive_and_expect_tx(loaded[0], so.nbytes + sdo.nbytes)
                 self.tma.global_to_shared(src=go, dst=so, offsets=[bh, rows_from, 0], mbarrier=loaded[0])
                 self.tma.global_to_shared(src=gdo, dst=sdo, offsets=[bh, rows_from, 0], mbarrier=loaded[0])
+            if self.zeroes_dq:
+                self.zero_rows(dq_accum_ptr, seq_q, batch_heads, bh, rows_from)  # while O and dO load
             self.mbarrier.wait(loaded[0], phase=0)
             products = self.register_tensor(dtype=float32, shape=[64, 64], init=0.0)
             self.wgmma.fence()
@@ -119,6 +124,31 @@ class Dot(Script):
     def head_rows(self, ptr, heads, rows):
         """O or dO [B·H, S_q, D] as the view [heads, rows, D]."""
         return self.global_view(ptr, dtype=self.dtype, shape=[heads, rows, self.head_dim])
+
+    def zero_rows(self, dq_accum_ptr, seq_q, batch_heads, bh, rows_from):
+        """Rows ``rows_from ...`` (64, up to S_q) of head ``bh`` of the float32 accumulator [B·H, S_q, D], zeroed by
+        the warpgroup (a blocked tile: 16-byte stores)."""
+        accumulator = self.global_view(dq_accum_ptr, dtype=float32, shape=[batch_heads * seq_q, self.head_dim])
+        zeros = self.register_tensor(dtype=float32, shape=[64, self.head_dim], init=0.0)
+        first: int32 = bh * seq_q
+        self.store_global(accumulator, zeros, offsets=[first + rows_from, 0], row_end=first + seq_q)
+
+
+class DotZeroingDQ(Dot):
+    """``Dot`` that also zeroes the accumulating path's float32 dQ accumulator [B·H, S_q, D] (the rows of its
+    D), its stores issued while O and dO load: where the accumulator was zeroed by a pass of its own before the
+    launches (a memset of 4·D bytes a query row), ``Dot``, which reads 4·D bytes a row at far below the memory's
+    rate, now writes them too."""
+
+    zeroes_dq = True
+
+    def kernel_name(self) -> str:
+        """``DotZeroingDQF16`` or ``DotZeroingDQBF16``."""
+        return typed_kernel_name(self, DotZeroingDQ, "DotZeroingDQ", (self.dtype,))
+
+    def __call__(self, seq_q: int32, batch_heads: int32, o_ptr: ~self.dtype, do_ptr: ~self.dtype,
+                 dd_ptr: ~float32, dq_accum_ptr: ~float32):
+        self.dot(seq_q, batch_heads, o_ptr, do_ptr, dd_ptr, dq_accum_ptr)
 
 
 class _RowBlocks(RowTileStore, Script):
