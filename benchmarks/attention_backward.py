@@ -21,10 +21,14 @@ Before timing, the output and the three gradients are checked against SDPA's (ma
 (``DEFAULT_BACKWARD_SCHEDULES``: KERNEL is kv, kvdq, fused or q; a flag such as ``64:fused.transposed=1`` takes
 0 or 1) for this run, to time a schedule before shipping it; each row records the schedule of its head dim.
 
+``--accumulating-dims 64,128`` sets the head dims whose autograd takes the accumulating dQ path at every length
+for this run (the shipped ``AUTOGRAD_ACCUMULATES``: D 64, and D 128 from 4096 keys); ``--accumulating-dims ''`` none.
+Each row records the path it took.
+
 ``--kernels`` also times the parts, each with do_bench: our forward alone and each backward kernel alone (the
-pinned Scripts of the path autograd took, called with the arrays of one checked backward: ``Dot``, then at D 64
-the fused dK/dV kernel with dQ shares, its zeroing and ``ConvertDQ``, or at D 128 and on ``--deterministic`` the
-dK/dV kernel and the dQ kernel), and cuDNN's forward alone
+pinned Scripts of the path autograd took, called with the arrays of one checked backward: ``Dot``, on the
+accumulating path ``DotZeroingDQ``, which also zeroes the dQ accumulator, then the dK/dV kernel with dQ shares and
+``ConvertDQ``; on the deterministic path the dK/dV kernel and the dQ kernel), and cuDNN's forward alone
 (its backward is the step's time less the forward's). The parts run after each config's end-to-end timing, and
 on an H100 (2026-12-06) later short configs' end-to-end figures in the same process read slower after them (host-
 bound steps): take the ratios from a run without ``--kernels``.
@@ -36,6 +40,7 @@ float32 as the reference) and times nothing. Prints one line per config; ``--jso
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
@@ -62,6 +67,9 @@ def main(argv=None) -> int:
                         help="our steps under torch.use_deterministic_algorithms(True): the backward on the "
                              "deterministic path (a dQ kernel that recomputes S and dP) at every head dim")
     parser.add_argument("--kernels", action="store_true", help="also time the forward and each backward kernel")
+    parser.add_argument("--accumulating-dims", default=None, metavar="D,...",
+                        help="head dims whose autograd takes the accumulating dQ path at every length in this run "
+                             "(default: the shipped AUTOGRAD_ACCUMULATES)")
     parser.add_argument("--dry-run", action="store_true", help="CPU tensors on the emulator, tiny shapes, no timing")
     parser.add_argument("--schedule", action="append", default=[], metavar="D:KERNEL.PARAM=VALUE",
                         help="replace one entry of the shipped backward schedules, e.g. 128:kv.num_stages=3")
@@ -71,6 +79,12 @@ def main(argv=None) -> int:
         schedules = override_schedules(args.schedule)
     except ValueError as error:
         parser.error(str(error))
+    if args.accumulating_dims is not None:
+        backward_module = importlib.import_module("warpspec.ops.attention_backward")  # ops exports the function
+        try:
+            backward_module.AUTOGRAD_ACCUMULATES = {int(d): 0 for d in args.accumulating_dims.split(",") if d}
+        except ValueError:
+            parser.error(f"--accumulating-dims takes comma-separated head dims, got {args.accumulating_dims!r}")
 
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -125,7 +139,8 @@ def main(argv=None) -> int:
                         x.requires_grad_()
                     for causal in causals:
                         row = {"dtype": name, "head_dim": head_dim, "seq": seq, "causal": causal,
-                               "schedule": schedules[head_dim]}
+                               "schedule": schedules[head_dim], "accumulating": not args.deterministic and importlib
+                               .import_module("warpspec.ops.attention_backward").autograd_accumulates(head_dim, seq)}
                         flops = 3.5 * 4 * batch * heads * seq * seq * head_dim / (2 if causal else 1)
                         ours_out, sdpa_out = ours(causal)(q, k, v), sdpa(causal)(q, k, v)
                         errors = [relative(ours_out, sdpa_out)]
@@ -194,7 +209,9 @@ def part_times(torch, triton, q, k, v, dout, causal, args) -> dict:
 
     from warpspec.ops import attention
     from warpspec.ops.attention import LOG2_E
-    from warpspec.ops.attention_backward import AUTOGRAD_ACCUMULATES, launch_backward, validate_backward
+    from warpspec.ops.attention_backward import launch_backward, validate_backward
+
+    backward_module = importlib.import_module("warpspec.ops.attention_backward")
 
     def bench(fn) -> float:
         return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median")
@@ -205,7 +222,7 @@ def part_times(torch, triton, q, k, v, dout, causal, args) -> dict:
         times["cudnn_fwd_ms"] = bench(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v,
                                                                                                is_causal=causal))
     out, lse = attention(q, k, v, causal=causal, return_lse=True)
-    deterministic = args.deterministic or q.shape[-1] not in AUTOGRAD_ACCUMULATES  # the path autograd takes
+    deterministic = args.deterministic or not backward_module.autograd_accumulates(q.shape[-1], k.shape[2])
     problem = validate_backward(q, k, v, out, dout, lse, causal, None, deterministic)
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     dq_accum = None if deterministic else torch.zeros(q.shape, dtype=torch.float32, device=q.device)
@@ -214,7 +231,7 @@ def part_times(torch, triton, q, k, v, dout, causal, args) -> dict:
     for script, arguments in launches:
         name = type(script).__name__
         times[f"{name}_ms"] = bench(lambda: script(*arguments))
-    if dq_accum is not None:
+    if dq_accum is not None and not getattr(launches[0][0], "zeroes_dq", False):  # a tree that zeroes it apart
         times["zero_dq_accum_ms"] = bench(dq_accum.zero_)
     return times
 

@@ -21,16 +21,25 @@ def sdpa_float32(q, k, v, causal):
         q.float(), k.float().repeat_interleave(group, 1), v.float().repeat_interleave(group, 1), attn_mask=mask)
 
 
-@pytest.mark.parametrize("head_dim, deterministic, accumulates", [(64, False, True), (64, True, False),
-                                                                  (128, False, False)],
-                         ids=["64", "64-use_deterministic_algorithms", "128"])
-def test_autograd_s_dq_path_follows_torch_s_deterministic_switch(head_dim, deterministic, accumulates, monkeypatch):
-    """At D 64 the backward accumulates dQ in float32 (a dQ accumulator given to the kernels) unless
-    ``torch.use_deterministic_algorithms(True)`` is in force, when it takes the deterministic kernels (none); at
-    D 128 it takes those always."""
+@pytest.mark.parametrize("head_dim, deterministic, fewest_keys, accumulates", [
+    (64, False, None, True), (64, True, None, False), (128, False, None, False), (128, False, 40, True),
+    (128, True, 40, False), (128, False, 41, False)],
+    ids=["64", "64-use_deterministic_algorithms", "128-short", "128-long", "128-long-use_deterministic_algorithms",
+         "128-one-key-short"])
+def test_autograd_s_dq_path_follows_torch_s_deterministic_switch(head_dim, deterministic, fewest_keys, accumulates,
+                                                                 monkeypatch):
+    """At D 64, and at D 128 from ``AUTOGRAD_ACCUMULATES``'s number of keys (4096 shipped; here 40 keys against
+    that bound set to 40 or 41), the backward accumulates dQ in float32 (a dQ accumulator given to the kernels)
+    unless ``torch.use_deterministic_algorithms(True)`` is in force, when it takes the deterministic kernels (none);
+    at D 128 with fewer keys it takes those."""
     import importlib
 
     backward = importlib.import_module("warpspec.ops.attention_backward")
+    assert backward.AUTOGRAD_ACCUMULATES == {64: 0, 128: 4096}
+    assert [backward.autograd_accumulates(128, n) for n in (4095, 4096)] == [False, True]
+    assert not backward.autograd_accumulates(256, 10 ** 6)
+    if fewest_keys is not None:
+        monkeypatch.setitem(backward.AUTOGRAD_ACCUMULATES, 128, fewest_keys)
     accumulators = []
     launch = backward.launch_backward
 

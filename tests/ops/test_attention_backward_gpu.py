@@ -71,7 +71,8 @@ def test_both_forms_of_the_fused_kernel_against_a_float32_reference(monkeypatch,
     import importlib
 
     module = importlib.import_module("warpspec.ops.attention_backward")  # the module (ops exports the function)
-    schedule = {**module.DEFAULT_BACKWARD_SCHEDULES[64], "fused": {"num_stages": 2, "transposed": transposed}}
+    fused = {**module.DEFAULT_BACKWARD_SCHEDULES[64]["fused"], "transposed": transposed}  # the shipped ring depth
+    schedule = {**module.DEFAULT_BACKWARD_SCHEDULES[64], "fused": fused}
     monkeypatch.setitem(module.DEFAULT_BACKWARD_SCHEDULES, 64, schedule)
     monkeypatch.setattr(module, "_kernels", {})
     monkeypatch.setattr(module, "_calls", module.Signatures())  # no bound launch of an earlier test's kernels

@@ -139,11 +139,14 @@ def test_attention_backward_checks_gradients_under_a_replaced_schedule_and_names
     assert found.returncode == 0, found.stderr[-2000:]
     (line,) = found.stdout.splitlines()
     assert "'schedule': {'kv': {'block_m': 64, 'num_stages': 2}, 'kvdq': {'block_m': 64, 'num_stages': 2}, " \
-           "'fused': {'num_stages': 3, 'transposed': True}, 'q': {'block_n': 64, 'num_stages': 2}}" in line \
-        and "'errors'" in line and "FAILED" not in line
+           "'fused': {'num_stages': 3, 'transposed': True}, 'q': {'block_n': 64, 'num_stages': 2}}, " \
+           "'accumulating': True" in line and "'errors'" in line and "FAILED" not in line
     refused = dry_run("attention_backward.py", "--schedule", "64:q.stages=3")
     assert refused.returncode == 2
     assert "--schedule '64:q.stages=3': expected D:KERNEL.PARAM=VALUE naming a shipped entry" in refused.stderr
+    refused = dry_run("attention_backward.py", "--accumulating-dims", "64,x")
+    assert refused.returncode == 2 and "--accumulating-dims takes comma-separated head dims, got '64,x'" in \
+        refused.stderr
     refused = dry_run("attention_backward.py", "--schedule", "64:fused.transposed=2")
     assert refused.returncode == 2
     assert "--schedule '64:fused.transposed=2'" in refused.stderr and "transposed is a flag: 0 or 1" in refused.stderr

@@ -591,8 +591,8 @@ def _save_for_backward(ctx, q, k, v, output, causal, scale) -> None:
 def _gradients(ctx, dout) -> tuple:
     """(dq, dk, dv) from the saved tensors and O's gradient: where the dispatcher would do nothing but call it (no
     double backward, no mode), the backward op's implementation itself (a training step's backward is otherwise
-    bound by host time at short lengths), else the op. At the head dims of ``AUTOGRAD_ACCUMULATES`` dQ is
-    accumulated in float32 across the key blocks (its last bits may vary from run to run, as cuDNN's and
+    bound by host time at short lengths), else the op. Where ``AUTOGRAD_ACCUMULATES`` says (D 64; D 128 from 4096
+    keys) dQ is accumulated in float32 across the key blocks (its last bits may vary from run to run, as cuDNN's and
     FlashAttention's do) unless ``torch.use_deterministic_algorithms(True)`` is in force, PyTorch's switch; other
     head dims, and any under the switch, take the deterministic kernels."""
     backward = sys.modules["warpspec.ops.attention_backward"]  # imported with the op (_torch_op)
@@ -601,7 +601,7 @@ def _gradients(ctx, dout) -> tuple:
     run_backward = backward._op_implementation if _support().dispatch_is_plain(q, k, v, out, dout, lse2) \
         else backward.torch_backward_op()
     deterministic = (sys.modules["torch"].are_deterministic_algorithms_enabled()
-                     or q.shape[-1] not in backward.AUTOGRAD_ACCUMULATES)
+                     or not backward.autograd_accumulates(q.shape[-1], k.shape[2]))
     return run_backward(q, k, v, out, dout, lse2, ctx.causal, ctx.scale, deterministic)
 
 

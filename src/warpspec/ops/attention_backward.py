@@ -32,10 +32,12 @@ from warpspec.ops.operands import dtype_of, same_device, same_kind
 #: The shipped schedule of each head dim: the dK/dV kernels' query tile (``block_m``) and ring depth ("kv" for
 #: BackwardKV, "kvdq" for BackwardKVDQ), the deterministic dQ kernel's K/V tile (``block_n``) and ring depth, and
 #: where the dense accumulating path runs BackwardFused instead of BackwardKVDQ (D 64), its ring depth ("fused":
-#: K and V 32 KB, two stages of 128 query rows' Q and dO 64 KB, P and dS 32 KB each, the float32 dQ staging 32 KB:
-#: 192 of 227 KB, so a third stage fits too; not timed), and whether its dV and dK are computed transposed, one
-#: warpgroup each over all 128 keys (``BackwardFused``'s ``transposed``: a quarter less shared memory read for them;
-#: on the H200, 2026-12-07, bf16, the kernel alone at seq 8192: 6211 µs instead of 6316, causal 3244 instead of 3355).
+#: K and V 32 KB, three stages of 128 query rows' Q and dO 96 KB, P and dS 32 KB each, the float32 dQ staging
+#: 32 KB: 224 of 227 KB; on an H100, 2026-12-07, bf16, the kernel alone, 0.6-1.6% faster than two stages at seq
+#: 2048 and 8192, causal and not: 425 µs instead of 428, 6130 instead of 6170), and whether its dV and dK are
+#: computed transposed, one warpgroup each over all 128 keys (``BackwardFused``'s ``transposed``: a quarter less
+#: shared memory read for them; on the H200, 2026-12-07, bf16, the kernel alone at seq 8192: 6211 µs instead of
+#: 6316, causal 3244 instead of 3355).
 #: Each consumer thread holds dK and dV (D/2 registers each) with Sᵀ and dPᵀ (block_m/2 each) in the dK/dV kernels
 #: (block_m 64 keeps D 128 at 192 of its 240; BackwardKVDQ adds D/4 for its half of the dQ tile once Sᵀ and dPᵀ are
 #: dead), dQ (D/2) with S and dP (block_n/2 each) in the dQ kernel. BackwardKV at D 64 releases a stage only at the
@@ -47,7 +49,7 @@ from warpspec.ops.operands import dtype_of, same_device, same_kind
 #: instead of 2998 at seq 8192, 1467 instead of 1670 causal.
 DEFAULT_BACKWARD_SCHEDULES: dict = {
     64: {"kv": {"block_m": 64, "num_stages": 3}, "kvdq": {"block_m": 64, "num_stages": 2},
-         "fused": {"num_stages": 2, "transposed": True}, "q": {"block_n": 128, "num_stages": 2}},
+         "fused": {"num_stages": 3, "transposed": True}, "q": {"block_n": 128, "num_stages": 2}},
     128: {"kv": {"block_m": 64, "num_stages": 2}, "kvdq": {"block_m": 64, "num_stages": 2},
           "q": {"block_n": 64, "num_stages": 2}},
 }
@@ -58,11 +60,20 @@ _CLASSES = {
     True: {"dot": DotVarlen, "kv": BackwardKVVarlen, "q": BackwardQVarlen, "kvdq": BackwardKVDQVarlen},
 }
 _kernels: dict = {}  # (dtype name, head_dim, causal, deterministic, packed) -> the path's Scripts
-#: The head dims whose backward autograd takes on the accumulating path (unless torch's deterministic switch is on):
-#: D 64, whose BackwardFused measured faster end to end than the deterministic kernels (an H100, bf16, seq 2048 and
-#: 8192, causal and not: docs/performance.md, eighteenth session). At D 128 the accumulating path (BackwardKVDQ, the
-#: accumulator's zeroing and ConvertDQ) has not measured faster, so autograd keeps the deterministic kernels there.
-AUTOGRAD_ACCUMULATES = (64,)
+#: Where autograd's backward takes the accumulating path (unless torch's deterministic switch is on): head dim -> the
+#: fewest keys from which it does. D 64 at every length: BackwardFused measured faster end to end than the
+#: deterministic kernels (an H100, bf16, seq 2048 and 8192, causal and not: docs/performance.md, eighteenth
+#: session). D 128 from 4096 keys: on an H100 (2026-12-07, bf16, batch 2, 16 heads, forward + backward) the
+#: accumulating path (DotZeroingDQ, BackwardKVDQ, ConvertDQ) took 2.9-3.2% less than the deterministic kernels at
+#: 4096, 1.4-3.1% at 8192 and 3.9-6.1% at 16384, causal and not, but 1-3% more at 2048 without a mask.
+AUTOGRAD_ACCUMULATES = {64: 0, 128: 4096}
+
+
+def autograd_accumulates(head_dim: int, seq_k: int) -> bool:
+    """Whether autograd's backward of a call with this head dim and this many keys takes the accumulating path
+    (``AUTOGRAD_ACCUMULATES``; torch's deterministic switch, checked by the caller, overrides it)."""
+    fewest = AUTOGRAD_ACCUMULATES.get(head_dim)
+    return fewest is not None and seq_k >= fewest
 
 
 def backward_kernels(problem, deterministic: bool = True, packed: bool = False):
