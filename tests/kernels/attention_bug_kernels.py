@@ -131,16 +131,6 @@ class StoresPBeforeItIsRead(BackwardFused):
         self.mbarrier.arrive(tiles.p_written)
 
 
-class FreesDSBeforeTheDQShareReadIt(BackwardKVDQ):
-    """With the dQ share issued before dK (``dq_first``), a warpgroup frees both warpgroups' shared dSᵀ for the next
-    tile before its dQ WGMMA, which reads them, is done."""
-
-    def reduce_dq_under_dk(self, dq, wg, acc_dq, bh, q_row):
-        self.mbarrier.arrive(dq.handoff[1])  # <<< early-ds-free
-        self.wgmma.wait_group(1)
-        self.reduce_dq(dq, wg, acc_dq, bh, q_row)
-
-
 class IssuesDVBeforeBothPs(BackwardFused):
     """A warpgroup issues its dV WGMMA, which reads both warpgroups' P, without waiting until the other warpgroup
     has stored its half."""

@@ -130,65 +130,6 @@ def test_the_dq_accumulator_s_zeros_leave_as_16_byte_stores():
         assert count_instructions(disassemble(built.module.cubin), ["STG.E.128"])["STG.E.128"] == head_dim // 8
 
 
-@pytest.mark.parametrize("head_dim", [64, 128])
-@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_the_accumulating_kernel_with_its_dq_share_issued_first(monkeypatch, head_dim, causal):
-    """``BackwardKVDQ(..., dq_first=True)`` (each tile's dQ share issued before dK, which runs under the share's
-    reduce-add; not shipped until timed) on the accumulating path, pinned by the schedule: gradients against torch at
-    ragged grouped-query lengths of several query tiles a key block."""
-    import importlib
-
-    module = importlib.import_module("warpspec.ops.attention_backward")
-    schedule = {**DEFAULT_BACKWARD_SCHEDULES[head_dim], "kvdq": {"block_m": 64, "num_stages": 2, "dq_first": True}}
-    schedule.pop("fused", None)  # D 64's dense accumulating path takes BackwardKVDQ without a fused entry
-    monkeypatch.setitem(module.DEFAULT_BACKWARD_SCHEDULES, head_dim, schedule)
-    monkeypatch.setattr(module, "_kernels", {})
-    q, k, v, dout = operands(1, 4, 2, 150, 190, head_dim, np.float16, seed=6)
-    out, lse = attention(q, k, v, causal=causal, return_lse=True)
-    grads = attention_backward(q, k, v, out, dout, lse, causal=causal, deterministic=False)
-    (kvdq,) = [kernel for kernels in module._kernels.values() for kernel in kernels if hasattr(kernel, "dq_first")]
-    assert kvdq.dq_first is True and type(kvdq).__name__ == "BackwardKVDQ"
-    _, _, *expected = reference(q, k, v, dout, causal)
-    for got, want in zip(grads, expected):
-        assert relative_error(got, want) < GRADIENT_TOLERANCE[np.float16]
-
-
-def test_dq_first_is_a_bool_for_a_kernel_that_accumulates_dq():
-    from warpspec.dtypes import bfloat16
-    from warpspec.ops.attention_backward_kernel import BackwardKV, BackwardKVDQ
-
-    with pytest.raises(ArgumentError, match="dq_first must be True or False, and True only for a kernel that "
-                                            r"accumulates dQ \(BackwardKVDQ, BackwardKVDQVarlen\), got True for "
-                                            "BackwardKV"):
-        BackwardKV(bfloat16, head_dim=64, causal=False, block_m=64, num_stages=2, dq_first=True)
-    with pytest.raises(ArgumentError, match="got 1 for BackwardKVDQ"):
-        BackwardKVDQ(bfloat16, head_dim=64, causal=False, block_m=64, num_stages=2, dq_first=1)
-
-
-def test_planted_bug_ds_freed_before_the_dq_share_read_it():
-    """With ``dq_first``, a warpgroup arrives on the dSᵀ buffer's "read" barrier before its dQ WGMMA is done: the
-    other warpgroup's store of the next tile's dSᵀ over the buffer that WGMMA reads is a RaceError at that store."""
-    from pathlib import Path
-
-    from tests.kernels import attention_bug_kernels as bk
-    from warpspec.ops import attention_backward_kernel as bwk
-    from warpspec import RaceError
-    from warpspec.dtypes import float16
-
-    q, k, v, dout = operands(1, 1, 1, 200, 100, 64, np.float16)
-    lse, dd = np.zeros((1, 1, 200), np.float32), np.zeros((1, 1, 200), np.float32)
-    kernel = bk.FreesDSBeforeTheDQShareReadIt(float16, head_dim=64, causal=False, block_m=64, num_stages=2,
-                                             dq_first=True)
-    with pytest.raises(RaceError) as raised:
-        kernel(200, 100, 1, 1, 1, 0.125, 0.18, q, k, v, dout, lse, dd, np.zeros_like(k), np.zeros_like(v),
-               np.zeros(q.shape, np.float32))
-    assert "store_shared touches grads[1], which threads 0-127 read without a barrier wait or sync ordering it " \
-           "before this access" in str(raised.value)
-    (store,) = [n for n, line in enumerate(Path(bwk.__file__).read_text().splitlines(), 1)
-                if "self.store_shared(dq.grads[wg], grads)" in line]
-    assert raised.value.location.rsplit(" at ", 1)[-1] == f"{bwk.__file__}:{store}"
-
-
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_head_dim_128_and_a_custom_scale(causal):
     q, k, v, dout = operands(1, 2, 1, 100, 130, 128, np.float16, seed=1)

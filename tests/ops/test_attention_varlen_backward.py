@@ -82,19 +82,10 @@ def test_each_sequence_gets_its_own_gradients(heads, kv_heads, head_dim, causal)
     assert_each_sequence(grads, *operands, causal)
 
 
-@pytest.mark.parametrize("dq_first", [False, True], ids=["dk-first", "dq-first"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_the_accumulating_dq_path(causal, dq_first, monkeypatch):
+def test_the_accumulating_dq_path(causal):
     """``deterministic=False``: dQ from the dK/dV kernel's float32 reduce-adds (a sequence's last query tile also
-    adds zero shares into the next sequence's rows); also with each tile's dQ share issued before its dK
-    (``dq_first``, the schedule pinned)."""
-    import importlib
-
-    module = importlib.import_module("warpspec.ops.attention_backward")
-    schedule = {**module.DEFAULT_BACKWARD_SCHEDULES[64], "kvdq": {"block_m": 64, "num_stages": 2,
-                                                                  "dq_first": dq_first}}
-    monkeypatch.setitem(module.DEFAULT_BACKWARD_SCHEDULES, 64, schedule)
-    monkeypatch.setattr(module, "_kernels", {})
+    adds zero shares into the next sequence's rows)."""
     operands = packed(LENGTHS_Q, LENGTHS_K, 4, 2, 64, seed=1)
     assert_each_sequence(gradients(*operands, causal=causal, deterministic=False), *operands, causal)
 

@@ -138,8 +138,7 @@ def test_attention_backward_checks_gradients_under_a_replaced_schedule_and_names
                     "--schedule", "64:fused.num_stages=3", "--schedule", "64:fused.transposed=1")
     assert found.returncode == 0, found.stderr[-2000:]
     (line,) = found.stdout.splitlines()
-    assert "'schedule': {'kv': {'block_m': 64, 'num_stages': 2}, 'kvdq': {'block_m': 64, 'num_stages': 2, " \
-           "'dq_first': False}, " \
+    assert "'schedule': {'kv': {'block_m': 64, 'num_stages': 2}, 'kvdq': {'block_m': 64, 'num_stages': 2}, " \
            "'fused': {'num_stages': 3, 'transposed': True}, 'q': {'block_n': 64, 'num_stages': 2}}, " \
            "'accumulating': True" in line and "'errors'" in line and "FAILED" not in line
     refused = dry_run("attention_backward.py", "--schedule", "64:q.stages=3")

@@ -46,12 +46,11 @@ from warpspec.ops.operands import dtype_of, same_device, same_kind
 #: K, V and K's column halves 32 KB each, two (Q, dO) stages 64 KB, dSᵀ 16 KB, the float32 dQ staging 32 KB: 208 of
 #: 227 KB, so two stages (a third would need 32 KB more); D 64 needs half of each. The dQ kernel at D 64 takes 128
 #: keys a tile (S and dP 64 registers each beside dQ's 32): on an H100 (2026-12-06, bf16, the kernel alone) 2824 µs
-#: instead of 2998 at seq 8192, 1467 instead of 1670 causal. BackwardKVDQ's ``dq_first`` (each tile's dQ share issued
-#: before its dK, which then runs under the share's reduce-add) is off until it is timed.
+#: instead of 2998 at seq 8192, 1467 instead of 1670 causal.
 DEFAULT_BACKWARD_SCHEDULES: dict = {
-    64: {"kv": {"block_m": 64, "num_stages": 3}, "kvdq": {"block_m": 64, "num_stages": 2, "dq_first": False},
+    64: {"kv": {"block_m": 64, "num_stages": 3}, "kvdq": {"block_m": 64, "num_stages": 2},
          "fused": {"num_stages": 3, "transposed": True}, "q": {"block_n": 128, "num_stages": 2}},
-    128: {"kv": {"block_m": 64, "num_stages": 2}, "kvdq": {"block_m": 64, "num_stages": 2, "dq_first": False},
+    128: {"kv": {"block_m": 64, "num_stages": 2}, "kvdq": {"block_m": 64, "num_stages": 2},
           "q": {"block_n": 64, "num_stages": 2}},
 }
 #: The kernel classes of each mode: dense ([B, H, S, D] operands) and packed (``ops.attention_varlen``'s

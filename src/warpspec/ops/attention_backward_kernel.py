@@ -188,13 +188,10 @@ class BackwardKV(_RowBlocks):
 
     accumulates_dq = False  # BackwardKVDQ's: the dQ shares of the block's keys too
 
-    def __init__(self, dtype, head_dim, causal, block_m, num_stages, dq_first=False):
+    def __init__(self, dtype, head_dim, causal, block_m, num_stages):
         super().__init__()
         self.dtype = element_dtype(dtype)
         _check_head_dim(head_dim)
-        if not isinstance(dq_first, bool) or (dq_first and not self.accumulates_dq):
-            raise ArgumentError(f"dq_first must be True or False, and True only for a kernel that accumulates dQ "
-                                f"(BackwardKVDQ, BackwardKVDQVarlen), got {dq_first!r} for {type(self).__name__}")
         self.head_dim = head_dim
         self.causal = causal
         self.block_m = block_m
@@ -202,10 +199,6 @@ class BackwardKV(_RowBlocks):
         #: Whether the deterministic path overlaps each tile's dK with the next tile (``overlapped_tiles``): at D 64,
         #: whose registers hold a tile's dSᵀ beside the next tile's tensors (at D 128 they spill).
         self.overlaps = head_dim == 64
-        #: With dQ shares: each tile's share issued before its dK, which then runs under the share's staging store
-        #: and reduce-add (as in ``BackwardFused``), where dK was issued first and the reduce-add waited for it. A
-        #: schedule entry ("kvdq": {"dq_first": true}), off until it is timed on a GPU.
-        self.dq_first = dq_first
 
     def kernel_name(self) -> str:
         """``BackwardKVF16`` or ``BackwardKVBF16``."""
@@ -376,15 +369,10 @@ class BackwardKV(_RowBlocks):
                 grads = self.cast(probs * (acc_dp - dd), dtype)
                 if self.accumulates_dq:
                     self.share_grads(dq, wg, item, grads)  # before dK's WGMMA: its A registers stay untouched after
-                acc_dq = None
-                if self.dq_first:
-                    acc_dq = self.issue_dq(dq, wg, item)
                 self.wgmma.fence()
                 self.wgmma.mma(grads, sq[stage][0], acc_dk)  # dK += dSᵀ·Q
                 self.wgmma.commit_group()
-                if self.dq_first:
-                    self.reduce_dq_under_dk(dq, wg, acc_dq, bh, q_start + offset_m)
-                elif self.accumulates_dq:
+                if self.accumulates_dq:
                     self.accumulate_dq(dq, wg, item, bh, q_start + offset_m)
                 self.retire_tile(pipe)
         if self.accumulates_dq:
@@ -510,26 +498,13 @@ class BackwardKV(_RowBlocks):
     def accumulate_dq(self, dq, wg, item, bh, q_row):
         """Warpgroup ``wg``: column half ``wg`` of the tile's dQ share from both dSᵀ tiles, reduce-added at view row
         ``q_row``."""
-        acc_dq = self.issue_dq(dq, wg, item)
-        self.wgmma.wait_group(0)  # also dK's and dV's: the stage may go back to the producer after this
-        self.mbarrier.arrive(dq.handoff[1])
-        self.reduce_dq(dq, wg, acc_dq, bh, q_row)
-
-    def issue_dq(self, dq, wg, item):
-        """Once both warpgroups stored their dSᵀ of tile ``item``, issue warpgroup ``wg``'s column half of the tile's
-        dQ share, Σ_j dS_j · K_j[:, half wg] (a WGMMA group); its accumulator."""
         self.mbarrier.wait(dq.handoff[0], phase=item & 1)
         acc_dq = self.register_tensor(dtype=float32, shape=[self.block_m, dq.half], init=0.0)
         self.wgmma.fence()
         for j in range(2):
             self.wgmma.mma(dq.grads[j].transpose(), dq.k_halves[j][wg][0], acc_dq)  # += dS_j · K_j[:, half wg]
         self.wgmma.commit_group()
-        return acc_dq
-
-    def reduce_dq_under_dk(self, dq, wg, acc_dq, bh, q_row):
-        """``dq_first``: once dV and the dQ share are done (dK, the last group, runs on), free both warpgroups'
-        dSᵀ for the next tile and reduce-add the share at view row ``q_row``."""
-        self.wgmma.wait_group(1)
+        self.wgmma.wait_group(0)  # also dK's and dV's: the stage may go back to the producer after this
         self.mbarrier.arrive(dq.handoff[1])
         self.reduce_dq(dq, wg, acc_dq, bh, q_row)
 
