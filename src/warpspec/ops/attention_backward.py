@@ -65,7 +65,7 @@ _kernels: dict = {}  # (dtype name, head_dim, causal, deterministic, packed) -> 
 #: deterministic kernels (an H100, bf16, seq 2048 and 8192, causal and not: docs/performance.md, eighteenth
 #: session). D 128 from 4096 keys: on an H100 (2026-12-07, bf16, batch 2, 16 heads, forward + backward) the
 #: accumulating path (DotZeroingDQ, BackwardKVDQ, ConvertDQ) took 2.9-3.2% less than the deterministic kernels at
-#: 4096, 1.4-3.1% at 8192 and 3.9-6.1% at 16384, causal and not, but 1-3% more at 2048 without a mask.
+#: 4096, 1.4-4.7% at 8192 and 3.9-6.1% at 16384, causal and not, but 1-3% more at 2048 without a mask.
 AUTOGRAD_ACCUMULATES = {64: 0, 128: 4096}
 
 

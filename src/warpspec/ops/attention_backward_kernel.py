@@ -125,14 +125,6 @@ class Dot(Script):
         """O or dO [B·H, S_q, D] as the view [heads, rows, D]."""
         return self.global_view(ptr, dtype=self.dtype, shape=[heads, rows, self.head_dim])
 
-    def zero_rows(self, dq_accum_ptr, seq_q, batch_heads, bh, rows_from):
-        """Rows ``rows_from ...`` (64, up to S_q) of head ``bh`` of the float32 accumulator [B·H, S_q, D], zeroed by
-        the warpgroup (a blocked tile: 16-byte stores)."""
-        accumulator = self.global_view(dq_accum_ptr, dtype=float32, shape=[batch_heads * seq_q, self.head_dim])
-        zeros = self.register_tensor(dtype=float32, shape=[64, self.head_dim], init=0.0)
-        first: int32 = bh * seq_q
-        self.store_global(accumulator, zeros, offsets=[first + rows_from, 0], row_end=first + seq_q)
-
 
 class DotZeroingDQ(Dot):
     """``Dot`` that also zeroes the accumulating path's float32 dQ accumulator [B·H, S_q, D] (the rows of its
@@ -149,6 +141,14 @@ class DotZeroingDQ(Dot):
     def __call__(self, seq_q: int32, batch_heads: int32, o_ptr: ~self.dtype, do_ptr: ~self.dtype,
                  dd_ptr: ~float32, dq_accum_ptr: ~float32):
         self.dot(seq_q, batch_heads, o_ptr, do_ptr, dd_ptr, dq_accum_ptr)
+
+    def zero_rows(self, dq_accum_ptr, seq_q, batch_heads, bh, rows_from):
+        """Rows ``rows_from ...`` (64, up to S_q) of head ``bh`` of the float32 accumulator [B·H, S_q, D], zeroed by
+        the warpgroup (a blocked tile: 16-byte stores)."""
+        accumulator = self.global_view(dq_accum_ptr, dtype=float32, shape=[batch_heads * seq_q, self.head_dim])
+        zeros = self.register_tensor(dtype=float32, shape=[64, self.head_dim], init=0.0)
+        first: int32 = bh * seq_q
+        self.store_global(accumulator, zeros, offsets=[first + rows_from, 0], row_end=first + seq_q)
 
 
 class _RowBlocks(RowTileStore, Script):
