@@ -49,6 +49,11 @@ class Region:
         """Rows ``[rows[0], rows[1])`` of this region (what one partition of a group wrote)."""
         return Region(self.tensor, self.key + (slice(rows[0], rows[1]),), self.text)
 
+    def columns(self, columns: tuple[int, int]) -> "Region":
+        """Columns ``[columns[0], columns[1])`` of this 2-D region (what one partition wrote through a transposed
+        view)."""
+        return Region(self.tensor, self.key + (slice(None), slice(columns[0], columns[1])), self.text)
+
     # ------------------------------------------------------------------------------------------------ checks
 
     def check_readable(self, task, what: str, async_proxy: bool) -> None:

@@ -299,7 +299,10 @@ class Memory(LanguageObject):
         by the threads holding ``src``. Before a TMA store or WGMMA reads ``dst``, call ``fence_proxy_async()`` and
         synchronise the writers. With ``column`` (a compile-time int), ``dst`` may be narrower than ``src``: it
         receives ``src``'s columns ``[column, column + dst columns)``, so a wide tile can be stored through a
-        smaller buffer in column chunks."""
+        smaller buffer in column chunks. ``dst`` may be a transposed view (``tile.transpose()``): element (r, c) of
+        ``src`` then lands at (c, r) of the tile, one store per element (a row's neighbours are a column apart
+        there), which turns a column-major accumulator (a [D, keys] gradient) into the row-major tile a TMA store
+        takes."""
         b = self.b
         dst = b.to_tensor(dst, "store_shared dst", (ir.SHARED,))
         src = b.to_tensor(src, "store_shared src", (ir.REGISTER,))
@@ -399,10 +402,16 @@ def _store_shared(machine: EmulationMachine, task: EmulationTask, s: StoreShared
     rows = machine.row_share(task, s.threads, src.shape[0])
     # Only this partition's rows: the other warpgroups of a group write theirs, and may still be reading or
     # writing the rest of the tile.
-    part = region.part(rows)
-    part.check_writable(task, "store_shared")
-    columns = slice(s.column, s.column + region.view("data").shape[1])
-    part.view("data")[...] = src[rows[0]:rows[1], columns]
+    if s.dst.transposed:  # the partition's rows of src are columns of the tile, its columns the tile's rows
+        part = region.columns(rows)
+        part.check_writable(task, "store_shared")
+        columns = slice(s.column, s.column + region.view("data").shape[0])
+        part.view("data")[...] = src[rows[0]:rows[1], columns].T
+    else:
+        part = region.part(rows)
+        part.check_writable(task, "store_shared")
+        columns = slice(s.column, s.column + region.view("data").shape[1])
+        part.view("data")[...] = src[rows[0]:rows[1], columns]
     part.record_write(task.index, task.clock[task.index], unfenced=True)
     return machine.preempt()
 

@@ -256,11 +256,14 @@ def _emit_StoreShared(gen: CodeGenerator, s: StoreShared) -> None:
     a fragment's elements 2p and 2p + 1 are one row's columns c and c + 1 with c even, which the TMA swizzle keeps
     adjacent (it moves 16-byte chunks, and an aligned pair of 2- or 4-byte elements lies in one), so each pair is
     one 4- or 8-byte store (a packed 16-bit pair is already one 32-bit register) instead of two. A column window of
-    even start and width takes both elements of a pair or neither."""
+    even start and width takes both elements of a pair or neither. Into a transposed view, one store per element at
+    the tile's (column, row)."""
     src, dst = s.src.decl, s.dst
     layout = gen.reg_layouts[src.uid]
     first, width = s.column, s.dst.shape[1]
-    paired = isinstance(layout, (Accumulator, AFragment)) and src.dtype.nbytes in (2, 4) and first % 2 == width % 2 == 0
+    # Through a transposed view, src's element (row, col) is the tile's (col, row): no longer beside its pair.
+    paired = (isinstance(layout, (Accumulator, AFragment)) and src.dtype.nbytes in (2, 4)
+              and first % 2 == width % 2 == 0 and not dst.transposed)
     ctype = ("unsigned" if src.dtype.nbytes == 2 else "u64") if paired else C_TYPES[src.dtype.name]
     bits = (lambda e: f"__float_as_uint({e})") if src.dtype.is_float else (lambda e: f"static_cast<unsigned>({e})")
 
@@ -280,6 +283,8 @@ def _emit_StoreShared(gen: CodeGenerator, s: StoreShared) -> None:
             # (2 * (lane_ & 3) for fragments), so the condition folds and no predicate is left.
             valid = f"({col}) >= {first} && ({col}) < {first + width}" + (f" && {valid}" if valid else "")
             col = f"(({col}) - {first})"
+        if dst.transposed:
+            row, col = col, row
         store = f"*{shared_pointer(gen, dst, ctype, row, col)} = {value(i)};"
         gen.line(f"if ({valid}) {store}" if valid else store)
 
