@@ -321,7 +321,9 @@ def test_the_fused_kernel_loads_a_tile_s_lse_and_d_while_s_and_dp_run(causal, tr
 def test_the_transposed_fused_kernel_issues_its_dv_and_dk_as_n128_steps_without_spills(causal):
     """With ``transposed``, dVᵀ and dKᵀ of all 128 keys are one warpgroup's m64n128k16 steps each (8 a tile, 16 in
     all) where each warpgroup's dV and dK of its key half were m64n64k16 steps (32 in all): the SASS holds 48
-    HGMMAs instead of 64 (S, dP and the dQ share unchanged: 32), with no spills, no stack and no advisory."""
+    HGMMAs instead of 64 (S, dP and the dQ share unchanged: 32), with no spills, no stack and no advisory. dVᵀ and
+    dKᵀ then leave as two TMA stores each (their key halves, through the ring) and no global store from registers,
+    where the row-major accumulators are stored from registers (16-bit STGs)."""
     from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.dtypes import bfloat16
@@ -335,8 +337,9 @@ def test_the_transposed_fused_kernel_issues_its_dv_and_dk_as_n128_steps_without_
         (report,) = parse_ptxas_log(built.module.log).values()
         assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == \
             (0, 0, 0, ())
-        counts[transposed] = count_instructions(disassemble(built.module.cubin), ["HGMMA"])["HGMMA"]
-    assert counts == {False: 64, True: 48}
+        counts[transposed] = count_instructions(disassemble(built.module.cubin), ["HGMMA", "STG", "UTMASTG"])
+    assert counts[False]["HGMMA"] == 64 and counts[False]["STG"] > 0 and counts[False]["UTMASTG"] == 0
+    assert counts[True] == {"HGMMA": 48, "STG": 0, "UTMASTG": 4}
 
 
 def test_the_fused_kernel_s_transposed_flag_is_a_bool():
@@ -411,3 +414,23 @@ def test_planted_bugs_in_the_fused_kernel_s_hand_off(kernel_class, marker, messa
                np.zeros(q.shape, np.float32))
     assert message in str(raised.value)
     assert raised.value.location.rsplit(" at ", 1)[-1] == f"{bk.__file__}:{bk.marker_line(marker)}"
+
+
+def test_planted_bug_gradients_written_over_the_ring_before_the_last_gemms_read_it(monkeypatch):
+    """The fused kernel's warpgroups store their dVᵀ and dKᵀ through the (Q, dO) ring's first stage once both
+    warpgroups' last GEMMs are done; writing it without that wait, while the other warpgroup's last dP (the tile in
+    stage 0: three tiles in two stages) may still read dO there, is a RaceError at that store. The emulator's
+    default schedule runs that dP to its wait first; seed 0 of its random schedules does not."""
+    from tests.kernels import attention_bug_kernels as bk
+    from warpspec import RaceError
+    from warpspec.dtypes import float16
+
+    q, k, v, dout = operands(1, 1, 1, 300, 130, 64, np.float16)
+    lse, dd = np.zeros((1, 1, 300), np.float32), np.zeros((1, 1, 300), np.float32)
+    kernel = bk.StoresGradientsOverTheRingEarly(float16, head_dim=64, causal=False, num_stages=2, transposed=True)
+    monkeypatch.setenv(SEED_VARIABLE, "0")
+    with pytest.raises(RaceError) as raised:
+        kernel(300, 130, 1, 1, 1, 0.125, 0.18, q, k, v, dout, lse, dd, np.zeros_like(k), np.zeros_like(v),
+               np.zeros(q.shape, np.float32))
+    assert "store_shared writes sdo[0, 1, 0] while an asynchronous read of it" in str(raised.value)
+    assert raised.value.location.rsplit(" at ", 1)[-1] == f"{bk.__file__}:{bk.marker_line('early-ring')}"

@@ -574,8 +574,7 @@ class BackwardFused(BackwardKVDQ):
     262 kFLOP where the m64n64k16 steps of a key half read 4 KB per 131 kFLOP: per tile, 96 KB of operand reads
     for dV and dK instead of 128, of 320 KB of shared-memory traffic in all (P and dS stores included). Each
     warpgroup waits only for the barrier its GEMM needs (``p_written`` for dV, ``ds_written`` for dK), and dK and
-    dV leave through transposed views, bounded by the head's last key as a column (``store_global``'s
-    ``col_end``)."""
+    dV leave transposed back through the (Q, dO) ring and TMA stores (``store_keys_major``)."""
 
     def __init__(self, dtype, head_dim, causal, num_stages, transposed=False):
         super().__init__(dtype, head_dim, causal, block_m=BLOCK_ROWS, num_stages=num_stages)
@@ -597,15 +596,12 @@ class BackwardFused(BackwardKVDQ):
         d, dtype = self.head_dim, self.dtype
         gq, gdo, gk, gv, key_block, kv_bh, first_bh = self.key_blocks(seq_q, seq_k, batch_heads, heads, group, q_ptr,
                                                                       k_ptr, v_ptr, do_ptr)
-        # dK and dV leave from registers: [K/V heads · S_k, D] views or (transposed) their transposes, each store
-        # bounded by its head's last key.
-        rows = batch_heads // group * seq_k
-        if self.transposed:  # [D, K/V heads · S_k]: a [D, keys] accumulator lands as its transpose
-            gdk = self.global_view(dk_ptr, dtype=dtype, shape=[d, rows], strides=[1, d])
-            gdv = self.global_view(dv_ptr, dtype=dtype, shape=[d, rows], strides=[1, d])
-        else:
-            gdk = self.global_view(dk_ptr, dtype=dtype, shape=[rows, d])
-            gdv = self.global_view(dv_ptr, dtype=dtype, shape=[rows, d])
+        if self.transposed:  # [K/V heads, S_k, D]: TMA stores of the [D, keys] accumulators' transposes
+            gdk = self.global_view(dk_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
+            gdv = self.global_view(dv_ptr, dtype=dtype, shape=[batch_heads // group, seq_k, d])
+        else:  # [K/V heads · S_k, D]: rows stored from registers, each store bounded by its head's last key
+            gdk = self.global_view(dk_ptr, dtype=dtype, shape=[batch_heads // group * seq_k, d])
+            gdv = self.global_view(dv_ptr, dtype=dtype, shape=[batch_heads // group * seq_k, d])
         # lse and D [B·H, S_q] seen as [S_q, B·H]: a warpgroup's [64, 1] column per query tile, as BackwardQ's.
         glse = self.global_view(lse_ptr, dtype=float32, shape=[seq_q, batch_heads], strides=[1, seq_q])
         gdd = self.global_view(dd_ptr, dtype=float32, shape=[seq_q, batch_heads], strides=[1, seq_q])
@@ -702,19 +698,39 @@ class BackwardFused(BackwardKVDQ):
             pipe.consumer_advance()
         with self.single_thread():
             self.tma.wait_group(0)  # the last reduce-add has read its staging tile before the block exits
-        # From registers (the shared K and V, which the other warpgroup may still read, hold the block's 128 keys),
-        # up to the head's last key: rows of [K/V heads · S_k, D] views, or columns of their transposes.
-        head_end: int32 = kv_bh * seq_k + seq_k
         if self.transposed:
-            first_key: int32 = kv_bh * seq_k + offset_n
             if does_dk:
-                self.store_global(gdk, self.cast(acc_dk * scale, dtype), offsets=[0, first_key], col_end=head_end)
-            if does_dv:
-                self.store_global(gdv, self.cast(acc_dv, dtype), offsets=[0, first_key], col_end=head_end)
+                self.store_keys_major(tiles, sq, gdk, self.cast(acc_dk * scale, dtype), kv_bh, n_items)
+            else:
+                self.store_keys_major(tiles, sdo, gdv, self.cast(acc_dv, dtype), kv_bh, n_items)
         else:
+            # From registers (the shared K and V, which the other warpgroup may still read, hold the block's 128
+            # keys), up to the head's last key.
+            head_end: int32 = kv_bh * seq_k + seq_k
             row: int32 = kv_bh * seq_k + offset_n + 64 * wg
             self.store_global(gdk, self.cast(acc_dk * scale, dtype), offsets=[row, 0], row_end=head_end)
             self.store_global(gdv, self.cast(acc_dv, dtype), offsets=[row, 0], row_end=head_end)
+
+    def store_keys_major(self, tiles, ring, view, grad, kv_bh, n_items):
+        """The warpgroup's finished [D, 128 keys] gradient ``grad`` (``transposed``) -> its transpose, the block's
+        keys as rows, in the first stage of ``ring`` (its two [64, D] query halves, one a key half each) -> two TMA
+        stores into the [K/V heads, S_k, D] ``view``, which clip keys past the head's end. (Stored from registers
+        into global memory, a [D, keys] fragment's neighbours land a row apart: one uncoalesced 2-byte store each,
+        about 3 µs of a 55 µs block at seq 2048 in the H100's timeline.) The ring is free once both warpgroups' last
+        GEMMs are done, each arriving on ``read`` after them (the last tile's parity): the producer loads no more
+        than the tiles consumed."""
+        if n_items > 0:
+            self.mbarrier.wait(tiles.read, phase=(n_items - 1) & 1)
+        for half in range(2):
+            self.store_shared(ring[0][half][0].transpose(), grad, column=64 * half)
+        self.fence_proxy_async()  # the ordinary stores become visible to the TMA stores' async-proxy reads
+        self.sync()
+        with self.single_thread():
+            for half in range(2):
+                self.tma.shared_to_global(src=ring[0][half], dst=view,
+                                          offsets=[kv_bh, tiles.offset_n + 64 * half, 0])
+            self.tma.commit_group()
+            self.tma.wait_group(0)  # the shared source must stay valid until the copies have read it
 
     def fused_scores(self, tiles, stage):
         """Issue S = Q·Kᵀ and dP = dO·Vᵀ of the warpgroup's 64 rows of the tile in ``stage`` against the block's
