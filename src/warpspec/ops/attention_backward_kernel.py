@@ -696,14 +696,14 @@ class BackwardFused(BackwardKVDQ):
             self.mbarrier.arrive(tiles.read)
             pipe.consumer_release()
             pipe.consumer_advance()
-        with self.single_thread():
-            self.tma.wait_group(0)  # the last reduce-add has read its staging tile before the block exits
-        if self.transposed:
+        if self.transposed:  # the last reduce-add runs on under the stores, whose wait covers it
             if does_dk:
                 self.store_keys_major(tiles, sq, gdk, self.cast(acc_dk * scale, dtype), kv_bh, n_items)
             else:
                 self.store_keys_major(tiles, sdo, gdv, self.cast(acc_dv, dtype), kv_bh, n_items)
         else:
+            with self.single_thread():
+                self.tma.wait_group(0)  # the last reduce-add has read its staging tile before the block exits
             # From registers (the shared K and V, which the other warpgroup may still read, hold the block's 128
             # keys), up to the head's last key.
             head_end: int32 = kv_bh * seq_k + seq_k
@@ -730,7 +730,7 @@ class BackwardFused(BackwardKVDQ):
                 self.tma.shared_to_global(src=ring[0][half], dst=view,
                                           offsets=[kv_bh, tiles.offset_n + 64 * half, 0])
             self.tma.commit_group()
-            self.tma.wait_group(0)  # the shared source must stay valid until the copies have read it
+            self.tma.wait_group(0)  # these stores and the last reduce-add of dQ, before the block exits
 
     def fused_scores(self, tiles, stage):
         """Issue S = Q·Kᵀ and dP = dO·Vᵀ of the warpgroup's 64 rows of the tile in ``stage`` against the block's
