@@ -1,8 +1,11 @@
 """Shared memory with a shadow state per element, which the race checks read and update.
 
 For every element: whether a completed write has filled it, which async operation is writing it now, how many
-async operations are reading it now, the last ordinary (or completed async) writer and reader with their epochs,
-and whether an ordinary write still needs ``fence_proxy_async`` before the async proxy may read it.
+async operations are reading it now, the last ordinary (or completed async) writer with its epoch, each task's last
+read of it (ordinary, or an async read once its wait observed it) with its epoch, and whether an ordinary write
+still needs ``fence_proxy_async`` before the async proxy may read it. A write must be ordered after every other
+task's last read, not only the latest reader's: two warpgroups' WGMMAs reading one stage and retiring in either
+order must both be ordered before the stage is written again, whichever schedule ran.
 """
 
 from __future__ import annotations
@@ -27,8 +30,8 @@ class SharedTensor:
         self.async_readers = np.zeros(shape, dtype=np.int32)  # number of in-flight async reads
         self.write_task = np.full(shape, NOBODY, dtype=np.int32)
         self.write_epoch = np.zeros(shape, dtype=np.int64)
-        self.read_task = np.full(shape, NOBODY, dtype=np.int32)
-        self.read_epoch = np.zeros(shape, dtype=np.int64)
+        #: task index -> the epochs of that task's last read of each element (0: not read), made at its first read
+        self.read_epochs: dict[int, np.ndarray] = {}
         self.unfenced = np.zeros(shape, dtype=bool)
         # In-flight async write id -> (the mbarrier it completes on, that barrier's last passing wait per task when
         # the copy was issued: a wait since then that did not block passed on a stale parity; the barrier's phase
@@ -116,7 +119,9 @@ class Region:
         if self.view("async_writer").any():
             raise RaceError(f"{what} writes {self.text} while another async copy is still writing it")
         self._check_ordered(task, "write_task", "write_epoch", what, "wrote")
-        self._check_ordered(task, "read_task", "read_epoch", what, "read")
+        for other, epochs in self.tensor.read_epochs.items():
+            if other != task.index and task.clock[other] < epochs[self.key].max():
+                self._unordered(task, other, what, "read")
 
     def _check_ordered(self, task, task_field: str, epoch_field: str, what: str, verb: str) -> None:
         owners = self.view(task_field)
@@ -126,14 +131,19 @@ class Region:
                 continue
             latest = epochs[owners == other].max()
             if task.clock[other] < latest:
-                raise RaceError(f"{what} touches {self.text}, which {task.machine.cluster.tasks[other].name} {verb} "
-                                f"without a barrier wait or sync ordering it before this access")
+                self._unordered(task, other, what, verb)
+
+    def _unordered(self, task, other: int, what: str, verb: str) -> None:
+        raise RaceError(f"{what} touches {self.text}, which {task.machine.cluster.tasks[other].name} {verb} without "
+                        f"a barrier wait or sync ordering it before this access")
 
     # --------------------------------------------------------------------------------------------- updates
 
     def record_read(self, task) -> None:
-        self.view("read_task")[...] = task.index
-        self.view("read_epoch")[...] = task.clock[task.index]
+        epochs = self.tensor.read_epochs.get(task.index)
+        if epochs is None:
+            epochs = self.tensor.read_epochs[task.index] = np.zeros(self.tensor.decl.shape, dtype=np.int64)
+        epochs[self.key] = task.clock[task.index]
 
     def record_write(self, task_index: int, epoch: int, unfenced: bool = False) -> None:
         self.view("written")[...] = True
