@@ -124,16 +124,7 @@ class StoresGradientsOverTheRingEarly(BackwardFused):
     other warpgroup's last GEMMs, which may still read that stage, are done."""
 
     def store_keys_major(self, tiles, ring, view, grad, kv_bh, n_items):
-        for half in range(2):
-            self.store_shared(ring[0][half][0].transpose(), grad, column=64 * half)  # <<< early-ring
-        self.fence_proxy_async()
-        self.sync()
-        with self.single_thread():
-            for half in range(2):
-                self.tma.shared_to_global(src=ring[0][half], dst=view,
-                                          offsets=[kv_bh, tiles.offset_n + 64 * half, 0])
-            self.tma.commit_group()
-            self.tma.wait_group(0)
+        self.ring_stores(tiles, ring, view, grad, kv_bh)  # <<< early-ring
 
 
 class StoresPBeforeItIsRead(BackwardFused):

@@ -427,9 +427,12 @@ def test_planted_bug_gradients_written_over_the_ring_before_the_last_gemms_read_
     stage 0: three tiles in two stages) may still read dO there, is a RaceError at that store, whichever schedule
     ran: the emulator's default one retires that dP (and then warpgroup 0's dV over the same tile) before the store,
     which the store is not ordered after; seed 0's store comes while the dP is in flight."""
+    import inspect
+
     from tests.kernels import attention_bug_kernels as bk
     from warpspec import RaceError
     from warpspec.dtypes import float16
+    from warpspec.ops.attention_backward_kernel import BackwardFused
 
     q, k, v, dout = operands(1, 1, 1, 300, 130, 64, np.float16)
     lse, dd = np.zeros((1, 1, 300), np.float32), np.zeros((1, 1, 300), np.float32)
@@ -440,4 +443,8 @@ def test_planted_bug_gradients_written_over_the_ring_before_the_last_gemms_read_
         kernel(300, 130, 1, 1, 1, 0.125, 0.18, q, k, v, dout, lse, dd, np.zeros_like(k), np.zeros_like(v),
                np.zeros(q.shape, np.float32))
     assert message in str(raised.value)
-    assert raised.value.location.rsplit(" at ", 1)[-1] == f"{bk.__file__}:{bk.marker_line('early-ring')}"
+    lines, first = inspect.getsourcelines(BackwardFused.ring_stores)
+    (store,) = [first + n for n, line in enumerate(lines) if "self.store_shared(" in line]
+    assert raised.value.location.rsplit(" at ", 1)[-1] == f"{inspect.getsourcefile(BackwardFused)}:{store}"
+    assert f"StoresGradientsOverTheRingEarly.store_keys_major at {bk.__file__}:{bk.marker_line('early-ring')}" \
+        in raised.value.location

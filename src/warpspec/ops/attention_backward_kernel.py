@@ -721,6 +721,11 @@ class BackwardFused(BackwardKVDQ):
         than the tiles consumed."""
         if n_items > 0:
             self.mbarrier.wait(tiles.read, phase=(n_items - 1) & 1)
+        self.ring_stores(tiles, ring, view, grad, kv_bh)
+
+    def ring_stores(self, tiles, ring, view, grad, kv_bh):
+        """``store_keys_major``'s stores, once the ring is free: ``grad``'s transpose into the ring's first stage, a
+        key half per query half, then one TMA store of each."""
         for half in range(2):
             self.store_shared(ring[0][half][0].transpose(), grad, column=64 * half)
         self.fence_proxy_async()  # the ordinary stores become visible to the TMA stores' async-proxy reads
