@@ -79,8 +79,8 @@ def main(argv=None) -> int:
         schedules = override_schedules(args.schedule)
     except ValueError as error:
         parser.error(str(error))
+    backward_module = importlib.import_module("warpspec.ops.attention_backward")  # ops exports the function
     if args.accumulating_dims is not None:
-        backward_module = importlib.import_module("warpspec.ops.attention_backward")  # ops exports the function
         try:
             backward_module.AUTOGRAD_ACCUMULATES = {int(d): 0 for d in args.accumulating_dims.split(",") if d}
         except ValueError:
@@ -139,8 +139,9 @@ def main(argv=None) -> int:
                         x.requires_grad_()
                     for causal in causals:
                         row = {"dtype": name, "head_dim": head_dim, "seq": seq, "causal": causal,
-                               "schedule": schedules[head_dim], "accumulating": not args.deterministic and importlib
-                               .import_module("warpspec.ops.attention_backward").autograd_accumulates(head_dim, seq)}
+                               "schedule": schedules[head_dim],
+                               "accumulating": not args.deterministic and backward_module.autograd_accumulates(
+                                   head_dim, seq)}
                         flops = 3.5 * 4 * batch * heads * seq * seq * head_dim / (2 if causal else 1)
                         ours_out, sdpa_out = ours(causal)(q, k, v), sdpa(causal)(q, k, v)
                         errors = [relative(ours_out, sdpa_out)]

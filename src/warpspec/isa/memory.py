@@ -402,16 +402,13 @@ def _store_shared(machine: EmulationMachine, task: EmulationTask, s: StoreShared
     rows = machine.row_share(task, s.threads, src.shape[0])
     # Only this partition's rows: the other warpgroups of a group write theirs, and may still be reading or
     # writing the rest of the tile.
-    if s.dst.transposed:  # the partition's rows of src are columns of the tile, its columns the tile's rows
-        part = region.columns(rows)
-        part.check_writable(task, "store_shared")
-        columns = slice(s.column, s.column + region.view("data").shape[0])
-        part.view("data")[...] = src[rows[0]:rows[1], columns].T
-    else:
-        part = region.part(rows)
-        part.check_writable(task, "store_shared")
-        columns = slice(s.column, s.column + region.view("data").shape[1])
-        part.view("data")[...] = src[rows[0]:rows[1], columns]
+    # Through a transposed view the partition's rows of src are columns of the tile, its columns the tile's rows.
+    transposed = s.dst.transposed
+    part = region.columns(rows) if transposed else region.part(rows)
+    part.check_writable(task, "store_shared")
+    width = region.view("data").shape[0 if transposed else 1]
+    values = src[rows[0]:rows[1], s.column:s.column + width]
+    part.view("data")[...] = values.T if transposed else values
     part.record_write(task.index, task.clock[task.index], unfenced=True)
     return machine.preempt()
 
