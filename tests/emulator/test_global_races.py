@@ -140,6 +140,12 @@ def tma_copy_onto_the_previous_band():
     TmaCopy(64, 64)(128, 64, memory[32:], memory[:128])
 
 
+def rewrite_after_the_partner_read():
+    """Rank 0 of a cluster reads x, then its partner does, then rank 0 writes x: the element's first read is the
+    writer's own, and its partner's read (the element's second reader) is the race."""
+    gk.RewriteAfterThePartnerRead()(rows(64))
+
+
 CROSS_BLOCK = [
     pytest.param(read_after_write_through_an_alias, at("move-load"),
                  ["load_global in block (1, 0, 0) reads x[16, 0] (argument 'x_ptr'), which block (0, 0, 0) wrote "
@@ -169,6 +175,9 @@ CROSS_BLOCK = [
                  ["tma.shared_to_global in block (1, 0, 0) writes dst[64, 0] (argument 'dst_ptr'), which block "
                   "(0, 0, 0) read (tma.global_to_shared of src, argument 'src_ptr', at "
                   f"{example_at('tma_copy.py', 'self.tma.global_to_shared(')})"], id="tma-copy-onto-previous"),
+    pytest.param(rewrite_after_the_partner_read, at("rewrite"),
+                 ["store_global in block (0, 0, 0) writes x[0, 0] (argument 'x_ptr'), which block (1, 0, 0) read "
+                  f"(load_global of x, argument 'x_ptr', at {at('partner-read')})"], id="cluster-write-after-read"),
 ]
 
 

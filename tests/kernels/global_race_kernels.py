@@ -182,3 +182,18 @@ class ReduceTiles(Script):
         if self.mistake == "read-back":
             if self.blockIdx.x == 1:
                 self.load_global(plain, offsets=[rows, 0], shape=[64, 64])  # <<< read-back
+
+
+class RewriteAfterThePartnerRead(Script):
+    """Clusters of two blocks over x [64, 64]: both blocks read it, a cluster barrier, then rank 0 writes it back
+    plus one. Rank 1's read lies between rank 0's own read and its write, which global memory does not order."""
+
+    def __call__(self, x_ptr: ~float32):
+        self.attrs.blocks = [2]
+        self.attrs.cluster_blocks = [2]
+        self.attrs.warps = 4
+        x = self.global_view(x_ptr, dtype=float32, shape=[64, 64])
+        tile = self.load_global(x, offsets=[0, 0], shape=[64, 64])  # <<< partner-read
+        self.cluster_sync()
+        if self.cluster_rank == 0:
+            self.store_global(x, tile + 1.0, offsets=[0, 0])  # <<< rewrite

@@ -1,14 +1,16 @@
-"""Global memory with a shadow state per element: which block wrote it and which block read it first.
+"""Global memory with a shadow state per element: which block wrote it and which blocks read it first.
 
 Thread blocks run in no fixed order on a GPU (and concurrently), while the emulator runs them one after another.
 An element written by one block and read or written by another therefore holds whatever the hardware's order
 happens to give: a race, reported at the second access. Reads by several blocks of an element nobody writes are
-fine. Because blocks run one after another, the first conflicting access is always seen by the later block, and two
-numbers per element suffice: the id of its last write and of its first read (ids grow over the launch, so "by an
-earlier block" is ``id < block.start``). The blocks of one cluster run together: from the cluster's first access
-on, an id is another block's when its access says so. A cluster barrier orders its blocks, but global memory is
-not tracked through it: any conflicting access between two blocks is reported. Only the first read is kept, so a
-block's write after its own read of an element misses a read of it by another block of its cluster in between.
+fine. Because blocks run one after another, the first conflicting access is always seen by the later block, and three
+numbers per element suffice: the id of its last write, of its first read, and of its first read by a block other
+than that first reader's (ids grow over the launch, so "by an earlier block" is ``id < block.start``). A write is a
+race when either read is another block's: if the first reader is the writer itself, the second read names any other
+block that read the element. The blocks of one cluster run together: from the cluster's first access on, an id is
+another block's when its access says so, so a block's write after its own read of an element still meets a read of
+it by another block of its cluster in between. A cluster barrier orders its blocks, but global memory is not tracked
+through it: any conflicting access between two blocks is reported.
 
 The shadow is kept per piece of memory, not per argument: the same numpy array passed for two pointers (C passed as
 A) is one buffer with one shadow, each argument at its byte offset in it.
@@ -53,7 +55,7 @@ from warpspec.ir.evaluate import wrap
 NOBODY = np.iinfo(np.int32).max  # no access yet: above every access id, so one comparison finds earlier blocks' ids
 _ID_BYTES = np.dtype(np.int32).itemsize
 #: The shadow arrays of a ``Buffer``, by field name (a search's checkpoint saves and restores them all).
-SHADOWS = ("writer", "reader", "reducer", "tma_store")
+SHADOWS = ("writer", "reader", "other_reader", "reducer", "tma_store")
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,9 @@ class Buffer:
     def __init__(self, units: int):
         self.writer = np.full(units, NOBODY, dtype=np.int32)  # id of the last access that wrote the unit
         self.reader = np.full(units, NOBODY, dtype=np.int32)  # id of the first access that read it
+        # id of the first read by a block other than the first reader's (in a cluster, the partner's read between a
+        # block's own read and its write)
+        self.other_reader = np.full(units, NOBODY, dtype=np.int32)
         self.reducer = np.full(units, NOBODY, dtype=np.int32)  # id of the first TMA reduce-add into it
         self.tma_store = np.full(units, NOBODY, dtype=np.int32)  # id of the last TMA store issued into it
 
@@ -380,7 +385,9 @@ class BlockMemory:
         writers = tile.shadow("writer")
         self._check_blocks(task, tile, writers, "reads", "wrote")
         self._check_blocks(task, tile, tile.shadow("reducer"), "reads", "reduce-added into")
-        readers = tile.shadow("reader")
+        readers, other_readers = tile.shadow("reader"), tile.shadow("other_reader")
+        # This read is the element's other reader where its first reader is another block and none is kept yet.
+        np.minimum(other_readers, tile.id, out=other_readers, where=self._other_blocks(readers))
         np.minimum(readers, tile.id, out=readers)
         out[tile.slices] = tile.data
         return out
@@ -393,7 +400,7 @@ class BlockMemory:
             return
         writers = tile.shadow("writer")
         self._check_blocks(task, tile, writers, "writes", "also wrote")
-        self._check_blocks(task, tile, tile.shadow("reader"), "writes", "read")
+        self._check_readers(task, tile, "writes")
         self._check_blocks(task, tile, tile.shadow("reducer"), "writes", "reduce-added into")
         writers[...] = tile.id
         tile.data[...] = values[tile.slices]
@@ -406,10 +413,16 @@ class BlockMemory:
         if tile.empty:
             return
         self._check_blocks(task, tile, tile.shadow("writer"), "adds into", "wrote")
-        self._check_blocks(task, tile, tile.shadow("reader"), "adds into", "read")
+        self._check_readers(task, tile, "adds into")
         reducers = tile.shadow("reducer")
         np.minimum(reducers, tile.id, out=reducers)
         tile.data[...] += values[tile.slices]
+
+    def _check_readers(self, task, tile: GlobalTile, verb: str) -> None:
+        """RaceError if a block other than this one read any of the tile's elements: its first reader, or where
+        that is this block, the first other block that read it."""
+        self._check_blocks(task, tile, tile.shadow("reader"), verb, "read")
+        self._check_blocks(task, tile, tile.shadow("other_reader"), verb, "read")
 
     def _other_blocks(self, ids: np.ndarray) -> np.ndarray:
         """Which of the access ``ids`` another block made: an earlier one, or one of this block's cluster."""
