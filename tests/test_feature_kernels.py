@@ -78,9 +78,13 @@ def test_float16_accumulators_and_bf16_inputs_use_their_wgmma_forms():
 
 
 def test_register_a_uses_the_rs_form():
-    built, _ = _machine_code(fk.MatmulRegisterA)
+    built, text = _machine_code(fk.MatmulRegisterA)
     assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0" in built.generated.source
     assert "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;" in built.generated.source
+    # A's fragments are read a packed pair at a time: one 32-bit load per A register, four per m64n64k16 (each
+    # thread's 8 halves of a 64 x 16 slice), and no 16-bit load.
+    counts = sass.count_instructions(text, ["LDS", "LDS.U16", "HGMMA"])
+    assert counts["LDS.U16"] == 0 and counts["LDS"] == 4 * counts["HGMMA"] > 0
 
 
 def test_shared_epilogue_ends_in_a_tma_store():

@@ -322,7 +322,8 @@ class Memory(LanguageObject):
 
     @language_call
     def load_shared(self, src) -> TensorValue:
-        """Read shared tensor ``src`` into registers of the executing threads (``ld.shared``)."""
+        """Read shared tensor ``src`` into registers of the executing threads (``ld.shared``: one per element, or
+        where the registers are 16-bit WGMMA fragments, e.g. a register A operand, one 32-bit load per column pair)."""
         b = self.b
         src = b.to_tensor(src, "load_shared src", (ir.SHARED,))
         if src.ref.transposed:

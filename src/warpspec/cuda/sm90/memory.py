@@ -236,10 +236,23 @@ def shared_pointer(gen: CodeGenerator, ref: ir.TensorRef, ctype: str, row: str, 
 
 @emits(LoadShared, TARGET)
 def _emit_LoadShared(gen: CodeGenerator, s: LoadShared) -> None:
+    """One load per element, or into 16-bit WGMMA fragments (a register A operand read from a tile) one 32-bit load
+    per column pair, straight into the pair's packed register: as in ``_emit_StoreShared``, a fragment's elements 2p
+    and 2p + 1 are one row's adjacent columns c and c + 1 (c even), which the swizzle keeps in one 4-byte word."""
     decl, src = s.decl, s.src
     layout = gen.reg_layouts[decl.uid]
     gen.declare_registers(decl)
     ctype = C_TYPES[decl.dtype.name]
+    if isinstance(layout, (Accumulator, AFragment)) and packed(decl):
+        def pair(i, row, col, valid):
+            if i % 2 == 0:
+                value = f"*{shared_pointer(gen, src, 'const unsigned', row, col)}"
+                if valid:
+                    value = f"({valid} ? {value} : 0u)"
+                gen.line(f"{gen.tensor_name(decl)}[{i // 2}] = {value};")
+
+        gen.element_loop(layout, pair)
+        return
 
     def body(i, row, col, valid):
         value = f"*{shared_pointer(gen, src, 'const ' + ctype, row, col)}"
