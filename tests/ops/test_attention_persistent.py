@@ -173,6 +173,20 @@ def test_the_causal_walk_shares_the_work_evenly(seq, block_m):
     assert np.mean(round_robin) / max(round_robin) < np.mean(loads) / max(loads)
 
 
+def test_short_heads_are_walked_in_windows_of_one_wave():
+    """Heads of up to 8 query tiles (here 512 rows in 128-row tiles, FlashAttention-3's grid at D 128: 512 heads of
+    4 tiles on 132 SMs) are dealt in windows of about one wave, 15 windows of 34 or 35 heads: every block's first
+    tile is one of the first window's 35 heads (two waves' windows held 73 or 74). Longer heads keep windows of two
+    waves: at 2048 rows (16 tiles a head, 128 heads) 7 windows of 18 or 19 heads."""
+    assert [apk.window_waves(m) for m in (1, 4, 8, 9, 16, 64)] == [1, 1, 1, 2, 2, 2]
+    walk = apk.tile_walk(512, 512, 512, 128, True, 132)
+    starts, listed = walk[:133], walk[133:]
+    firsts = listed[starts[:132]]
+    assert firsts.max() // 4 == 34
+    long_walk = apk.tile_walk(2048, 2048, 128, 128, True, 132)
+    assert long_walk[133:][long_walk[:132]].max() // 16 == 18
+
+
 def test_tiles_of_one_length_go_round_the_blocks_head_by_head():
     """Without a mask every tile costs the same: block b gets tiles b, b + blocks, ... of the head-major list (the
     blocks running at once share few heads), as many as the others or one more."""

@@ -10,7 +10,8 @@ The grid is ``min(tiles, num_sms)`` blocks over the ``ceil(S_q / block_m) · B·
 table in global memory, the walk (``tile_walk``, made on the host and cached): causal tiles differ in length by
 up to S_q / block_m times, and dealing tile t to block t mod blocks left the block with the most work up to 43%
 above the average (16384 rows). The walk deals the tiles longest first to the block with the least work so far,
-within windows of about two waves of tiles whose heads follow one another, so that the blocks running at once
+within windows of one or two waves of tiles whose heads follow one another (``window_waves``), so that the blocks
+running at once
 share few heads, whose K and V stay in L2 (walking the heads fastest, 132 blocks read 132 heads' K and V at once and
 the kernel became bound by HBM). The K and V rings, the warpgroups' turns and every thread's stage and phase run on
 from tile to tile.
@@ -51,6 +52,19 @@ from warpspec.target import DEFAULT
 #: four 128-key steps took about 10.7 µs on an H100, one of 2.5 such steps with causal masking 11.2, cuDNN's 9.0 and
 #: 7.1), about three steps.
 TILE_OVERHEAD_STEPS = 3.0
+#: Heads of at most this many query tiles are walked in windows of about one wave of tiles, longer ones in two
+#: (``window_waves``).
+SHORT_HEAD_TILES = 8
+
+
+def window_waves(m_tiles: int) -> int:
+    """How many waves of tiles one window of the walk spans, for heads of ``m_tiles`` query tiles. Short rows move
+    as many bytes as long ones for a fraction of the work (at 512 rows, D 128, causal, 268 MB of Q, K, V and O for
+    34 GFLOP), so their blocks are bound by HBM, and fewer heads read at once keep more of their K and V in L2: on an
+    H100 (FlashAttention-3's grid, fp16) one wave was 1.09x two at D 128 and 512 rows and 1.03x at 1024, equal at D 64.
+    Longer heads are walked in two waves, where longest first has room to even out tiles of very different lengths
+    (from 2048 rows one wave was up to 7% slower)."""
+    return 1 if m_tiles <= SHORT_HEAD_TILES else 2
 
 
 def tile_keys(seq_q: int, seq_k: int, block_m: int, causal: bool) -> np.ndarray:
@@ -73,8 +87,8 @@ def tile_walk(seq_q: int, seq_k: int, batch_heads: int, block_m: int, causal: bo
     ``TILE_OVERHEAD_STEPS``), as a queue would hand them to blocks that finish in that order, but decided on the
     host: causal tiles of every length share the blocks evenly, where dealing tile t to block t mod blocks gave the
     busiest block up to 43% more work than the average (16384 rows). Longest first is taken within windows of
-    about two waves of tiles, whole heads each, in head order: the blocks running at once read few heads, whose K
-    and V stay in L2. Tiles of one cost (no mask) go round the blocks in head order, block b taking tiles b,
+    ``window_waves`` waves of tiles, whole heads each, in head order: the blocks running at once read few heads,
+    whose K and V stay in L2. Tiles of one cost (no mask) go round the blocks in head order, block b taking tiles b,
     b + blocks, ... The result is cached and read-only."""
     m_tiles = -(-seq_q // block_m)
     tiles = m_tiles * batch_heads
@@ -84,8 +98,9 @@ def tile_walk(seq_q: int, seq_k: int, batch_heads: int, block_m: int, causal: bo
         by_block = np.concatenate([np.arange(b, tiles, blocks) for b in range(blocks)])
         starts = np.concatenate([[0], np.cumsum([len(range(b, tiles, blocks)) for b in range(blocks)])])
         return _table(starts, by_block)
-    # Windows of whole heads, about two waves of tiles each (the last no smaller, so the end is as even as the rest).
-    windows = max(1, batch_heads * m_tiles // (2 * blocks))
+    # Windows of whole heads, about window_waves waves of tiles each (the last no smaller, so the end is as even as
+    # the rest).
+    windows = max(1, batch_heads * m_tiles // (window_waves(m_tiles) * blocks))
     owner = np.empty(tiles, dtype=np.int64)
     loads = [(0.0, b) for b in range(blocks)]
     dealt = []
