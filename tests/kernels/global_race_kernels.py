@@ -186,7 +186,8 @@ class ReduceTiles(Script):
 
 class RewriteAfterThePartnerRead(Script):
     """Clusters of two blocks over x [64, 64]: both blocks read it, a cluster barrier, then rank 0 writes it back
-    plus one. Rank 1's read lies between rank 0's own read and its write, which global memory does not order."""
+    plus one. Rank 1's read lies between rank 0's own read and its write; the emulator tracks no global memory
+    through a cluster barrier (docs/emulator.md), so the write races with it."""
 
     def __call__(self, x_ptr: ~float32):
         self.attrs.blocks = [2]

@@ -11,10 +11,9 @@ table in global memory, the walk (``tile_walk``, made on the host and cached): c
 up to S_q / block_m times, and dealing tile t to block t mod blocks left the block with the most work up to 43%
 above the average (16384 rows). The walk deals the tiles longest first to the block with the least work so far,
 within windows of one or two waves of tiles whose heads follow one another (``window_waves``), so that the blocks
-running at once
-share few heads, whose K and V stay in L2 (walking the heads fastest, 132 blocks read 132 heads' K and V at once and
-the kernel became bound by HBM). The K and V rings, the warpgroups' turns and every thread's stage and phase run on
-from tile to tile.
+running at once share few heads, whose K and V stay in L2 (walking the heads fastest, 132 blocks read 132 heads' K
+and V at once and the kernel became bound by HBM). The K and V rings, the warpgroups' turns and every thread's
+stage and phase run on from tile to tile.
 
 Q has ``q_slots`` buffers (two where shared memory holds them beside the rings, else one), used by the block's tiles
 in turn, so the producer loads tile t+1's Q while tile t runs. A Q buffer doubles as each warpgroup's O staging
