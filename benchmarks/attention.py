@@ -10,7 +10,8 @@ kernel at the schedule ops.attention would give it, called on preallocated tenso
 checked first). ``--tokens N`` sets the batch to N / seq instead (FlashAttention-3's grid: ``--tokens 16384``);
 ``--persistent`` also times the persistent kernel (``AttentionPersistent``, one block per SM walking the (query
 tile, head) tiles) at its shipped schedule (``--persistent-schedules all``: the fastest of its space), checked the
-same way first.
+same way first; ``--window-waves`` times it with the walk's windows of each given number of waves of tiles instead
+of the shipped ``window_waves`` (every walk's figure in the JSON, the fastest in the table).
 
     python benchmarks/attention.py                                  # the full table (~4 minutes on an H200)
     python benchmarks/attention.py --head-dims 128 --seqs 8192 --causal both --dtypes fp16,bf16
@@ -20,6 +21,8 @@ same way first.
     python benchmarks/attention.py --tokens 16384 --seqs 512,1024,2048 --head-dims 128 --persistent \
         --persistent-consumers 128:3                             # the persistent kernel's 192-row tiles at D 128
     python benchmarks/attention.py --tokens 16384 --seqs 512,1024,2048 --persistent   # short sequences
+    python benchmarks/attention.py --tokens 16384 --seqs 512 --head-dims 128 --causal yes --persistent \
+        --window-waves 0.5,1,2                                   # the persistent walk's windows of 1/2, 1, 2 waves
 
 Prints one line per config as it goes and a table last, then per dtype the geometric mean of the ratios to cuDNN,
 the lowest and how many lie below 0.90; ``--json`` writes every number.
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import itertools
 import json
 import math
 import os
@@ -74,6 +78,17 @@ def parse_consumers(text: str) -> tuple[int, int]:
     return head_dim, count
 
 
+def parse_waves(text: str) -> list[float]:
+    """``"0.5,1,2"`` -> [0.5, 1.0, 2.0]: window sizes of the persistent kernel's walk, in waves of tiles."""
+    try:
+        waves = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected positive numbers of waves, e.g. 0.5,1,2, got {text!r}") from None
+    if not all(w > 0 for w in waves):
+        raise argparse.ArgumentTypeError(f"the windows' waves must be positive, got {text!r}")
+    return waves
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--head-dims", default="64,128,256")
@@ -102,8 +117,13 @@ def main(argv=None) -> int:
     parser.add_argument("--persistent-schedules", choices=("default", "all"), default="default",
                         help="the persistent kernel at the head dim's shipped tile and stages (default) or at "
                              "every schedule of its space, the fastest reported")
+    parser.add_argument("--window-waves", default=None, type=parse_waves, metavar="W,...",
+                        help="with --persistent: walk the tiles in windows of W waves of tiles each (e.g. 0.5,1,2), "
+                             "each timed, instead of the shipped window_waves")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    if args.window_waves and not args.persistent:
+        parser.error("--window-waves times the persistent kernel's walk: give --persistent too")
 
     import torch
     import triton
@@ -168,10 +188,12 @@ def main(argv=None) -> int:
     def bench(fn):
         return triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median")
 
-    def persistent_tflops(q, k, v, causal, head_dim, reference, name, flops):
+    def persistent_tflops(q, k, v, causal, head_dim, reference, name, flops, walks):
         """The persistent kernel at its shipped schedule (``persistent_schedule``: where ops.attention would not run
-        it, the longest rows' of the head dim and mask, else the one-tile kernel's tile and stages), or with ``--persistent-schedules all`` the fastest of its schedules that fit:
-        (TFLOP/s, schedule), or (None, None) when none matches ``reference``."""
+        it, the longest rows' of the head dim and mask, else the one-tile kernel's tile and stages), or with
+        ``--persistent-schedules all`` the fastest of its schedules that fit, walked in the shipped windows or in
+        each of ``--window-waves``' (every walk's TFLOP/s into ``walks``, by label): (TFLOP/s, schedule), or
+        (None, None) when none matches ``reference``."""
         problem = validate(q, k, v, causal, None)
         if args.persistent_schedules == "all":
             schedules = AttentionPersistent(float16).schedules()
@@ -179,13 +201,16 @@ def main(argv=None) -> int:
             schedules = [persistent_schedule(problem)]
         batch, heads, seq, _ = q.shape
         best = (None, None)
-        for schedule in schedules:
+        for schedule, waves in itertools.product(schedules, args.window_waves or [None]):
             label = ",".join(f"{key}={value}" for key, value in schedule.items())
+            if waves is not None:
+                label += f" waves={waves:g}"
             out, lse = torch.full_like(q, float("nan")), torch.empty(q.shape[:3], device="cuda")
             try:
                 kernel = AttentionPersistent(BY_NAME[kernel_dtypes[name]], head_dim=head_dim, causal=causal,
                                              **schedule, consumers=consumers_of(problem, persistent=True))
-                walk = torch.from_numpy(tile_walk(seq, seq, batch * heads, kernel.block_m, causal, num_sms).copy())
+                walk = torch.from_numpy(tile_walk(seq, seq, batch * heads, kernel.block_m, causal, num_sms,
+                                                  waves).copy())
                 call_args = (seq, seq, batch * heads, heads, 1, head_dim ** -0.5 * LOG2_E, q, k, v, out, lse,
                              walk.cuda(), num_sms)
                 kernel(*call_args)
@@ -197,6 +222,10 @@ def main(argv=None) -> int:
                 print(f"{name} D={head_dim} seq={seq} causal={causal} persistent {label}: WRONG", flush=True)
                 continue
             tflops = flops / bench(lambda: kernel(*call_args)) / 1e9
+            walks[label] = tflops
+            if args.window_waves:
+                print(f"{name} D={head_dim} seq={seq} causal={causal} persistent {label}: {tflops:.0f} TFLOP/s",
+                      flush=True)
             if best[0] is None or tflops > best[0]:
                 best = (tflops, label)
         return best
@@ -270,7 +299,8 @@ def main(argv=None) -> int:
                         row["best"] = best
                         if args.persistent:
                             row["persistent"], row["persistent_schedule"] = persistent_tflops(
-                                q, k, v, causal, head_dim, reference, name, flops)
+                                q, k, v, causal, head_dim, reference, name, flops,
+                                row.setdefault("persistent_walks", {}))
                         results["rows"].append(row)
                         cudnn = row.get("cudnn")
                         ratio = f"{best[1] / cudnn:.3f}x cuDNN" if best and cudnn else "-"

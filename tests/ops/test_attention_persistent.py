@@ -10,7 +10,7 @@ import pytest
 from tests.ops.test_attention import expected, line_of, lse_of, operands
 from tests.support.example_checks import emulator  # noqa: F401  (autouse: the emulator, its deterministic schedule)
 
-from warpspec import BarrierError
+from warpspec import ArgumentError, BarrierError
 from warpspec.dtypes import bfloat16, float16, int32, uint32
 from warpspec.emulator.run import SEED_VARIABLE
 from warpspec.ops import attention_persistent_kernel as apk
@@ -185,6 +185,31 @@ def test_short_heads_are_walked_in_windows_of_one_wave():
     assert firsts.max() // 4 == 34
     long_walk = apk.tile_walk(2048, 2048, 128, 128, True, 132)
     assert long_walk[133:][long_walk[:132]].max() // 16 == 18
+
+
+def test_the_walk_takes_windows_of_any_size_for_timing():
+    """``waves`` replaces ``window_waves`` (benchmarks/attention.py --window-waves). At 512 rows (4 tiles a head),
+    the blocks' first tiles are the first window's longest while it has 132 tiles: two waves' windows hold 73 or 74
+    heads (7 windows), so the first tiles are heads 0-73's; half a wave's hold 16 or 17 (31 windows), so the first
+    two windows' 68 tiles each (heads 0-33) give them, where one wave's 35 heads (heads 0-34) do; a window larger than
+    the grid is one window, whose longest tiles are the last tiles of heads 0-131. The same tiles are listed whatever the windows; anything but a positive number is
+    refused."""
+    def first_window_heads(walk):
+        return walk[133:][walk[:132]].max() // 4 + 1
+
+    assert apk.tile_walk(512, 512, 512, 128, True, 132, 1) is not apk.tile_walk(512, 512, 512, 128, True, 132)
+    assert (apk.tile_walk(512, 512, 512, 128, True, 132, 1) == apk.tile_walk(512, 512, 512, 128, True, 132)).all()
+    assert first_window_heads(apk.tile_walk(512, 512, 512, 128, True, 132, 2)) == 74
+    assert first_window_heads(apk.tile_walk(512, 512, 512, 128, True, 132, 0.5)) == 34
+    assert first_window_heads(apk.tile_walk(512, 512, 512, 128, True, 132, 1)) == 35
+    whole = apk.tile_walk(512, 512, 512, 128, True, 132, 100.0)
+    assert first_window_heads(whole) == 132
+    for waves in (0.5, 2, 100.0):
+        walk = apk.tile_walk(512, 512, 512, 128, True, 132, waves)
+        assert sorted(walk[133:].tolist()) == list(range(2048))
+    for waves in (0, -1, float("nan"), True, "1"):
+        with pytest.raises(ArgumentError, match="tile_walk: waves must be a positive number of waves of tiles"):
+            apk.tile_walk(512, 512, 512, 128, True, 132, waves)
 
 
 def test_tiles_of_one_length_go_round_the_blocks_head_by_head():

@@ -162,6 +162,19 @@ def test_attention_refuses_a_consumer_count_it_cannot_build(value, message):
     assert found.returncode == 2 and f"argument --consumers: {message}" in found.stderr, found.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--persistent", "--window-waves", "1,0"], "argument --window-waves: the windows' waves must be positive, got '1,0'"),
+    (["--persistent", "--window-waves", "one"], "argument --window-waves: expected positive numbers of waves"),
+    (["--window-waves", "1"], "--window-waves times the persistent kernel's walk: give --persistent too")])
+def test_attention_refuses_window_waves_it_cannot_time(args, message):
+    """benchmarks/attention.py's ``--window-waves`` (the persistent walk's windows) is checked before anything
+    runs."""
+    environment = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src"))
+    found = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "attention.py"), *args],
+                           capture_output=True, text=True, timeout=120, env=environment)
+    assert found.returncode == 2 and message in found.stderr, found.stderr
+
+
 def test_attention_summarizes_its_ratios_to_cudnn():
     """benchmarks/attention.py's last lines: geometric mean, lowest ratio and the points below 0.90."""
     sys.path.insert(0, ROOT)

@@ -38,6 +38,7 @@ import heapq
 import numpy as np
 
 from warpspec.dtypes import float32, int32, uint32
+from warpspec.errors import ArgumentError
 from warpspec.frontend.interpreter import cdiv
 from warpspec.ops.attention_kernel import CONSUMER_REGISTERS_OF, PRODUCER_REGISTERS, WARPGROUP, Attention
 from warpspec.ops.naming import typed_kernel_name
@@ -76,8 +77,9 @@ def tile_keys(seq_q: int, seq_k: int, block_m: int, causal: bool) -> np.ndarray:
     return np.clip(ends, 0, seq_k)
 
 
-@functools.lru_cache(maxsize=256)
-def tile_walk(seq_q: int, seq_k: int, batch_heads: int, block_m: int, causal: bool, num_sms: int) -> np.ndarray:
+@functools.lru_cache(maxsize=256, typed=True)  # typed: waves=True must not be served waves=1's walk
+def tile_walk(seq_q: int, seq_k: int, batch_heads: int, block_m: int, causal: bool, num_sms: int,
+              waves: float | None = None) -> np.ndarray:
     """Which (query tile, head row) tiles each block of the persistent kernel runs, and in what order: an int32
     table of ``blocks + 1`` starts (block b runs list entries ``starts[b] ... starts[b + 1] - 1``) followed by the
     ``tiles`` entries ``head row · m_tiles + query tile``, where ``blocks = min(tiles, num_sms)``.
@@ -86,9 +88,12 @@ def tile_walk(seq_q: int, seq_k: int, batch_heads: int, block_m: int, causal: bo
     ``TILE_OVERHEAD_STEPS``), as a queue would hand them to blocks that finish in that order, but decided on the
     host: causal tiles of every length share the blocks evenly, where dealing tile t to block t mod blocks gave the
     busiest block up to 43% more work than the average (16384 rows). Longest first is taken within windows of
-    ``window_waves`` waves of tiles, whole heads each, in head order: the blocks running at once read few heads,
-    whose K and V stay in L2. Tiles of one cost (no mask) go round the blocks in head order, block b taking tiles b,
-    b + blocks, ... The result is cached and read-only."""
+    ``window_waves`` waves of tiles (``waves`` instead, when given: how the walk's windows were chosen is timed that
+    way, ``benchmarks/attention.py --window-waves``), whole heads each, in head order: the blocks running at once
+    read few heads, whose K and V stay in L2. Tiles of one cost (no mask) go round the blocks in head order, block b
+    taking tiles b, b + blocks, ... The result is cached and read-only."""
+    if waves is not None and (isinstance(waves, bool) or not isinstance(waves, (int, float)) or not waves > 0):
+        raise ArgumentError(f"tile_walk: waves must be a positive number of waves of tiles per window, got {waves!r}")
     m_tiles = -(-seq_q // block_m)
     tiles = m_tiles * batch_heads
     blocks = min(tiles, num_sms)
@@ -99,7 +104,9 @@ def tile_walk(seq_q: int, seq_k: int, batch_heads: int, block_m: int, causal: bo
         return _table(starts, by_block)
     # Windows of whole heads, about window_waves waves of tiles each (the last no smaller, so the end is as even as
     # the rest).
-    windows = max(1, batch_heads * m_tiles // (window_waves(m_tiles) * blocks))
+    if waves is None:
+        waves = window_waves(m_tiles)
+    windows = max(1, int(batch_heads * m_tiles // (waves * blocks)))
     owner = np.empty(tiles, dtype=np.int64)
     loads = [(0.0, b) for b in range(blocks)]
     dealt = []
