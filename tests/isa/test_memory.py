@@ -65,6 +65,27 @@ class StopAtRow(warpspec.Script):
         self.store_global(out, self.load_global(x, offsets=[0, 0], shape=[8, 64]), offsets=[0, 0], row_end=end)
 
 
+class AddRows(warpspec.Script):
+    """out += (block + 1) · x for an [8, 64] float32 tile, every block adding into the same elements
+    (``store_global(..., reduce="add")`` of a blocked tile: one add an element); with ``then_store``, block 1 stores
+    the tile plainly instead, which races with the others' adds."""
+
+    def __init__(self, then_store=False):
+        super().__init__()
+        self.then_store = then_store
+
+    def __call__(self, blocks: int32, x_ptr: ~float32, out_ptr: ~float32):
+        self.attrs.blocks = [blocks]
+        self.attrs.warps = 4
+        x = self.global_view(x_ptr, dtype=float32, shape=[8, 64])
+        out = self.global_view(out_ptr, dtype=float32, shape=[8, 64])
+        tile = self.load_global(x, offsets=[0, 0], shape=[8, 64]) * (self.blockIdx.x + 1)
+        if self.then_store and self.blockIdx.x == 1:
+            self.store_global(out, tile, offsets=[0, 0])  # <<< plain-store
+        else:
+            self.store_global(out, tile, offsets=[0, 0], reduce="add")  # <<< reduce-add
+
+
 class Misuse(warpspec.Script):
     """One memory call that breaks one rule, chosen by ``mistake``."""
 
@@ -99,6 +120,10 @@ class Misuse(warpspec.Script):
         if self.mistake == "store-shared-rank":
             staged = self.shared_tensor(dtype=float32, shape=[1, 8, 64])
             self.store_shared(staged, tile)  # <<< store-shared-rank
+        if self.mistake == "reduce-dtype":
+            self.store_global(x, self.cast(tile, float16), offsets=[0, 0], reduce="add")  # <<< reduce-dtype
+        if self.mistake == "reduce-op":
+            self.store_global(x, tile, offsets=[0, 0], reduce="max")  # <<< reduce-op
         if self.mistake == "col-end-rank":
             flat = self.global_view(x_ptr, dtype=float32, shape=[512])
             row = self.load_global(flat, offsets=[0], shape=[64])
@@ -117,6 +142,8 @@ MISUSES = [
     ("scalar-indices", "load_scalar needs one index per dimension of x (2), got 1"),
     ("store-shared-rank", "store_shared takes a 2-D shared tile; staged has shape [1, 8, 64]"),
     ("col-end-rank", "store_global col_end bounds the columns of a 2-D view; flat has rank 1"),
+    ("reduce-dtype", "store_global reduce='add' adds float32 tensors; "),
+    ("reduce-op", "store_global reduce must be None or one of 'add', got 'max'"),
 ]
 
 
@@ -138,6 +165,52 @@ def test_a_store_stops_at_its_row_end(end):
         StopAtRow()(end, x, out)
     np.testing.assert_array_equal(out[:end], x[:end])
     assert np.isnan(out[end:]).all()
+
+
+def test_blocks_reduce_add_into_the_same_elements():
+    """Three blocks add 1·x, 2·x and 3·x into out (which held 0.5): 6·x + 0.5, in whatever order they land."""
+    x, out = _input(), np.full((8, 64), 0.5, np.float32)
+    with warpspec.use_backend("emulator"):
+        AddRows()(3, x, out)
+    np.testing.assert_allclose(out, 6 * x + 0.5, rtol=1e-6, atol=1e-6)
+
+
+def test_a_plain_store_of_elements_another_block_adds_into_is_a_race():
+    """Adds commute with each other, not with a plain store: whichever block runs second reports the race."""
+    with warpspec.use_backend("emulator"), pytest.raises(warpspec.RaceError) as caught:
+        AddRows(then_store=True)(2, _input(), np.zeros((8, 64), np.float32))
+    assert caught.value.location in (f"{__file__}:{marker_line('plain-store')}",
+                                     f"{__file__}:{marker_line('reduce-add')}")
+    assert "reduce-added into" in str(caught.value) or "wrote" in str(caught.value)
+
+
+def _subnormal_input():
+    """[8, 64] float32 values around the smallest normal (1.18e-38): subnormal ones, normal ones, signs mixed."""
+    tiny = np.finfo(np.float32).tiny
+    values = np.linspace(-2.0, 2.0, 8 * 64, dtype=np.float32).reshape(8, 64) * tiny
+    return values
+
+
+def test_reduce_adds_flush_subnormals_to_zero():
+    """red.global.add.f32 flushes subnormal addends, held values and sums to zeros of their sign (``.ftz``), and so
+    does the emulator: one block adds 1·x into out = x (x spanning ±2 times the smallest normal)."""
+    x = _subnormal_input()
+    out = x.copy()
+    with warpspec.use_backend("emulator"):
+        AddRows()(1, x, out)
+
+    def flush(v):
+        return np.where(np.abs(v) < np.finfo(np.float32).tiny, np.copysign(np.float32(0), v), v)
+
+    np.testing.assert_array_equal(out, flush(flush(x) + flush(x)))
+    assert (out == 0).sum() > 0 and (np.abs(x) < np.finfo(np.float32).tiny).sum() > 0
+
+
+def test_the_cuda_build_of_a_reduce_add_is_one_red_an_element():
+    counts = sass.count_instructions(sass.disassemble(compile_kernel(kernel_for(AddRows(), {})).module.cubin),
+                                     ["REDG", "STG", "LDL", "STL"])
+    assert counts["REDG"] > 0 and counts["STG"] == 0
+    assert counts["LDL"] == 0 and counts["STL"] == 0
 
 
 def _gather_inputs(n=5):
@@ -224,3 +297,24 @@ def test_gpu_a_round_trip_through_registers_and_shared_memory():
         RoundTrip()(torch.from_numpy(x).cuda(), out)
     torch.cuda.synchronize()
     np.testing.assert_array_equal(out.cpu().numpy(), 2 * x)
+
+
+@pytest.mark.gpu
+def test_gpu_blocks_reduce_add_as_the_emulator_does():
+    """The emulator's adds against the GPU's: 6·x + 0.5 from three blocks, and subnormals flushed alike."""
+    torch = pytest.importorskip("torch")
+    x = _input()
+    out = torch.full((8, 64), 0.5, device="cuda")
+    with warpspec.use_backend("cuda"):
+        AddRows()(3, torch.from_numpy(x).cuda(), out)
+    torch.cuda.synchronize()
+    np.testing.assert_allclose(out.cpu().numpy(), 6 * x + 0.5, rtol=1e-6, atol=1e-6)
+    tiny = _subnormal_input()
+    expected = tiny.copy()
+    with warpspec.use_backend("emulator"):
+        AddRows()(1, tiny, expected)
+    got = torch.from_numpy(tiny).cuda()
+    with warpspec.use_backend("cuda"):
+        AddRows()(1, torch.from_numpy(tiny).cuda(), got)
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(got.cpu().numpy().view(np.uint32), expected.view(np.uint32))

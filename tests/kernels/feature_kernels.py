@@ -76,6 +76,50 @@ class _Matmul(warpspec.Script):
                           offsets=[self.block_m * self.blockIdx.x, self.block_n * self.blockIdx.y])
 
 
+class MatmulSplitKReduce(_Matmul):
+    """C += A·Bᵀ (float32 C) with K split over grid z: each block multiplies its part of K and adds its float32
+    tile into C with ``store_global(..., reduce="add")``, so the parts of one tile land in any order."""
+
+    def __init__(self, splits=3, **schedule):
+        super().__init__(**schedule)
+        self.splits = splits
+
+    def __call__(self, m_size: int32, n_size: int32, k_size: int32, a_ptr: ~float16, b_ptr: ~float16,
+                 c_ptr: ~float32):
+        ga, gb, sa, sb, pipe = self.setup(m_size, n_size, k_size, a_ptr, b_ptr, float16)
+        self.attrs.blocks = [cdiv(m_size, self.block_m), cdiv(n_size, self.block_n), self.splits]
+        part: int32 = cdiv(cdiv(k_size, self.block_k), self.splits) * self.block_k
+        k_from: int32 = part * self.blockIdx.z
+        k_to: int32 = min(k_size, k_from + part)
+        acc = self.register_tensor(dtype=float32, shape=[self.block_m, self.block_n], init=0.0)
+        with self.thread_group(thread_begin=128, num_threads=32):
+            for offset_k in self.range(k_from, k_to, self.block_k):
+                pipe.producer_acquire()
+                with self.single_thread():
+                    stage = pipe.producer_stage
+                    self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(),
+                                                       sa[stage].nbytes + sb[stage].nbytes)
+                    self.tma.global_to_shared(src=ga, dst=sa[stage],
+                                              offsets=[self.block_m * self.blockIdx.x, offset_k],
+                                              mbarrier=pipe.producer_barrier())
+                    self.tma.global_to_shared(src=gb, dst=sb[stage],
+                                              offsets=[self.block_n * self.blockIdx.y, offset_k],
+                                              mbarrier=pipe.producer_barrier())
+                pipe.producer_advance()
+        with self.thread_group(thread_begin=0, num_threads=128):
+            for _ in self.range(k_from, k_to, self.block_k):
+                pipe.consumer_acquire()
+                self.wgmma.fence()
+                self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
+                self.wgmma.commit_group()
+                self.wgmma.wait_group(0)
+                pipe.consumer_release()
+                pipe.consumer_advance()
+            gc = self.global_view(c_ptr, dtype=float32, shape=[m_size, n_size])
+            self.store_global(gc, acc, offsets=[self.block_m * self.blockIdx.x, self.block_n * self.blockIdx.y],
+                              reduce="add")
+
+
 class MatmulBF16(_Matmul):
     """bfloat16 inputs and output, float32 accumulators."""
 

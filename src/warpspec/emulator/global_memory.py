@@ -405,9 +405,10 @@ class BlockMemory:
         writers[...] = tile.id
         tile.data[...] = values[tile.slices]
 
-    def reduce_add(self, task, tile: GlobalTile, values: np.ndarray) -> None:
-        """Add ``values`` (tile-shaped) into the tile's elements; RaceError if another block wrote or read any
-        with a plain access (another block's reduce-adds commute with this one)."""
+    def reduce_add(self, task, tile: GlobalTile, values: np.ndarray, combine=None) -> None:
+        """Add ``values`` (tile-shaped) into the tile's elements, or store ``combine(held, added)`` there when given
+        (an instruction's own rounding of the sum); RaceError if another block wrote or read any with a plain
+        access (another block's reduce-adds commute with this one)."""
         access = self.access(tile)
         self.memory.written.add((access.argument, access.view))
         if tile.empty:
@@ -416,7 +417,10 @@ class BlockMemory:
         self._check_readers(task, tile, "adds into")
         reducers = tile.shadow("reducer")
         np.minimum(reducers, tile.id, out=reducers)
-        tile.data[...] += values[tile.slices]
+        if combine is None:
+            tile.data[...] += values[tile.slices]
+        else:
+            tile.data[...] = combine(tile.data, values[tile.slices])
 
     def _check_readers(self, task, tile: GlobalTile, verb: str) -> None:
         """RaceError if a block other than this one read any of the tile's elements: its first reader, or where

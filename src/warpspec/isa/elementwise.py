@@ -47,7 +47,7 @@ UNARY_FUNCTIONS = {"neg": np.negative, "exp2": np.exp2, "exp": np.exp, "tanh": n
 FLUSH_TO_ZERO = ("exp2", "exp", "log2")
 
 
-def _flush_subnormals(values: np.ndarray) -> np.ndarray:
+def flush_subnormals(values: np.ndarray) -> np.ndarray:
     """float32 ``values`` with subnormals replaced by a zero of their sign, as ``.ftz`` instructions read and
     write them."""
     return np.where(np.abs(values) < np.finfo(np.float32).tiny, np.copysign(np.float32(0), values), values)
@@ -302,7 +302,7 @@ def _arithmetic(machine: EmulationMachine, task: EmulationTask, s: Arithmetic) -
         if s.op == "where":
             result = np.where(*values)
         elif s.op in FLUSH_TO_ZERO:
-            result = _flush_subnormals(UNARY_FUNCTIONS[s.op](_flush_subnormals(values[0])))
+            result = flush_subnormals(UNARY_FUNCTIONS[s.op](flush_subnormals(values[0])))
         elif len(values) == 1:
             result = UNARY_FUNCTIONS[s.op](values[0])
         else:  # numpy broadcasts a [1, N] or [M, 1] operand as the layout pass distributes it

@@ -17,6 +17,7 @@ from warpspec.dtypes import DType, float32, int32, int64, uint32
 from warpspec.errors import BoundsError
 from warpspec.isa.base import LanguageObject, language_call, offsets_of, static_tensor_type
 from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
+from warpspec.isa.elementwise import flush_subnormals
 from warpspec.isa.registry import LAYOUT_RULE, WRITES_GLOBAL, declare, declare_timeline, emulates
 from warpspec.isa.timeline_facts import NOT_SHOWN, STATEMENT, TimingCost
 from warpspec.isa.values import TensorValue, describe
@@ -116,6 +117,11 @@ class LoadShared(ir.DefineTensor):
         return f"{self.decl.name} = load_shared({f(self.src)})"
 
 
+#: The reductions ``store_global(..., reduce=...)`` takes, each with the element types it combines (PTX's
+#: ``red.global`` has more; a float32 add is what accumulating a GEMM's partial tiles needs).
+GLOBAL_REDUCTIONS = {"add": ("float32",)}
+
+
 @dataclass(frozen=True, eq=False)
 class StoreGlobal(ir.Instruction):
     """Write register tensor ``src`` into global view ``dst`` at ``offsets``; elements outside the view, rows at or
@@ -126,11 +132,13 @@ class StoreGlobal(ir.Instruction):
     offsets: tuple[ir.Expr, ...]
     row_end: ir.Expr | None = None
     col_end: ir.Expr | None = None
+    reduce: str | None = None  # "add": each element added atomically into what the view holds
 
     def text(self, f) -> str:
         row_end = "" if self.row_end is None else f", row_end={f(self.row_end)}"
         col_end = "" if self.col_end is None else f", col_end={f(self.col_end)}"
-        return f"store_global({f(self.dst)}, {f(self.src)}, offsets={f(self.offsets)}{row_end}{col_end})"
+        reduce = "" if self.reduce is None else f", reduce={self.reduce!r}"
+        return f"store_global({f(self.dst)}, {f(self.src)}, offsets={f(self.offsets)}{row_end}{col_end}{reduce})"
 
 
 @dataclass(frozen=True, eq=False)
@@ -269,16 +277,30 @@ class Memory(LanguageObject):
         return var
 
     @language_call
-    def store_global(self, view, tensor, offsets, row_end=None, col_end=None) -> None:
+    def store_global(self, view, tensor, offsets, row_end=None, col_end=None, reduce=None) -> None:
         """Store register tensor ``tensor`` into global view ``view`` at ``offsets``; elements that fall outside the
         view are not written (ragged edges), nor, with ``row_end`` (a runtime or compile-time int32), those of
         view rows (the first dimension) at or past ``row_end``: a tile that ends inside a packed sequence's rows
         leaves the next sequence's alone; ``col_end`` bounds a 2-D view's columns alike (a transposed tile, whose
         columns are the sequence's rows). Executed by the threads holding the tensor (all of them: the layout
-        pass refuses a store by a subset); ``st.global``."""
+        pass refuses a store by a subset); ``st.global``.
+
+        ``reduce="add"`` (float32 tensors): add each element into what the view holds instead, atomically, so that
+        several blocks may add into the same elements in any order (a plain access of them by another block is
+        still a race); nothing waits for the adds, which are done when the kernel ends. Subnormal addends, held
+        values and sums count as zeros of their sign (the instruction's ``.ftz``). ``red.global.add.f32``,
+        or for a WGMMA accumulator's column pairs ``red.global.add.v2.f32`` (8 bytes a thread and instruction)
+        where the view's columns are contiguous and the pair 8-byte aligned."""
         b = self.b
         view = b.to_tensor(view, "store_global view", (ir.GLOBAL,))
         tensor = b.to_tensor(tensor, "store_global tensor", (ir.REGISTER,))
+        if reduce is not None:
+            if reduce not in GLOBAL_REDUCTIONS:
+                raise b.error(f"store_global reduce must be None or one of "
+                              f"{', '.join(map(repr, GLOBAL_REDUCTIONS))}, got {reduce!r}")
+            if tensor.dtype.name not in GLOBAL_REDUCTIONS[reduce]:
+                raise b.error(f"store_global reduce={reduce!r} adds {' or '.join(GLOBAL_REDUCTIONS[reduce])} "
+                              f"tensors; {tensor.name} is {tensor.dtype.name}")
         if tensor.dtype != view.dtype:
             raise b.error(f"store_global: {tensor.name} is {tensor.dtype.name} but {view.name} holds "
                           f"{view.dtype.name}; cast it first")
@@ -291,7 +313,7 @@ class Memory(LanguageObject):
             raise b.error(f"store_global col_end bounds the columns of a 2-D view; {view.name} has rank "
                           f"{len(view.shape)}")
         cols = None if col_end is None else b.to_index(col_end, "store_global col_end")
-        b.emit(StoreGlobal(b.loc, b.threads(), view.ref, tensor.ref, offs, end, cols))
+        b.emit(StoreGlobal(b.loc, b.threads(), view.ref, tensor.ref, offs, end, cols, reduce))
 
     @language_call
     def store_shared(self, dst, src, column=0) -> None:
@@ -424,6 +446,13 @@ def _store_global(machine: EmulationMachine, task: EmulationTask, s: StoreGlobal
     cols = None
     if s.col_end is not None:  # the tile columns before col_end, alike
         cols = (0, max(min(src.shape[1], machine.ev(task, s.col_end) - offsets[1]), 0))
+    if s.reduce:
+        target = machine.global_tile(task, s.dst, offsets, src.shape, f"store_global(reduce={s.reduce!r})",
+                                     (first, last), cols)
+        # red.global.add.f32 flushes subnormal inputs and results to zero (.ftz in its SASS, REDG...FTZ).
+        machine.global_memory.reduce_add(task, target, flush_subnormals(src.astype(np.float32)),
+                                         combine=lambda held, added: flush_subnormals(flush_subnormals(held) + added))
+        return
     machine.write_global_tile(task, s.dst, offsets, src, "store_global", rows=(first, last), cols=cols)
 
 

@@ -1,5 +1,6 @@
 """Stores of WGMMA accumulator tiles to global memory: each thread stores its fragment's column pairs, or
-(16-bit tiles) the four lanes of a quad exchange pairs so each lane stores 16 contiguous bytes.
+(16-bit tiles) the four lanes of a quad exchange pairs so each lane stores 16 contiguous bytes; float32 tiles
+reduce-added (``store_global(..., reduce="add")``) add the same pairs atomically.
 
 An element is stored when its row lies in ``[0, rows_end_)`` and its column in ``[0, size1)``, the view the emulator
 clips to (a tile at negative offsets included). A column's bounds are one unsigned comparison, a negative index being
@@ -67,6 +68,36 @@ def store_pairs(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: s
                               f"if ({_inside('c + 1', 'cols_end_')}) "
                               f"*reinterpret_cast<{ctype} *>(base_ + (e + {view}_stride1) * {nbytes}) = "
                               f"static_cast<{ctype}>({gen.element(src, reg + 1)}); }} }} }}")
+    gen.indent -= 1
+    gen.line("}")
+
+
+def reduce_pairs(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: str, row: str, col: str,
+                 rows_end: str | None = None, cols_end: str | None = None):
+    """``reduce="add"`` of a float32 accumulator: each thread adds its fragment's adjacent column pairs with one
+    ``red.global.add.v2.f32`` where 8-byte aligned and in bounds, else element by element
+    (``red.global.add.f32``)."""
+    acc = layout.layout
+    src = s.src.decl
+    gen.line("{")
+    gen.indent += 1
+    _store_head(gen, layout, view, row, f"{col} + 2 * (lane_ & 3)", rows_end, cols_end)
+    gen.line(f"const bool pairs_ = ({view}_stride1 == 1) && (({view}_stride0 & 1) == 0) && "
+              f"(({view}_base & 7) == 0) && ((({col}) & 1) == 0) && col0_ >= 0;")
+    for mb in range(acc.m_blocks):
+        for ni in range(acc.n_instructions):
+            for j in range(acc.instr_n // 8):
+                for h in range(2):
+                    reg = (mb * acc.n_instructions + ni) * (acc.instr_n // 2) + 4 * j + 2 * h
+                    first, second = gen.element(src, reg), gen.element(src, reg + 1)
+                    gen.line(f"{{ const int r = row0_ + {mb * 64 + 8 * h}, c = col0_ + "
+                              f"{ni * acc.instr_n + 8 * j};")
+                    gen.line(f"  if (r >= 0 && r < rows_end_) {{ const long long e = static_cast<long long>(r) * "
+                              f"{view}_stride0 + static_cast<long long>(c) * {view}_stride1;")
+                    gen.line(f"    if (pairs_ && c + 1 < cols_end_) red_add_f32x2(base_ + e * 4, {first}, {second});")
+                    gen.line(f"    else {{ if ({_inside('c', 'cols_end_')}) red_add_f32(base_ + e * 4, {first}); "
+                              f"if ({_inside('c + 1', 'cols_end_')}) red_add_f32(base_ + (e + {view}_stride1) * 4, "
+                              f"{second}); }} }} }}")
     gen.indent -= 1
     gen.line("}")
 

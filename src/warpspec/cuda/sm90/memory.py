@@ -313,7 +313,9 @@ def _emit_StoreGlobal(gen: CodeGenerator, s: StoreGlobal) -> None:
     rows_end = _bound(gen, s.row_end, f"{view}_size0")
     cols_end = _bound(gen, s.col_end, f"{view}_size1")
     if isinstance(layout, Accumulator) and len(offsets) == 2 and nbytes in (2, 4):
-        if gen.quad_stores and nbytes == 2 and layout.layout.instr_n % 32 == 0:
+        if s.reduce:
+            epilogue.reduce_pairs(gen, s, layout, view, offsets[0], offsets[1], rows_end, cols_end)
+        elif gen.quad_stores and nbytes == 2 and layout.layout.instr_n % 32 == 0:
             epilogue.store_quads(gen, s, layout, view, offsets[0], offsets[1], rows_end, cols_end)
         else:
             epilogue.store_pairs(gen, s, layout, view, offsets[0], offsets[1], rows_end, cols_end)
@@ -324,11 +326,15 @@ def _emit_StoreGlobal(gen: CodeGenerator, s: StoreGlobal) -> None:
         inside, offset = _global_address(gen, view, len(offsets), offsets, row, col, rows_end, cols_end)
         if valid:
             inside = f"{valid} && {inside}"
-        gen.line(f"if ({inside}) *reinterpret_cast<{ctype} *>(reinterpret_cast<unsigned char *>({view}_base) + "
-                  f"({offset}) * {nbytes}) = static_cast<{ctype}>({gen.element(s.src.decl, i)});")
+        address = f"reinterpret_cast<unsigned char *>({view}_base) + ({offset}) * {nbytes}"
+        if s.reduce:  # float32 (the front end's rule): one red.global.add.f32 an element
+            gen.line(f"if ({inside}) red_add_f32({address}, {gen.element(s.src.decl, i)});")
+            return
+        gen.line(f"if ({inside}) *reinterpret_cast<{ctype} *>({address}) = "
+                  f"static_cast<{ctype}>({gen.element(s.src.decl, i)});")
 
     width = _vector_bytes(_run_length(layout, s.src.decl.shape), nbytes)
-    if not width:
+    if not width or s.reduce:
         gen.element_loop(layout, body)
         return
     _store_vectors(gen, s.src.decl, layout, view, offsets, width, rows_end, cols_end, body)

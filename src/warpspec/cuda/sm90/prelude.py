@@ -73,6 +73,13 @@ __device__ __forceinline__ unsigned short f32_to_bf16(float x) {
 __device__ __forceinline__ float f16_to_f32(unsigned short h) {
   float x; asm("cvt.f32.f16 %0, %1;" : "=f"(x) : "h"(h)); return x;
 }
+// store_global(..., reduce="add"): atomic adds nothing waits for (red, not atom: no value comes back).
+__device__ __forceinline__ void red_add_f32(void *p, float v) {
+  asm volatile("red.global.add.f32 [%0], %1;" :: "l"(p), "f"(v) : "memory");
+}
+__device__ __forceinline__ void red_add_f32x2(void *p, float a, float b) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" :: "l"(p), "f"(a), "f"(b) : "memory");
+}
 struct alignas(16) U4 { unsigned x, y, z, w; };
 __device__ __forceinline__ unsigned select4(int i, unsigned a, unsigned b, unsigned c, unsigned d) {
   return i == 0 ? a : i == 1 ? b : i == 2 ? c : d;
