@@ -287,6 +287,18 @@ def test_v6s_modeled_roles_walk_their_tiles_in_order_and_the_ring_runs_on_across
     assert [(e.name, e.tile, e.stage) for e in stores] == [("tma sc[0, 0] -> gc", tile, None) for tile in range(8)]
 
 
+def test_a_kernel_that_adds_from_registers_into_global_memory_is_modeled():
+    """Split-K whose parts add their float32 tiles with store_global(..., reduce="add"): the model prices the adds as
+    stores (it failed on them with a TypeError when they arrived), and every part's WGMMAs are modeled."""
+    from tests.kernels.feature_kernels import MatmulSplitKReduce
+
+    script = MatmulSplitKReduce(splits=3)
+    runtime, compile_time = bind_arguments(MatmulSplitKReduce, (256, 128, 384, None, None, None), {})
+    timeline = model_launch(kernel_for(script, compile_time), runtime, load_parameters())
+    assert summarize(timeline).metrics["wgmma"] == 1.0
+    assert [e.name for e in timeline.events if e.kind == "tma" and "->" in e.name and e.name.startswith("tma ga")]
+
+
 def test_a_kernel_that_reduce_adds_into_global_memory_is_modeled():
     """The accumulating attention backward reduce-adds each tile's dQ share with a TMA reduce-add: the model, which
     carries no data, prices it as a store (it used to fail on it with an AttributeError)."""

@@ -122,8 +122,9 @@ class NullMemory:
     def write(self, task, tile, values) -> None:
         """Dropped: the model does not carry data."""
 
-    def reduce_add(self, task, tile, values) -> None:
-        """Dropped: the model does not carry data (a TMA reduce-add costs its transfer, as a store does)."""
+    def reduce_add(self, task, tile, values, combine=None) -> None:
+        """Dropped: the model does not carry data (a reduce-add, by TMA or ``store_global``, costs its transfer, as
+        a store does)."""
 
     def check_stores_waited(self, task, tile) -> None:
         """No race checks in the model (``warpspec check`` makes them)."""
