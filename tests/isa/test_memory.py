@@ -142,7 +142,7 @@ MISUSES = [
     ("scalar-indices", "load_scalar needs one index per dimension of x (2), got 1"),
     ("store-shared-rank", "store_shared takes a 2-D shared tile; staged has shape [1, 8, 64]"),
     ("col-end-rank", "store_global col_end bounds the columns of a 2-D view; flat has rank 1"),
-    ("reduce-dtype", "store_global reduce='add' adds float32 tensors; "),
+    ("reduce-dtype", "store_global reduce='add' combines float32 tiles; "),
     ("reduce-op", "store_global reduce must be None or one of 'add', got 'max'"),
 ]
 

@@ -34,10 +34,11 @@ class _Matmul(warpspec.Script):
         pipe = warpspec.Pipeline(self.num_stages, consumer_arrivals=self.consumer_threads)
         return ga, gb, sa, sb, pipe
 
-    def produce(self, pipe, ga, gb, sa, sb, k_size):
+    def produce(self, pipe, ga, gb, sa, sb, k_size, k_from=0):
+        """The producer warp: the block's A and B tiles of K ``k_from`` ... ``k_size`` through the ring."""
         offset_m: int32 = self.block_m * self.blockIdx.x
         offset_n: int32 = self.block_n * self.blockIdx.y
-        for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
+        for offset_k in self.range(k_from, k_size, self.block_k, unroll=self.num_stages):
             pipe.producer_acquire()
             with self.single_thread():
                 stage = pipe.producer_stage
@@ -49,8 +50,9 @@ class _Matmul(warpspec.Script):
             pipe.producer_advance()
 
 
-    def consume(self, pipe, sa, sb, acc, k_size):
-        for offset_k in self.range(0, k_size, self.block_k, unroll=self.num_stages):
+    def consume(self, pipe, sa, sb, acc, k_size, k_from=0):
+        """One consumer warpgroup: ``acc`` += each ring stage's A·Bᵀ, K ``k_from`` ... ``k_size``."""
+        for offset_k in self.range(k_from, k_size, self.block_k, unroll=self.num_stages):
             pipe.consumer_acquire()
             self.wgmma.fence()
             self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
@@ -93,28 +95,9 @@ class MatmulSplitKReduce(_Matmul):
         k_to: int32 = min(k_size, k_from + part)
         acc = self.register_tensor(dtype=float32, shape=[self.block_m, self.block_n], init=0.0)
         with self.thread_group(thread_begin=128, num_threads=32):
-            for offset_k in self.range(k_from, k_to, self.block_k):
-                pipe.producer_acquire()
-                with self.single_thread():
-                    stage = pipe.producer_stage
-                    self.mbarrier.arrive_and_expect_tx(pipe.producer_barrier(),
-                                                       sa[stage].nbytes + sb[stage].nbytes)
-                    self.tma.global_to_shared(src=ga, dst=sa[stage],
-                                              offsets=[self.block_m * self.blockIdx.x, offset_k],
-                                              mbarrier=pipe.producer_barrier())
-                    self.tma.global_to_shared(src=gb, dst=sb[stage],
-                                              offsets=[self.block_n * self.blockIdx.y, offset_k],
-                                              mbarrier=pipe.producer_barrier())
-                pipe.producer_advance()
+            self.produce(pipe, ga, gb, sa, sb, k_to, k_from)
         with self.thread_group(thread_begin=0, num_threads=128):
-            for _ in self.range(k_from, k_to, self.block_k):
-                pipe.consumer_acquire()
-                self.wgmma.fence()
-                self.wgmma.mma(sa[pipe.consumer_stage], sb[pipe.consumer_stage].transpose(), acc)
-                self.wgmma.commit_group()
-                self.wgmma.wait_group(0)
-                pipe.consumer_release()
-                pipe.consumer_advance()
+            self.consume(pipe, sa, sb, acc, k_to, k_from)
             gc = self.global_view(c_ptr, dtype=float32, shape=[m_size, n_size])
             self.store_global(gc, acc, offsets=[self.block_m * self.blockIdx.x, self.block_n * self.blockIdx.y],
                               reduce="add")

@@ -77,6 +77,18 @@ def offsets_of(b: BuildContext, offsets, view: TensorValue, what: str) -> tuple[
     return tuple(b.to_index(o, f"{what} offset") for o in offsets)
 
 
+def check_reduction(b: BuildContext, call: str, reduce, reductions: dict, operand: TensorValue) -> None:
+    """Refuse ``reduce`` at the user's line unless it is None, or one of ``reductions`` (name -> the element types
+    it combines) whose types hold ``operand``'s; ``call`` names the language call in the message."""
+    if reduce is None:
+        return
+    if reduce not in reductions:
+        raise b.error(f"{call} reduce must be None or one of {', '.join(map(repr, reductions))}, got {reduce!r}")
+    if operand.dtype.name not in reductions[reduce]:
+        raise b.error(f"{call} reduce={reduce!r} combines {' or '.join(reductions[reduce])} tiles; {operand.name} "
+                      f"is {operand.dtype.name}")
+
+
 def barrier_ref(b: BuildContext, value, what: str) -> ir.TensorRef:
     """The one mbarrier ``value`` names (``barriers[stage]``), or a CompileError naming ``what``."""
     if not isinstance(value, TensorValue) or value.kind != ir.BARRIER:

@@ -15,7 +15,7 @@ import numpy as np
 from warpspec import dtypes
 from warpspec.dtypes import DType, float32, int32, int64, uint32
 from warpspec.errors import BoundsError
-from warpspec.isa.base import LanguageObject, language_call, offsets_of, static_tensor_type
+from warpspec.isa.base import LanguageObject, check_reduction, language_call, offsets_of, static_tensor_type
 from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
 from warpspec.isa.elementwise import flush_subnormals
 from warpspec.isa.registry import LAYOUT_RULE, WRITES_GLOBAL, declare, declare_timeline, emulates
@@ -294,13 +294,7 @@ class Memory(LanguageObject):
         b = self.b
         view = b.to_tensor(view, "store_global view", (ir.GLOBAL,))
         tensor = b.to_tensor(tensor, "store_global tensor", (ir.REGISTER,))
-        if reduce is not None:
-            if reduce not in GLOBAL_REDUCTIONS:
-                raise b.error(f"store_global reduce must be None or one of "
-                              f"{', '.join(map(repr, GLOBAL_REDUCTIONS))}, got {reduce!r}")
-            if tensor.dtype.name not in GLOBAL_REDUCTIONS[reduce]:
-                raise b.error(f"store_global reduce={reduce!r} adds {' or '.join(GLOBAL_REDUCTIONS[reduce])} "
-                              f"tensors; {tensor.name} is {tensor.dtype.name}")
+        check_reduction(b, "store_global", reduce, GLOBAL_REDUCTIONS, tensor)
         if tensor.dtype != view.dtype:
             raise b.error(f"store_global: {tensor.name} is {tensor.dtype.name} but {view.name} holds "
                           f"{view.dtype.name}; cast it first")

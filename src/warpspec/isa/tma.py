@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from warpspec.errors import BarrierError, InFlightAtExitError, KernelError
-from warpspec.isa.base import LanguageObject, barrier_ref, language_call, offsets_of
+from warpspec.isa.base import LanguageObject, barrier_ref, check_reduction, language_call, offsets_of
 from warpspec.isa.cluster import check_rank
 from warpspec.isa.contracts import EmulationMachine, EmulationTask, Steps
 from warpspec.isa.registry import WRITES_GLOBAL, at_exit, declare, declare_timeline, emulates
@@ -152,13 +152,7 @@ class Tma(LanguageObject):
         src = b.to_tensor(src, "tma.shared_to_global src", (ir.SHARED,))
         dst = b.to_tensor(dst, "tma.shared_to_global dst", (ir.GLOBAL,))
         self._box(src, dst, "tma.shared_to_global")
-        if reduce is not None:
-            if reduce not in TMA_REDUCTIONS:
-                raise b.error(f"tma.shared_to_global reduce must be None or one of "
-                              f"{', '.join(map(repr, TMA_REDUCTIONS))}, got {reduce!r}")
-            if src.dtype.name not in TMA_REDUCTIONS[reduce]:
-                raise b.error(f"tma.shared_to_global reduce={reduce!r} combines "
-                              f"{' or '.join(TMA_REDUCTIONS[reduce])} tiles; {src.name} is {src.dtype.name}")
+        check_reduction(b, "tma.shared_to_global", reduce, TMA_REDUCTIONS, src)
         b.emit(TmaStore(b.loc, threads, src.ref, dst.ref, offsets_of(b, offsets, dst, "tma.shared_to_global"),
                         reduce))
 

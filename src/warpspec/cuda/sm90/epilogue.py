@@ -33,7 +33,9 @@ def _store_head(gen: CodeGenerator, layout: Accumulator, view: str, row: str, co
 
 def store_pairs(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: str, row: str, col: str,
                 rows_end: str | None = None, cols_end: str | None = None):
-    """Each thread stores its fragment's adjacent column pairs (4 or 8 bytes) where aligned and in bounds."""
+    """Each thread stores its fragment's adjacent column pairs (4 or 8 bytes) where aligned and in bounds, else
+    element by element; with ``s.reduce`` (float32, "add") it adds them instead: ``red.global.add.v2.f32`` a pair,
+    ``red.global.add.f32`` an element."""
     acc = layout.layout
     src = s.src.decl
     ctype = C_TYPES[src.dtype.name]
@@ -42,6 +44,23 @@ def store_pairs(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: s
     # A 4-byte element's bits as an unsigned word: a float's through __float_as_uint, an integer's as they are
     # (__float_as_uint of an int would convert the value to float first).
     bits = (lambda e: f"__float_as_uint({e})") if src.dtype.is_float else (lambda e: f"static_cast<unsigned>({e})")
+
+    def pair_write(offset: str, reg: int) -> str:
+        first, second = gen.element(src, reg), gen.element(src, reg + 1)
+        if s.reduce:
+            return f"red_add_f32x2(base_ + {offset} * 4, {first}, {second});"
+        if packed(src):
+            both = f"{gen.tensor_name(src)}[{reg // 2}]"
+        else:
+            both = f"(static_cast<u64>({bits(first)}) | (static_cast<u64>({bits(second)}) << 32))"
+        return f"*reinterpret_cast<{pair} *>(base_ + {offset} * {nbytes}) = {both};"
+
+    def element_write(offset: str, reg: int) -> str:
+        if s.reduce:
+            return f"red_add_f32(base_ + {offset} * 4, {gen.element(src, reg)});"
+        value = gen.element(src, reg)
+        return f"*reinterpret_cast<{ctype} *>(base_ + {offset} * {nbytes}) = static_cast<{ctype}>({value});"
+
     gen.line("{")
     gen.indent += 1
     _store_head(gen, layout, view, row, f"{col} + 2 * (lane_ & 3)", rows_end, cols_end)
@@ -52,52 +71,14 @@ def store_pairs(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: s
             for j in range(acc.instr_n // 8):
                 for h in range(2):
                     reg = (mb * acc.n_instructions + ni) * (acc.instr_n // 2) + 4 * j + 2 * h
-                    if packed(src):
-                        both = f"{gen.tensor_name(src)}[{reg // 2}]"
-                    else:
-                        both = (f"(static_cast<u64>({bits(gen.element(src, reg))}) | "
-                                f"(static_cast<u64>({bits(gen.element(src, reg + 1))}) << 32))")
                     gen.line(f"{{ const int r = row0_ + {mb * 64 + 8 * h}, c = col0_ + "
                               f"{ni * acc.instr_n + 8 * j};")
                     gen.line(f"  if (r >= 0 && r < rows_end_) {{ const long long e = static_cast<long long>(r) * "
                               f"{view}_stride0 + static_cast<long long>(c) * {view}_stride1;")
-                    gen.line(f"    if (pairs_ && c + 1 < cols_end_) *reinterpret_cast<{pair} *>(base_ + e * "
-                              f"{nbytes}) = {both};")
-                    gen.line(f"    else {{ if ({_inside('c', 'cols_end_')}) *reinterpret_cast<{ctype} *>(base_ + e"
-                              f" * {nbytes}) = static_cast<{ctype}>({gen.element(src, reg)}); "
+                    gen.line(f"    if (pairs_ && c + 1 < cols_end_) {pair_write('e', reg)}")
+                    gen.line(f"    else {{ if ({_inside('c', 'cols_end_')}) {element_write('e', reg)} "
                               f"if ({_inside('c + 1', 'cols_end_')}) "
-                              f"*reinterpret_cast<{ctype} *>(base_ + (e + {view}_stride1) * {nbytes}) = "
-                              f"static_cast<{ctype}>({gen.element(src, reg + 1)}); }} }} }}")
-    gen.indent -= 1
-    gen.line("}")
-
-
-def reduce_pairs(gen: CodeGenerator, s: StoreGlobal, layout: Accumulator, view: str, row: str, col: str,
-                 rows_end: str | None = None, cols_end: str | None = None):
-    """``reduce="add"`` of a float32 accumulator: each thread adds its fragment's adjacent column pairs with one
-    ``red.global.add.v2.f32`` where 8-byte aligned and in bounds, else element by element
-    (``red.global.add.f32``)."""
-    acc = layout.layout
-    src = s.src.decl
-    gen.line("{")
-    gen.indent += 1
-    _store_head(gen, layout, view, row, f"{col} + 2 * (lane_ & 3)", rows_end, cols_end)
-    gen.line(f"const bool pairs_ = ({view}_stride1 == 1) && (({view}_stride0 & 1) == 0) && "
-              f"(({view}_base & 7) == 0) && ((({col}) & 1) == 0) && col0_ >= 0;")
-    for mb in range(acc.m_blocks):
-        for ni in range(acc.n_instructions):
-            for j in range(acc.instr_n // 8):
-                for h in range(2):
-                    reg = (mb * acc.n_instructions + ni) * (acc.instr_n // 2) + 4 * j + 2 * h
-                    first, second = gen.element(src, reg), gen.element(src, reg + 1)
-                    gen.line(f"{{ const int r = row0_ + {mb * 64 + 8 * h}, c = col0_ + "
-                              f"{ni * acc.instr_n + 8 * j};")
-                    gen.line(f"  if (r >= 0 && r < rows_end_) {{ const long long e = static_cast<long long>(r) * "
-                              f"{view}_stride0 + static_cast<long long>(c) * {view}_stride1;")
-                    gen.line(f"    if (pairs_ && c + 1 < cols_end_) red_add_f32x2(base_ + e * 4, {first}, {second});")
-                    gen.line(f"    else {{ if ({_inside('c', 'cols_end_')}) red_add_f32(base_ + e * 4, {first}); "
-                              f"if ({_inside('c + 1', 'cols_end_')}) red_add_f32(base_ + (e + {view}_stride1) * 4, "
-                              f"{second}); }} }} }}")
+                              f"{element_write(f'(e + {view}_stride1)', reg + 1)} }} }} }}")
     gen.indent -= 1
     gen.line("}")
 

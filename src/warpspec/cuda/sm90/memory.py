@@ -313,9 +313,7 @@ def _emit_StoreGlobal(gen: CodeGenerator, s: StoreGlobal) -> None:
     rows_end = _bound(gen, s.row_end, f"{view}_size0")
     cols_end = _bound(gen, s.col_end, f"{view}_size1")
     if isinstance(layout, Accumulator) and len(offsets) == 2 and nbytes in (2, 4):
-        if s.reduce:
-            epilogue.reduce_pairs(gen, s, layout, view, offsets[0], offsets[1], rows_end, cols_end)
-        elif gen.quad_stores and nbytes == 2 and layout.layout.instr_n % 32 == 0:
+        if gen.quad_stores and nbytes == 2 and layout.layout.instr_n % 32 == 0:
             epilogue.store_quads(gen, s, layout, view, offsets[0], offsets[1], rows_end, cols_end)
         else:
             epilogue.store_pairs(gen, s, layout, view, offsets[0], offsets[1], rows_end, cols_end)
