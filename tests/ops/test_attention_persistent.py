@@ -192,8 +192,8 @@ def test_the_walk_takes_windows_of_any_size_for_timing():
     the blocks' first tiles are the first window's longest while it has 132 tiles: two waves' windows hold 73 or 74
     heads (7 windows), so the first tiles are heads 0-73's; half a wave's hold 16 or 17 (31 windows), so the first
     two windows' 68 tiles each (heads 0-33) give them, where one wave's 35 heads (heads 0-34) do; a window larger than
-    the grid is one window, whose longest tiles are the last tiles of heads 0-131. The same tiles are listed whatever the windows; anything but a positive number is
-    refused."""
+    the grid is one window, whose longest tiles are the last tiles of heads 0-131. The same tiles are listed whatever
+    the windows; anything but a positive number is refused."""
     def first_window_heads(walk):
         return walk[133:][walk[:132]].max() // 4 + 1
 
