@@ -76,6 +76,11 @@ class Target:
     wgmma_k_bytes: int  # bytes of K per instruction (k16 x 2 B = k32 x 1 B)
     wgmma_forms: tuple[WgmmaForm, ...]
 
+    def entry_registers(self, block_threads: int) -> int:
+        """The registers each thread of a ``block_threads``-thread block starts with: the block's share of the SM's
+        register file in allocation steps of 8 (``setmaxnreg``'s unit), at most the per-thread maximum."""
+        return min(self.registers_per_block // block_threads // 8 * 8, self.max_registers_per_thread)
+
     @property
     def shared_limit(self) -> int:
         """Bytes of shared memory a block's tiles and mbarriers may plan for."""

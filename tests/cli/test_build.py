@@ -60,8 +60,8 @@ def test_v3_pinned_schedule_that_is_pruned_fails(capsys):
                          "num_stages=2,block_m=128,block_n=256,block_k=64")
     assert code == 1
     assert lines[1].startswith("pruned  num_stages=2 block_m=128 block_n=256 block_k=64  -     98336 ")
-    assert lines[1].endswith("WGMMA accumulators need 256 f32 registers per thread (acc 256); more than 168 leave "
-                             "too few for the rest of the kernel")
+    assert lines[1].endswith("WGMMA accumulators need 256 f32 registers per thread at once (acc 256); more than 207 "
+                             "leave too few of its 255 for the rest of the kernel")
     assert lines[2].startswith("MatmulWGMMAV3: 1 schedules (1 pruned) in ")
 
 

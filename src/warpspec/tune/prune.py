@@ -9,25 +9,28 @@ A schedule is pruned when
   mbarriers) exceeds what one block may use: the size is the CUDA back end's own plan, not an estimate;
 - a tile has no shared-memory layout that both TMA and WGMMA can use (TMA box limits, swizzle/tile combinations):
   the layout chooser's reason;
-- its WGMMA accumulators need more than ``MAX_ACCUMULATOR_REGISTERS`` f32 registers per thread.
+- the WGMMA accumulators one consumer thread holds at once leave fewer than ``RESERVED_REGISTERS`` of its
+  register budget (its ``setmaxnreg`` value, or its share of the SM's registers) for everything else.
 
 Nothing here needs a GPU or a compiler: it takes milliseconds per schedule.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from warpspec.errors import CompileError
+from warpspec.isa.roles import ThreadGroup
 from warpspec.isa.wgmma import WgmmaMma
 from warpspec.ir import nodes as ir
 from warpspec.target import DEFAULT
 
-#: Most f32 accumulator registers a thread may hold. A thread has at most 255 registers; a warp-specialized WGMMA
-#: kernel needs about 90 besides its accumulators (descriptors, addresses, loop and phase state, the epilogue's
-#: conversions: V3's 128x64 schedules use 90 registers with 32 accumulators). Past this ptxas spills or serializes
-#: the wgmma pipeline, as V3's 128x256 tile (256 accumulator registers) does.
-MAX_ACCUMULATOR_REGISTERS = 168
+#: Registers a consumer thread needs besides the WGMMA accumulators it holds at one point (descriptors, addresses,
+#: loop and phase state, fragments being converted). Measured with NVRTC's ptxas: V3 with 192x136 tiles (204
+#: accumulator registers in a 255-register thread) builds in 230 without spilling and 192x160 (240) spills; the
+#: attention backward's dK/dV kernel at D 128 holds 192 at once within its 240 (``setmaxnreg``) without spilling.
+RESERVED_REGISTERS = 48
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,16 @@ class ResourceEstimate:
     shared_bytes: int  # tiles and mbarriers; the launch adds the 1 KB alignment reserve on top
     limit_bytes: int  # the most a block may use, on the same terms
     accumulator_registers: dict[str, int]  # f32 registers per thread of each WGMMA accumulator, by tensor name
-    registers_per_thread: int  # the largest per-thread total over the consumer thread groups
+    #: The most accumulator registers one consumer thread holds at once (over its thread group's program points), in
+    #: the thread group where that leaves the fewest registers for the rest; ``live`` names them at that point.
+    registers_per_thread: int
+    live: tuple[tuple[str, int], ...] = ()
+    register_budget: int = 0  # that thread group's registers per thread (setmaxnreg, or the block's share)
+
+    @property
+    def register_limit(self) -> int:
+        """The most accumulator registers that thread group may hold at once."""
+        return self.register_budget - RESERVED_REGISTERS
 
 
 @dataclass(frozen=True)
@@ -60,15 +72,86 @@ def plan_kernel(kernel: ir.Kernel) -> ResourceEstimate:
     """What the analysis passes decided for ``kernel`` (its ``facts``: register layouts, shared memory), in the
     numbers the pruning rules read."""
     facts = kernel.facts
-    accumulators: dict[str, int] = {}
-    per_group: dict[tuple[int, int], int] = {}
-    for stmt in ir.walk(kernel.body):
-        if isinstance(stmt, WgmmaMma) and stmt.d.decl.name not in accumulators:
-            registers = facts.layouts[stmt.d.decl.uid].registers
-            accumulators[stmt.d.decl.name] = registers
-            per_group[stmt.threads] = per_group.get(stmt.threads, 0) + registers
-    return ResourceEstimate(facts.shared.total_bytes, facts.shared.limit_bytes, accumulators,
-                            max(per_group.values(), default=0))
+    liveness = _Liveness(DEFAULT.entry_registers(kernel.num_threads))
+    liveness.visit(kernel.body, liveness.entry_budget)
+    accumulators = {decl.name: facts.layouts[decl.uid].registers for decl, _, _ in liveness.accumulators.values()}
+    worst = (0, (), liveness.entry_budget)  # (registers at the peak, live there, budget) of the tightest group
+    for group in {group for _, group, _ in liveness.accumulators.values()}:
+        peak, live, budget = liveness.peak(group, facts.layouts)
+        if worst[0] == 0 or peak - budget > worst[0] - worst[2]:
+            worst = (peak, live, budget)
+    return ResourceEstimate(facts.shared.total_bytes, facts.shared.limit_bytes, accumulators, worst[0], worst[1],
+                            worst[2])
+
+
+class _Liveness:
+    """Where each WGMMA accumulator is live: statements numbered in program order, a tensor live from its first
+    reference to its last, and through every loop it is referenced in that starts after its first reference (its
+    value goes around that loop's back edge), each with the register budget of the thread group issuing its
+    WGMMAs."""
+
+    def __init__(self, entry_budget: int):
+        self.entry_budget = entry_budget
+        self.position = 0
+        self.references: dict[int, list[int]] = {}  # tensor uid -> statement positions
+        self.loops: list[tuple[int, int]] = []  # (first, last) statement position of each loop
+        self.accumulators: dict[int, tuple] = {}  # uid -> (decl, issuing thread group, its register budget)
+
+    def visit(self, body, budget: int) -> None:
+        for stmt in body:
+            self.position += 1
+            here = self.position
+            found: set[int] = set()
+            for name in (f.name for f in dataclasses.fields(stmt)):
+                if name != "loc" and name not in type(stmt).blocks:
+                    _tensor_uids(getattr(stmt, name), found)
+            for uid in found:
+                self.references.setdefault(uid, []).append(here)
+            if isinstance(stmt, WgmmaMma) and stmt.d.decl.uid not in self.accumulators:
+                self.accumulators[stmt.d.decl.uid] = (stmt.d.decl, stmt.threads, budget)
+            inner = stmt.max_registers if isinstance(stmt, ThreadGroup) and stmt.max_registers else budget
+            for child in ir.children(stmt):
+                self.visit(child, inner)
+            if isinstance(stmt, ir.For):
+                self.loops.append((here, self.position))
+
+    def interval(self, uid: int) -> tuple[int, int]:
+        """The positions from which to which tensor ``uid`` is live."""
+        positions = self.references[uid]
+        first, last = min(positions), max(positions)
+        for start, end in self.loops:
+            if start > min(positions) and any(start < p <= end for p in positions):
+                first, last = min(first, start), max(last, end)
+        return first, last
+
+    def peak(self, group, layouts) -> tuple[int, tuple[tuple[str, int], ...], int]:
+        """(the most registers the accumulators of thread group ``group`` hold at once, the live ones there by
+        name, the group's register budget)."""
+        spans = [(*self.interval(uid), decl.name, layouts[uid].registers, budget)
+                 for uid, (decl, issuing, budget) in self.accumulators.items() if issuing == group]
+        best, live = 0, ()
+        for first, _, _, _, _ in spans:  # the sum only rises where an interval begins
+            here = [(name, registers) for start, end, name, registers, _ in spans if start <= first <= end]
+            total = sum(registers for _, registers in here)
+            if total > best:
+                best, live = total, tuple(here)
+        return best, live, min(budget for *_, budget in spans)
+
+
+def _tensor_uids(value, found: set[int]) -> None:
+    """Add the uid of every tensor ``value`` (a statement field: a reference, declaration, expression or tuple of
+    them) names to ``found``."""
+    if isinstance(value, ir.TensorRef):
+        found.add(value.decl.uid)
+        _tensor_uids(value.index, found)
+    elif isinstance(value, ir.TensorDecl):
+        found.add(value.uid)
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            _tensor_uids(item, found)
+    elif isinstance(value, ir.Expr):
+        for field in dataclasses.fields(value):
+            _tensor_uids(getattr(value, field.name), found)
 
 
 def prune(script, compile_time: dict) -> PruneVerdict:
@@ -89,9 +172,9 @@ def prune(script, compile_time: dict) -> PruneVerdict:
                            shared_bytes=needed)
         return PruneVerdict(str(error))
     plan = plan_kernel(kernel)
-    if plan.registers_per_thread > MAX_ACCUMULATOR_REGISTERS:
-        names = " + ".join(f"{name} {count}" for name, count in plan.accumulator_registers.items())
-        return PruneVerdict(f"WGMMA accumulators need {plan.registers_per_thread} f32 registers per thread ({names}); "
-                       f"more than {MAX_ACCUMULATOR_REGISTERS} leave too few for the rest of the kernel", kernel, plan,
-                       plan.shared_bytes)
+    if plan.registers_per_thread > plan.register_limit:
+        names = " + ".join(f"{name} {count}" for name, count in plan.live)
+        return PruneVerdict(f"WGMMA accumulators need {plan.registers_per_thread} f32 registers per thread at once "
+                            f"({names}); more than {plan.register_limit} leave too few of its "
+                            f"{plan.register_budget} for the rest of the kernel", kernel, plan, plan.shared_bytes)
     return PruneVerdict(None, kernel, plan, plan.shared_bytes)

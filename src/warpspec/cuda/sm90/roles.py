@@ -18,10 +18,7 @@ def _emit_ThreadGroup(gen: CodeGenerator, s: ThreadGroup) -> None:
     gen.line(f"if (warp >= {first} && warp < {last}) {{  // threads [{s.begin}, {s.begin + s.count})")
     gen.indent += 1
     if s.max_registers is not None:
-        # The registers a thread starts with: the block's share of the SM's file, in setmaxnreg's steps of 8.
-        target = gen.target
-        entry = min((target.registers_per_block // gen.kernel.num_threads) // 8 * 8, target.max_registers_per_thread)
-        mode = "inc" if s.max_registers > entry else "dec"
+        mode = "inc" if s.max_registers > gen.target.entry_registers(gen.kernel.num_threads) else "dec"
         gen.line(f'asm volatile("setmaxnreg.{mode}.sync.aligned.u32 {s.max_registers};\\n" ::: "memory");')
     gen.groups.append((s.begin, s.count))
     gen.emit_block(s.body)
