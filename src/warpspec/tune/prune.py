@@ -75,13 +75,11 @@ def plan_kernel(kernel: ir.Kernel) -> ResourceEstimate:
     liveness = _Liveness(DEFAULT.entry_registers(kernel.num_threads))
     liveness.visit(kernel.body, liveness.entry_budget)
     accumulators = {decl.name: facts.layouts[decl.uid].registers for decl, _, _ in liveness.accumulators.values()}
-    worst = (0, (), liveness.entry_budget)  # (registers at the peak, live there, budget) of the tightest group
-    for group in {group for _, group, _ in liveness.accumulators.values()}:
-        peak, live, budget = liveness.peak(group, facts.layouts)
-        if worst[0] == 0 or peak - budget > worst[0] - worst[2]:
-            worst = (peak, live, budget)
-    return ResourceEstimate(facts.shared.total_bytes, facts.shared.limit_bytes, accumulators, worst[0], worst[1],
-                            worst[2])
+    groups = {group for _, group, _ in liveness.accumulators.values()}
+    # (registers at the peak, live there, budget) of the group that leaves the fewest registers for the rest
+    peak, live, budget = max((liveness.peak(group, facts.layouts) for group in groups),
+                             key=lambda found: found[0] - found[2], default=(0, (), liveness.entry_budget))
+    return ResourceEstimate(facts.shared.total_bytes, facts.shared.limit_bytes, accumulators, peak, live, budget)
 
 
 class _Liveness:
@@ -98,6 +96,9 @@ class _Liveness:
         self.accumulators: dict[int, tuple] = {}  # uid -> (decl, issuing thread group, its register budget)
 
     def visit(self, body, budget: int) -> None:
+        """Number ``body``'s statements (and their nested ones) on from ``position``, noting each tensor's
+        references, each loop's extent and each accumulator's issuing group; ``budget`` is the enclosing thread
+        group's registers per thread."""
         for stmt in body:
             self.position += 1
             here = self.position
@@ -118,9 +119,10 @@ class _Liveness:
     def interval(self, uid: int) -> tuple[int, int]:
         """The positions from which to which tensor ``uid`` is live."""
         positions = self.references[uid]
-        first, last = min(positions), max(positions)
+        first_reference = first = min(positions)
+        last = max(positions)
         for start, end in self.loops:
-            if start > min(positions) and any(start < p <= end for p in positions):
+            if start > first_reference and any(start < p <= end for p in positions):
                 first, last = min(first, start), max(last, end)
         return first, last
 
