@@ -441,6 +441,26 @@ def test_nvrtc_builds_three_consumer_warpgroups_without_spills(causal, head_dim,
     assert counts["HGMMA"] > 0 and counts["LDL"] == counts["STL"] == 0
 
 
+@pytest.mark.parametrize("kernel_class, head_dim, schedule", [
+    (ak.Attention, 256, {"block_n": 80, "num_stages": 2, "unroll": 1}),
+    (ak.Attention, 128, {"block_n": 128, "num_stages": 3, "unroll": 1}),
+    (AttentionPersistent, 128, {"block_n": 128, "num_stages": 3})], ids=["one-tile-d256", "one-tile-d128", "walk-d128"])
+def test_the_tuner_admits_the_largest_tiles_that_nvrtc_builds_clean(kernel_class, head_dim, schedule):
+    """The largest tiles of the forward kernels that ``tune_attention`` tunes, the register rule's hardest cases
+    (O plus the widest S; the pruner once refused every one of them), pass the pruner and build with no spills, no
+    stack and no ptxas advisory, masked: what the tuner admits it can time."""
+    from warpspec.cuda.launch import compile_kernel
+    from warpspec.cuda.sass import parse_ptxas_log
+    from warpspec.runtime import kernel_for
+    from warpspec.tune.prune import prune
+
+    kernel = kernel_class(bfloat16, head_dim=head_dim, causal=True, **schedule)
+    verdict = prune(kernel, {})
+    assert not verdict.pruned, verdict.reason
+    (report,) = parse_ptxas_log(compile_kernel(kernel_for(kernel, {})).module.log).values()
+    assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
+
+
 def test_rows_past_int32_are_refused_and_elements_past_it_are_not():
     """validate counts rows (batch · heads · seq), which the kernels address with int32 coordinates, never
     elements (64-bit offsets): B 64 × 8 K/V heads × 131072 keys of D 128 (2**36 elements) is a problem, 2**31 key
