@@ -135,6 +135,33 @@ def test_every_schedule_builds_or_is_refused_for_its_shared_memory(head_dim, sch
     assert (out.float() - reference(q, k, v, True)).abs().max().item() < 2e-2
 
 
+def test_tune_attention_times_what_builds_and_later_launches_run_its_winner(tmp_path, monkeypatch):
+    """``tune_attention`` at D 256, causal (the one-tile kernel, whose every schedule the pruner once refused for
+    registers, leaving nothing to time): the six schedules past shared memory are pruned, the three that fit are
+    built and timed, none fails; the winner is returned, and the next launch of the shape runs it, within the
+    float32 reference's tolerance."""
+    attention_op = importlib.import_module("warpspec.ops.attention")  # the module: ops.attention is the function
+    monkeypatch.setenv("WARPSPEC_CACHE_DIR", str(tmp_path))  # nothing tuned yet, nothing left for other tests
+    monkeypatch.setattr(attention_op, "_tuned", {})
+    monkeypatch.setattr(attention_op, "_chosen", {})
+    shape = (1, 4, 2, 384, 384, 256)
+    winners = attention_op.tune_attention([shape], "bfloat16", causal=True)
+
+    q, k, v = operands(*shape, torch.bfloat16, seed=3)
+    problem = attention_op.validate(q, k, v, True, None)
+    assert not attention_op.uses_persistent(problem)
+    report = attention_op.tuned_script(problem).last_report
+    assert report.counts() == {"pruned": 6, "timed": 2, "winner": 1}, report.table()
+    assert all("bytes of shared memory" in fate.reason for fate in report.fates if fate.fate == "pruned")
+    assert winners == {shape: report.winner.schedule}
+    out = torch.full_like(q, float("nan"))
+    with warpspec.use_backend("cuda"):
+        script, _ = attention_op.launch(q, k, v, out, torch.empty(q.shape[:3], device="cuda"), problem)
+    torch.cuda.synchronize()
+    assert {name: getattr(script, name) for name in report.winner.schedule} == report.winner.schedule
+    assert (out.float() - reference(q, k, v, True)).abs().max().item() < TOLERANCE[torch.bfloat16]
+
+
 def test_torch_compile_and_cuda_graphs():
     q, k, v = operands(1, 4, 4, 512, 512, 128, torch.bfloat16)
     expected = warpspec.ops.attention(q, k, v, causal=True)
