@@ -18,8 +18,9 @@
 # schedule of the grouped kernel timed too), grouped-experts (benchmarks/grouped_experts.py: one expert's product, dense
 # and grouped among 1, 8 and 64 experts, graphed too), decode (benchmarks/attention_decode.py at batch 1 and 32), decode-tests
 # (the split-KV and bound-launch GPU tests), timeline-tests (the timeline's GPU tests), paged (paged decode at pages 16
-# and 64, checked and not, beside dense decode and SDPA), paged-tests (ops.attention_paged's and ops.attention_varlen's
-# GPU tests, its packed backward's too), varlen (benchmarks/attention_varlen.py), varlen-backward (the same, forward +
+# and 64, checked and not, beside dense decode and SDPA), decode-targets (the decode targets' points, dense and
+# paged), decode-splits (batch-1 decode at 16, 24 and 32 key splits), paged-tests (ops.attention_paged's and
+# ops.attention_varlen's GPU tests, its packed backward's too), varlen (benchmarks/attention_varlen.py), varlen-backward (the same, forward +
 # backward: the packed backward against the dense one), batched-tests (batched ops.matmul's GPU tests), batched
 # (benchmarks/batched.py: its one launch against torch.bmm and the per-batch loop), decode-fold
 # (benchmarks/decode_fold.py: split-KV decode's kernel time with and without its fold, graphed, SDPA beside),
@@ -105,6 +106,15 @@ for step in "${steps[@]}"; do
     decode) cmd=(python3 benchmarks/attention_decode.py --batches 1,32 --seq-ks 8192,32768 --seq-qs 1,4 --warmup 10
                  --rep 40 --json "$out/decode.json") ;;
     decode-tests) cmd=(python3 -m pytest -q -m gpu tests/ops/test_attention_decode_gpu.py -p no:cacheprovider) ;;
+    # The decode targets' points: the two calls that read >= 256 MB of K and V (batch 32 x 8192, batch 1 x 131072) and
+    # batch 1 x 8192, S_q 1 and 4, dense and paged (pages 16 and 64), SDPA's best beside each.
+    decode-targets) cmd=(python3 benchmarks/attention_decode.py --batches 1,32 --seq-ks 8192,131072 --seq-qs 1,4
+                         --pages 16,64 --max-gb 10 --warmup 10 --rep 40 --json "$out/decode_targets.json") ;;
+    # Batch 1 at the shipped MAX_SPLITS (16) and at 24 and 32 (two blocks per SM): one block per SM left the H200's
+    # consumers the bound at 131072 keys (2026-12-04), before the fold loaded its partials together.
+    decode-splits) cmd=(bash -c "for s in 16 24 32; do python3 benchmarks/attention_decode.py --batches 1 \
+                        --seq-ks 8192,32768,131072 --seq-qs 1 --max-splits \$s --warmup 10 --rep 40 \
+                        --json '$out/decode_splits_'\$s.json || exit; done") ;;
     paged) cmd=(python3 benchmarks/attention_decode.py --batches 1,32 --seq-ks 8192,32768,131072 --seq-qs 1
                 --pages 16,64 --kernels --max-gb 10 --warmup 10 --rep 40 --json "$out/paged.json") ;;
     paged-tests) cmd=(python3 -m pytest -q -m gpu tests/ops/test_attention_paged_decode.py
