@@ -4,25 +4,25 @@
 #
 #   bash benchmarks/h200_session.sh STEP ...   (default: gpu-tests main tutorial launch matmul)
 #
-# Steps: gpu-tests, main, tutorial, launch, matmul, schedules (V3's depths and tiles), v6, v7 (every schedule),
-# timeline (the instrumentation's cost and V3's timelines), timeline-cli, v7-timeline, gemm (ops.matmul's suite),
-# tune-defaults (tunes the suite's shapes and writes the shipped defaults), tune-small-m (the same for a linear
-# layer's small M), tune-large-m (the same for its M of 1024 to 8192, the tile walk), host-cost
-# (benchmarks/host_cost.py: an eager call's host time against torch's, with a profile), llm
-# (benchmarks/llm_shapes.py), torch-kernels (benchmarks/torch_kernels.py: the kernels cuBLAS and cuDNN run at
-# llm_shapes' middle M and in attention's training step, beside ours), families (benchmarks/gemm_families.py: the tile walk against the split family), split-tests (the split family's GPU tests), ops-tests, stream-k-tests (flags and
-# the stream-K schedules), stream-k (stream-K against whole tiles, cuBLAS beside), attention, attention-short
-# (FlashAttention-3's short sequences, the persistent kernel beside), attention-grid (FlashAttention-3's whole grid
-# through ops.attention, fp16 and bf16), attention-tests,
+# Steps: gpu-tests, main, tutorial, launch, matmul, schedules (V3's depths and tiles), v6, v7 (every schedule), timeline
+# (the instrumentation's cost and V3's timelines), timeline-cli, v7-timeline, gemm (ops.matmul's suite), tune-defaults
+# (tunes the suite's shapes and writes the shipped defaults), tune-small-m (the same for a linear layer's small M),
+# tune-large-m (the same for its M of 1024 to 8192, the tile walk), host-cost (benchmarks/host_cost.py: an eager call's
+# host time against torch's, with a profile), llm (benchmarks/llm_shapes.py), torch-kernels
+# (benchmarks/torch_kernels.py: the kernels cuBLAS and cuDNN run at llm_shapes' middle M and in attention's training
+# step, beside ours), families (benchmarks/gemm_families.py: the tile walk against the split family), split-tests (the
+# split family's GPU tests), ops-tests, stream-k-tests (flags and the stream-K schedules), stream-k (stream-K against
+# whole tiles, cuBLAS beside), attention, attention-short (FlashAttention-3's short sequences, the persistent kernel
+# beside), attention-grid (FlashAttention-3's whole grid through ops.attention, fp16 and bf16), attention-tests,
 # grouped-tests (ops.grouped_matmul's GPU tests), grouped (benchmarks/grouped.py), grouped-sweep (the same, every
 # schedule of the grouped kernel timed too), grouped-experts (benchmarks/grouped_experts.py: one expert's product, dense
-# and grouped among 1, 8 and 64 experts, graphed too), decode (benchmarks/attention_decode.py at batch 1 and 32), decode-tests
-# (the split-KV and bound-launch GPU tests), timeline-tests (the timeline's GPU tests), paged (paged decode at pages 16
-# and 64, checked and not, beside dense decode and SDPA), decode-targets (the decode targets' points, dense and
-# paged), decode-splits (batch-1 decode at 16, 24 and 32 key splits), paged-tests (ops.attention_paged's and
-# ops.attention_varlen's GPU tests, its packed backward's too), varlen (benchmarks/attention_varlen.py), varlen-backward (the same, forward +
-# backward: the packed backward against the dense one), batched-tests (batched ops.matmul's GPU tests), batched
-# (benchmarks/batched.py: its one launch against torch.bmm and the per-batch loop), decode-fold
+# and grouped among 1, 8 and 64 experts, graphed too), decode (benchmarks/attention_decode.py at batch 1 and 32),
+# decode-tests (the split-KV and bound-launch GPU tests), timeline-tests (the timeline's GPU tests), paged (paged decode
+# at pages 16 and 64, checked and not, beside dense decode and SDPA), decode-targets (the decode targets' points, dense
+# and paged), decode-splits (batch-1 decode at 16, 24 and 32 key splits), paged-tests (ops.attention_paged's and
+# ops.attention_varlen's GPU tests, its packed backward's too), varlen (benchmarks/attention_varlen.py), varlen-backward
+# (the same, forward + backward: the packed backward against the dense one), batched-tests (batched ops.matmul's GPU
+# tests), batched (benchmarks/batched.py: its one launch against torch.bmm and the per-batch loop), decode-fold
 # (benchmarks/decode_fold.py: split-KV decode's kernel time with and without its fold, graphed, SDPA beside),
 # attention-timeline (benchmarks/attention_timeline.py: GPU timelines of the persistent kernel at seq 512).
 set -u
