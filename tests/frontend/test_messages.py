@@ -192,3 +192,46 @@ def test_operands_no_rule_takes_are_refused_at_their_line(form, fragment):
             OddOperands(form)(4, np.zeros((64, 64), np.float32))
     assert caught.value.location == line_of(OddOperands, f"# odd: {form}")
     assert str(caught.value) == f"{caught.value.location}: {fragment}"
+
+
+class OptionalBound(warpspec.Script):
+    """A helper's optional runtime argument tested with ``is None``: decided at compile time, since a runtime scalar
+    is never None; ``is`` between two runtime scalars has no such answer and is refused."""
+
+    def __init__(self, form):
+        super().__init__()
+        self.form = form
+
+    def copy_rows(self, x, out, end=None):
+        tile = self.load_global(x, offsets=[0, 0], shape=[8, 64], row_end=None if end is None else end)
+        self.store_global(out, tile, offsets=[0, 0])
+
+    def __call__(self, n: int32, x_ptr: ~float32, out_ptr: ~float32):
+        self.attrs.blocks = [1]
+        self.attrs.warps = 4
+        x = self.global_view(x_ptr, dtype=float32, shape=[8, 64])
+        out = self.global_view(out_ptr, dtype=float32, shape=[8, 64])
+        if self.form == "bounded":
+            self.copy_rows(x, out, n)
+        elif self.form == "unbounded":
+            self.copy_rows(x, out)
+        elif n is not n + 1:  # identity: runtime
+            self.copy_rows(x, out)
+
+
+@pytest.mark.parametrize("form, rows", [("bounded", 3), ("unbounded", 8)])
+def test_is_none_of_a_runtime_scalar_is_known_at_compile_time(form, rows):
+    x = np.arange(8 * 64, dtype=np.float32).reshape(8, 64) + 1
+    out = np.full_like(x, np.nan)
+    with warpspec.use_backend("emulator"):
+        OptionalBound(form)(3, x, out)
+    np.testing.assert_array_equal(out[:rows], x[:rows])
+    np.testing.assert_array_equal(out[rows:], 0.0)
+
+
+def test_is_between_runtime_scalars_is_refused_at_its_line():
+    with pytest.raises(CompileError) as caught:
+        with warpspec.use_backend("emulator"):
+            OptionalBound("runtime")(3, np.zeros((8, 64), np.float32), np.zeros((8, 64), np.float32))
+    assert caught.value.location == line_of(OptionalBound, "# identity: runtime")
+    assert str(caught.value) == f"{caught.value.location}: IsNot needs compile-time operands"

@@ -785,7 +785,11 @@ class Interpreter(KernelContext):
                     raise self.error("tensors compare with one of < <= > >= == != at a time (combine masks with "
                                      "& and |)")
                 return elementwise.binary(self, symbol, left, right)
-            if isinstance(left, ir.Expr) or isinstance(right, ir.Expr):
+            if symbol is None and (left is None or right is None):
+                # ``x is None``: a runtime scalar is never None, so this is known at compile time (an optional
+                # argument of a helper given a runtime value or left out)
+                part = python_op(left, right)
+            elif isinstance(left, ir.Expr) or isinstance(right, ir.Expr):
                 if symbol is None:
                     raise self.error(f"{type(op).__name__} needs compile-time operands")
                 part = self.scalar_binary(symbol, left, right)
