@@ -66,6 +66,32 @@ class StopAtRow(warpspec.Script):
         self.store_global(out, self.load_global(x, offsets=[0, 0], shape=[8, 64]), offsets=[0, 0], row_end=end)
 
 
+class LoadToRow(warpspec.Script):
+    """out = x[:end] (zeros below) for an [8, 64] float32 tile: a load whose rows stop at a runtime row. With
+    ``overwrite``, a second block writes x's rows from ``end`` on while the first loads: only a load that reads
+    past ``end`` races with it."""
+
+    def __init__(self, bounded=True, overwrite=False):
+        super().__init__()
+        self.bounded, self.overwrite = bounded, overwrite
+
+    def __call__(self, end: int32, x_ptr: ~float32, out_ptr: ~float32):
+        self.attrs.blocks = [2 if self.overwrite else 1]
+        self.attrs.warps = 4
+        # x is written only from row end on (scratch: its other rows are not the launch's output)
+        x = self.global_view(x_ptr, dtype=float32, shape=[8, 64], scratch=self.overwrite)
+        out = self.global_view(out_ptr, dtype=float32, shape=[8, 64])
+        if self.blockIdx.x == 0:
+            if self.bounded:
+                tile = self.load_global(x, offsets=[0, 0], shape=[8, 64], row_end=end)
+            else:
+                tile = self.load_global(x, offsets=[0, 0], shape=[8, 64])  # <<< unbounded-load
+            self.store_global(out, tile, offsets=[0, 0])
+        else:  # rows end ... 7 of x (the view clips the rest)
+            ones = self.register_tensor(dtype=float32, shape=[8, 64], init=1.0)
+            self.store_global(x, ones, offsets=[end, 0])  # <<< overwrite
+
+
 class AddRows(warpspec.Script):
     """out += (block + 1) · x for an [8, 64] float32 tile, every block adding into the same elements
     (``store_global(..., reduce="add")`` of a blocked tile: one add an element); with ``then_store``, block 1 stores
@@ -125,6 +151,8 @@ class Misuse(warpspec.Script):
             self.store_global(x, self.cast(tile, float16), offsets=[0, 0], reduce="add")  # <<< reduce-dtype
         if self.mistake == "reduce-op":
             self.store_global(x, tile, offsets=[0, 0], reduce="max")  # <<< reduce-op
+        if self.mistake == "load-row-end":
+            self.load_global(x, offsets=[0, 0], shape=[8, 64], row_end=2.5)  # <<< load-row-end
         if self.mistake == "col-end-rank":
             flat = self.global_view(x_ptr, dtype=float32, shape=[512])
             row = self.load_global(flat, offsets=[0], shape=[64])
@@ -145,6 +173,7 @@ MISUSES = [
     ("col-end-rank", "store_global col_end bounds the columns of a 2-D view; flat has rank 1"),
     ("reduce-dtype", "store_global reduce='add' combines float32 tiles; "),
     ("reduce-op", "store_global reduce must be None or one of 'add', got 'max'"),
+    ("load-row-end", "load_global row_end must be an integer, got 2.5"),
 ]
 
 
@@ -166,6 +195,31 @@ def test_a_store_stops_at_its_row_end(end):
         StopAtRow()(end, x, out)
     np.testing.assert_array_equal(out[:end], x[:end])
     assert np.isnan(out[end:]).all()
+
+
+@pytest.mark.parametrize("end", [0, 3, 8, 20])
+def test_a_load_reads_zeros_from_its_row_end_on(end):
+    x, out = _input(), np.full((8, 64), np.nan, np.float32)
+    with warpspec.use_backend("emulator"):
+        LoadToRow()(end, x, out)
+    np.testing.assert_array_equal(out[:end], x[:end])
+    np.testing.assert_array_equal(out[end:], 0.0)
+
+
+def test_a_load_stopped_at_its_row_end_leaves_the_rows_past_it_to_another_block():
+    """Block 1 writes x's rows from 3 on while block 0 loads: bounded at row 3, the load reads none of them (no
+    race); unbounded, it reads them, a race named at the load's line."""
+    x = _input()
+    with warpspec.use_backend("emulator"):
+        out = np.full((8, 64), np.nan, np.float32)
+        LoadToRow(overwrite=True)(3, x.copy(), out)
+        np.testing.assert_array_equal(out[:3], x[:3])
+        np.testing.assert_array_equal(out[3:], 0.0)
+        with pytest.raises(warpspec.RaceError) as caught:
+            LoadToRow(bounded=False, overwrite=True)(3, x.copy(), out)
+    assert caught.value.location == f"{__file__}:{marker_line('overwrite')}"
+    assert (f"writes x[3, 0] (argument 'x_ptr'), which block (0, 0, 0) read (load_global of x, argument 'x_ptr', "
+            f"at {__file__}:{marker_line('unbounded-load')})") in str(caught.value)
 
 
 def test_blocks_reduce_add_into_the_same_elements():
@@ -269,6 +323,13 @@ def test_the_cuda_build_of_a_store_with_a_row_end_guards_rows_with_it():
     assert counts["STG"] > 0 and counts["LDL"] == 0 and counts["STL"] == 0
 
 
+def test_the_cuda_build_of_a_load_with_a_row_end_guards_rows_with_it():
+    compiled = compile_kernel(kernel_for(LoadToRow(), {}))
+    assert "< x_size0 ? end : x_size0" in compiled.generated.source
+    counts = sass.count_instructions(sass.disassemble(compiled.module.cubin), ["LDG", "LDL", "STL"])
+    assert counts["LDG"] > 0 and counts["LDL"] == 0 and counts["STL"] == 0
+
+
 def test_the_cuda_build_of_a_scalar_load_is_an_ldg_without_local_memory():
     cubin = compile_kernel(kernel_for(Gather(), {})).module.cubin
     counts = sass.count_instructions(sass.disassemble(cubin), ["LDG", "STG", "LDL", "STL"])
@@ -296,6 +357,19 @@ def test_gpu_a_round_trip_through_registers_and_shared_memory():
         RoundTrip()(torch.from_numpy(x).cuda(), out)
     torch.cuda.synchronize()
     np.testing.assert_array_equal(out.cpu().numpy(), 2 * x)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("end", [0, 3, 8, 20])
+def test_gpu_a_load_reads_zeros_from_its_row_end_on(end):
+    torch = pytest.importorskip("torch")
+    x = _input()
+    out = torch.full((8, 64), float("nan"), device="cuda")
+    with warpspec.use_backend("cuda"):
+        LoadToRow()(end, torch.from_numpy(x).cuda(), out)
+    torch.cuda.synchronize()
+    expected = np.where(np.arange(8)[:, None] < end, x, 0.0)
+    np.testing.assert_array_equal(out.cpu().numpy(), expected)
 
 
 @pytest.mark.gpu

@@ -414,10 +414,11 @@ class BlockMachine:
         pointer, shape, strides = task.env[view.decl.uid]
         return self.global_memory.flag(pointer, view.decl.name, shape, strides, index, what)
 
-    def read_global_tile(self, task, view: ir.TensorRef, offsets, tile_shape, what: str) -> np.ndarray:
-        """The tile of ``tile_shape`` at ``offsets`` of a global view, read now by ``what``; elements outside the
-        view read as zero. RaceError if another block writes it, or if a TMA store into it is not waited for."""
-        tile = self.global_tile(task, view, offsets, tile_shape, what)
+    def read_global_tile(self, task, view: ir.TensorRef, offsets, tile_shape, what: str, rows=None) -> np.ndarray:
+        """The tile of ``tile_shape`` at ``offsets`` of a global view (its ``rows`` only, when given), read now by
+        ``what``; elements outside the view or those rows read as zero. RaceError if another block writes it, or if
+        a TMA store into it is not waited for."""
+        tile = self.global_tile(task, view, offsets, tile_shape, what, rows)
         self.global_memory.check_stores_waited(task, tile)
         return self.global_memory.read(task, tile)
 

@@ -233,8 +233,9 @@ class EmulationMachine(Protocol):
         """Element ``index`` of the 1-D int32 flag view ``view``."""
 
     def read_global_tile(self, task: EmulationTask, view: ir.TensorRef, offsets: list[int],
-                         tile_shape: tuple[int, ...], what: str) -> Any:
-        """A tile of a global view read now by ``what`` (a numpy array)."""
+                         tile_shape: tuple[int, ...], what: str, rows: tuple[int, int] | None = None) -> Any:
+        """A tile of a global view (its ``rows`` only, when given: the others read as zero) read now by ``what``
+        (a numpy array)."""
 
     def write_global_tile(self, task: EmulationTask, view: ir.TensorRef, offsets: list[int], tile: Any, what: str,
                           rows: tuple[int, int] | None = None, cols: tuple[int, int] | None = None) -> None:

@@ -80,14 +80,17 @@ class StoreElement(ir.Stmt):
 
 @dataclass(frozen=True, eq=False)
 class LoadGlobal(ir.DefineTensor):
-    """Load the tile of ``decl``'s shape at ``offsets`` of global view ``view``; outside the view reads zero."""
+    """Load the tile of ``decl``'s shape at ``offsets`` of global view ``view``; outside the view, and at or past
+    view row ``row_end`` when given, reads zero without touching memory."""
 
     view: ir.TensorRef
     offsets: tuple[ir.Expr, ...]
+    row_end: ir.Expr | None = None
 
     def text(self, f) -> str:
+        end = "" if self.row_end is None else f", row_end={f(self.row_end)}"
         return (f"{self.decl.name} = load_global({f(self.view)}, offsets={f(self.offsets)}, "
-                f"shape={list(self.decl.shape)})")
+                f"shape={list(self.decl.shape)}{end})")
 
 
 @dataclass(frozen=True, eq=False)
@@ -239,17 +242,23 @@ class Memory(LanguageObject):
         return TensorValue(ir.TensorRef(decl))
 
     @language_call
-    def load_global(self, view, offsets, shape) -> TensorValue:
+    def load_global(self, view, offsets, shape, row_end=None) -> TensorValue:
         """Load the tile of ``shape`` at ``offsets`` from global view ``view`` into registers of the executing
-        threads; elements outside the view read as zero. ``ld.global`` (vectorised where aligned)."""
+        threads; elements outside the view read as zero, and so, with ``row_end`` (a runtime or compile-time
+        int32), do those of view rows (the first dimension) at or past ``row_end``, whose memory is not read: a
+        tile of which only the first rows hold data (a partial sum of a group's few rows) costs those rows'
+        traffic alone, and rows nobody wrote are never read. Executed by the executing threads; ``ld.global``
+        (vectorised where aligned and the whole tile lies before ``row_end``), each load predicated on its row
+        otherwise."""
         b = self.b
         view = b.to_tensor(view, "load_global view", (ir.GLOBAL,))
         dtype, shape = static_tensor_type(b, view.dtype, shape, "load_global")
         offs = offsets_of(b, offsets, view, "load_global")
         if len(shape) != len(view.shape):
             raise b.error(f"load_global shape {list(shape)} must have the rank of {view.name} ({len(view.shape)})")
+        end = None if row_end is None else b.to_index(row_end, "load_global row_end")
         decl = b.new_register_tensor(f"{view.name}_tile", dtype, shape)
-        b.emit(LoadGlobal(b.loc, decl, view.ref, offs))
+        b.emit(LoadGlobal(b.loc, decl, view.ref, offs, end))
         return TensorValue(ir.TensorRef(decl))
 
     @language_call
@@ -389,7 +398,11 @@ def _store_element(machine: EmulationMachine, task: EmulationTask, s: StoreEleme
 @emulates(LoadGlobal)
 def _load_global(machine: EmulationMachine, task: EmulationTask, s: LoadGlobal) -> None:
     offsets = [machine.ev(task, o) for o in s.offsets]
-    machine.define_register(task, s.decl, machine.read_global_tile(task, s.view, offsets, s.decl.shape, "load_global"))
+    rows = None
+    if s.row_end is not None:  # the tile rows before row_end: none when the tile starts past it
+        rows = (0, max(min(s.decl.shape[0], machine.ev(task, s.row_end) - offsets[0]), 0))
+    machine.define_register(task, s.decl, machine.read_global_tile(task, s.view, offsets, s.decl.shape, "load_global",
+                                                                   rows))
 
 
 @emulates(LoadScalar)

@@ -166,9 +166,10 @@ def _vector_address(view: str, offsets, row: str, col: str, nbytes: int, ctype: 
 @emits(LoadGlobal, TARGET)
 def _emit_LoadGlobal(gen: CodeGenerator, s: LoadGlobal) -> None:
     """Each thread loads its registers. Where the view's rows are contiguous, its base, row pitch and column offset
-    aligned to the vector, and the whole tile inside the view (one test for the block, so no load waits on a branch
-    of its own), a run of consecutive columns (a blocked chunk) is one vector load of up to 16 bytes; otherwise
-    every element is loaded alone, zero outside the view. The same values either way."""
+    aligned to the vector, and the whole tile inside the view and before ``row_end`` (one test for the block, so no
+    load waits on a branch of its own), a run of consecutive columns (a blocked chunk) is one vector load of up to
+    16 bytes; otherwise every element is loaded alone, zero outside the view or at or past ``row_end`` (that
+    element's load not made). The same values either way."""
     decl = s.decl
     layout = gen.reg_layouts[decl.uid]
     gen.declare_registers(decl)
@@ -177,9 +178,10 @@ def _emit_LoadGlobal(gen: CodeGenerator, s: LoadGlobal) -> None:
     ctype = C_TYPES[decl.dtype.name]
     nbytes = decl.dtype.nbytes
     name = gen.tensor_name(decl)
+    rows_end = _bound(gen, s.row_end, f"{view}_size0")
 
     def element(i, row, col, valid):
-        inside, offset = _global_address(gen, view, len(decl.shape), offsets, row, col)
+        inside, offset = _global_address(gen, view, len(decl.shape), offsets, row, col, rows_end)
         if valid:
             inside = f"{valid} && {inside}"
         value = (f"({inside} ? *reinterpret_cast<const {ctype} *>(reinterpret_cast<const unsigned char *>("
@@ -204,8 +206,8 @@ def _emit_LoadGlobal(gen: CodeGenerator, s: LoadGlobal) -> None:
             assigns = [f"{name}[{piece + k}] = {as_value}({part});" for k, part in enumerate(parts)]
         gen.line("  " + " ".join(assigns) + " }")
 
-    _vectors_or_elements(gen, layout, _vector_path(view, offsets, decl.shape, nbytes, width), width // nbytes,
-                         vector, element)
+    test = _vector_path(view, offsets, decl.shape, nbytes, width, rows_end)
+    _vectors_or_elements(gen, layout, test, width // nbytes, vector, element)
 
 
 @emits(LoadScalar, TARGET)
@@ -339,8 +341,8 @@ def _emit_StoreGlobal(gen: CodeGenerator, s: StoreGlobal) -> None:
 
 
 def _bound(gen: CodeGenerator, end: ir.Expr | None, size: str) -> str | None:
-    """C++: the first row (column) a store leaves alone, ``end`` or the view's ``size`` if smaller; None without
-    ``end``."""
+    """C++: the first row (column) a load or store leaves alone, ``end`` or the view's ``size`` if smaller; None
+    without ``end``."""
     if end is None:
         return None
     value = gen.cexpr(end)
