@@ -174,24 +174,27 @@ def test_persistent_or_stream_k_schedules_cannot_swap_or_split():
 class SplitSumsWithoutWaiting(kernels.SplitFamily, kernels.Gemm):
     """Adds the other parts' partials without waiting for their count."""
 
-    def add_parts(self, acc, ws, flags, tile, first, end):
+    def add_parts(self, acc, ws, flags, tile, first, end, rows=None):
         self.sync()
         for contributor in self.range(first, end):
-            acc = acc + self.load_global(ws, offsets=[contributor * self.block_m, 0],  # <<< sums-without-waiting
-                                         shape=[self.block_m, self.block_n])
+            slot = contributor * self.block_m
+            acc = acc + self.load_global(ws, offsets=[slot, 0],  # <<< sums-without-waiting
+                                         shape=[self.block_m, self.block_n],
+                                         row_end=None if rows is None else slot + rows)
         return acc
 
 
 class SplitKeepsCountSet(kernels.SplitFamily, kernels.Gemm):
     """Never gives the tile's count back its 0, so the next launch finds it counted."""
 
-    def add_parts(self, acc, ws, flags, tile, first, end):
+    def add_parts(self, acc, ws, flags, tile, first, end, rows=None):
         with self.single_thread():
             self.flag.wait(flags, tile, end - first)  # <<< keeps-count-set
         self.sync()
         for contributor in self.range(first, end):
-            acc = acc + self.load_global(ws, offsets=[contributor * self.block_m, 0],
-                                         shape=[self.block_m, self.block_n])
+            slot = contributor * self.block_m
+            acc = acc + self.load_global(ws, offsets=[slot, 0], shape=[self.block_m, self.block_n],
+                                         row_end=None if rows is None else slot + rows)
         return acc
 
 

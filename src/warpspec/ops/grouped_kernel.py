@@ -294,17 +294,21 @@ class _GroupedGemm(_Gemm):
         block's workspace slot and counts it on the tile's flag (``count_part``); the last part (the tile's highest
         block) waits once for the count and adds the others' sums, several loaded at once, in the order of their
         blocks (``add_parts``: split-K's hand-off, which waited for and loaded each part in turn before), and
-        stores the tile from registers up to its group's end."""
+        stores the tile from registers up to its group's end. Partial sums hold the tile's rows of its group
+        alone."""
         if self.blockIdx.x < tiles * splits:
             wanted, k_begin, k_end = self.split_part(splits, k_tiles)
             _, start, end, tile, bands = self.find_tile(ends, groups, total_m, tiles_n, wanted, occupied)
             offset_m, offset_n = self.tile_offsets(tile, bands, tiles_n)
             acc = self.consume(pipe, sa, sb, k_begin, k_end)
+            # The partial sums move only the group's rows of the tile: a decode step's 16 tokens on one expert fill
+            # a quarter of a 64-row tile, whose other rows are never stored.
+            rows = min(self.block_m, end - start - offset_m)
             part = self.blockIdx.x % splits
             if part < splits - 1:
-                self.count_part(acc, ws, flags, wanted)
+                self.count_part(acc, ws, flags, wanted, rows)
             else:
-                acc = self.add_parts(acc, ws, flags, wanted, self.blockIdx.x - part, self.blockIdx.x)
+                acc = self.add_parts(acc, ws, flags, wanted, self.blockIdx.x - part, self.blockIdx.x, rows)
                 result = self.epilogue(acc, total_m, n_size, None, None, start + offset_m, offset_n)
                 self.store_global(gc, result, offsets=[start + offset_m, offset_n], row_end=end)
 

@@ -370,10 +370,12 @@ class _Gemm(Script):
         with self.single_thread():
             self.flag.signal(flags, self.blockIdx.x, 1)
 
-    def count_part(self, acc, ws, flags, tile):
+    def count_part(self, acc, ws, flags, tile, rows=None):
         """Split-K: this block's sum over its part of the tile's K range goes to its workspace slot, and the tile's
-        flag counts it (``flag.add``) for the tile's last part."""
-        self.store_global(ws, acc, offsets=[self.blockIdx.x * self.block_m, 0])
+        flag counts it (``flag.add``) for the tile's last part. ``rows``: where given, only the tile's first rows
+        hold output (a grouped GEMM's group of a few rows), and only they are stored."""
+        slot = self.blockIdx.x * self.block_m
+        self.store_global(ws, acc, offsets=[slot, 0], row_end=None if rows is None else slot + rows)
         self.sync()  # every consumer's stores are ordered before the count
         with self.single_thread():
             self.flag.add(flags, tile, 1)
@@ -384,10 +386,11 @@ class _Gemm(Script):
         per_thread = self.block_m * self.block_n // self.consumer_threads
         return max(1, min(4, PARTIAL_REGISTERS // per_thread))
 
-    def add_parts(self, acc, ws, flags, tile, first, end):
+    def add_parts(self, acc, ws, flags, tile, first, end, rows=None):
         """Split-K: ``acc`` plus the partial sums blocks ``first ... end - 1`` (the tile's other parts) left. One
         wait for their count (given back, 0, for the next launch), then ``parts_at_once()`` partials loaded at
-        once, so that the parts cost one round trip to memory per group, not a wait and a load each."""
+        once, so that the parts cost one round trip to memory per group, not a wait and a load each. ``rows``:
+        only the partials' first rows, those ``count_part`` stored, are loaded (the rest read as zero)."""
         with self.single_thread():
             self.flag.wait(flags, tile, end - first)
             self.flag.signal(flags, tile, 0)
@@ -397,8 +400,9 @@ class _Gemm(Script):
             for lane in range(width):  # unrolled: the loads do not wait on each other's sums
                 contributor: int32 = first + step * width + lane
                 # Past the last contributor, its slot is read again and left out of the sum.
-                part = self.load_global(ws, offsets=[min(contributor, end - 1) * block_m, 0],
-                                        shape=[block_m, block_n])
+                slot = min(contributor, end - 1) * block_m
+                part = self.load_global(ws, offsets=[slot, 0], shape=[block_m, block_n],
+                                        row_end=None if rows is None else slot + rows)
                 acc = acc + self.where(self.col_index(part) + contributor * block_n < end * block_n, part, 0.0)
         return acc
 
