@@ -6,7 +6,8 @@ ones (half the tokens to one expert, none to a quarter of them). ``a`` [tokens, 
 4096] passed as ``w.transpose(1, 2)``, ``offs`` int32 on the GPU; ``triton.testing.do_bench`` medians (warmup 100,
 rep 500 ms) of ours, then torch._grouped_mm, then the loop, every output checked against the float32 loop first.
 
-    python benchmarks/grouped.py [--experts 8,64] [--tokens 16,...] [--sweep] [--json out.json] [--dry-run]
+    python benchmarks/grouped.py [--experts 8,64] [--tokens 16,...] [--widths 14336,1536] [--sweep] [--json out.json]
+                                 [--dry-run]
 
 Printed per shape: TFLOP/s, the ratio to ``torch._grouped_mm`` (its time / ours) and to the loop, and the host time
 of one eager call of each (``warpspec.tune.bench.host_us_per_call``); then the geometric mean and the lowest ratio
@@ -56,12 +57,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experts", default=",".join(map(str, EXPERTS)))
     parser.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    parser.add_argument("--widths", default=",".join(map(str, WIDTHS)), help="expert widths (N), comma-separated")
     parser.add_argument("--json", default=None)
     parser.add_argument("--sweep", action="store_true", help="time every schedule of the kernel's space too")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args()
     shapes = [(g, t, HIDDEN, width, skewed) for g in map(int, args.experts.split(","))
-              for t in map(int, args.tokens.split(",")) for width in WIDTHS for skewed in (False, True)]
+              for t in map(int, args.tokens.split(",")) for width in map(int, args.widths.split(","))
+              for skewed in (False, True)]
 
     import torch
 
