@@ -461,6 +461,27 @@ def test_the_tuner_admits_the_largest_tiles_that_nvrtc_builds_clean(kernel_class
     assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
 
 
+def test_the_causal_persistent_kernel_refuses_the_three_warpgroup_tiles_that_spill():
+    """Causal, with three consumer warpgroups, the persistent kernel spills at D 64's 128-key tiles and D 128's
+    80-key ones, which the one-tile kernel builds clean: it refuses them at construction (so the tuner never builds
+    them), and builds the tiles one size down clean."""
+    from warpspec.cuda.launch import compile_kernel
+    from warpspec.cuda.sass import parse_ptxas_log
+    from warpspec.runtime import kernel_for
+
+    for head_dim, block_n in ((64, 128), (128, 80)):
+        with pytest.raises(ArgumentError, match=f"the persistent causal kernel with consumers=3 needs O, S and P in "
+                                                f"112 of its 160 registers a thread .* head_dim {head_dim} with "
+                                                f"block_n {block_n} needs {head_dim // 2 + 3 * block_n // 4}"):
+            AttentionPersistent(bfloat16, head_dim=head_dim, causal=True, block_n=block_n, num_stages=2, consumers=3)
+        AttentionPersistent(bfloat16, head_dim=head_dim, causal=False, block_n=block_n, num_stages=2, consumers=3)
+    tuned = AttentionPersistent(bfloat16, head_dim=64, causal=True, consumers=3)
+    assert max(schedule["block_n"] for schedule, _ in tuned.constructible()) == 96
+    kernel = AttentionPersistent(bfloat16, head_dim=64, causal=True, block_n=96, num_stages=2, consumers=3)
+    (report,) = parse_ptxas_log(compile_kernel(kernel_for(kernel, {})).module.log).values()
+    assert (report.spill_store_bytes, report.spill_load_bytes, report.stack_bytes, report.advisories) == (0, 0, 0, ())
+
+
 def test_rows_past_int32_are_refused_and_elements_past_it_are_not():
     """validate counts rows (batch · heads · seq), which the kernels address with int32 coordinates, never
     elements (64-bit offsets): B 64 × 8 K/V heads × 131072 keys of D 128 (2**36 elements) is a problem, 2**31 key

@@ -59,7 +59,7 @@ def test_three_consumer_warpgroups_walking_several_tiles_match_numpy(causal, hea
 def test_three_consumer_warpgroups_under_random_interleavings(seed, monkeypatch):
     monkeypatch.setenv(SEED_VARIABLE, str(seed))
     q, k, v = operands(1, 3, 1, 400, 200, 64, np.float16, seed=3)
-    kernel = apk.AttentionPersistent(float16, head_dim=64, causal=True, block_n=128, num_stages=2, consumers=3)
+    kernel = apk.AttentionPersistent(float16, head_dim=64, causal=True, block_n=96, num_stages=2, consumers=3)
     out = run(kernel, q, k, v, 2)
     assert np.abs(out.astype(np.float32) - expected(q, k, v, True)).max() < 2e-3
 
@@ -131,10 +131,9 @@ def test_planted_bug_q_reloaded_before_the_last_o_store_is_caught_at_the_reload(
 def test_nvrtc_builds_the_persistent_kernel_without_spills(head_dim, block_n, num_stages, consumers, causal):
     """NVRTC compiles the persistent kernel (bf16) at every schedule ops.attention ships for it
     (``persistent_schedule``, causal: the masked variant), and with three consumer warpgroups, with no
-    spills, no stack and no ptxas advisory. (Three warpgroups at 160 registers spill one tile size up, which
-    ops.attention never runs on this kernel: causal in D 64's 128-key tiles, 140 bytes, and D 128's 80-key tiles,
-    64, the mask's registers on top of the persistent loop's; D 128's 80-key tiles without a mask, 4 bytes, since
-    O's rescale is skipped by warps whose rows keep their maximum.)"""
+    spills, no stack and no ptxas advisory. (Three warpgroups at 160 registers spill one tile size up: causal in
+    D 64's 128-key tiles and D 128's 80-key ones, which the kernel refuses, and D 128's 80-key tiles without a
+    mask, 4 bytes, which ops.attention never runs on this kernel.)"""
     from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.runtime import kernel_for

@@ -40,7 +40,8 @@ import numpy as np
 from warpspec.dtypes import float32, int32, uint32
 from warpspec.errors import ArgumentError
 from warpspec.frontend.interpreter import cdiv
-from warpspec.ops.attention_kernel import CONSUMER_REGISTERS_OF, PRODUCER_REGISTERS, WARPGROUP, Attention
+from warpspec.ops.attention_kernel import (CONSUMER_REGISTERS_OF, PRODUCER_REGISTERS, WARPGROUP, Attention,
+                                           fragment_registers)
 from warpspec.ops.naming import typed_kernel_name
 from warpspec.pipeline import Pipeline
 from warpspec.script import autotune
@@ -55,6 +56,11 @@ TILE_OVERHEAD_STEPS = 3.0
 #: Heads of at most this many query tiles are walked in windows of about one wave of tiles, longer ones in two
 #: (``window_waves``).
 SHORT_HEAD_TILES = 8
+#: The causal persistent kernel holds more beside its O, S and P fragments (``fragment_registers``) than the one-tile
+#: kernel, so with three consumer warpgroups they may take this many of its 160 registers a thread: ptxas built
+#: D 64 with 96-key tiles (104) and D 128 with 64-key ones (112) clean, and spilled D 64's 128-key tiles (128: 144
+#: bytes) and D 128's 80-key ones (124: 168 bytes), which the one-tile kernel's bound admits.
+CAUSAL_THREE_CONSUMER_FRAGMENTS = 112
 
 
 def window_waves(m_tiles: int) -> int:
@@ -145,6 +151,12 @@ class AttentionPersistent(Attention):
 
     def __init__(self, dtype, head_dim, causal, block_n, num_stages, consumers=2):
         super().__init__(dtype, head_dim, causal, block_n, num_stages, unroll=1, consumers=consumers)
+        if consumers == 3 and causal and fragment_registers(head_dim, block_n) > CAUSAL_THREE_CONSUMER_FRAGMENTS:
+            raise ArgumentError(
+                f"the persistent causal kernel with consumers=3 needs O, S and P in "
+                f"{CAUSAL_THREE_CONSUMER_FRAGMENTS} of its 160 registers a thread (head_dim/2 + 3 * block_n/4): "
+                f"head_dim {head_dim} with block_n {block_n} needs {fragment_registers(head_dim, block_n)}; "
+                f"head_dim 64 takes block_n up to 96, 128 up to 64")
         # Two Q buffers where they fit beside the rings (D 256 at 80-key tiles does not), and a KiB for the barriers.
         q_bytes = self.block_m * head_dim * self.dtype.nbytes
         ring_bytes = 2 * num_stages * block_n * head_dim * self.dtype.nbytes
