@@ -208,7 +208,7 @@ def test_a_load_reads_zeros_from_its_row_end_on(end):
 
 def test_a_load_stopped_at_its_row_end_leaves_the_rows_past_it_to_another_block():
     """Block 1 writes x's rows from 3 on while block 0 loads: bounded at row 3, the load reads none of them (no
-    race); unbounded, it reads them, a race named at the load's line."""
+    race); unbounded, it reads them: a race named at block 1's store, its message naming the load's line."""
     x = _input()
     with warpspec.use_backend("emulator"):
         out = np.full((8, 64), np.nan, np.float32)
