@@ -135,7 +135,7 @@ def sweep(torch, bench, a, b, offs) -> dict:
     def name_of(schedule) -> str:
         return "{block_m}x{block_n}/{num_stages}/split{max_split}".format(**schedule)
 
-    problem = grouped.validate(a, b, offs, None)
+    problem = grouped.call_for(a, b, offs, None).problem
     reference = torch.empty(a.shape[0], b.shape[2], dtype=a.dtype, device=a.device)
     grouped.write(problem, a, b, offs, reference)
     times = {}

@@ -142,6 +142,59 @@ def test_a_cpu_tensor_runs_the_grouped_kernel_on_the_emulator():
     assert c.dtype == torch.float32 and not c[int(ends[-1]):].any()
 
 
+def test_a_call_like_an_earlier_one_takes_its_bound_launch_only_where_nothing_else_would_run(monkeypatch):
+    """The op's per-call path: once a description has a bound launch (``GroupedCall.direct``, made for plain CUDA
+    tensors at their first launch; planted here on CPU tensors), a call of it takes that launch alone. A call
+    under a compiler, one that asks for a gradient, one the dispatcher would route (``dispatcher_idle``), one in
+    debug mode (no direct launches), one whose launch declines (``direct`` returns None: an operand off TMA's 16
+    bytes) and one of another description take the full path: the kernel on the emulator."""
+    torch = pytest.importorskip("torch")
+    from warpspec import runtime, torch_ops
+
+    generator = torch.Generator().manual_seed(4)
+    ends = torch.tensor(np.cumsum(SIZES), dtype=torch.int32)
+    a = torch.randn(int(ends[-1]) + 3, 64, generator=generator).bfloat16()
+    w = torch.randn(len(SIZES), 40, 64, generator=generator).bfloat16()
+    expected = torch.from_numpy(expected_of(a.float().numpy(), w.float().numpy().transpose(0, 2, 1), ends.numpy()))
+    ops.grouped_matmul(a, w.transpose(1, 2), ends)
+    found = grouped.call_for(a, w.transpose(1, 2), ends, None)
+    assert found.direct is None  # CPU tensors never get one
+    taken, answer = [], ["bound"]
+
+    def bound(a_, b_, offs_):
+        taken.append((a_ is a, offs_ is ends))
+        return answer[0]
+
+    idle, compiling = [True], [False]
+    monkeypatch.setattr(found, "direct", bound)
+    monkeypatch.setattr(torch_ops, "dispatcher_idle", lambda device: idle[0])
+    monkeypatch.setattr(runtime, "direct_launches", lambda: True)
+    assert ops.grouped_matmul(a, w.transpose(1, 2), ends) == "bound" and taken == [(True, True)]
+
+    def full_path(x=a):  # the emulator's product, not the planted launch
+        torch.testing.assert_close(ops.grouped_matmul(x, w.transpose(1, 2), ends).float(), expected[:len(x)],
+                                   rtol=1e-2, atol=1e-2)
+
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: compiling[0])
+    compiling[0] = True
+    full_path()
+    compiling[0] = False
+    product = ops.grouped_matmul(a.detach().requires_grad_(), w.transpose(1, 2), ends)
+    assert product.grad_fn is not None
+    idle[0] = False
+    full_path()
+    idle[0] = True
+    answer[0] = None
+    full_path()
+    assert len(taken) == 2  # the declining launch was asked, then the full path ran
+    answer[0] = "bound"
+    monkeypatch.setattr(runtime, "direct_launches", lambda: False)
+    full_path()
+    monkeypatch.setattr(runtime, "direct_launches", lambda: True)
+    full_path(a[:-1])  # another description (fewer rows)
+    assert len(taken) == 2
+
+
 def test_a_decode_step_on_one_expert_splits_its_few_tiles(monkeypatch):
     """Five tokens, all routed to one of three experts: two output tiles on a grid of eight blocks, each tile's 9
     K-tiles split between two of them (``GroupedGemm.splits_for``): the first parts' sums pass through the

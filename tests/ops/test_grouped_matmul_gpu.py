@@ -104,7 +104,9 @@ def test_decode_steps_on_few_experts_split_their_tiles(experts, rows, monkeypatc
         return workspace
 
     monkeypatch.setattr(grouped, "workspace_like", zeroed)
-    monkeypatch.setattr(grouped, "_launchers", Signatures())  # a first call, as other cases share the description
+    # A first call, as other cases share the description (and so its launcher and bound launch).
+    monkeypatch.setattr(grouped, "_launchers", Signatures())
+    monkeypatch.setattr(grouped, "_calls", Signatures())
     sizes = torch.zeros(experts, dtype=torch.int64)
     sizes[3:3 + len(rows)] = torch.tensor(rows)
     offs = sizes.cumsum(0).to(torch.int32).cuda()
@@ -120,6 +122,39 @@ def test_decode_steps_on_few_experts_split_their_tiles(experts, rows, monkeypatc
         assert ((c.double() - expected.double()).norm() / expected.double().norm()).item() < 1e-2
     ((partials, flags),) = workspaces
     assert partials.any() and not flags.any()
+
+
+@pytest.mark.parametrize("experts, rows", [(8, (3, 0, 9)), (64, (16,))], ids=["walk", "split"])
+def test_a_call_like_an_earlier_one_takes_its_bound_launch(experts, rows, monkeypatch):
+    """The first call of a description binds its launch (``GroupedCall.direct``); the next takes it alone and is
+    right on new values, and an ``a`` of the same description that starts off TMA's 16 bytes takes the full path
+    (one ``ops.matmul`` per group), right too."""
+    monkeypatch.setattr(grouped, "_calls", Signatures())
+    sizes = torch.zeros(experts, dtype=torch.int64)
+    sizes[2:2 + len(rows)] = torch.tensor(rows)
+    offs = sizes.cumsum(0).to(torch.int32).cuda()
+    tokens, hidden = sum(rows) + 2, 1024
+    w = torch.randn(experts, 768, hidden, device="cuda").to(torch.bfloat16)
+
+    def check(a):
+        c = ops.grouped_matmul(a, w.transpose(1, 2), offs)
+        expected, start = torch.zeros(tokens, 768, device="cuda"), 0
+        for group, end in enumerate(offs.tolist()):
+            expected[start:end] = a[start:end].float() @ w[group].float().T
+            start = end
+        assert ((c.double() - expected.double()).norm() / expected.double().norm()).item() < 1e-2
+
+    check(torch.randn(tokens, hidden, device="cuda").to(torch.bfloat16))
+    found = grouped.call_for(torch.empty(tokens, hidden, device="cuda", dtype=torch.bfloat16), w.transpose(1, 2),
+                             offs, None)
+    assert found.direct is not None
+    taken = []
+    direct = found.direct
+    monkeypatch.setattr(found, "direct", lambda *args: taken.append(direct(*args)) or taken[-1])
+    check(torch.randn(tokens, hidden, device="cuda").to(torch.bfloat16))
+    storage = torch.randn(tokens * hidden + 1, device="cuda").to(torch.bfloat16)
+    check(storage[1:].view(tokens, hidden))  # 2 bytes past an aligned address
+    assert taken[0] is not None and taken[1] is None
 
 
 @pytest.mark.parametrize("sizes, replayed", [

@@ -74,44 +74,69 @@ def grouped_matmul(a, b, offs, *, out_dtype=None):
 
     Returns a new [total_M, N] array/tensor; torch tensors that require a gradient give a differentiable one."""
     if kind_of(a, "a") == "numpy":
-        problem = validate(a, b, offs, out_dtype)
+        problem = call_for(a, b, offs, out_dtype).problem
         out = np.empty((problem.total, problem.n), dtype=problem.out_dtype.numpy)
         with runtime.use_backend("emulator"):
             write(problem, a, b, np.ascontiguousarray(offs), out)
         return out
+    torch = sys.modules["torch"]
     # Under torch.compile the graph holds no host read: the ends are the kernel's to clamp.
-    problem = validate(a, b, offs, out_dtype, values=not sys.modules["torch"].compiler.is_compiling())
-    offs = offs.to(a.device).contiguous()  # the kernel reads [G] contiguous ends on a's device
+    compiling = torch.compiler.is_compiling()
+    found = call_for(a, b, offs, out_dtype, values=not compiling)
     # torch_ops imports torch, so it is imported here, not with this module; the lookup is cheaper per call.
     support = sys.modules.get("warpspec.torch_ops") or importlib.import_module("warpspec.torch_ops")
+    wants_grad = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)
+    if (found.direct is not None and not compiling and not wants_grad and support.dispatcher_idle(a.get_device())
+            and runtime.direct_launches()):
+        out = found.direct(a, b, offs)  # a call like an earlier one: its bound launch alone
+        if out is not None:
+            return out
+    problem = found.problem
+    given = offs
+    offs = offs.to(a.device).contiguous()  # the kernel reads [G] contiguous ends on a's device
     if support.dispatch_is_plain(a, b, offs):  # the dispatcher would do nothing else: skip its cost
-        out = sys.modules["torch"].empty((problem.total, problem.n), dtype=_torch_dtype(problem.out_dtype),
-                                         device=a.device)
-        write(problem, a, b, offs, out)
+        out = torch.empty((problem.total, problem.n), dtype=_torch_dtype(problem.out_dtype), device=a.device)
+        launcher = write(problem, a, b, offs, out)
+        # Later calls of the description take the launch alone where it read the operands as they are.
+        if (found.direct is None and launcher is not None and launcher.bound is not None and offs is given
+                and readable(a) is a and readable(b, problem.b_k_major) is b):
+            found.direct = _direct_call(launcher, out)
         return out
     return _torch_op()(a, b, offs, _torch_dtype(problem.out_dtype))
 
 
-_problems = Signatures()  # what validation reads of a call's operands -> its GroupedProblem
+class GroupedCall:
+    """What the first call of a description decided: its validated problem and, once the grouped kernel ran on
+    its plain CUDA tensors (``offs`` on ``a``'s device) as they are, ``direct(a, b, offs)``, the launch later such
+    calls take (``_direct_call``)."""
+
+    __slots__ = ("problem", "direct")
+
+    def __init__(self, problem: GroupedProblem):
+        self.problem = problem
+        self.direct = None
 
 
-def validate(a, b, offs, out_dtype, values: bool = True) -> GroupedProblem:
-    """The checks of a call (``ArgumentError`` naming the argument), before anything is allocated: those of the
-    operands' description made at its first call, then looked up; with ``values``, the values of an ``offs`` on the
-    host, every call."""
+_calls = Signatures()  # what validation reads of a call's operands -> its GroupedCall
+
+
+def call_for(a, b, offs, out_dtype, values: bool = True) -> GroupedCall:
+    """The ``GroupedCall`` of these arguments, after the checks of a call (``ArgumentError`` naming the argument)
+    before anything is allocated: those that depend on the operands' description made at its first call, then
+    looked up; with ``values``, the values of an ``offs`` on the host, every call."""
     try:
         key = (describe(a), describe(b), describe(offs), out_dtype)
-        problem = _problems.get(key)
+        found = _calls.get(key)
     except (TypeError, AttributeError):  # not arrays, or an unhashable out_dtype: the checks say what is wrong
-        key = problem = None
-    if problem is None:
-        problem = _problems.remember(key, _validate(a, b, offs, out_dtype))
+        key = found = None
+    if found is None:
+        found = _calls.remember(key, GroupedCall(_validate(a, b, offs, out_dtype)))
     if values and (isinstance(offs, np.ndarray) or offs.device.type == "cpu"):
         ends = [int(end) for end in offs.tolist()]
-        if any(later < earlier for earlier, later in zip([0] + ends, ends)) or (ends and ends[-1] > problem.total):
-            raise ArgumentError(f"offs must be non-decreasing from 0 to at most total_M = {problem.total}, got "
-                                f"{ends}")
-    return problem
+        total = found.problem.total
+        if any(later < earlier for earlier, later in zip([0] + ends, ends)) or (ends and ends[-1] > total):
+            raise ArgumentError(f"offs must be non-decreasing from 0 to at most total_M = {total}, got {ends}")
+    return found
 
 
 def _validate(a, b, offs, out_dtype) -> GroupedProblem:
@@ -152,21 +177,22 @@ def _k_major(b) -> bool:
     return strides[1] == 1 and strides[2] != 1
 
 
-def write(problem: GroupedProblem, a, b, offs, out) -> None:
-    """Write every row of ``out`` on the selected back end: the grouped kernel on operands it can read, else one
-    ``ops.matmul`` per group."""
+def write(problem: GroupedProblem, a, b, offs, out) -> _Launcher | None:
+    """Write every row of ``out`` on the selected back end: the grouped kernel on operands it can read (returns
+    the ``_Launcher`` that launched it), else one ``ops.matmul`` per group (returns None)."""
     if 0 in (problem.total, problem.n):
-        return
+        return None
     if problem.k == 0 or problem.groups == 0:  # no products: every row is 0
         out[...] = 0
-        return
+        return None
     a, b = readable(a), readable(b, problem.b_k_major)
     launcher = _launcher(problem, a, b, offs, out)
     if launcher is None or any(address(x) % TMA_ALIGNMENT for x in (a, b, out)):
         out[...] = 0
         _per_group(problem, a, b, offs, out)
-    else:
-        launcher.launch(a, b, offs, out)
+        return None
+    launcher.launch(a, b, offs, out)
+    return launcher
 
 
 class _Launcher:
@@ -198,6 +224,38 @@ class _Launcher:
         self.script(*args)
         if self.bound is None and plain_cuda(a, b, offs, out):
             self.bound = runtime.pointer_launcher(self.script, args)
+
+
+def _direct_call(launcher: _Launcher, out):
+    """The launch of later eager calls of the description ``out`` was made for (``launcher`` bound):
+    ``call(a, b, offs)`` allocates the output, takes the stream's workspace where tiles may split and launches with
+    the operands' addresses alone; inside CUDA graph capture it takes ``launcher.launch``, whose workspace is then
+    the graph's. None, launching nothing, where ``a`` or ``b`` starts off TMA's 16 bytes (the per-group path's: the
+    op's full path runs it)."""
+    bound, (elements, flag_count) = launcher.bound, launcher.workspace
+    torch = sys.modules["torch"]
+    C = torch._C
+    capturing, current_stream, empty = C._cuda_isCurrentStreamCapturing, C._cuda_getCurrentRawStream, torch.empty
+    device, index, dtype, shape = out.device, out.device.index, out.dtype, tuple(out.shape)
+    placeholder_partials, placeholder_flags = (t.data_ptr() for t in placeholders_like(out))
+
+    def call(a, b, offs):
+        pa, pb = a.data_ptr(), b.data_ptr()
+        if (pa | pb) % TMA_ALIGNMENT:
+            return None
+        out = empty(shape, dtype=dtype, device=device)
+        if not elements:
+            bound(offs.data_ptr(), pa, pb, out.data_ptr(), placeholder_partials, placeholder_flags,
+                  stream=current_stream(index))
+        elif capturing():
+            launcher.launch(a, b, offs, out)
+        else:
+            stream = current_stream(index)
+            partials, flags = stream_workspace(device, stream, elements, flag_count)
+            bound(offs.data_ptr(), pa, pb, out.data_ptr(), partials.data_ptr(), flags.data_ptr(), stream=stream)
+        return out
+
+    return call
 
 
 _MISSING = object()
