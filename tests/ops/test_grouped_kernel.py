@@ -133,17 +133,23 @@ def test_few_tiles_are_split_by_k(b_k_major, block_m):
     assert partials.any() and not flags.any()  # the first parts' sums went through the workspace; flags given back
 
 
+@pytest.mark.parametrize("block_m, batch", [(64, grouped_kernel.WIDE_GROUP_BATCH), (128, grouped_kernel.GROUP_BATCH)],
+                         ids=["64-rows", "128-rows"])
 @pytest.mark.parametrize("first", [0, 2], ids=["from-the-first-group", "from-group-2"])
-def test_few_tiles_past_the_first_batch_of_ends_are_split(first):
-    """The scans that count the tiles and find a part's tile load the ends a batch at a time
-    (``GROUP_BATCH``), the search from the first group with rows: tiles in the second batch's groups, one of whose
-    ends the host did not check (below its predecessor's: clamped to an empty group), and a last batch that is not
-    full; with tiles in group 0 too, or none before group 2 (whose rows then start at 0)."""
-    sizes = [3 if first == 0 else 0, 0, 4] + [0] * (grouped_kernel.GROUP_BATCH - 3) + [0, 5, 0, 3]
+def test_few_tiles_past_the_first_batch_of_ends_are_split(first, block_m, batch):
+    """The scans that count the tiles and find a part's tile load the ends a batch at a time (``GROUP_BATCH``,
+    ``WIDE_GROUP_BATCH`` for 64-row tiles), the search from the first group with rows: tiles in the second batch's
+    groups, one of whose ends the host did not check (below its predecessor's: clamped to an empty group), and a
+    last batch that is not full (its items past the last group repeat that group's end); with tiles in group 0
+    too, or none before group 2 (whose rows then start at 0)."""
+    schedule = dict(SPLIT, block_m=block_m)
+    assert GroupedGemm(float16, float16, True, **schedule).group_batch == batch
+    sizes = [3 if first == 0 else 0, 0, 4] + [0] * (batch - 3) + [0, 5, 0, 3]
     a, b, stored, ends = operands(np.float16, True, sizes=sizes, k=9 * 64)
-    ends[grouped_kernel.GROUP_BATCH + 2] = ends[grouped_kernel.GROUP_BATCH] - 1  # below group 17's end: empty
+    ends[batch + 2] = ends[batch] - 1  # below the end of the second batch's first group: empty
     out = np.full((a.shape[0], N), np.nan, np.float16)
-    partials, flags = run(GroupedGemm(float16, float16, True).instantiate(SPLIT), a, stored, ends, out, num_sms=16)
+    partials, flags = run(GroupedGemm(float16, float16, True).instantiate(schedule), a, stored, ends, out,
+                          num_sms=16)
     expected = expected_of(a, b, np.maximum.accumulate(ends))
     np.testing.assert_allclose(out.astype(np.float32), expected, rtol=2e-3, atol=5e-2)
     assert not out[int(ends[-1]):].any()
@@ -283,19 +289,22 @@ def test_nvrtc_builds_without_spills(out_dtype, schedule, uniform):
     assert count == 4 * schedule["num_stages"] * (2 if schedule["max_split"] > 1 else 1), count
 
 
-@pytest.mark.parametrize("max_split, batch", [(8, "GROUP_BATCH"), (1, "WALK_BATCH")], ids=["scan", "walk"])
-def test_the_groups_ends_load_a_batch_before_any_branch(max_split, batch):
+@pytest.mark.parametrize("block_m, max_split, batch", [
+    (64, 8, grouped_kernel.WIDE_GROUP_BATCH), (128, 8, grouped_kernel.GROUP_BATCH),
+    (64, 1, grouped_kernel.WALK_BATCH - 1)], ids=["scan-64-rows", "scan-128-rows", "walk"])
+def test_the_groups_ends_load_a_batch_before_any_branch(block_m, max_split, batch):
     """The kernel's first global loads (the producer's count of the groups' tiles where tiles may split, else its
-    walk) are a batch of ends issued together: all but at most one before any branch (ptxas may place one after
-    the batch's first bound check, which a loop trip always meets). Each copy of an ``unroll=`` loop loaded behind
-    its own bound check, and the walk one end per group: one load before the first branch, so every group was a
-    serial round trip."""
+    walk) are a batch of ends issued together before any branch: the scans' whole batch (a bound check on an item
+    past the last group had ptxas load the ends of a 64-group batch's last six behind it, each a round trip of its
+    own), the walk's all but one (ptxas places one after the batch's first bound check, which a loop trip always
+    meets). Each copy of an ``unroll=`` loop loaded behind its own bound check, and the walk one end per group: one
+    load before the first branch, so every group was a serial round trip."""
     from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import disassemble
     from warpspec.runtime import kernel_for
 
-    kernel = GroupedGemm(bfloat16, bfloat16, True, block_m=64, block_n=128, num_stages=5, max_split=max_split)
+    kernel = GroupedGemm(bfloat16, bfloat16, True, block_m=block_m, block_n=128, num_stages=5, max_split=max_split)
     lines = disassemble(compile_kernel(kernel_for(kernel, {})).module.cubin).splitlines()
     first = next(i for i, line in enumerate(lines) if "LDG.E " in line)
     run_end = next(i for i in range(first, len(lines)) if " BRA " in lines[i])
-    assert sum("LDG.E " in line for line in lines[first:run_end]) >= getattr(grouped_kernel, batch) - 1
+    assert sum("LDG.E " in line for line in lines[first:run_end]) >= batch

@@ -32,7 +32,8 @@ from __future__ import annotations
 from warpspec.dtypes import bfloat16, float16, float32, int32
 from warpspec.errors import CompileError
 from warpspec.frontend.interpreter import cdiv
-from warpspec.ops.kernels import NUM_SMS, PRODUCER_REGISTERS, PRODUCER_THREADS, CONSUMER_REGISTERS, _Gemm
+from warpspec.ops.kernels import (NUM_SMS, PRODUCER_REGISTERS, PRODUCER_THREADS, CONSUMER_REGISTERS, WARPGROUP,
+                                  _Gemm)
 from warpspec.ops.naming import typed_kernel_name
 from warpspec.pipeline import Pipeline
 from warpspec.script import autotune
@@ -57,8 +58,13 @@ MIN_PART_K_TILES = 4
 #: walks ``WALK_BATCH``), each batch before any of them is used; a walk takes each group's end from the batch's
 #: registers by a chain of selects (``pick``), so its main loops are not copied. Loading one end per group, or an
 #: ``unroll=`` copy's end behind that copy's bound check, made every group a serial round trip: at 64 experts 2 × 64
-#: of them before a split tile's first load, 64 in a walk.
+#: of them before a split tile's first load, 64 in a walk. 64-row tiles (one consumer warpgroup) load
+#: ``WIDE_GROUP_BATCH`` at once, in a producer of ``WIDE_PRODUCER_REGISTERS``: 64 experts' ends in one round trip.
 GROUP_BATCH = 16
+#: The scans' batch where the tiles have 64 rows: the register file has room for a producer holding 64 ends beside
+#: one consumer warpgroup of ``CONSUMER_REGISTERS`` (at 96 registers the batch spilled 128 bytes).
+WIDE_GROUP_BATCH = 64
+WIDE_PRODUCER_REGISTERS = 128
 #: The walks' batch, smaller: it stays in registers beside a 64 × 256 tile's accumulator (16 ends spilled 12 bytes).
 WALK_BATCH = 8
 
@@ -82,6 +88,10 @@ class _GroupedGemm(_Gemm):
         #: and working out its first tile of the group, whatever its own tiles are: 64 groups took about 20 µs on an
         #: H100 for 64 tiles of work.
         self.uniform = uniform
+        one_consumer = self.consumer_threads == WARPGROUP
+        #: The groups' ends each scan loads at once (``GROUP_BATCH``), and the producer's registers that hold them.
+        self.group_batch = WIDE_GROUP_BATCH if one_consumer else GROUP_BATCH
+        self.producer_registers = WIDE_PRODUCER_REGISTERS if one_consumer else PRODUCER_REGISTERS
 
     def kernel_name(self) -> str:
         """``GroupedGemm`` (``GroupedGemmUniform`` for equal groups) and the element types: the input's, then the
@@ -114,7 +124,7 @@ class _GroupedGemm(_Gemm):
         pipe = Pipeline(stages, producer_arrivals=1, consumer_arrivals=self.consumer_threads)
 
         with self.thread_group(thread_begin=self.consumer_threads, num_threads=PRODUCER_THREADS,
-                               max_registers=PRODUCER_REGISTERS):
+                               max_registers=self.producer_registers):
             filled: int32 = 0  # stages filled, to drain
             if self.max_split > 1:
                 tiles, _, occupied = self.count_tiles(ends, groups, total_m, tiles_n)
@@ -229,16 +239,15 @@ class _GroupedGemm(_Gemm):
         before: int32 = 0
         start: int32 = 0
         occupied: int32 = groups
-        for first in self.range(0, groups, GROUP_BATCH):
-            loaded = self.batch_of_ends(ends, groups, first, GROUP_BATCH)
-            for j in range(GROUP_BATCH):
-                if first + j < groups:
-                    end = self.clamped_end(loaded[j], start, total_m)
-                    if occupied == groups:
-                        if end > start:
-                            occupied = first + j
-                    before = before + cdiv(end - start, self.block_m) * tiles_n
-                    start = end
+        for first in self.range(0, groups, self.group_batch):
+            loaded = self.batch_of_ends(ends, groups, first, self.group_batch)
+            for j in range(self.group_batch):  # past the last group: its end again, an empty group (see below)
+                end = self.clamped_end(loaded[j], start, total_m)
+                if occupied == groups:
+                    if end > start:
+                        occupied = first + j
+                before = before + cdiv(end - start, self.block_m) * tiles_n
+                start = end
         return before, start, occupied
 
     def splits_for(self, tiles, k_tiles):
@@ -264,21 +273,20 @@ class _GroupedGemm(_Gemm):
         found_bands: int32 = 1
         before: int32 = 0
         start: int32 = 0
-        for first in self.range(occupied, groups, GROUP_BATCH):
-            loaded = self.batch_of_ends(ends, groups, first, GROUP_BATCH)
-            for j in range(GROUP_BATCH):
-                if first + j < groups:
-                    end = self.clamped_end(loaded[j], start, total_m)
-                    bands = cdiv(end - start, self.block_m)
-                    if wanted >= before:
-                        if wanted < before + bands * tiles_n:
-                            found_group = first + j
-                            found_start = start
-                            found_end = end
-                            found_tile = wanted - before
-                            found_bands = bands
-                    before = before + bands * tiles_n
-                    start = end
+        for first in self.range(occupied, groups, self.group_batch):
+            loaded = self.batch_of_ends(ends, groups, first, self.group_batch)
+            for j in range(self.group_batch):  # past the last group: its end again, an empty group
+                end = self.clamped_end(loaded[j], start, total_m)
+                bands = cdiv(end - start, self.block_m)
+                if wanted >= before:
+                    if wanted < before + bands * tiles_n:
+                        found_group = first + j
+                        found_start = start
+                        found_end = end
+                        found_tile = wanted - before
+                        found_bands = bands
+                before = before + bands * tiles_n
+                start = end
         return found_group, found_start, found_end, found_tile, found_bands
 
     def produce_part(self, pipe, ga, gb, sa, sb, ends, groups, total_m, tiles_n, k_tiles, tiles, splits, occupied):
@@ -351,8 +359,10 @@ class _GroupedGemm(_Gemm):
 
     def batch_of_ends(self, ends, groups, first, size):
         """The raw ends of groups ``first`` … ``first + size - 1`` (a list of scalars), loaded together:
-        every load is made, an index past the last group reading the last group's end (its value is not used), so
-        that none waits behind another's bound check. The caller clamps each (``clamped_end``)."""
+        every load is made, an index past the last group reading the last group's end again. The caller clamps
+        each (``clamped_end``), which makes such a repeated end an empty group after the last: the scans use every
+        item without a bound check, behind which ptxas moved the load of an end used only there (a round trip of
+        its own for each of a batch's last groups)."""
         return [self.load_scalar(ends, [min(first + j, groups - 1)]) for j in range(size)]
 
     def walked_group(self, loaded, in_batch, start, total_m, tiles_n):
