@@ -268,18 +268,23 @@ def test_equal_groups_of_few_tiles_are_split_by_k():
     (float32, {"block_m": 128, "block_n": 128, "num_stages": 5, "max_split": 1}),
     (bfloat16, {"block_m": 64, "block_n": 256, "num_stages": 4, "max_split": 1}),
     (bfloat16, {"block_m": 64, "block_n": 128, "num_stages": 5, "max_split": 8}),
+    (bfloat16, {"block_m": 64, "block_n": 64, "num_stages": 5, "max_split": 8}),
     (float32, {"block_m": 128, "block_n": 128, "num_stages": 5, "max_split": 8})],
-    ids=["bf16-128x256", "f32-128x128", "bf16-64x256", "bf16-64x128-split", "f32-128x128-split"])
+    ids=["bf16-128x256", "f32-128x128", "bf16-64x256", "bf16-64x128-split", "bf16-64x64-split",
+         "f32-128x128-split"])
 @pytest.mark.parametrize("uniform", [False, True], ids=["ragged", "uniform"])
 def test_nvrtc_builds_without_spills(out_dtype, schedule, uniform):
     """No spills, no stack, no ptxas advisory, and the WGMMAs of one K-tile per stage: 4 (16 of K each) per
     warpgroup's 64 rows, unrolled once per stage, in the walk's main loop and, where tiles may split, the split
-    part's; for ragged groups and for equal ones."""
+    part's; for ragged groups and for equal ones. A split tile's last part loads the other parts' sums
+    ``GROUPED_PARTIAL_REGISTERS`` registers at a time: 2 partials of 64 × 128 and 128 × 128, 4 of 64 × 64."""
     from warpspec.cuda.launch import compile_kernel
     from warpspec.cuda.sass import count_instructions, disassemble, parse_ptxas_log
     from warpspec.runtime import kernel_for
 
     kernel = GroupedGemm(bfloat16, out_dtype, True, uniform=uniform, **schedule)
+    if schedule["max_split"] > 1:
+        assert kernel.parts_at_once() == {64: 4, 128: 2}[schedule["block_n"]]
     stem = "GroupedGemmUniform" if uniform else "GroupedGemm"
     assert kernel.kernel_name() == stem + ("BF16" if out_dtype == bfloat16 else "BF16F32")
     built = compile_kernel(kernel_for(kernel, {}))

@@ -65,6 +65,10 @@ GROUP_BATCH = 16
 #: one consumer warpgroup of ``CONSUMER_REGISTERS`` (at 96 registers the batch spilled 128 bytes).
 WIDE_GROUP_BATCH = 64
 WIDE_PRODUCER_REGISTERS = 128
+#: A split tile's last part loads this many registers' worth of the other parts' sums at once: 4 partials of a
+#: 64 × 64 tile, 2 of 64 × 128 or 128 × 128 (3 spilled 68 and 108 bytes), beside the accumulator and nothing else
+#: (no bias, no activation). At one partial per round trip, a decode step's 12 tiles split eight ways waited seven.
+GROUPED_PARTIAL_REGISTERS = 128
 #: The walks' batch, smaller: it stays in registers beside a 64 × 256 tile's accumulator (16 ends spilled 12 bytes).
 WALK_BATCH = 8
 
@@ -73,6 +77,7 @@ class _GroupedGemm(_Gemm):
     """The grouped kernel's body: ``_Gemm``'s producer, main loop and epilogue over (group, tile) pairs."""
 
     input_dtypes = (float16, bfloat16)
+    partial_registers = GROUPED_PARTIAL_REGISTERS
     #: Only the sizes choose the schedule; ``groups`` with total_M says how many rows a group has on average.
     tune_key = ("total_m", "n_size", "k_size", "groups")
 

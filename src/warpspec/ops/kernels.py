@@ -147,6 +147,8 @@ class _Gemm(Script):
     tune_key = ("m_size", "n_size", "k_size")
     input_dtypes: tuple[DType, ...] = ()  # the input types the subclass's kernel takes
     split_family = False  # True for the classes whose schedules are ``SPLIT_TILES`` (``SplitFamily``)
+    #: Split-K's fold: registers a consumer thread may give to the partial tiles it loads at once.
+    partial_registers = PARTIAL_REGISTERS
 
     def __init__(self, in_dtype, out_dtype, b_k_major, has_bias, activation, persistent, stream_k, num_stages,
                  block_m, block_n, group_m=GROUP_M, a_k_major=True, swap_ab=False, split_k=1):
@@ -381,10 +383,10 @@ class _Gemm(Script):
             self.flag.add(flags, tile, 1)
 
     def parts_at_once(self) -> int:
-        """Split-K: the partial tiles ``add_parts`` loads at once, as many (up to 4) as ``PARTIAL_REGISTERS``
+        """Split-K: the partial tiles ``add_parts`` loads at once, as many (up to 4) as ``partial_registers``
         registers a thread hold."""
         per_thread = self.block_m * self.block_n // self.consumer_threads
-        return max(1, min(4, PARTIAL_REGISTERS // per_thread))
+        return max(1, min(4, self.partial_registers // per_thread))
 
     def add_parts(self, acc, ws, flags, tile, first, end, rows=None):
         """Split-K: ``acc`` plus the partial sums blocks ``first ... end - 1`` (the tile's other parts) left. One
