@@ -6,14 +6,15 @@ ones (half the tokens to one expert, none to a quarter of them). ``a`` [tokens, 
 4096] passed as ``w.transpose(1, 2)``, ``offs`` int32 on the GPU; ``triton.testing.do_bench`` medians (warmup 100,
 rep 500 ms) of ours, then torch._grouped_mm, then the loop, every output checked against the float32 loop first.
 
-    python benchmarks/grouped.py [--experts 8,64] [--tokens 16,...] [--widths 14336,1536] [--sweep] [--json out.json]
-                                 [--dry-run]
+    python benchmarks/grouped.py [--experts 8,64] [--tokens 16,...] [--widths 14336,1536] [--sweep [--depths 6,8]]
+                                 [--json out.json] [--dry-run]
 
 Printed per shape: TFLOP/s, the ratio to ``torch._grouped_mm`` (its time / ours) and to the loop, and the host time
 of one eager call of each (``warpspec.tune.bench.host_us_per_call``); then the geometric mean and the lowest ratio
 to each, and over the 64-expert shapes the lowest ratio to the loop. ``--sweep`` also times every schedule of the
 kernel's space on each shape (``rep`` 100 ms) and prints the fastest beside the size rule's choice: the table the
-size rule is set from. ``--dry-run`` needs no GPU: it lists the shapes and checks stand-ins (sizes divided by 64) on
+size rule is set from; ``--depths`` adds every tiling at those ring depths too, where they fit in shared memory (the
+space stops at 5 stages, and the deepest ring that fits won every tiling of the H200's sweep). ``--dry-run`` needs no GPU: it lists the shapes and checks stand-ins (sizes divided by 64) on
 the emulator (with ``--sweep``, under every schedule).
 """
 
@@ -60,8 +61,13 @@ def main() -> None:
     parser.add_argument("--widths", default=",".join(map(str, WIDTHS)), help="expert widths (N), comma-separated")
     parser.add_argument("--json", default=None)
     parser.add_argument("--sweep", action="store_true", help="time every schedule of the kernel's space too")
+    parser.add_argument("--depths", default="", help="with --sweep: ring depths beyond the space's to time every "
+                                                     "tiling at as well (comma-separated; those that fit)")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args()
+    depths = [int(depth) for depth in args.depths.split(",") if depth]
+    if depths and not args.sweep:
+        parser.error("--depths extends --sweep: give both")
     shapes = [(g, t, HIDDEN, width, skewed) for g in map(int, args.experts.split(","))
               for t in map(int, args.tokens.split(",")) for width in map(int, args.widths.split(","))
               for skewed in (False, True)]
@@ -111,7 +117,7 @@ def main() -> None:
                   f"_grouped_mm, {row['loop_ms'] / row['ours_ms']:.3f}x the loop; host {row['host_us']:.1f} us a "
                   f"call ({row['grouped_mm_host_us']:.1f} for _grouped_mm)", flush=True)
         if args.sweep:
-            row["sweep"] = sweep(torch, bench, a, w.transpose(1, 2), offs)
+            row["sweep"] = sweep(torch, bench, a, w.transpose(1, 2), offs, depths)
         rows.append(row)
     if args.dry_run:
         print(f"dry run: {len(rows)} stand-ins checked on the emulator")
@@ -122,13 +128,14 @@ def main() -> None:
             json.dump(rows, file, indent=1)
 
 
-def sweep(torch, bench, a, b, offs) -> dict:
+def sweep(torch, bench, a, b, offs, depths=()) -> dict:
     """Every buildable schedule of the grouped kernel timed on these operands (output checked against the size
-    rule's): ``{"block_m x block_n / stages / split": ms}``, with the fastest and the size rule's choice printed."""
+    rule's), and every tiling at each of ``depths`` stages that builds: ``{"block_m x block_n / stages / split":
+    ms}``, with the fastest and the size rule's choice printed."""
     from warpspec.dtypes import bfloat16
     from warpspec.errors import CompileError
     from warpspec.ops import grouped
-    from warpspec.ops.grouped_kernel import GroupedGemm, grouped_schedule, grouped_workspace
+    from warpspec.ops.grouped_kernel import GROUPED_TILINGS, GroupedGemm, grouped_schedule, grouped_workspace
     from warpspec.ops.frame import sm_count
     from warpspec.ops.workspace import placeholders_like, workspace_like
 
@@ -139,7 +146,9 @@ def sweep(torch, bench, a, b, offs) -> dict:
     reference = torch.empty(a.shape[0], b.shape[2], dtype=a.dtype, device=a.device)
     grouped.write(problem, a, b, offs, reference)
     times = {}
-    for schedule in GroupedGemm._tune_space.schedules():
+    deeper = [{"block_m": block_m, "block_n": block_n, "num_stages": depth, "max_split": max_split}
+              for block_m, block_n, max_split in GROUPED_TILINGS for depth in depths]
+    for schedule in [*GroupedGemm._tune_space.schedules(), *deeper]:
         out = torch.empty_like(reference)
         elements, flag_count = grouped_workspace(sm_count(), schedule)
         work = workspace_like(out, elements, flag_count) if elements else placeholders_like(out)

@@ -10,6 +10,7 @@ benchmarks/pinned_schedules.py checks pinned schedules of both ops.matmul famili
 build), benchmarks/attention_backward.py checks the gradients under a replaced backward schedule, and
 benchmarks/attention.py refuses a consumer count it cannot build and sums its ratios to cuDNN up."""
 
+import json
 import os
 import subprocess
 import sys
@@ -76,10 +77,19 @@ def test_grouped_checks_stand_ins_of_balanced_and_skewed_groups():
     assert found.stdout.splitlines() == ["8 shapes", "dry run: 8 stand-ins checked on the emulator"]
 
 
-def test_grouped_sweep_checks_every_schedule_of_the_kernel():
-    found = dry_run("grouped.py", "--experts", "8", "--tokens", "1024", "--sweep", "--json", os.devnull)
+def test_grouped_sweep_checks_every_schedule_of_the_kernel(tmp_path):
+    """Every schedule of the space, and with ``--depths`` every tiling at 8 stages where that fits in shared memory
+    (64 × 128 does, 128 × 256 does not)."""
+    table = tmp_path / "sweep.json"
+    found = dry_run("grouped.py", "--experts", "8", "--tokens", "1024", "--widths", "1536", "--sweep", "--depths", "8",
+                    "--json", str(table))
     assert found.returncode == 0, found.stderr[-2000:]
-    assert found.stdout.splitlines() == ["4 shapes", "dry run: 4 stand-ins checked on the emulator"]
+    assert found.stdout.splitlines() == ["2 shapes", "dry run: 2 stand-ins checked on the emulator"]
+    for row in json.loads(table.read_text()):
+        assert {"64x128/5/split8", "64x128/8/split8", "128x256/3/split1"} <= set(row["sweep"])
+        assert "128x256/8/split1" not in row["sweep"]
+    refused = dry_run("grouped.py", "--depths", "8")
+    assert refused.returncode == 2 and "--depths extends --sweep" in refused.stderr
 
 
 def test_grouped_experts_checks_the_dense_and_grouped_calls_and_writes_their_timelines(tmp_path):
