@@ -227,32 +227,17 @@ class _Launcher:
 
 
 def _direct_call(launcher: _Launcher, out):
-    """The launch of later eager calls of the description ``out`` was made for (``launcher`` bound):
-    ``call(a, b, offs)`` allocates the output, takes the stream's workspace where tiles may split and launches with
-    the operands' addresses alone; inside CUDA graph capture it takes ``launcher.launch``, whose workspace is then
-    the graph's. None, launching nothing, where ``a`` or ``b`` starts off TMA's 16 bytes (the per-group path's: the
-    op's full path runs it)."""
-    bound, (elements, flag_count) = launcher.bound, launcher.workspace
-    torch = sys.modules["torch"]
-    C = torch._C
-    capturing, current_stream, empty = C._cuda_isCurrentStreamCapturing, C._cuda_getCurrentRawStream, torch.empty
-    device, index, dtype, shape = out.device, out.device.index, out.dtype, tuple(out.shape)
-    placeholder_partials, placeholder_flags = (t.data_ptr() for t in placeholders_like(out))
+    """The launch of later eager calls of the description ``out`` was made for: ``call(a, b, offs)`` allocates the
+    output and launches (``_Launcher.launch``, bound); it returns None, launching nothing, where ``a`` or ``b``
+    starts off TMA's 16 bytes (the per-group path's: the op's full path runs it)."""
+    empty = sys.modules["torch"].empty
+    device, dtype, shape = out.device, out.dtype, tuple(out.shape)
 
     def call(a, b, offs):
-        pa, pb = a.data_ptr(), b.data_ptr()
-        if (pa | pb) % TMA_ALIGNMENT:
+        if (a.data_ptr() | b.data_ptr()) % TMA_ALIGNMENT:
             return None
         out = empty(shape, dtype=dtype, device=device)
-        if not elements:
-            bound(offs.data_ptr(), pa, pb, out.data_ptr(), placeholder_partials, placeholder_flags,
-                  stream=current_stream(index))
-        elif capturing():
-            launcher.launch(a, b, offs, out)
-        else:
-            stream = current_stream(index)
-            partials, flags = stream_workspace(device, stream, elements, flag_count)
-            bound(offs.data_ptr(), pa, pb, out.data_ptr(), partials.data_ptr(), flags.data_ptr(), stream=stream)
+        launcher.launch(a, b, offs, out)
         return out
 
     return call
