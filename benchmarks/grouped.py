@@ -14,8 +14,9 @@ of one eager call of each (``warpspec.tune.bench.host_us_per_call``); then the g
 to each, and over the 64-expert shapes the lowest ratio to the loop. ``--sweep`` also times every schedule of the
 kernel's space on each shape (``rep`` 100 ms) and prints the fastest beside the size rule's choice: the table the
 size rule is set from; ``--depths`` adds every tiling at those ring depths too, where they fit in shared memory (the
-space stops at 5 stages, and the deepest ring that fits won every tiling of the H200's sweep). ``--dry-run`` needs no GPU: it lists the shapes and checks stand-ins (sizes divided by 64) on
-the emulator (with ``--sweep``, under every schedule).
+space stops at 5 stages, and the deepest ring that fits won every tiling of the H200's sweep). ``--dry-run`` needs
+no GPU: it lists the shapes and checks stand-ins (sizes divided by 64) on the emulator (with ``--sweep``, under
+every schedule).
 """
 
 from __future__ import annotations
